@@ -1,0 +1,514 @@
+//! REQ packets (spec §3.1, §4): every RTM, RTW, RTR and RTA type.
+//!
+//! A REQ packet is its mandatory header (fixed fields, then `rma_iov[]` for
+//! RTW/RTR/RTA), the optional headers in flag order — raw address, CQ data,
+//! connid — then `read_iov[]` for long-read and runting-read types, then the
+//! application data (spec §3.1; wire-facts #13, #16, #17).
+//!
+//! The fixed fields of all types are one flat [`ReqFields`]; which of them a
+//! type carries, and where, is the type's [`Layout`] in the table of
+//! `types.rs`. Parse and emit are both driven by that one table, so the two
+//! cannot disagree. Fields a type does not carry read as zero and are not
+//! written.
+
+use zerocopy::{FromBytes, IntoBytes};
+
+use super::{check_len, check_room, put_base, req_flags, PacketType, RawAddr, Result, RmaIov, WireError};
+
+/// A fixed field of some REQ type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum F {
+    MsgId,
+    Tag,
+    MsgLength,
+    SegOffset,
+    SendId,
+    RecvId,
+    CreditRequest,
+    /// RTR `recv_length`, a u32 (wire-facts #3).
+    RecvLength32,
+    RuntLength,
+    AtomicDatatype,
+    AtomicOp,
+    Padding,
+    RmaIovCount,
+    ReadIovCount,
+}
+
+impl F {
+    const fn width(self) -> usize {
+        match self {
+            F::Tag | F::MsgLength | F::SegOffset | F::RuntLength => 8,
+            F::MsgId
+            | F::SendId
+            | F::RecvId
+            | F::CreditRequest
+            | F::RecvLength32
+            | F::AtomicDatatype
+            | F::AtomicOp
+            | F::Padding
+            | F::RmaIovCount
+            | F::ReadIovCount => 4,
+        }
+    }
+}
+
+/// Where the fixed fields of one REQ type lie (opaque; see [`PacketType::category`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Layout {
+    len: usize,
+    fields: &'static [(F, u8)],
+    rma: bool,
+    read: bool,
+    seg: bool,
+    runt: bool,
+}
+
+impl Layout {
+    const fn new(fields: &'static [(F, u8)]) -> Layout {
+        let mut len = 4;
+        let (mut rma, mut read, mut seg, mut runt) = (false, false, false, false);
+        let mut i = 0;
+        while i < fields.len() {
+            let (f, off) = fields[i];
+            let end = off as usize + f.width();
+            if end > len {
+                len = end;
+            }
+            match f {
+                F::RmaIovCount => rma = true,
+                F::ReadIovCount => read = true,
+                F::SegOffset => seg = true,
+                F::RuntLength => runt = true,
+                _ => {}
+            }
+            i += 1;
+        }
+        Layout { len, fields, rma, read, seg, runt }
+    }
+
+    /// Length of the fixed part of the mandatory header (before `rma_iov[]`).
+    pub fn fixed_len(&self) -> usize {
+        self.len
+    }
+}
+
+/// The layouts, named after the libfabric header structs (wire-facts "Header sizes").
+pub(crate) mod layouts {
+    use super::{Layout, F::*};
+
+    pub const EAGER_MSGRTM: Layout = Layout::new(&[(MsgId, 4)]);
+    pub const EAGER_TAGRTM: Layout = Layout::new(&[(MsgId, 4), (Tag, 8)]);
+    // wire-facts #2: the first u64 is the whole message length.
+    pub const MEDIUM_MSGRTM: Layout = Layout::new(&[(MsgId, 4), (MsgLength, 8), (SegOffset, 16)]);
+    pub const MEDIUM_TAGRTM: Layout = Layout::new(&[(MsgId, 4), (MsgLength, 8), (SegOffset, 16), (Tag, 24)]);
+    pub const LONGCTS_MSGRTM: Layout = Layout::new(&[(MsgId, 4), (MsgLength, 8), (SendId, 16), (CreditRequest, 20)]);
+    pub const LONGCTS_TAGRTM: Layout =
+        Layout::new(&[(MsgId, 4), (MsgLength, 8), (SendId, 16), (CreditRequest, 20), (Tag, 24)]);
+    pub const LONGREAD_MSGRTM: Layout = Layout::new(&[(MsgId, 4), (MsgLength, 8), (SendId, 16), (ReadIovCount, 20)]);
+    // wire-facts #4: the tag is the last member.
+    pub const LONGREAD_TAGRTM: Layout =
+        Layout::new(&[(MsgId, 4), (MsgLength, 8), (SendId, 16), (ReadIovCount, 20), (Tag, 24)]);
+    // wire-facts #8: the DC layouts.
+    pub const DC_EAGER_MSGRTM: Layout = Layout::new(&[(MsgId, 4), (SendId, 8), (Padding, 12)]);
+    pub const DC_EAGER_TAGRTM: Layout = Layout::new(&[(MsgId, 4), (SendId, 8), (Padding, 12), (Tag, 16)]);
+    pub const DC_MEDIUM_MSGRTM: Layout =
+        Layout::new(&[(MsgId, 4), (SendId, 8), (Padding, 12), (MsgLength, 16), (SegOffset, 24)]);
+    pub const DC_MEDIUM_TAGRTM: Layout =
+        Layout::new(&[(MsgId, 4), (SendId, 8), (Padding, 12), (MsgLength, 16), (SegOffset, 24), (Tag, 32)]);
+    // wire-facts #5: runting types.
+    pub const RUNTCTS_MSGRTM: Layout = Layout::new(&[
+        (MsgId, 4),
+        (MsgLength, 8),
+        (SendId, 16),
+        (CreditRequest, 20),
+        (SegOffset, 24),
+        (RuntLength, 32),
+    ]);
+    pub const RUNTCTS_TAGRTM: Layout = Layout::new(&[
+        (MsgId, 4),
+        (MsgLength, 8),
+        (SendId, 16),
+        (CreditRequest, 20),
+        (SegOffset, 24),
+        (RuntLength, 32),
+        (Tag, 40),
+    ]);
+    pub const RUNTREAD_MSGRTM: Layout = Layout::new(&[
+        (MsgId, 4),
+        (MsgLength, 8),
+        (SendId, 16),
+        (ReadIovCount, 20),
+        (SegOffset, 24),
+        (RuntLength, 32),
+    ]);
+    pub const RUNTREAD_TAGRTM: Layout = Layout::new(&[
+        (MsgId, 4),
+        (MsgLength, 8),
+        (SendId, 16),
+        (ReadIovCount, 20),
+        (SegOffset, 24),
+        (RuntLength, 32),
+        (Tag, 40),
+    ]);
+    pub const EAGER_RTW: Layout = Layout::new(&[(RmaIovCount, 4)]);
+    pub const DC_EAGER_RTW: Layout = Layout::new(&[(RmaIovCount, 4), (SendId, 8), (Padding, 12)]);
+    pub const LONGCTS_RTW: Layout =
+        Layout::new(&[(RmaIovCount, 4), (MsgLength, 8), (SendId, 16), (CreditRequest, 20)]);
+    pub const LONGREAD_RTW: Layout =
+        Layout::new(&[(RmaIovCount, 4), (MsgLength, 8), (SendId, 16), (ReadIovCount, 20)]);
+    // wire-facts #17: rma_iov right after the fixed fields, as the structs say.
+    pub const RUNTCTS_RTW: Layout = Layout::new(&[
+        (RmaIovCount, 4),
+        (MsgLength, 8),
+        (SendId, 16),
+        (CreditRequest, 20),
+        (SegOffset, 24),
+        (RuntLength, 32),
+    ]);
+    pub const RUNTREAD_RTW: Layout = Layout::new(&[
+        (RmaIovCount, 4),
+        (MsgLength, 8),
+        (SendId, 16),
+        (ReadIovCount, 20),
+        (SegOffset, 24),
+        (RuntLength, 32),
+    ]);
+    // wire-facts #3: SHORT_RTR and LONGCTS_RTR share one struct.
+    pub const RTR: Layout = Layout::new(&[(RmaIovCount, 4), (MsgLength, 8), (RecvId, 16), (RecvLength32, 20)]);
+    // wire-facts #9: the last u32 of an RTA is a union.
+    pub const WRITE_RTA: Layout =
+        Layout::new(&[(MsgId, 4), (RmaIovCount, 8), (AtomicDatatype, 12), (AtomicOp, 16), (Padding, 20)]);
+    pub const FETCH_RTA: Layout =
+        Layout::new(&[(MsgId, 4), (RmaIovCount, 8), (AtomicDatatype, 12), (AtomicOp, 16), (RecvId, 20)]);
+    pub const DC_WRITE_RTA: Layout =
+        Layout::new(&[(MsgId, 4), (RmaIovCount, 8), (AtomicDatatype, 12), (AtomicOp, 16), (SendId, 20)]);
+}
+
+/// The fixed fields of every REQ type, flat. A type carries only some of them
+/// (see the module docs); `rma_iov_count` and `read_iov_count` are not here
+/// because they are the lengths of [`Req::rma_iov`] and [`Req::read_iov`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReqFields {
+    /// Message ID: send order of RTMs and RTAs (spec §3.2).
+    pub msg_id: u32,
+    /// Tag of a tagged RTM.
+    pub tag: u64,
+    /// Length of the whole message or RMA buffer.
+    pub msg_length: u64,
+    /// Offset of this packet's data in the message (medium, runting).
+    pub seg_offset: u64,
+    /// The requester's operation ID, echoed in CTS / EOR / RECEIPT / READ_NACK.
+    pub send_id: u32,
+    /// The requester's receive-operation ID (RTR, FETCH/COMPARE RTA).
+    pub recv_id: u32,
+    /// Number of CTSDATA packets the sender would like to send (long-CTS).
+    pub credit_request: u32,
+    /// RTR: bytes the requester is ready to receive (a u32 on the wire).
+    pub recv_length: u32,
+    /// Runting read: total runt bytes of the message (wire-facts #16).
+    pub runt_length: u64,
+    /// Atomic datatype (libfabric `enum fi_datatype`).
+    pub atomic_datatype: u32,
+    /// Atomic operation (libfabric `enum fi_op`).
+    pub atomic_op: u32,
+    /// The padding word of DC eager types and WRITE_RTA, as received.
+    pub padding: u32,
+}
+
+impl ReqFields {
+    fn set(&mut self, f: F, v: u64, rma: &mut u64, read: &mut u64) {
+        // Width-4 fields were read as u32, so the casts below are exact.
+        match f {
+            F::MsgId => self.msg_id = v as u32,
+            F::Tag => self.tag = v,
+            F::MsgLength => self.msg_length = v,
+            F::SegOffset => self.seg_offset = v,
+            F::SendId => self.send_id = v as u32,
+            F::RecvId => self.recv_id = v as u32,
+            F::CreditRequest => self.credit_request = v as u32,
+            F::RecvLength32 => self.recv_length = v as u32,
+            F::RuntLength => self.runt_length = v,
+            F::AtomicDatatype => self.atomic_datatype = v as u32,
+            F::AtomicOp => self.atomic_op = v as u32,
+            F::Padding => self.padding = v as u32,
+            F::RmaIovCount => *rma = v,
+            F::ReadIovCount => *read = v,
+        }
+    }
+
+    fn get(&self, f: F, rma: u32, read: u32) -> u64 {
+        match f {
+            F::MsgId => self.msg_id.into(),
+            F::Tag => self.tag,
+            F::MsgLength => self.msg_length,
+            F::SegOffset => self.seg_offset,
+            F::SendId => self.send_id.into(),
+            F::RecvId => self.recv_id.into(),
+            F::CreditRequest => self.credit_request.into(),
+            F::RecvLength32 => self.recv_length.into(),
+            F::RuntLength => self.runt_length,
+            F::AtomicDatatype => self.atomic_datatype.into(),
+            F::AtomicOp => self.atomic_op.into(),
+            F::Padding => self.padding.into(),
+            F::RmaIovCount => rma.into(),
+            F::ReadIovCount => read.into(),
+        }
+    }
+}
+
+/// The REQ raw-address optional header: `size` then `size` bytes, of which the
+/// first 32 are the sender's [`RawAddr`]. libfabric sends `size = 36`
+/// (wire-facts #12); any size from 32 up is accepted and honoured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawAddrHdr<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> RawAddrHdr<'a> {
+    /// A header whose body is `bytes` (at least 32 bytes: the address first).
+    pub fn new(bytes: &'a [u8]) -> Result<RawAddrHdr<'a>> {
+        let size = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+        if bytes.len() < RawAddr::LEN || size == u32::MAX {
+            return Err(WireError::OptHeaderSize { what: "raw address", size });
+        }
+        Ok(RawAddrHdr { bytes })
+    }
+
+    /// The sender's raw address.
+    pub fn addr(&self) -> RawAddr {
+        // `new` and `parse` guarantee at least 32 bytes.
+        RawAddr::from_bytes(self.bytes).unwrap_or_else(|| RawAddr::new([0; 16], 0, 0))
+    }
+
+    /// The whole body, trailing pad included.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// The `size` field.
+    pub fn size(&self) -> u32 {
+        self.bytes.len() as u32
+    }
+
+    fn wire_len(&self) -> usize {
+        4 + self.bytes.len()
+    }
+}
+
+/// Any REQ packet (spec §3.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Req<'a> {
+    /// The packet type (a REQ type).
+    pub ptype: PacketType,
+    /// The flags. On emit the optional-header bits (raw address, CQ data,
+    /// connid) are recomputed from the options below; the rest (MSG, TAGGED,
+    /// RMA, ATOMIC, READ_NACK, unknown bits) are written as given.
+    pub flags: u16,
+    /// The fixed fields.
+    pub fields: ReqFields,
+    /// RTW / RTR / RTA: the responder's buffers.
+    pub rma_iov: &'a [RmaIov],
+    /// The sender's raw address (before the handshake, spec §2.2).
+    pub raw_addr: Option<RawAddrHdr<'a>>,
+    /// Remote CQ data.
+    pub cq_data: Option<u64>,
+    /// The sender's connid header (spec §4.4).
+    pub connid: Option<u32>,
+    /// Long-read / runting read: the sender's buffers to read.
+    pub read_iov: &'a [RmaIov],
+    /// Application data (for COMPARE_RTA: the operands then the compare values).
+    pub data: &'a [u8],
+}
+
+impl Req<'static> {
+    /// A REQ of type `ptype` with libfabric's default flags, zero fields and
+    /// nothing optional.
+    pub fn new(ptype: PacketType) -> Req<'static> {
+        Req {
+            ptype,
+            flags: ptype.default_req_flags(),
+            fields: ReqFields::default(),
+            rma_iov: &[],
+            raw_addr: None,
+            cq_data: None,
+            connid: None,
+            read_iov: &[],
+            data: &[],
+        }
+    }
+}
+
+fn take_iovs<'a>(buf: &'a [u8], pos: &mut usize, count: u64, what: &'static str) -> Result<&'a [RmaIov]> {
+    let rest = buf.get(*pos..).unwrap_or(&[]);
+    if count.saturating_mul(RmaIov::LEN as u64) > rest.len() as u64 {
+        return Err(WireError::CountTooLarge { what, count, room: rest.len() });
+    }
+    let (iovs, _) = <[RmaIov]>::ref_from_prefix_with_elems(rest, count as usize)
+        .map_err(|_| WireError::CountTooLarge { what, count, room: rest.len() })?;
+    *pos += iovs.len() * RmaIov::LEN;
+    Ok(iovs)
+}
+
+fn take<'a>(buf: &'a [u8], pos: &mut usize, n: usize, what: &'static str) -> Result<&'a [u8]> {
+    let end = *pos + n;
+    check_len(buf, end, what)?;
+    let s = &buf[*pos..end];
+    *pos = end;
+    Ok(s)
+}
+
+fn le_u32(b: &[u8]) -> u32 {
+    b.first_chunk::<4>().map_or(0, |a| u32::from_le_bytes(*a))
+}
+
+fn le_u64(b: &[u8]) -> u64 {
+    b.first_chunk::<8>().map_or(0, |a| u64::from_le_bytes(*a))
+}
+
+fn iovs_wrap(iovs: &[RmaIov]) -> bool {
+    iovs.iter().any(|v| v.addr().checked_add(v.len()).is_none())
+}
+
+impl<'a> Req<'a> {
+    fn layout(&self) -> Result<&'static Layout> {
+        self.ptype.req_info().map(|i| i.layout).ok_or(WireError::UnknownType(self.ptype as u8))
+    }
+
+    /// Parses `buf` as a REQ packet of type `ptype` (from the base header).
+    pub fn parse_as(ptype: PacketType, buf: &'a [u8]) -> Result<Req<'a>> {
+        let layout = ptype.req_info().ok_or(WireError::UnknownType(ptype as u8))?.layout;
+        check_len(buf, layout.len, "REQ mandatory header")?;
+        let flags = u16::from_le_bytes([buf[2], buf[3]]);
+        let mut fields = ReqFields::default();
+        let (mut rma_count, mut read_count) = (0u64, 0u64);
+        for &(f, off) in layout.fields {
+            let at = buf.get(off as usize..).unwrap_or(&[]);
+            let v = if f.width() == 8 { le_u64(at) } else { le_u32(at).into() };
+            fields.set(f, v, &mut rma_count, &mut read_count);
+        }
+        let mut pos = layout.len;
+        let rma_iov = take_iovs(buf, &mut pos, rma_count, "rma_iov")?;
+        let raw_addr = if flags & req_flags::RAW_ADDR_HDR != 0 {
+            let size = le_u32(take(buf, &mut pos, 4, "raw address header size")?);
+            if (size as usize) < RawAddr::LEN {
+                return Err(WireError::OptHeaderSize { what: "raw address", size });
+            }
+            Some(RawAddrHdr { bytes: take(buf, &mut pos, size as usize, "raw address header")? })
+        } else {
+            None
+        };
+        let cq_data = if flags & req_flags::CQ_DATA_HDR != 0 {
+            Some(le_u64(take(buf, &mut pos, 8, "CQ data header")?))
+        } else {
+            None
+        };
+        let connid = if flags & req_flags::CONNID_HDR != 0 {
+            Some(le_u32(take(buf, &mut pos, 4, "connid header")?))
+        } else {
+            None
+        };
+        let read_iov = take_iovs(buf, &mut pos, read_count, "read_iov")?;
+        let data = &buf[pos..];
+        if iovs_wrap(rma_iov) || iovs_wrap(read_iov) {
+            return Err(WireError::LengthOverflow { what: "efa_rma_iov addr + len" });
+        }
+        if layout.seg {
+            let end = fields.seg_offset.checked_add(data.len() as u64);
+            if end.is_none_or(|e| e > fields.msg_length) {
+                return Err(WireError::LengthOverflow { what: "seg_offset + data beyond msg_length" });
+            }
+        }
+        if layout.runt && fields.runt_length > fields.msg_length {
+            return Err(WireError::LengthOverflow { what: "runt_length beyond msg_length" });
+        }
+        Ok(Req { ptype, flags, fields, rma_iov, raw_addr, cq_data, connid, read_iov, data })
+    }
+
+    /// The connid identifying the sender: the raw address's when present,
+    /// else the connid header's (wire-facts #13).
+    pub fn sender_connid(&self) -> Option<u32> {
+        self.raw_addr.map(|r| r.addr().connid()).or(self.connid)
+    }
+
+    /// Length of the mandatory header, `rma_iov[]` included.
+    pub fn hdr_len(&self) -> usize {
+        self.layout().map_or(0, |l| l.len) + self.rma_iov.len() * RmaIov::LEN
+    }
+
+    /// Length of the optional headers.
+    pub fn opt_hdr_len(&self) -> usize {
+        self.raw_addr.map_or(0, |r| r.wire_len())
+            + self.cq_data.map_or(0, |_| 8)
+            + self.connid.map_or(0, |_| 4)
+    }
+
+    /// Where the application data starts (after `read_iov[]` where there is one).
+    pub fn app_data_offset(&self) -> usize {
+        self.hdr_len() + self.opt_hdr_len() + self.read_iov.len() * RmaIov::LEN
+    }
+
+    /// Bytes `emit` writes.
+    pub fn buffer_len(&self) -> usize {
+        self.app_data_offset() + self.data.len()
+    }
+
+    /// The flags as `emit` writes them.
+    pub fn wire_flags(&self) -> u16 {
+        let mut f = self.flags & !req_flags::OPT_HDR_MASK;
+        if self.raw_addr.is_some() {
+            f |= req_flags::RAW_ADDR_HDR;
+        }
+        if self.cq_data.is_some() {
+            f |= req_flags::CQ_DATA_HDR;
+        }
+        if self.connid.is_some() {
+            f |= req_flags::CONNID_HDR;
+        }
+        f
+    }
+
+    /// Writes the packet at the start of `buf`; returns its length.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
+        let layout = self.layout()?;
+        if (!layout.rma && !self.rma_iov.is_empty()) || (!layout.read && !self.read_iov.is_empty()) {
+            return Err(WireError::BadField { what: "iov list on a type without one", value: 0 });
+        }
+        let rma = u32::try_from(self.rma_iov.len()).map_err(|_| WireError::LengthOverflow { what: "rma_iov_count" })?;
+        let read =
+            u32::try_from(self.read_iov.len()).map_err(|_| WireError::LengthOverflow { what: "read_iov_count" })?;
+        let total = self.buffer_len();
+        check_room(buf, total)?;
+        let buf = &mut buf[..total];
+        buf[..layout.len].fill(0);
+        put_base(buf, self.ptype, self.wire_flags());
+        for &(f, off) in layout.fields {
+            let off = off as usize;
+            let v = self.fields.get(f, rma, read);
+            if f.width() == 8 {
+                buf[off..off + 8].copy_from_slice(&v.to_le_bytes());
+            } else {
+                buf[off..off + 4].copy_from_slice(&(v as u32).to_le_bytes());
+            }
+        }
+        let mut pos = layout.len;
+        let mut put = |bytes: &[u8]| {
+            buf[pos..pos + bytes.len()].copy_from_slice(bytes);
+            pos += bytes.len();
+        };
+        put(self.rma_iov.as_bytes());
+        if let Some(r) = self.raw_addr {
+            put(&r.size().to_le_bytes());
+            put(r.bytes);
+        }
+        if let Some(c) = self.cq_data {
+            put(&c.to_le_bytes());
+        }
+        if let Some(c) = self.connid {
+            put(&c.to_le_bytes());
+        }
+        put(self.read_iov.as_bytes());
+        put(self.data);
+        Ok(total)
+    }
+}
