@@ -4,6 +4,9 @@
 //! packet; the engine runs the protocol over a device; [`capi`] is the C API.
 
 pub mod capi;
+pub mod device;
+pub mod engine;
+pub mod mem;
 pub mod status;
 /// cbindgen:ignore
 pub mod wire;

@@ -1,17 +1,8 @@
 //! The C API: opaque handles, status codes, no protocol logic (DESIGN §4).
-//!
-//! Every exported function runs inside [`guard`], so a Rust panic becomes
-//! `RDM4_EINTERNAL` and never unwinds into C.
 
 use std::ffi::c_char;
-use std::panic::{catch_unwind, UnwindSafe};
 
-use crate::status::{self, Status};
-
-/// Runs `f` at the C boundary: a panic becomes `RDM4_EINTERNAL`.
-pub(crate) fn guard<F: FnOnce() -> i32 + UnwindSafe>(f: F) -> i32 {
-    catch_unwind(f).unwrap_or(Status::Internal.code())
-}
+use crate::status;
 
 /// The version of the library that is loaded, as `(major << 16) | (minor << 8) | patch`.
 ///

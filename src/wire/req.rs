@@ -86,11 +86,6 @@ impl Layout {
         }
         Layout { len, fields, rma, read, seg, runt }
     }
-
-    /// Length of the fixed part of the mandatory header (before `rma_iov[]`).
-    pub fn fixed_len(&self) -> usize {
-        self.len
-    }
 }
 
 /// The layouts, named after the libfabric header structs (wire-facts "Header sizes").

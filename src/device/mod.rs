@@ -1,0 +1,119 @@
+//! The device contract: what an EFA NIC gives (DESIGN §2).
+//!
+//! 1. `send` delivers a packet of at most `mtu()` bytes reliably, exactly
+//!    once, in **any order**; it may refuse with [`DevError::Again`] when its
+//!    queue is full. Each accepted send later yields a [`DevEvent::SendDone`]
+//!    with success or [`Status::PeerUnreachable`].
+//! 2. Received packets come with the sender's address handle, or `None`
+//!    ("unknown sender": the packet must carry the raw address header).
+//! 3. Address handles: `insert(raw) -> Ah`, `remove(ah)`.
+//! 4. Memory registration with access flags and unguessable keys.
+//! 5. Optional RDMA read/write, validated by the memory owner's side.
+//! 6. Capabilities.
+//!
+//! The engine assumes nothing more: in particular no ordering, and no clock
+//! other than the `now` passed to its progress call.
+
+pub mod sim;
+
+use bitflags::bitflags;
+
+use crate::mem::UserBuf;
+use crate::status::Status;
+use crate::wire::RawAddr;
+
+/// An address handle: the device's name for a peer.
+pub type Ah = u32;
+
+bitflags! {
+    /// Access rights of a memory registration.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub struct Access: u32 {
+        /// Local use as a send or receive buffer.
+        const LOCAL = 1 << 0;
+        /// Peers may read it.
+        const REMOTE_READ = 1 << 1;
+        /// Peers may write it (and run atomics on it).
+        const REMOTE_WRITE = 1 << 2;
+    }
+}
+
+/// What the device can do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    /// Largest packet `send` accepts.
+    pub mtu: usize,
+    /// Largest single RDMA transfer (0 without RDMA).
+    pub max_rdma_size: u64,
+    /// RDMA read supported.
+    pub rdma_read: bool,
+    /// RDMA write supported.
+    pub rdma_write: bool,
+}
+
+/// Why the device refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DevError {
+    /// Queue full: try again after progress.
+    Again,
+    /// A permanent failure with this status.
+    Failed(Status),
+}
+
+/// Something the device reports to the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DevEvent {
+    /// An accepted send (or RDMA operation) finished.
+    SendDone {
+        /// The `wr_id` given to `send`.
+        wr_id: u64,
+        /// The peer it was for.
+        ah: Ah,
+        /// `Ok` or why it failed (`PeerUnreachable`, `RemoteAccess`).
+        status: Result<(), Status>,
+    },
+    /// The device gave up on a peer: every operation towards it must fail.
+    PeerLost {
+        /// The peer.
+        ah: Ah,
+    },
+}
+
+/// A reliable, unordered datagram device (see the module docs).
+pub trait Device {
+    /// Capabilities.
+    fn caps(&self) -> Caps;
+
+    /// This endpoint's raw address.
+    fn local_addr(&self) -> RawAddr;
+
+    /// Adds a peer; inserting the same address twice returns the same handle.
+    fn insert(&mut self, addr: &RawAddr) -> Result<Ah, Status>;
+
+    /// Forgets a peer.
+    fn remove(&mut self, ah: Ah);
+
+    /// Queues `pkt` (at most `mtu` bytes) for `ah`. `wr_id` comes back in
+    /// [`DevEvent::SendDone`].
+    fn send(&mut self, ah: Ah, pkt: &[u8], wr_id: u64) -> Result<(), DevError>;
+
+    /// Hands received packets to `f`, at most `max`; returns how many.
+    fn recv(&mut self, max: usize, f: &mut dyn FnMut(Option<Ah>, &[u8])) -> usize;
+
+    /// Moves pending events into `out`.
+    fn events(&mut self, out: &mut Vec<DevEvent>);
+
+    /// Registers `buf` with `access`; returns its key.
+    fn reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status>;
+
+    /// Removes a registration.
+    fn dereg(&mut self, key: u64) -> Result<(), Status>;
+
+    /// RDMA-reads `local.len()` bytes from the peer's `(remote_addr, key)`
+    /// into `local`. Devices without RDMA read return `Failed(NotSup)`.
+    fn rdma_read(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError>;
+
+    /// RDMA-writes `local` to the peer's `(remote_addr, key)`.
+    fn rdma_write(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64)
+        -> Result<(), DevError>;
+}

@@ -1,0 +1,393 @@
+//! The sim device: any number of endpoints in one process, on virtual time,
+//! with seeded, reproducible reordering, delay, back-pressure and peer loss
+//! (DESIGN §2.3). Every packet put on the wire is logged for tests.
+//!
+//! Time only moves when the test says so ([`SimNet::advance`] /
+//! [`SimNet::advance_to_next`]); a packet is delivered once its random delay
+//! has passed. Delivery is exactly once; with `reorder` the receiver takes a
+//! random deliverable packet instead of the oldest.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use super::{Access, Ah, Caps, DevError, DevEvent, Device};
+use crate::mem::UserBuf;
+use crate::status::Status;
+use crate::wire::RawAddr;
+
+/// Knobs of a simulated network.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Seed of every random choice.
+    pub seed: u64,
+    /// Largest packet.
+    pub mtu: usize,
+    /// Deliver deliverable packets in random order.
+    pub reorder: bool,
+    /// Each packet is delayed by a random 0..=`max_delay_ns`.
+    pub max_delay_ns: u64,
+    /// Per-mille chance that `send` says "try again" although there is room.
+    pub again_permille: u32,
+    /// Packets an inbox holds before senders get "try again".
+    pub inbox_capacity: usize,
+    /// Offer RDMA read and write.
+    pub rdma: bool,
+    /// Record every packet in the log.
+    pub capture: bool,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            seed: 1,
+            mtu: 8192,
+            reorder: false,
+            max_delay_ns: 0,
+            again_permille: 0,
+            inbox_capacity: 1024,
+            rdma: false,
+            capture: true,
+        }
+    }
+}
+
+impl SimConfig {
+    /// Reordering, delays and back-pressure, all from `seed`.
+    pub fn chaotic(seed: u64) -> SimConfig {
+        SimConfig {
+            seed,
+            reorder: true,
+            max_delay_ns: 5_000,
+            again_permille: 100,
+            inbox_capacity: 64,
+            ..SimConfig::default()
+        }
+    }
+}
+
+/// One packet as the log records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimRecord {
+    /// Sender node.
+    pub from: usize,
+    /// Receiver node.
+    pub to: usize,
+    /// The packet type byte.
+    pub ptype: u8,
+    /// Packet length.
+    pub len: usize,
+}
+
+struct InPkt {
+    from: usize,
+    at: u64,
+    data: Vec<u8>,
+}
+
+struct Mr {
+    buf: UserBuf,
+    access: Access,
+}
+
+struct Node {
+    addr: RawAddr,
+    alive: bool,
+    inbox: Vec<InPkt>,
+    /// ah -> node index (`None` once removed).
+    ahs: Vec<Option<usize>>,
+    by_node: HashMap<usize, Ah>,
+    events: Vec<DevEvent>,
+    mrs: HashMap<u64, Mr>,
+}
+
+struct Net {
+    cfg: SimConfig,
+    now: u64,
+    rng: u64,
+    nodes: Vec<Node>,
+    log: Vec<SimRecord>,
+    pool: Vec<Vec<u8>>,
+}
+
+impl Net {
+    fn rand(&mut self) -> u64 {
+        // splitmix64
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn lookup_mr(&self, node: usize, addr: u64, len: usize, key: u64, need: Access) -> Option<UserBuf> {
+        let mr = self.nodes.get(node)?.mrs.get(&key)?;
+        if !mr.access.contains(need) {
+            return None;
+        }
+        let off = addr.checked_sub(mr.buf.addr())?;
+        mr.buf.slice(usize::try_from(off).ok()?, len)
+    }
+}
+
+/// A simulated network; clone it to share.
+#[derive(Clone)]
+pub struct SimNet {
+    net: Rc<RefCell<Net>>,
+}
+
+impl SimNet {
+    /// An empty network.
+    pub fn new(cfg: SimConfig) -> SimNet {
+        let rng = cfg.seed ^ 0x5151_5151;
+        SimNet { net: Rc::new(RefCell::new(Net { cfg, now: 0, rng, nodes: Vec::new(), log: Vec::new(), pool: Vec::new() })) }
+    }
+
+    /// A new endpoint's device. Its qpn is its node index; its connid random.
+    pub fn device(&self) -> SimDevice {
+        let mut net = self.net.borrow_mut();
+        let node = net.nodes.len();
+        let connid = net.rand() as u32;
+        let mut gid = [0u8; 16];
+        gid[..4].copy_from_slice(b"sim\0");
+        let addr = RawAddr::new(gid, node as u16, connid);
+        net.nodes.push(Node {
+            addr,
+            alive: true,
+            inbox: Vec::new(),
+            ahs: Vec::new(),
+            by_node: HashMap::new(),
+            events: Vec::new(),
+            mrs: HashMap::new(),
+        });
+        SimDevice { net: self.net.clone(), me: node }
+    }
+
+    /// Virtual time in nanoseconds.
+    pub fn now(&self) -> u64 {
+        self.net.borrow().now
+    }
+
+    /// Moves time forward.
+    pub fn advance(&self, ns: u64) {
+        self.net.borrow_mut().now += ns;
+    }
+
+    /// Moves time to the next pending delivery; false when nothing is pending.
+    pub fn advance_to_next(&self) -> bool {
+        let mut net = self.net.borrow_mut();
+        let next = net.nodes.iter().flat_map(|n| n.inbox.iter().map(|p| p.at)).min();
+        match next {
+            Some(at) => {
+                net.now = net.now.max(at);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Packets waiting in inboxes.
+    pub fn in_flight(&self) -> usize {
+        self.net.borrow().nodes.iter().map(|n| n.inbox.len()).sum()
+    }
+
+    /// Makes node `node` disappear: its inbox is dropped, sends to it fail,
+    /// and every node that knows it is told the peer is lost.
+    pub fn kill(&self, node: usize) {
+        let mut net = self.net.borrow_mut();
+        net.nodes[node].alive = false;
+        let dropped: Vec<_> = net.nodes[node].inbox.drain(..).map(|p| p.data).collect();
+        net.pool.extend(dropped);
+        for n in net.nodes.iter_mut() {
+            if let Some(&ah) = n.by_node.get(&node) {
+                n.events.push(DevEvent::PeerLost { ah });
+            }
+        }
+    }
+
+    /// The packets sent so far (when `capture` is on).
+    pub fn log(&self) -> Vec<SimRecord> {
+        self.net.borrow().log.clone()
+    }
+
+    /// Clears the log.
+    pub fn clear_log(&self) {
+        self.net.borrow_mut().log.clear();
+    }
+}
+
+/// One endpoint's view of a [`SimNet`].
+pub struct SimDevice {
+    net: Rc<RefCell<Net>>,
+    me: usize,
+}
+
+impl SimDevice {
+    /// This device's node index in the net.
+    pub fn node(&self) -> usize {
+        self.me
+    }
+
+    fn rdma(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64, write: bool) -> Result<(), DevError> {
+        let mut net = self.net.borrow_mut();
+        if !net.cfg.rdma {
+            return Err(DevError::Failed(Status::NotSup));
+        }
+        let me = self.me;
+        let target = net.nodes[me].ahs.get(ah as usize).copied().flatten().ok_or(DevError::Failed(Status::NoAddr))?;
+        let status = if !net.nodes[target].alive {
+            Err(Status::PeerUnreachable)
+        } else {
+            let need = if write { Access::REMOTE_WRITE } else { Access::REMOTE_READ };
+            match net.lookup_mr(target, remote_addr, local.len(), key, need) {
+                Some(remote) if write => {
+                    remote.copy_from(0, &local, 0, local.len());
+                    Ok(())
+                }
+                Some(remote) => {
+                    local.copy_from(0, &remote, 0, local.len());
+                    Ok(())
+                }
+                None => Err(Status::RemoteAccess),
+            }
+        };
+        net.nodes[me].events.push(DevEvent::SendDone { wr_id, ah, status });
+        Ok(())
+    }
+}
+
+impl Drop for SimDevice {
+    fn drop(&mut self) {
+        // Closing an endpoint is a peer disappearing, seen from the others.
+        let net = SimNet { net: self.net.clone() };
+        net.kill(self.me);
+    }
+}
+
+impl Device for SimDevice {
+    fn caps(&self) -> Caps {
+        let net = self.net.borrow();
+        let rdma = net.cfg.rdma;
+        Caps { mtu: net.cfg.mtu, max_rdma_size: if rdma { 1 << 30 } else { 0 }, rdma_read: rdma, rdma_write: rdma }
+    }
+
+    fn local_addr(&self) -> RawAddr {
+        self.net.borrow().nodes[self.me].addr
+    }
+
+    fn insert(&mut self, addr: &RawAddr) -> Result<Ah, Status> {
+        let mut net = self.net.borrow_mut();
+        let target = net.nodes.iter().position(|n| n.addr == *addr).ok_or(Status::NoAddr)?;
+        let node = &mut net.nodes[self.me];
+        if let Some(&ah) = node.by_node.get(&target) {
+            return Ok(ah);
+        }
+        let ah = node.ahs.len() as Ah;
+        node.ahs.push(Some(target));
+        node.by_node.insert(target, ah);
+        Ok(ah)
+    }
+
+    fn remove(&mut self, ah: Ah) {
+        let mut net = self.net.borrow_mut();
+        let node = &mut net.nodes[self.me];
+        if let Some(Some(target)) = node.ahs.get(ah as usize).copied() {
+            node.ahs[ah as usize] = None;
+            node.by_node.remove(&target);
+        }
+    }
+
+    fn send(&mut self, ah: Ah, pkt: &[u8], wr_id: u64) -> Result<(), DevError> {
+        let mut net = self.net.borrow_mut();
+        if pkt.len() > net.cfg.mtu {
+            return Err(DevError::Failed(Status::Inval));
+        }
+        let me = self.me;
+        let target = net.nodes[me].ahs.get(ah as usize).copied().flatten().ok_or(DevError::Failed(Status::NoAddr))?;
+        if !net.nodes[target].alive {
+            net.nodes[me].events.push(DevEvent::SendDone { wr_id, ah, status: Err(Status::PeerUnreachable) });
+            return Ok(());
+        }
+        if net.nodes[target].inbox.len() >= net.cfg.inbox_capacity {
+            return Err(DevError::Again);
+        }
+        if net.cfg.again_permille > 0 && (net.rand() % 1000) < u64::from(net.cfg.again_permille) {
+            return Err(DevError::Again);
+        }
+        let delay = if net.cfg.max_delay_ns > 0 { net.rand() % (net.cfg.max_delay_ns + 1) } else { 0 };
+        let at = net.now + delay;
+        let mut data = net.pool.pop().unwrap_or_default();
+        data.clear();
+        data.extend_from_slice(pkt);
+        if net.cfg.capture {
+            net.log.push(SimRecord { from: me, to: target, ptype: pkt.first().copied().unwrap_or(0), len: pkt.len() });
+        }
+        net.nodes[target].inbox.push(InPkt { from: me, at, data });
+        net.nodes[me].events.push(DevEvent::SendDone { wr_id, ah, status: Ok(()) });
+        Ok(())
+    }
+
+    fn recv(&mut self, max: usize, f: &mut dyn FnMut(Option<Ah>, &[u8])) -> usize {
+        let mut n = 0;
+        while n < max {
+            let pkt = {
+                let mut net = self.net.borrow_mut();
+                let now = net.now;
+                let reorder = net.cfg.reorder;
+                let node = &net.nodes[self.me];
+                if !node.alive || node.inbox.is_empty() {
+                    break;
+                }
+                let ready: usize = if reorder {
+                    node.inbox.iter().filter(|p| p.at <= now).count()
+                } else {
+                    usize::from(node.inbox[0].at <= now)
+                };
+                if ready == 0 {
+                    break;
+                }
+                let pick = if reorder { (net.rand() % ready as u64) as usize } else { 0 };
+                let node = &mut net.nodes[self.me];
+                let idx = if reorder {
+                    node.inbox.iter().enumerate().filter(|(_, p)| p.at <= now).nth(pick).map_or(0, |(i, _)| i)
+                } else {
+                    0
+                };
+                let pkt = if reorder { node.inbox.swap_remove(idx) } else { node.inbox.remove(0) };
+                let from = node.by_node.get(&pkt.from).copied();
+                (from, pkt.data)
+            };
+            f(pkt.0, &pkt.1);
+            self.net.borrow_mut().pool.push(pkt.1);
+            n += 1;
+        }
+        n
+    }
+
+    fn events(&mut self, out: &mut Vec<DevEvent>) {
+        out.append(&mut self.net.borrow_mut().nodes[self.me].events);
+    }
+
+    fn reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {
+        let mut net = self.net.borrow_mut();
+        let mut key = net.rand();
+        while net.nodes[self.me].mrs.contains_key(&key) {
+            key = net.rand();
+        }
+        net.nodes[self.me].mrs.insert(key, Mr { buf, access });
+        Ok(key)
+    }
+
+    fn dereg(&mut self, key: u64) -> Result<(), Status> {
+        let mut net = self.net.borrow_mut();
+        net.nodes[self.me].mrs.remove(&key).map(|_| ()).ok_or(Status::Inval)
+    }
+
+    fn rdma_read(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
+        self.rdma(ah, local, remote_addr, key, wr_id, false)
+    }
+
+    fn rdma_write(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
+        self.rdma(ah, local, remote_addr, key, wr_id, true)
+    }
+}

@@ -1,0 +1,173 @@
+//! Emulated atomics (spec §3.3): WRITE_RTA (DC_WRITE_RTA towards peers that
+//! offer delivery complete), FETCH_RTA and COMPARE_RTA with ATOMRSP. RTAs
+//! share the `msg_id` sequence of messages, so atomics are applied in the
+//! order they were posted.
+
+use super::atomic_ops::{self, AtomicClass};
+use super::op::{AtomicReq, Op, OpKind};
+use super::peer::Peer;
+use super::{Addr, Core, RemoteBuf};
+use crate::device::Access;
+use crate::mem::UserBuf;
+use crate::status::Status;
+use crate::wire::{self, Packet, PacketType, ReqInfo, RmaIov, Subprotocol};
+
+impl Core {
+    /// Validates and queues an atomic.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn post_atomic(
+        &mut self,
+        dest: Addr,
+        datatype: u32,
+        op_code: u32,
+        operand: UserBuf,
+        compare: UserBuf,
+        result: UserBuf,
+        remote: RemoteBuf,
+        context: u64,
+    ) -> Result<(), Status> {
+        let peer = self.live_peer(dest)?;
+        if peer.lost {
+            return Err(Status::PeerUnreachable);
+        }
+        let size = atomic_ops::type_size(datatype)?;
+        let class = atomic_ops::classify(datatype, op_code, !result.is_empty())?;
+        let len = if op_code == atomic_ops::op::ATOMIC_READ { result.len() } else { operand.len() };
+        let shapes_ok = len > 0
+            && len % size == 0
+            && match class {
+                AtomicClass::Write => result.is_empty(),
+                AtomicClass::Fetch => result.len() == len && (op_code == atomic_ops::op::ATOMIC_READ || operand.len() == len),
+                AtomicClass::Compare => result.len() == len && compare.len() == len,
+            };
+        if !shapes_ok {
+            return Err(Status::Inval);
+        }
+        let ptype = match class {
+            AtomicClass::Write => PacketType::WriteRta,
+            AtomicClass::Fetch => PacketType::FetchRta,
+            AtomicClass::Compare => PacketType::CompareRta,
+        };
+        let payload = if class == AtomicClass::Compare { 2 * len } else { len };
+        if payload > self.req_data_cap(ptype, 1) {
+            return Err(Status::Overflow);
+        }
+        let mut op = Op::new(OpKind::Atomic, dest, context, operand);
+        op.ptype = Some(ptype);
+        op.rma = RmaIov::new(remote.addr, len as u64, remote.key);
+        op.len = len as u64;
+        op.msg_id = peer.tx_msg_id;
+        op.atomic = Some(AtomicReq { datatype, op: op_code, compare, result });
+        op.awaiting = class != AtomicClass::Write;
+        let key = self.new_op(op)?;
+        if let Some(p) = self.peers.get_mut(dest) {
+            p.tx_msg_id = p.tx_msg_id.wrapping_add(1);
+        }
+        if class == AtomicClass::Write {
+            self.start_or_wait_handshake(dest, key);
+        } else {
+            self.enqueue(key);
+        }
+        Ok(())
+    }
+
+    /// The RTA of an atomic.
+    pub(crate) fn rta_next_packet(&self, key: u32, op: &Op, peer: &Peer, out: &mut [u8]) -> Option<(usize, u64)> {
+        if op.started {
+            return None;
+        }
+        let a = op.atomic?;
+        let (raw_addr, connid) = self.req_opts(peer);
+        let iov = [op.rma];
+        let mut r = wire::Req::new(op.ptype?);
+        r.raw_addr = raw_addr;
+        r.connid = connid;
+        r.rma_iov = &iov;
+        r.fields.msg_id = op.msg_id;
+        r.fields.atomic_datatype = a.datatype;
+        r.fields.atomic_op = a.op;
+        r.fields.recv_id = key;
+        r.fields.send_id = key;
+        let operand_len = if a.op == atomic_ops::op::ATOMIC_READ { 0 } else { op.buf.len() };
+        let n = op.buf.with_slice(|s| {
+            wire::Req { data: &s[..operand_len], ..r }.emit(out).ok()
+        })?;
+        // COMPARE_RTA: the compare values follow the operands (spec §3.3).
+        let cmp = if op.ptype == Some(PacketType::CompareRta) { a.compare.len() } else { 0 };
+        let tail = out.get_mut(n..n + cmp)?;
+        a.compare.read_at(0, tail);
+        Some((n + cmp, op.len))
+    }
+
+    /// An RTA, in `msg_id` order: validate, apply, answer.
+    pub(crate) fn handle_rta(&mut self, peer: u32, r: &wire::Req<'_>, info: ReqInfo) {
+        let id = if info.dc { r.fields.send_id } else { r.fields.recv_id };
+        let answers = info.dc || info.proto != Subprotocol::WriteAtomic;
+        match self.apply_rta(r, info) {
+            Ok(old) => match info.proto {
+                Subprotocol::WriteAtomic if info.dc => self.send_receipt(peer, id, r.fields.msg_id),
+                Subprotocol::WriteAtomic => {}
+                _ => {
+                    let rsp = wire::AtomRsp { flags: 0, connid: self.my_connid(), padding: 0, reserved: 0, recv_id: id, data: &old };
+                    self.queue_ctrl(peer, &Packet::AtomRsp(rsp));
+                }
+            },
+            Err(s) if answers => self.send_peer_error(peer, id, s),
+            Err(_) => {}
+        }
+    }
+
+    /// Checks an RTA against the registrations and applies it; the old values.
+    fn apply_rta(&mut self, r: &wire::Req<'_>, info: ReqInfo) -> Result<Vec<u8>, Status> {
+        let (dt, code) = (r.fields.atomic_datatype, r.fields.atomic_op);
+        let size = atomic_ops::type_size(dt)?;
+        let fetch = info.proto != Subprotocol::WriteAtomic;
+        let class = atomic_ops::classify(dt, code, fetch)?;
+        let expect = match info.proto {
+            Subprotocol::WriteAtomic => AtomicClass::Write,
+            Subprotocol::FetchAtomic => AtomicClass::Fetch,
+            _ => AtomicClass::Compare,
+        };
+        if class != expect {
+            return Err(Status::NotSup);
+        }
+        let total: u64 = r.rma_iov.iter().map(RmaIov::len).sum();
+        let need = if fetch { Access::REMOTE_WRITE | Access::REMOTE_READ } else { Access::REMOTE_WRITE };
+        let bufs = self.mr_check_all(r.rma_iov, need, total)?;
+        let [target] = bufs.as_slice() else { return Err(Status::NotSup) };
+        let len = target.len();
+        let data_len = match class {
+            AtomicClass::Compare => 2 * len,
+            _ if code == atomic_ops::op::ATOMIC_READ => 0,
+            _ => len,
+        };
+        if len % size != 0 || r.data.len() != data_len {
+            self.stats.protocol_errors += 1;
+            return Err(Status::Proto);
+        }
+        let (operand, compare) = r.data.split_at(data_len.min(len));
+        let mut old = if fetch { vec![0u8; len] } else { Vec::new() };
+        target.with_slice_mut(|dst| atomic_ops::apply(dt, code, dst, operand, compare, &mut old))?;
+        Ok(old)
+    }
+
+    /// An ATOMRSP: the old values of a fetch or compare atomic.
+    pub(crate) fn handle_atomrsp(&mut self, peer: u32, a: &wire::AtomRsp<'_>) {
+        let Some(op) = self.ops.get_mut(a.recv_id) else {
+            self.stats.protocol_errors += 1;
+            return;
+        };
+        let Some(req) = op.atomic.filter(|_| op.peer == peer && op.kind == OpKind::Atomic && op.awaiting) else {
+            self.stats.protocol_errors += 1;
+            return;
+        };
+        if a.data.len() != req.result.len() {
+            self.stats.protocol_errors += 1;
+            op.status = Status::Proto;
+        } else {
+            req.result.write_at(0, a.data);
+        }
+        op.awaiting = false;
+        self.check_done(a.recv_id);
+    }
+}

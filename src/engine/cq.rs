@@ -1,0 +1,58 @@
+//! Completion queue entries.
+
+use bitflags::bitflags;
+
+use crate::status::Status;
+
+bitflags! {
+    /// What a completion is for (values are part of the C ABI).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct CqFlags: u64 {
+        /// A send finished.
+        const SEND = 1 << 0;
+        /// A receive finished.
+        const RECV = 1 << 1;
+        /// Two-sided message.
+        const MSG = 1 << 2;
+        /// Tagged message.
+        const TAGGED = 1 << 3;
+        /// One-sided operation.
+        const RMA = 1 << 4;
+        /// RMA read.
+        const READ = 1 << 5;
+        /// RMA write.
+        const WRITE = 1 << 6;
+        /// Atomic.
+        const ATOMIC = 1 << 7;
+        /// `data` holds remote CQ data.
+        const REMOTE_CQ_DATA = 1 << 8;
+        /// A peer wrote into local memory (target side of a write with CQ data).
+        const REMOTE_WRITE = 1 << 9;
+    }
+}
+
+/// One completion (the C API's `rdm4_cqe`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cqe {
+    /// The application's context of the operation (0 for target-side entries).
+    pub context: u64,
+    /// Kind of operation.
+    pub flags: CqFlags,
+    /// Bytes transferred (received into the buffer, for receives).
+    pub len: u64,
+    /// Start of the buffer the data went to (receives), else 0.
+    pub buf: u64,
+    /// Remote CQ data, when `REMOTE_CQ_DATA` is set.
+    pub data: u64,
+    /// Tag of a tagged receive.
+    pub tag: u64,
+    /// Source address handle of a receive (`u32::MAX` when not known).
+    pub src: u32,
+    /// `Success` or why the operation failed.
+    pub status: Status,
+    /// For truncation: the full message length (`len` is what fitted).
+    pub olen: u64,
+}
+
+/// `Cqe::src` of an entry with no known source.
+pub const ADDR_UNSPEC: u32 = u32::MAX;

@@ -1,0 +1,127 @@
+//! Received packets: parse, identify the sender (device handle, raw address
+//! header, connid check), answer with a HANDSHAKE on first contact, and
+//! dispatch by packet type — REQs of ordered families through the `msg_id`
+//! reorder buffer (spec §3.2).
+
+use super::peer::{msg_order, MsgOrder, Peer};
+use super::{raw_key, Core};
+use crate::device::Ah;
+use crate::wire::{Category, Packet, ReqFamily, Subprotocol};
+
+impl Core {
+    /// Handles one packet as received from the device.
+    pub(crate) fn handle_packet(&mut self, from: Option<Ah>, bytes: &[u8]) {
+        self.stats.rx_packets += 1;
+        let pkt = match Packet::parse(bytes) {
+            Ok(p) => p,
+            Err(_) => {
+                self.stats.malformed += 1;
+                return;
+            }
+        };
+        let Some(peer) = self.sender(from, &pkt) else { return };
+        self.send_handshake(peer);
+        match pkt {
+            Packet::Handshake(h) => self.handle_handshake(peer, &h),
+            Packet::Req(r) => self.handle_req(peer, &r, bytes, true),
+            Packet::Cts(c) => self.handle_cts(peer, &c),
+            Packet::CtsData(c) => self.handle_ctsdata(peer, &c),
+            Packet::ReadRsp(r) => self.handle_readrsp(peer, &r),
+            Packet::AtomRsp(a) => self.handle_atomrsp(peer, &a),
+            Packet::Receipt(r) => self.handle_receipt(peer, &r),
+            Packet::PeerError(e) => self.handle_peer_error(peer, &e),
+            // rdm4 never starts long-read or runting read, so it never
+            // waits for an EOR or a READ_NACK.
+            Packet::Eor(_) | Packet::ReadNack(_) => self.stats.protocol_errors += 1,
+        }
+    }
+
+    /// The peer that sent `pkt`, learning it from the raw address header
+    /// when the device does not know it; `None` drops the packet.
+    fn sender(&mut self, from: Option<Ah>, pkt: &Packet<'_>) -> Option<u32> {
+        let raw = match pkt {
+            Packet::Req(r) => r.raw_addr.map(|h| h.addr()),
+            _ => None,
+        };
+        if let Some(p) = from.and_then(|ah| self.by_ah.get(&ah).copied()) {
+            let known = self.peers.get(p)?.raw;
+            match (pkt.sender_connid(), raw) {
+                // A new incarnation at the same device address: a new peer.
+                (Some(c), Some(r)) if c != known.connid() => return self.learn(r),
+                (Some(c), _) if c != known.connid() => {
+                    self.stats.stale_connid += 1;
+                    return None;
+                }
+                _ => return Some(p),
+            }
+        }
+        let Some(raw) = raw else {
+            self.stats.unknown_sender += 1;
+            return None;
+        };
+        self.learn(raw)
+    }
+
+    fn learn(&mut self, raw: crate::wire::RawAddr) -> Option<u32> {
+        if let Some(&p) = self.by_raw.get(&raw_key(&raw)) {
+            return Some(p);
+        }
+        let p = self.peers.insert(Peer::new(raw, None))?;
+        self.by_raw.insert(raw_key(&raw), p);
+        self.pending_insert.push(p);
+        Some(p)
+    }
+
+    /// A REQ: RTMs and RTAs in `msg_id` order, RTWs and RTRs at once.
+    pub(crate) fn handle_req(&mut self, peer: u32, r: &crate::wire::Req<'_>, bytes: &[u8], drain: bool) {
+        let Category::Req(info) = r.ptype.category() else { return };
+        match info.family {
+            ReqFamily::Rtw => return self.handle_rtw(peer, r, info),
+            ReqFamily::Rtr => return self.handle_rtr(peer, r),
+            ReqFamily::Rtm | ReqFamily::Rta => {}
+        }
+        let window = self.cfg.reorder_window;
+        let Some(p) = self.peers.get_mut(peer) else { return };
+        match msg_order(r.fields.msg_id, p.rx_msg_id, window) {
+            MsgOrder::Now => {
+                p.rx_msg_id = p.rx_msg_id.wrapping_add(1);
+                match info.family {
+                    ReqFamily::Rta => self.handle_rta(peer, r, info),
+                    _ => self.handle_rtm(peer, r, info),
+                }
+                if drain {
+                    self.drain_reorder(peer);
+                }
+            }
+            MsgOrder::Ahead => {
+                let mut copy = self.pool.pop().unwrap_or_default();
+                copy.clear();
+                copy.extend_from_slice(bytes);
+                let Some(p) = self.peers.get_mut(peer) else { return };
+                p.reorder_bytes += copy.capacity();
+                self.unexpected_bytes += copy.capacity();
+                p.reorder.entry(r.fields.msg_id).or_default().push(copy);
+            }
+            MsgOrder::Past if info.proto == Subprotocol::Medium => self.handle_medium_segment(peer, r),
+            MsgOrder::Past | MsgOrder::TooFar => self.stats.protocol_errors += 1,
+        }
+    }
+
+    /// Processes held REQs whose turn has come.
+    fn drain_reorder(&mut self, peer: u32) {
+        loop {
+            let Some(p) = self.peers.get_mut(peer) else { return };
+            let Some(list) = p.reorder.remove(&p.rx_msg_id) else { return };
+            for pkt in list {
+                if let Some(p) = self.peers.get_mut(peer) {
+                    p.reorder_bytes -= pkt.capacity().min(p.reorder_bytes);
+                }
+                self.unexpected_bytes -= pkt.capacity().min(self.unexpected_bytes);
+                if let Ok(Packet::Req(r)) = Packet::parse(&pkt) {
+                    self.handle_req(peer, &r, &pkt, false);
+                }
+                self.pool.push(pkt);
+            }
+        }
+    }
+}

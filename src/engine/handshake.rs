@@ -1,0 +1,57 @@
+//! The handshake subprotocol (spec ch. 2): a HANDSHAKE goes back on the
+//! first packet from a peer; the peer's extra feature/request bits are
+//! recorded; the raw address header is dropped from REQs once the peer's
+//! HANDSHAKE arrived. Operations that need the peer's features wait for it.
+
+use super::Core;
+use crate::wire::{self, LeU64, Packet, Req, PacketType};
+
+impl Core {
+    /// The extra features/requests this endpoint advertises.
+    pub(crate) fn my_extra(&self) -> u64 {
+        if self.cfg.legacy {
+            0
+        } else {
+            wire::extra::DELIVERY_COMPLETE | wire::extra::CONNID_HEADER | wire::extra::PEER_ERROR
+        }
+    }
+
+    /// Queues our HANDSHAKE for `peer` once.
+    pub(crate) fn send_handshake(&mut self, peer: u32) {
+        let Some(p) = self.peers.get_mut(peer) else { return };
+        if p.hs_sent {
+            return;
+        }
+        p.hs_sent = true;
+        let words = [LeU64::new(self.my_extra())];
+        let mut h = wire::Handshake::new(&words);
+        h.connid = self.my_connid();
+        self.queue_ctrl(peer, &Packet::Handshake(h));
+    }
+
+    /// Records the peer's HANDSHAKE and releases what waited for it.
+    pub(crate) fn handle_handshake(&mut self, peer: u32, h: &wire::Handshake<'_>) {
+        let Some(p) = self.peers.get_mut(peer) else { return };
+        p.hs_recv = true;
+        p.extra = h.extra_info.first().map_or(0, |w| w.get());
+        let waiting: Vec<u32> = p.waiting_hs.drain(..).collect();
+        for key in waiting {
+            self.choose_rma_protocol(key);
+            self.enqueue(key);
+        }
+    }
+
+    /// Asks `peer` for its HANDSHAKE with a zero-length EAGER_RTW, as the
+    /// reference implementation does (the write names no memory).
+    pub(crate) fn trigger_handshake(&mut self, peer: u32) {
+        let Some(p) = self.peers.get_mut(peer) else { return };
+        if p.hs_triggered || p.hs_recv {
+            return;
+        }
+        p.hs_triggered = true;
+        let body = self.raw_body;
+        let mut r = Req::new(PacketType::EagerRtw);
+        r.raw_addr = wire::RawAddrHdr::new(&body).ok();
+        self.queue_ctrl(peer, &Packet::Req(r));
+    }
+}

@@ -1,0 +1,111 @@
+//! The long-CTS data phase shared by long-CTS messages, emulated long-CTS
+//! writes and emulated long-CTS reads (spec §3.2, §3.3): the receiver grants
+//! windows with CTS (`recv_length` > 0 always), the sender answers with
+//! CTSDATA; a long read's responder opens with a READRSP.
+
+use super::op::{Op, OpKind};
+use super::peer::Peer;
+use super::Core;
+use crate::wire::{self, Packet, CTS_READ_REQ};
+
+impl Core {
+    /// Bytes a receiver grants in one window.
+    fn window_bytes(&self, requested: u32) -> u64 {
+        let credits = requested.clamp(1, self.cfg.max_credits.max(1));
+        u64::from(credits) * self.ctsdata_cap() as u64
+    }
+
+    /// Sends a CTS for operation `key` when its current window is used up.
+    pub(crate) fn grant(&mut self, key: u32) {
+        let window = match self.ops.get(key) {
+            Some(op) if op.received < op.len && op.received >= op.window_end => self.window_bytes(op.credits),
+            _ => return,
+        };
+        let connid = self.my_connid();
+        let Some(op) = self.ops.get_mut(key) else { return };
+        let window = window.min(op.len - op.received);
+        op.window_end = op.received + window;
+        let cts = wire::Cts {
+            flags: if op.kind == OpKind::Read { CTS_READ_REQ } else { 0 },
+            connid,
+            padding: 0,
+            send_id: op.remote_id,
+            recv_id: key,
+            recv_length: window,
+        };
+        let peer = op.peer;
+        self.queue_ctrl(peer, &Packet::Cts(cts));
+    }
+
+    /// The first window of a long read, carried in the LONGCTS_RTR.
+    pub(crate) fn first_read_window(&self, op: &Op) -> u64 {
+        self.window_bytes(self.cfg.credit_request).min(op.len).min(u32::MAX.into())
+    }
+
+    /// A CTS: the sender may send `recv_length` more bytes.
+    pub(crate) fn handle_cts(&mut self, peer: u32, c: &wire::Cts) {
+        let ok = self.ops.get(c.send_id).is_some_and(|op| {
+            op.peer == peer && op.started && matches!(op.kind, OpKind::Send | OpKind::Write | OpKind::ReadResponder)
+        });
+        if !ok || c.recv_length == 0 {
+            self.stats.protocol_errors += 1;
+            return;
+        }
+        let Some(op) = self.ops.get_mut(c.send_id) else { return };
+        op.remote_id = c.recv_id;
+        op.window_end = (op.window_end.max(op.sent).saturating_add(c.recv_length)).min(op.len);
+        self.enqueue(c.send_id);
+    }
+
+    /// Data for a receive, a long write's target, or a read's requester.
+    fn take_data(&mut self, peer: u32, key: u32, off: u64, data: &[u8]) {
+        let ok = self.ops.get(key).is_some_and(|op| {
+            op.peer == peer
+                && matches!(op.kind, OpKind::Recv | OpKind::RemoteWrite | OpKind::Read)
+                && off.checked_add(data.len() as u64).is_some_and(|end| end <= op.len)
+        });
+        if !ok {
+            self.stats.protocol_errors += 1;
+            return;
+        }
+        let Some(op) = self.ops.get_mut(key) else { return };
+        op.place(off, data);
+        if op.received >= op.len {
+            self.check_done(key);
+        } else {
+            self.grant(key);
+        }
+    }
+
+    /// A CTSDATA segment.
+    pub(crate) fn handle_ctsdata(&mut self, peer: u32, c: &wire::CtsData<'_>) {
+        self.take_data(peer, c.recv_id, c.seg_offset, c.data);
+    }
+
+    /// A READRSP: the first (or only) data of a read, at offset 0.
+    pub(crate) fn handle_readrsp(&mut self, peer: u32, r: &wire::ReadRsp<'_>) {
+        if let Some(op) = self.ops.get_mut(r.recv_id).filter(|o| o.peer == peer && o.kind == OpKind::Read) {
+            op.remote_id = r.send_id;
+        }
+        self.take_data(peer, r.recv_id, 0, r.data);
+    }
+
+    /// The next CTSDATA of a long-CTS sender, within its window.
+    pub(crate) fn ctsdata_packet(&self, op: &Op, peer: &Peer, out: &mut [u8]) -> Option<(usize, u64)> {
+        if op.sent >= op.window_end {
+            return None;
+        }
+        let chunk = (op.window_end - op.sent).min(self.ctsdata_cap() as u64) as usize;
+        let at = op.sent as usize;
+        op.buf.with_slice(|s| {
+            let c = wire::CtsData {
+                flags: 0,
+                recv_id: op.remote_id,
+                seg_offset: op.sent,
+                connid: if peer.hs_recv { self.my_connid() } else { None },
+                data: s.get(at..at + chunk)?,
+            };
+            c.emit(out).ok().map(|n| (n, chunk as u64))
+        })
+    }
+}

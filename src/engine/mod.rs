@@ -1,0 +1,760 @@
+//! The protocol v4 engine of one endpoint (DESIGN §1).
+//!
+//! The engine owns peers, operations, matching, protocol selection, the
+//! responders of emulated RMA and atomics, memory registrations and the
+//! completion queue. It has no `unsafe`, reads no clock (time comes in
+//! through [`Endpoint::progress`]) and touches the outside only through the
+//! [`Device`] trait — so every path runs deterministically over the sim
+//! device.
+//!
+//! Structure of a progress call: device events (send completions, lost
+//! peers) → received packets, handled in place (a handler never calls the
+//! device; what it wants sent goes to the control queue) → newly learnt
+//! senders inserted into the device → control queue and transmit queue
+//! flushed until the device says "try again".
+//!
+//! Decisions recorded here (where the protocol leaves room):
+//! - Sends are queued, never refused for a full device queue: up to
+//!   `Config::max_ops` operations may be outstanding, then posts return
+//!   `Again`.
+//! - Unexpected messages and out-of-order REQs are buffered up to
+//!   `Config::unexpected_limit` bytes; past that the engine stops taking
+//!   packets from the device, whose queues then hold the senders back
+//!   ("try again" on their side). Nothing is dropped.
+//! - Writes and write atomics towards a peer that advertises delivery
+//!   complete use the DC types, so the requester's completion reports the
+//!   target's validation (a RECEIPT, or a PEER_ERROR with the status). The
+//!   first such operation towards a new peer waits for its HANDSHAKE,
+//!   triggered by a zero-length EAGER_RTW as the reference implementation
+//!   does. Towards a baseline-only peer, eager writes complete on transmit.
+//! - Failures the target detects (bad key, bounds, access, unsupported
+//!   atomic) are answered with PEER_ERROR (`ref_kind` = operation index,
+//!   `prov_errno` = the negated status code) when the request names an
+//!   operation ID.
+
+#![forbid(unsafe_code)]
+
+pub mod atomic_ops;
+mod atomic;
+mod cq;
+mod dispatch;
+mod handshake;
+mod longcts;
+mod mr;
+mod op;
+mod peer;
+mod rma;
+mod rtm;
+mod slab;
+
+use std::collections::{HashMap, VecDeque};
+
+pub use cq::{Cqe, CqFlags, ADDR_UNSPEC};
+
+use crate::device::{Access, Ah, Caps, DevError, DevEvent, Device};
+use crate::mem::UserBuf;
+use crate::status::Status;
+use crate::wire::{self, PacketType, RawAddr, RawAddrHdr};
+use op::{Op, OpKind};
+use peer::Peer;
+use slab::Slab;
+
+/// An address handle returned by [`Endpoint::av_insert`].
+pub type Addr = u32;
+
+/// Per-endpoint tunables (protocol selection thresholds and limits).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Messages longer than one packet and up to this many bytes use the
+    /// medium protocol; longer ones use long-CTS.
+    pub medium_max: usize,
+    /// Messages up to this many bytes use eager when they fit one packet
+    /// (`usize::MAX`: whenever they fit).
+    pub eager_max: usize,
+    /// CTSDATA packets a receiver grants per CTS at most.
+    pub max_credits: u32,
+    /// CTSDATA packets a sender asks for (`credit_request`).
+    pub credit_request: u32,
+    /// Bytes of unexpected messages and out-of-order REQs held at most.
+    pub unexpected_limit: usize,
+    /// How far ahead of the next expected `msg_id` REQs are held.
+    pub reorder_window: u32,
+    /// Outstanding operations at most.
+    pub max_ops: usize,
+    /// Packets taken from the device per progress call at most.
+    pub rx_batch: usize,
+    /// Behave as a baseline-only peer: advertise no extra feature or request
+    /// (for interoperability tests).
+    pub legacy: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            medium_max: 64 * 1024,
+            eager_max: usize::MAX,
+            max_credits: 64,
+            credit_request: 64,
+            unexpected_limit: 64 << 20,
+            reorder_window: 1 << 30,
+            max_ops: 1 << 16,
+            rx_batch: 64,
+            legacy: false,
+        }
+    }
+}
+
+/// Counters of what the engine dropped or refused from the network.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Packets handled.
+    pub rx_packets: u64,
+    /// Packets that failed to parse.
+    pub malformed: u64,
+    /// Packets whose connid did not match the known peer (stale QP).
+    pub stale_connid: u64,
+    /// Packets from an unknown sender without a raw address.
+    pub unknown_sender: u64,
+    /// Packets that parse but break the protocol (bad IDs, lengths, order).
+    pub protocol_errors: u64,
+    /// Remote requests refused for key, bounds or access.
+    pub access_errors: u64,
+    /// Packets sent, by type byte.
+    pub tx_packets: u64,
+}
+
+/// A registered memory region.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Mr {
+    pub buf: UserBuf,
+    pub access: Access,
+    /// Remote operations in progress on it.
+    pub busy: u32,
+}
+
+/// Options of a two-sided send.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SendOpts {
+    /// Tagged send with this tag.
+    pub tag: Option<u64>,
+    /// Remote CQ data for the receiver's completion.
+    pub cq_data: Option<u64>,
+    /// Returned in the completion.
+    pub context: u64,
+}
+
+/// Options of a receive.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecvOpts {
+    /// Tagged receive: (tag, ignore mask).
+    pub tag: Option<(u64, u64)>,
+    /// Receive only from this address.
+    pub src: Option<Addr>,
+    /// Returned in the completion.
+    pub context: u64,
+}
+
+/// The remote side of an RMA or atomic operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteBuf {
+    /// Address in the target's memory.
+    pub addr: u64,
+    /// Key of the target's registration.
+    pub key: u64,
+}
+
+pub(crate) struct Core {
+    cfg: Config,
+    caps: Caps,
+    local: RawAddr,
+    raw_body: [u8; 36],
+    peers: Slab<Peer>,
+    by_ah: HashMap<Ah, u32>,
+    by_raw: HashMap<[u8; 32], u32>,
+    ops: Slab<Op>,
+    /// Posted receives, untagged [0] and tagged [1], in post order.
+    posted: [VecDeque<u32>; 2],
+    /// Unexpected messages, untagged [0] and tagged [1], in arrival order.
+    unexpected: [VecDeque<u32>; 2],
+    unexpected_bytes: usize,
+    medium_rx: HashMap<(u32, u32), u32>,
+    ctrl: VecDeque<(u32, Vec<u8>)>,
+    pool: Vec<Vec<u8>>,
+    txq: VecDeque<u32>,
+    cq: VecDeque<Cqe>,
+    mrs: HashMap<u64, Mr>,
+    pending_insert: Vec<u32>,
+    events: Vec<DevEvent>,
+    scratch: Vec<u8>,
+    stats: Stats,
+}
+
+/// One endpoint: the engine over a device.
+pub struct Endpoint<D: Device> {
+    dev: D,
+    core: Core,
+}
+
+fn raw_key(raw: &RawAddr) -> [u8; 32] {
+    let mut k = raw.to_bytes();
+    k[24..].fill(0); // the reserved word is not part of the identity
+    k
+}
+
+impl<D: Device> Endpoint<D> {
+    /// Opens an endpoint over `dev`.
+    pub fn new(dev: D, cfg: Config) -> Endpoint<D> {
+        let caps = dev.caps();
+        let local = dev.local_addr();
+        let core = Core {
+            cfg,
+            caps,
+            local,
+            raw_body: local.to_req_hdr_body(),
+            peers: Slab::default(),
+            by_ah: HashMap::new(),
+            by_raw: HashMap::new(),
+            ops: Slab::default(),
+            posted: Default::default(),
+            unexpected: Default::default(),
+            unexpected_bytes: 0,
+            medium_rx: HashMap::new(),
+            ctrl: VecDeque::new(),
+            pool: Vec::new(),
+            txq: VecDeque::new(),
+            cq: VecDeque::new(),
+            mrs: HashMap::new(),
+            pending_insert: Vec::new(),
+            events: Vec::new(),
+            scratch: vec![0u8; caps.mtu],
+            stats: Stats::default(),
+        };
+        Endpoint { dev, core }
+    }
+
+    /// The raw address peers insert to reach this endpoint.
+    pub fn addr(&self) -> RawAddr {
+        self.core.local
+    }
+
+    /// The device.
+    pub fn device(&self) -> &D {
+        &self.dev
+    }
+
+    /// Counters of refused network input.
+    pub fn stats(&self) -> Stats {
+        self.core.stats
+    }
+
+    /// Operations not yet completed (including target-side ones).
+    pub fn pending_ops(&self) -> usize {
+        self.core.ops.len()
+    }
+
+    /// Inserts a peer's raw address; the same address gives the same handle.
+    pub fn av_insert(&mut self, raw: &RawAddr) -> Result<Addr, Status> {
+        let key = raw_key(raw);
+        if let Some(&p) = self.core.by_raw.get(&key) {
+            let peer = self.core.peers.get_mut(p).ok_or(Status::Internal)?;
+            if peer.ah.is_none() {
+                let ah = self.dev.insert(raw)?;
+                peer.ah = Some(ah);
+                self.core.by_ah.insert(ah, p);
+            }
+            peer.in_av = true;
+            return Ok(p);
+        }
+        let ah = self.dev.insert(raw)?;
+        let mut peer = Peer::new(*raw, Some(ah));
+        peer.in_av = true;
+        let p = self.core.peers.insert(peer).ok_or(Status::NoMem)?;
+        self.core.by_ah.insert(ah, p);
+        self.core.by_raw.insert(key, p);
+        Ok(p)
+    }
+
+    /// Removes an address. Operations towards it fail with `Canceled`.
+    pub fn av_remove(&mut self, addr: Addr) -> Result<(), Status> {
+        let peer = self.core.peers.get(addr).ok_or(Status::NoAddr)?;
+        let (raw, ah) = (peer.raw, peer.ah);
+        self.core.fail_peer(addr, Status::Canceled);
+        self.core.peers.remove(addr);
+        self.core.by_raw.remove(&raw_key(&raw));
+        if let Some(ah) = ah {
+            self.core.by_ah.remove(&ah);
+            self.dev.remove(ah);
+        }
+        Ok(())
+    }
+
+    /// The raw address of a handle.
+    pub fn av_lookup(&self, addr: Addr) -> Result<RawAddr, Status> {
+        self.core.peers.get(addr).map(|p| p.raw).ok_or(Status::NoAddr)
+    }
+
+    /// Registers `buf` for local use and remote `access`; returns the key.
+    pub fn mr_reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {
+        let key = self.dev.reg(buf, access)?;
+        self.core.mrs.insert(key, Mr { buf, access, busy: 0 });
+        Ok(key)
+    }
+
+    /// Removes a registration; `Busy` while a remote operation uses it.
+    pub fn mr_dereg(&mut self, key: u64) -> Result<(), Status> {
+        match self.core.mrs.get(&key) {
+            None => Err(Status::Inval),
+            Some(mr) if mr.busy > 0 => Err(Status::Busy),
+            Some(_) => {
+                self.core.mrs.remove(&key);
+                self.dev.dereg(key)
+            }
+        }
+    }
+
+    /// Sends `buf` to `dest` (two-sided).
+    pub fn send(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<(), Status> {
+        self.core.post_send(dest, buf, opts)?;
+        self.core.flush(&mut self.dev);
+        Ok(())
+    }
+
+    /// Posts a receive into `buf`.
+    pub fn recv(&mut self, buf: UserBuf, opts: RecvOpts) -> Result<(), Status> {
+        self.core.post_recv(buf, opts)?;
+        self.core.flush(&mut self.dev);
+        Ok(())
+    }
+
+    /// Writes `buf` to `remote` on `dest`; `cq_data` also gives the target a completion.
+    pub fn write(
+        &mut self,
+        dest: Addr,
+        buf: UserBuf,
+        remote: RemoteBuf,
+        cq_data: Option<u64>,
+        context: u64,
+    ) -> Result<(), Status> {
+        self.core.post_write(dest, buf, remote, cq_data, context)?;
+        self.core.flush(&mut self.dev);
+        Ok(())
+    }
+
+    /// Reads `buf.len()` bytes from `remote` on `dest` into `buf`.
+    pub fn read(&mut self, dest: Addr, buf: UserBuf, remote: RemoteBuf, context: u64) -> Result<(), Status> {
+        self.core.post_read(dest, buf, remote, context)?;
+        self.core.flush(&mut self.dev);
+        Ok(())
+    }
+
+    /// An atomic on `remote`: `operand` holds the operands (whole elements of
+    /// `datatype`); `compare` the compare values (compare ops only); `result`
+    /// receives the old values (fetch and compare ops; empty for none).
+    #[allow(clippy::too_many_arguments)]
+    pub fn atomic(
+        &mut self,
+        dest: Addr,
+        datatype: u32,
+        op: u32,
+        operand: UserBuf,
+        compare: UserBuf,
+        result: UserBuf,
+        remote: RemoteBuf,
+        context: u64,
+    ) -> Result<(), Status> {
+        self.core.post_atomic(dest, datatype, op, operand, compare, result, remote, context)?;
+        self.core.flush(&mut self.dev);
+        Ok(())
+    }
+
+    /// Makes progress: handles device events and received packets, sends
+    /// what is queued. `now` is the caller's clock in nanoseconds.
+    pub fn progress(&mut self, _now: u64) {
+        let Endpoint { dev, core } = self;
+        dev.events(&mut core.events);
+        core.handle_events();
+        if core.rx_allowed() {
+            let batch = core.cfg.rx_batch;
+            dev.recv(batch, &mut |from, pkt| core.handle_packet(from, pkt));
+        }
+        core.flush(dev);
+    }
+
+    /// Moves up to `max` completions into `out`; returns how many.
+    pub fn poll_cq(&mut self, out: &mut Vec<Cqe>, max: usize) -> usize {
+        let n = max.min(self.core.cq.len());
+        out.extend(self.core.cq.drain(..n));
+        n
+    }
+
+    /// Completions waiting to be polled.
+    pub fn cq_len(&self) -> usize {
+        self.core.cq.len()
+    }
+}
+
+impl Core {
+    fn rx_allowed(&self) -> bool {
+        self.unexpected_bytes < self.cfg.unexpected_limit
+    }
+
+    fn handle_events(&mut self) {
+        let events = std::mem::take(&mut self.events);
+        for ev in &events {
+            match *ev {
+                DevEvent::SendDone { wr_id, status, .. } => {
+                    if wr_id == 0 {
+                        continue; // control packet: nobody waits for it
+                    }
+                    let key = (wr_id - 1) as u32;
+                    let Some(op) = self.ops.get_mut(key) else { continue };
+                    op.inflight = op.inflight.saturating_sub(1);
+                    if let Err(s) = status {
+                        self.complete(key, s);
+                    } else {
+                        self.check_done(key);
+                    }
+                }
+                DevEvent::PeerLost { ah } => {
+                    if let Some(&p) = self.by_ah.get(&ah) {
+                        if let Some(peer) = self.peers.get_mut(p) {
+                            peer.lost = true;
+                        }
+                        self.fail_peer(p, Status::PeerUnreachable);
+                    }
+                }
+            }
+        }
+        self.events = events;
+        self.events.clear();
+    }
+
+    /// Fails every operation towards or from `peer`.
+    fn fail_peer(&mut self, peer: u32, status: Status) {
+        for key in self.ops.keys() {
+            if self.ops.get(key).is_some_and(|o| o.peer == peer && o.kind != OpKind::Recv) {
+                self.complete(key, status);
+            }
+        }
+        if let Some(p) = self.peers.get_mut(peer) {
+            p.reorder.clear();
+            self.unexpected_bytes -= p.reorder_bytes.min(self.unexpected_bytes);
+            p.reorder_bytes = 0;
+            p.waiting_hs.clear();
+        }
+        self.ctrl.retain(|(p, _)| *p != peer);
+    }
+
+    fn new_op(&mut self, op: Op) -> Result<u32, Status> {
+        if self.ops.len() >= self.cfg.max_ops {
+            return Err(Status::Again);
+        }
+        self.ops.insert(op).ok_or(Status::Again)
+    }
+
+    fn live_peer(&self, addr: Addr) -> Result<&Peer, Status> {
+        let p = self.peers.get(addr).ok_or(Status::NoAddr)?;
+        if !p.in_av {
+            return Err(Status::NoAddr);
+        }
+        Ok(p)
+    }
+
+    /// Puts an operation in the transmit queue (once).
+    fn enqueue(&mut self, key: u32) {
+        if let Some(op) = self.ops.get_mut(key) {
+            if !op.queued {
+                op.queued = true;
+                self.txq.push_back(key);
+            }
+        }
+    }
+
+    /// A pooled packet buffer for a control packet.
+    fn take_buf(&mut self) -> Vec<u8> {
+        let mut b = self.pool.pop().unwrap_or_default();
+        b.clear();
+        b.resize(self.caps.mtu, 0);
+        b
+    }
+
+    /// Builds a control packet for `peer` and queues it.
+    fn queue_ctrl(&mut self, peer: u32, pkt: &wire::Packet<'_>) {
+        let mut b = self.take_buf();
+        match pkt.emit(&mut b) {
+            Ok(n) => {
+                b.truncate(n);
+                self.ctrl.push_back((peer, b));
+            }
+            Err(_) => {
+                self.stats.protocol_errors += 1;
+                self.pool.push(b);
+            }
+        }
+    }
+
+    /// The connid to put in non-REQ packets (always, like the reference
+    /// implementation), unless acting as a legacy peer.
+    fn my_connid(&self) -> Option<u32> {
+        (!self.cfg.legacy).then_some(self.local.connid())
+    }
+
+    /// The optional headers a REQ to `peer` carries: the raw address until
+    /// the peer's HANDSHAKE (or always, if it asked for a constant header
+    /// length), else the connid header if it asked for it (spec §2.2, §4.3, §4.4).
+    fn req_opts(&self, peer: &Peer) -> (Option<RawAddrHdr<'_>>, Option<u32>) {
+        if !peer.hs_recv || peer.has(wire::extra::CONSTANT_HEADER_LENGTH) {
+            (RawAddrHdr::new(&self.raw_body).ok(), None)
+        } else if peer.has(wire::extra::CONNID_HEADER) && !self.cfg.legacy {
+            (None, Some(self.local.connid()))
+        } else {
+            (None, None)
+        }
+    }
+
+    /// The most application bytes a REQ of `ptype` can carry in any state
+    /// (raw address and CQ data headers both present).
+    fn req_data_cap(&self, ptype: PacketType, rma_count: usize) -> usize {
+        let fixed = wire::Req::new(ptype).hdr_len();
+        self.caps.mtu.saturating_sub(fixed + rma_count * wire::RmaIov::LEN + 40 + 8 + 4)
+    }
+
+    /// Application bytes one CTSDATA carries.
+    fn ctsdata_cap(&self) -> usize {
+        self.caps.mtu - wire::CtsData::HDR_LEN - 8
+    }
+
+    /// Sends queued control packets, then operations' packets, until the
+    /// device pushes back.
+    fn flush<D: Device>(&mut self, dev: &mut D) {
+        self.resolve_inserts(dev);
+        while let Some((peer, pkt)) = self.ctrl.front() {
+            let ah = self.peers.get(*peer).filter(|p| !p.lost).and_then(|p| p.ah);
+            let Some(ah) = ah else {
+                let (_, b) = self.ctrl.pop_front().unwrap_or_default();
+                self.pool.push(b);
+                continue;
+            };
+            match dev.send(ah, pkt, 0) {
+                Err(DevError::Again) => return,
+                Ok(()) | Err(DevError::Failed(_)) => {
+                    self.stats.tx_packets += 1;
+                    let (_, b) = self.ctrl.pop_front().unwrap_or_default();
+                    self.pool.push(b);
+                }
+            }
+        }
+        let mut n = self.txq.len();
+        while n > 0 {
+            n -= 1;
+            let Some(key) = self.txq.pop_front() else { break };
+            if !self.pump(dev, key) {
+                self.txq.push_front(key);
+                return;
+            }
+        }
+    }
+
+    /// Sends the packets `key` may send now. False when the device pushed back.
+    fn pump<D: Device>(&mut self, dev: &mut D, key: u32) -> bool {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let ok = loop {
+            let Some(op) = self.ops.get(key) else { break true };
+            let Some(ah) = self.peers.get(op.peer).filter(|p| !p.lost).and_then(|p| p.ah) else {
+                self.complete(key, Status::PeerUnreachable);
+                break true;
+            };
+            let Some((len, bytes)) = self.next_packet(key, &mut scratch) else {
+                if let Some(op) = self.ops.get_mut(key) {
+                    op.queued = false;
+                }
+                break true;
+            };
+            match dev.send(ah, &scratch[..len], u64::from(key) + 1) {
+                Ok(()) => {
+                    self.stats.tx_packets += 1;
+                    if let Some(op) = self.ops.get_mut(key) {
+                        op.started = true;
+                        op.sent += bytes;
+                        op.inflight += 1;
+                    }
+                }
+                Err(DevError::Again) => break false,
+                Err(DevError::Failed(s)) => {
+                    self.complete(key, s);
+                    break true;
+                }
+            }
+        };
+        self.scratch = scratch;
+        ok
+    }
+
+    /// Builds the next packet of operation `key` into `out`: its length and
+    /// the application bytes it carries; `None` when it has nothing to send now.
+    fn next_packet(&self, key: u32, out: &mut [u8]) -> Option<(usize, u64)> {
+        let op = self.ops.get(key)?;
+        let peer = self.peers.get(op.peer)?;
+        match op.kind {
+            OpKind::Send => self.rtm_next_packet(key, op, peer, out),
+            OpKind::Write | OpKind::Read | OpKind::ReadResponder => self.rma_next_packet(key, op, peer, out),
+            OpKind::Atomic => self.rta_next_packet(key, op, peer, out),
+            OpKind::Recv | OpKind::Unexpected | OpKind::RemoteWrite => None,
+        }
+    }
+
+    /// Completes an operation whose transfer may be finished.
+    fn check_done(&mut self, key: u32) {
+        let Some(op) = self.ops.get(key) else { return };
+        let done = match op.kind {
+            OpKind::Send | OpKind::Write | OpKind::Atomic | OpKind::ReadResponder => {
+                op.started && op.sent >= op.len && op.inflight == 0 && !op.awaiting
+            }
+            OpKind::Recv | OpKind::RemoteWrite => op.received >= op.len,
+            OpKind::Read => op.started && op.inflight == 0 && op.received >= op.len,
+            OpKind::Unexpected => false,
+        };
+        if done {
+            self.complete(key, Status::Success);
+        }
+    }
+
+    /// Ends operation `key` with `status`: its completion entry (if the
+    /// application owns it), RECEIPT for DC, registrations released.
+    fn complete(&mut self, key: u32, status: Status) {
+        let Some(op) = self.ops.remove(key) else { return };
+        if let Some(k) = op.mr_key {
+            if let Some(mr) = self.mrs.get_mut(&k) {
+                mr.busy = mr.busy.saturating_sub(1);
+            }
+        }
+        if op.kind == OpKind::Unexpected {
+            self.unexpected_bytes -= op.bounce.capacity().min(self.unexpected_bytes);
+        }
+        if matches!(op.kind, OpKind::Recv | OpKind::Unexpected) {
+            self.medium_rx.retain(|_, v| *v != key);
+            for q in self.posted.iter_mut().chain(self.unexpected.iter_mut()) {
+                q.retain(|k| *k != key);
+            }
+        }
+        let status = if op.status != Status::Success { op.status } else { status };
+        let src = if self.peers.get(op.peer).is_some() { op.peer } else { ADDR_UNSPEC };
+        let mut e = Cqe {
+            context: op.context,
+            flags: CqFlags::empty(),
+            len: 0,
+            buf: 0,
+            data: 0,
+            tag: 0,
+            src: ADDR_UNSPEC,
+            status,
+            olen: 0,
+        };
+        match op.kind {
+            OpKind::Send => {
+                e.flags = CqFlags::SEND | if op.tagged { CqFlags::TAGGED } else { CqFlags::MSG };
+                e.len = op.len;
+            }
+            OpKind::Recv => {
+                e.flags = CqFlags::RECV | if op.tagged { CqFlags::TAGGED } else { CqFlags::MSG };
+                e.len = op.len.min(op.buf.len() as u64);
+                e.buf = op.buf.addr();
+                e.tag = op.tag;
+                e.src = src;
+                if let Some(d) = op.cq_data {
+                    e.flags |= CqFlags::REMOTE_CQ_DATA;
+                    e.data = d;
+                }
+                if status == Status::Success && op.len > op.buf.len() as u64 {
+                    e.status = Status::Trunc;
+                    e.olen = op.len;
+                }
+                if op.dc && status == Status::Success {
+                    self.send_receipt(op.peer, op.remote_id, op.msg_id);
+                }
+            }
+            OpKind::RemoteWrite => {
+                if op.dc && status == Status::Success {
+                    self.send_receipt(op.peer, op.remote_id, 0);
+                } else if status != Status::Success && op.dc {
+                    self.send_peer_error(op.peer, op.remote_id, status);
+                }
+                if let (Some(d), Status::Success) = (op.cq_data, status) {
+                    self.remote_write_cqe(op.peer, op.len, d);
+                }
+                return;
+            }
+            OpKind::Write => {
+                e.flags = CqFlags::RMA | CqFlags::WRITE;
+                e.len = op.len;
+            }
+            OpKind::Read => {
+                e.flags = CqFlags::RMA | CqFlags::READ;
+                e.len = op.len;
+            }
+            OpKind::Atomic => {
+                e.flags = CqFlags::ATOMIC | CqFlags::WRITE;
+                if op.atomic.is_some_and(|a| !a.result.is_empty()) {
+                    e.flags |= CqFlags::READ;
+                }
+                e.len = op.len;
+            }
+            OpKind::ReadResponder | OpKind::Unexpected => return,
+        }
+        self.cq.push_back(e);
+    }
+
+    /// The target-side completion of a write that carried CQ data.
+    fn remote_write_cqe(&mut self, peer: u32, len: u64, data: u64) {
+        self.cq.push_back(Cqe {
+            context: 0,
+            flags: CqFlags::RMA | CqFlags::REMOTE_WRITE | CqFlags::REMOTE_CQ_DATA,
+            len,
+            buf: 0,
+            data,
+            tag: 0,
+            src: if self.peers.get(peer).is_some() { peer } else { ADDR_UNSPEC },
+            status: Status::Success,
+            olen: 0,
+        });
+    }
+
+    fn send_receipt(&mut self, peer: u32, send_id: u32, msg_id: u32) {
+        let r = wire::Receipt { flags: 0, send_id, msg_id, connid: self.my_connid(), padding: 0 };
+        self.queue_ctrl(peer, &wire::Packet::Receipt(r));
+    }
+
+    /// Tells `peer` that its operation `op_id` failed with `status`.
+    fn send_peer_error(&mut self, peer: u32, op_id: u32, status: Status) {
+        let honours = self.peers.get(peer).is_some_and(|p| !p.hs_recv || p.extra & wire::extra::PEER_ERROR != 0);
+        if !honours || self.cfg.legacy {
+            return;
+        }
+        let e = wire::PeerError {
+            flags: 0,
+            op_id,
+            ref_kind: wire::peer_error_ref::OPE_INDEX,
+            prov_errno: status.code().unsigned_abs(),
+            connid: self.my_connid(),
+            padding: 0,
+        };
+        self.queue_ctrl(peer, &wire::Packet::PeerError(e));
+    }
+
+    /// Inserts senders learnt from raw address headers into the device.
+    fn resolve_inserts<D: Device>(&mut self, dev: &mut D) {
+        for p in std::mem::take(&mut self.pending_insert) {
+            let Some(peer) = self.peers.get_mut(p) else { continue };
+            if peer.ah.is_some() {
+                continue;
+            }
+            match dev.insert(&peer.raw) {
+                Ok(ah) => {
+                    peer.ah = Some(ah);
+                    self.by_ah.insert(ah, p);
+                }
+                Err(_) => peer.lost = true,
+            }
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! Operation entries: one per application operation or per remote request
+//! being served. They live in a generational slab; their keys are the
+//! `send_id` / `recv_id` values put on the wire.
+
+use crate::mem::UserBuf;
+use crate::status::Status;
+use crate::wire::{PacketType, RmaIov};
+
+/// What an operation entry does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OpKind {
+    /// Two-sided send.
+    Send,
+    /// Posted receive (matched or waiting).
+    Recv,
+    /// A message that arrived before its receive: data in `bounce`.
+    Unexpected,
+    /// RMA write requester.
+    Write,
+    /// Target side of a long-CTS write: receives into `buf` (the target region).
+    RemoteWrite,
+    /// RMA read requester: receives into `buf`.
+    Read,
+    /// Responder of a long-CTS read: sends from `buf` (the source region).
+    ReadResponder,
+    /// Atomic requester.
+    Atomic,
+}
+
+/// Atomic request details.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AtomicReq {
+    pub datatype: u32,
+    pub op: u32,
+    pub compare: UserBuf,
+    pub result: UserBuf,
+}
+
+/// One operation entry.
+#[derive(Debug)]
+pub(crate) struct Op {
+    pub kind: OpKind,
+    pub peer: u32,
+    pub context: u64,
+    /// Source (sends, writes, read responders) or destination (receives, reads).
+    pub buf: UserBuf,
+    /// The REQ this operation sends (requester side).
+    pub ptype: Option<PacketType>,
+    pub tagged: bool,
+    pub tag: u64,
+    /// Receive: bits of the tag to ignore.
+    pub ignore: u64,
+    /// Receive: accept only this peer.
+    pub src: Option<u32>,
+    pub msg_id: u32,
+    pub cq_data: Option<u64>,
+    pub rma: RmaIov,
+    pub atomic: Option<AtomicReq>,
+    /// Sender: total bytes to send. Receiver: the message length.
+    pub len: u64,
+    /// Sender: bytes handed to the device so far.
+    pub sent: u64,
+    /// Sender: bytes the peer allows so far (long-CTS windows).
+    pub window_end: u64,
+    /// Sender: the REQ (or first READRSP) went out.
+    pub started: bool,
+    /// Packets handed to the device whose completion has not come back.
+    pub inflight: u32,
+    /// Requester waits for a response (RECEIPT, ATOMRSP, read data).
+    pub awaiting: bool,
+    /// Receiver: bytes received so far.
+    pub received: u64,
+    /// The peer's operation ID (from the REQ, CTS or READRSP).
+    pub remote_id: u32,
+    /// Receiver: CTSDATA packets the sender asked for per window.
+    pub credits: u32,
+    /// Receiver: the sender wants a RECEIPT (DC types).
+    pub dc: bool,
+    /// Unexpected message: the data received so far.
+    pub bounce: Vec<u8>,
+    /// Memory registration key this entry keeps busy.
+    pub mr_key: Option<u64>,
+    /// First failure.
+    pub status: Status,
+    /// In the transmit queue.
+    pub queued: bool,
+}
+
+impl Op {
+    pub fn new(kind: OpKind, peer: u32, context: u64, buf: UserBuf) -> Op {
+        Op {
+            kind,
+            peer,
+            context,
+            buf,
+            ptype: None,
+            tagged: false,
+            tag: 0,
+            ignore: 0,
+            src: None,
+            msg_id: 0,
+            cq_data: None,
+            rma: RmaIov::new(0, 0, 0),
+            atomic: None,
+            len: 0,
+            sent: 0,
+            window_end: 0,
+            started: false,
+            inflight: 0,
+            awaiting: false,
+            received: 0,
+            remote_id: 0,
+            credits: 0,
+            dc: false,
+            bounce: Vec::new(),
+            mr_key: None,
+            status: Status::Success,
+            queued: false,
+        }
+    }
+
+    /// Writes `data` at message offset `off` into `buf`, dropping what lies
+    /// beyond the buffer (truncation); counts it as received.
+    pub fn place(&mut self, off: u64, data: &[u8]) {
+        let cap = self.buf.len() as u64;
+        if off < cap {
+            let n = (cap - off).min(data.len() as u64) as usize;
+            self.buf.write_at(off as usize, &data[..n]);
+        }
+        self.received += data.len() as u64;
+    }
+}

@@ -1,0 +1,103 @@
+//! Peers: the address vector's entries, their handshake state and the
+//! `msg_id` reorder buffer (spec §2, §3.2 "msg_id").
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::device::Ah;
+use crate::wire::RawAddr;
+
+/// What the engine knows of one peer.
+#[derive(Debug)]
+pub(crate) struct Peer {
+    pub raw: RawAddr,
+    /// The device handle; `None` until a learnt sender is inserted.
+    pub ah: Option<Ah>,
+    /// Inserted by the application (not only learnt from a packet).
+    pub in_av: bool,
+    /// We sent our HANDSHAKE.
+    pub hs_sent: bool,
+    /// We received the peer's HANDSHAKE (stop sending the raw address).
+    pub hs_recv: bool,
+    /// We asked the peer for its HANDSHAKE (zero-length EAGER_RTW).
+    pub hs_triggered: bool,
+    /// The peer's extra feature/request bits (`extra_info[0]`).
+    pub extra: u64,
+    /// The device gave up on this peer.
+    pub lost: bool,
+    /// Next `msg_id` to send.
+    pub tx_msg_id: u32,
+    /// Next `msg_id` to process.
+    pub rx_msg_id: u32,
+    /// REQ packets whose `msg_id` is ahead of `rx_msg_id`, by `msg_id`.
+    pub reorder: HashMap<u32, Vec<Vec<u8>>>,
+    /// Bytes held in `reorder`.
+    pub reorder_bytes: usize,
+    /// Operations waiting for the peer's HANDSHAKE (they need its features).
+    pub waiting_hs: VecDeque<u32>,
+}
+
+impl Peer {
+    pub fn new(raw: RawAddr, ah: Option<Ah>) -> Peer {
+        Peer {
+            raw,
+            ah,
+            in_av: false,
+            hs_sent: false,
+            hs_recv: false,
+            hs_triggered: false,
+            extra: 0,
+            lost: false,
+            tx_msg_id: 0,
+            rx_msg_id: 0,
+            reorder: HashMap::new(),
+            reorder_bytes: 0,
+            waiting_hs: VecDeque::new(),
+        }
+    }
+
+    /// True when the peer's HANDSHAKE advertised extra bit(s) `bits`.
+    pub fn has(&self, bits: u64) -> bool {
+        self.hs_recv && self.extra & bits == bits
+    }
+}
+
+/// Where a received `msg_id` lies relative to the next expected one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MsgOrder {
+    /// The next message: process now.
+    Now,
+    /// Ahead within the window: hold it.
+    Ahead,
+    /// Already processed (a later segment of a medium message, or stale).
+    Past,
+    /// Beyond the window: a protocol violation.
+    TooFar,
+}
+
+/// Classifies `msg_id` against `expected`, with wrap-around at 2^32.
+pub(crate) fn msg_order(msg_id: u32, expected: u32, window: u32) -> MsgOrder {
+    let d = msg_id.wrapping_sub(expected);
+    if d == 0 {
+        MsgOrder::Now
+    } else if d >= 1 << 31 {
+        MsgOrder::Past
+    } else if d < window {
+        MsgOrder::Ahead
+    } else {
+        MsgOrder::TooFar
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn msg_order_wraps_around_2_pow_32() {
+        assert_eq!(msg_order(0, u32::MAX, 16), MsgOrder::Ahead);
+        assert_eq!(msg_order(u32::MAX, 0, 16), MsgOrder::Past);
+        assert_eq!(msg_order(5, 5, 16), MsgOrder::Now);
+        assert_eq!(msg_order(5 + 16, 5, 16), MsgOrder::TooFar);
+        assert_eq!(msg_order(2, u32::MAX - 1, 16), MsgOrder::Ahead);
+    }
+}

@@ -1,0 +1,285 @@
+//! Emulated one-sided operations (spec §3.3): eager and long-CTS write
+//! (their DC variants towards peers that offer delivery complete, §4.2),
+//! short and long-CTS read; requester and responder sides, RECEIPT and
+//! PEER_ERROR answers.
+
+use super::op::{Op, OpKind};
+use super::peer::Peer;
+use super::{Addr, Core, RemoteBuf};
+use crate::device::Access;
+use crate::mem::UserBuf;
+use crate::status::Status;
+use crate::wire::{self, Packet, PacketType, ReqFamily, ReqInfo, RmaIov, Subprotocol};
+
+impl Core {
+    /// Queues a write; it waits for the peer's HANDSHAKE when that decides
+    /// between the baseline and the DC protocol.
+    pub(crate) fn post_write(
+        &mut self,
+        dest: Addr,
+        buf: UserBuf,
+        remote: RemoteBuf,
+        cq_data: Option<u64>,
+        context: u64,
+    ) -> Result<(), Status> {
+        let peer = self.live_peer(dest)?;
+        if peer.lost {
+            return Err(Status::PeerUnreachable);
+        }
+        let mut op = Op::new(OpKind::Write, dest, context, buf);
+        op.rma = RmaIov::new(remote.addr, buf.len() as u64, remote.key);
+        op.len = buf.len() as u64;
+        op.cq_data = cq_data;
+        let key = self.new_op(op)?;
+        self.start_or_wait_handshake(dest, key);
+        Ok(())
+    }
+
+    /// Queues `key` now if the peer's features are known, else parks it
+    /// until the peer's HANDSHAKE (which it asks for).
+    pub(crate) fn start_or_wait_handshake(&mut self, dest: Addr, key: u32) {
+        let known = self.cfg.legacy || self.peers.get(dest).is_some_and(|p| p.hs_recv);
+        if known {
+            self.choose_rma_protocol(key);
+            self.enqueue(key);
+        } else {
+            if let Some(p) = self.peers.get_mut(dest) {
+                p.waiting_hs.push_back(key);
+            }
+            self.trigger_handshake(dest);
+        }
+    }
+
+    /// Picks the REQ type of a write or atomic once the peer's features are known.
+    pub(crate) fn choose_rma_protocol(&mut self, key: u32) {
+        let Some(op) = self.ops.get(key) else { return };
+        let dc = self.peers.get(op.peer).is_some_and(|p| p.has(wire::extra::DELIVERY_COMPLETE)) && !self.cfg.legacy;
+        let ptype = match op.kind {
+            OpKind::Write => {
+                let eager = if dc { PacketType::DcEagerRtw } else { PacketType::EagerRtw };
+                let proto = if op.len as usize <= self.req_data_cap(eager, 1) {
+                    Subprotocol::Eager
+                } else {
+                    Subprotocol::Longcts
+                };
+                PacketType::req_type(ReqFamily::Rtw, proto, false, dc)
+            }
+            OpKind::Atomic => match op.ptype {
+                Some(PacketType::WriteRta) if dc => Some(PacketType::DcWriteRta),
+                other => other,
+            },
+            _ => op.ptype,
+        };
+        let awaiting = dc || op.kind == OpKind::Atomic && ptype != Some(PacketType::WriteRta);
+        if let Some(op) = self.ops.get_mut(key) {
+            op.ptype = ptype;
+            op.awaiting = awaiting;
+        }
+    }
+
+    /// Queues a read.
+    pub(crate) fn post_read(&mut self, dest: Addr, buf: UserBuf, remote: RemoteBuf, context: u64) -> Result<(), Status> {
+        let peer = self.live_peer(dest)?;
+        if peer.lost {
+            return Err(Status::PeerUnreachable);
+        }
+        let mut op = Op::new(OpKind::Read, dest, context, buf);
+        op.rma = RmaIov::new(remote.addr, buf.len() as u64, remote.key);
+        op.len = buf.len() as u64;
+        let short = buf.len() <= self.caps.mtu - wire::ReadRsp::HDR_LEN;
+        op.ptype = Some(if short { PacketType::ShortRtr } else { PacketType::LongctsRtr });
+        op.window_end = if short { op.len } else { self.first_read_window(&op) };
+        op.credits = self.cfg.credit_request;
+        op.awaiting = true;
+        let key = self.new_op(op)?;
+        self.enqueue(key);
+        Ok(())
+    }
+
+    /// The next packet of a write, read or read responder.
+    pub(crate) fn rma_next_packet(&self, key: u32, op: &Op, peer: &Peer, out: &mut [u8]) -> Option<(usize, u64)> {
+        if op.started {
+            return match op.kind {
+                OpKind::Write | OpKind::ReadResponder => self.ctsdata_packet(op, peer, out),
+                _ => None,
+            };
+        }
+        if op.kind == OpKind::ReadResponder {
+            let chunk = op.window_end.min((self.caps.mtu - wire::ReadRsp::HDR_LEN) as u64) as usize;
+            return op.buf.with_slice(|s| {
+                let r = wire::ReadRsp {
+                    flags: 0,
+                    connid: self.my_connid(),
+                    padding: 0,
+                    recv_id: op.remote_id,
+                    send_id: key,
+                    data: s.get(..chunk)?,
+                };
+                r.emit(out).ok().map(|n| (n, chunk as u64))
+            });
+        }
+        let ptype = op.ptype?;
+        let (raw_addr, connid) = self.req_opts(peer);
+        let iov = [op.rma];
+        let mut r = wire::Req::new(ptype);
+        r.raw_addr = raw_addr;
+        r.connid = connid;
+        r.cq_data = op.cq_data;
+        r.rma_iov = &iov;
+        r.fields.msg_length = op.len;
+        r.fields.send_id = key;
+        r.fields.recv_id = key;
+        r.fields.credit_request = self.cfg.credit_request;
+        if op.kind == OpKind::Read {
+            r.fields.recv_length = if ptype == PacketType::ShortRtr { op.len as u32 } else { op.window_end as u32 };
+            return r.emit(out).ok().map(|n| (n, 0));
+        }
+        let room = self.caps.mtu.saturating_sub(r.hdr_len() + r.opt_hdr_len()) as u64;
+        let chunk = op.len.min(room) as usize;
+        op.buf.with_slice(|s| {
+            wire::Req { data: &s[..chunk], ..r }.emit(out).ok().map(|n| (n, chunk as u64))
+        })
+    }
+
+    /// An RTW: apply an eager write, or start receiving a long one.
+    pub(crate) fn handle_rtw(&mut self, peer: u32, r: &wire::Req<'_>, info: ReqInfo) {
+        let total = match info.proto {
+            Subprotocol::Eager => r.data.len() as u64,
+            Subprotocol::Longcts => r.fields.msg_length,
+            _ => {
+                self.stats.protocol_errors += 1;
+                return;
+            }
+        };
+        // The id to answer with: DC types and long-CTS carry the requester's send_id.
+        let answer_id = (info.dc || info.proto == Subprotocol::Longcts).then_some(r.fields.send_id);
+        if r.rma_iov.is_empty() && total == 0 {
+            return; // a handshake trigger
+        }
+        let bufs = match self.mr_check_all(r.rma_iov, Access::REMOTE_WRITE, total) {
+            Ok(b) => b,
+            Err(s) => {
+                if let Some(id) = answer_id {
+                    self.send_peer_error(peer, id, s);
+                }
+                return;
+            }
+        };
+        if info.proto == Subprotocol::Eager {
+            let mut at = 0;
+            for b in &bufs {
+                b.write_at(0, &r.data[at..at + b.len()]);
+                at += b.len();
+            }
+            if let Some(d) = r.cq_data {
+                self.remote_write_cqe(peer, total, d);
+            }
+            if info.dc {
+                self.send_receipt(peer, r.fields.send_id, 0);
+            }
+            return;
+        }
+        let ([target], Some(id)) = (bufs.as_slice(), answer_id) else {
+            // A long write into several regions: rdm4 writes one region per request.
+            if let Some(id) = answer_id {
+                self.send_peer_error(peer, id, Status::NotSup);
+            }
+            return;
+        };
+        if r.data.len() as u64 > total {
+            self.stats.protocol_errors += 1;
+            return;
+        }
+        let mut op = Op::new(OpKind::RemoteWrite, peer, 0, *target);
+        op.len = total;
+        op.remote_id = id;
+        op.dc = info.dc;
+        op.cq_data = r.cq_data;
+        op.credits = r.fields.credit_request;
+        op.mr_key = r.rma_iov.first().map(|v| v.key());
+        let Ok(key) = self.new_op(op) else {
+            self.send_peer_error(peer, id, Status::Again);
+            return;
+        };
+        if let Some(k) = r.rma_iov.first().map(|v| v.key()) {
+            self.mr_hold(k);
+        }
+        if let Some(op) = self.ops.get_mut(key) {
+            op.place(0, r.data);
+        }
+        self.grant(key);
+        self.check_done(key);
+    }
+
+    /// An RTR: answer a short read with one READRSP, serve a long one as a sender.
+    pub(crate) fn handle_rtr(&mut self, peer: u32, r: &wire::Req<'_>) {
+        let id = r.fields.recv_id;
+        let total = r.fields.msg_length;
+        let bufs = match self.mr_check_all(r.rma_iov, Access::REMOTE_READ, total) {
+            Ok(b) => b,
+            Err(s) => return self.send_peer_error(peer, id, s),
+        };
+        if r.ptype == PacketType::ShortRtr {
+            if total as usize > self.caps.mtu - wire::ReadRsp::HDR_LEN {
+                self.stats.protocol_errors += 1;
+                return;
+            }
+            let mut data = vec![0u8; total as usize];
+            let mut at = 0;
+            for b in &bufs {
+                b.read_at(0, &mut data[at..at + b.len()]);
+                at += b.len();
+            }
+            let rsp = wire::ReadRsp { flags: 0, connid: self.my_connid(), padding: 0, recv_id: id, send_id: 0, data: &data };
+            self.queue_ctrl(peer, &Packet::ReadRsp(rsp));
+            return;
+        }
+        let [source] = bufs.as_slice() else {
+            return self.send_peer_error(peer, id, Status::NotSup);
+        };
+        if r.fields.recv_length == 0 {
+            self.stats.protocol_errors += 1;
+            return;
+        }
+        let mut op = Op::new(OpKind::ReadResponder, peer, 0, *source);
+        op.len = total;
+        op.remote_id = id;
+        op.window_end = u64::from(r.fields.recv_length).min(total);
+        op.mr_key = r.rma_iov.first().map(|v| v.key());
+        let Ok(key) = self.new_op(op) else {
+            return self.send_peer_error(peer, id, Status::Again);
+        };
+        if let Some(k) = r.rma_iov.first().map(|v| v.key()) {
+            self.mr_hold(k);
+        }
+        self.enqueue(key);
+    }
+
+    /// A RECEIPT: the DC write (or atomic) was applied.
+    pub(crate) fn handle_receipt(&mut self, peer: u32, r: &wire::Receipt) {
+        match self.ops.get_mut(r.send_id) {
+            Some(op) if op.peer == peer && op.awaiting && matches!(op.kind, OpKind::Write | OpKind::Atomic) => {
+                op.awaiting = false;
+                self.check_done(r.send_id);
+            }
+            _ => self.stats.protocol_errors += 1,
+        }
+    }
+
+    /// A PEER_ERROR naming one of our operations: it fails with the status.
+    pub(crate) fn handle_peer_error(&mut self, peer: u32, e: &wire::PeerError) {
+        if e.ref_kind != wire::peer_error_ref::OPE_INDEX {
+            return;
+        }
+        let ours = self.ops.get(e.op_id).is_some_and(|op| {
+            op.peer == peer && matches!(op.kind, OpKind::Send | OpKind::Write | OpKind::Read | OpKind::Atomic)
+        });
+        if !ours {
+            self.stats.protocol_errors += 1;
+            return;
+        }
+        let code = i32::try_from(e.prov_errno).map_or(i32::MIN, |c| -c);
+        let status = Status::from_code(code).filter(|s| *s != Status::Success).unwrap_or(Status::Remote);
+        self.complete(e.op_id, status);
+    }
+}

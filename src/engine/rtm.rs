@@ -1,0 +1,229 @@
+//! Two-sided messages (spec §3.2): posting sends and receives, protocol
+//! selection (eager, medium, long-CTS), matching (tagged with ignore mask,
+//! untagged, directed or any source), unexpected messages, and the REQ
+//! packets of the sender. The long-CTS data phase is in `longcts.rs`.
+
+use super::op::{Op, OpKind};
+use super::peer::Peer;
+use super::{Addr, Core, RecvOpts, SendOpts};
+use crate::mem::UserBuf;
+use crate::status::Status;
+use crate::wire::{self, PacketType, ReqFamily, ReqInfo, Subprotocol};
+
+/// Index of the posted/unexpected queue for tagged or untagged messages.
+fn q(tagged: bool) -> usize {
+    usize::from(tagged)
+}
+
+/// Does a receive (`src`, `tag`, `ignore`) accept a message from `peer` with `tag`?
+fn accepts(op: &Op, peer: u32, tag: u64) -> bool {
+    op.src.is_none_or(|s| s == peer) && (!op.tagged || (op.tag ^ tag) & !op.ignore == 0)
+}
+
+impl Core {
+    /// Queues a send; see [`super::Endpoint::send`].
+    pub(crate) fn post_send(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<(), Status> {
+        let peer = self.live_peer(dest)?;
+        if peer.lost {
+            return Err(Status::PeerUnreachable);
+        }
+        let tagged = opts.tag.is_some();
+        let len = buf.len();
+        let eager_type = if tagged { PacketType::EagerTagRtm } else { PacketType::EagerMsgRtm };
+        let proto = if len <= self.req_data_cap(eager_type, 0).min(self.cfg.eager_max) {
+            Subprotocol::Eager
+        } else if len <= self.cfg.medium_max {
+            Subprotocol::Medium
+        } else {
+            Subprotocol::Longcts
+        };
+        let mut op = Op::new(OpKind::Send, dest, opts.context, buf);
+        op.ptype = PacketType::req_type(ReqFamily::Rtm, proto, tagged, false);
+        op.tagged = tagged;
+        op.tag = opts.tag.unwrap_or(0);
+        op.cq_data = opts.cq_data;
+        op.len = len as u64;
+        op.msg_id = peer.tx_msg_id;
+        let key = self.new_op(op)?;
+        if let Some(p) = self.peers.get_mut(dest) {
+            p.tx_msg_id = p.tx_msg_id.wrapping_add(1);
+        }
+        self.enqueue(key);
+        Ok(())
+    }
+
+    /// Posts a receive, matching the oldest acceptable unexpected message first.
+    pub(crate) fn post_recv(&mut self, buf: UserBuf, opts: RecvOpts) -> Result<(), Status> {
+        if let Some(src) = opts.src {
+            self.live_peer(src)?;
+        }
+        let mut op = Op::new(OpKind::Recv, opts.src.unwrap_or(u32::MAX), opts.context, buf);
+        op.tagged = opts.tag.is_some();
+        (op.tag, op.ignore) = opts.tag.unwrap_or((0, 0));
+        op.src = opts.src;
+        let tagged = op.tagged;
+        let found = self.unexpected[q(tagged)]
+            .iter()
+            .position(|&k| self.ops.get(k).is_some_and(|u| accepts(&op, u.peer, u.tag)));
+        let Some(pos) = found else {
+            let key = self.new_op(op)?;
+            self.posted[q(tagged)].push_back(key);
+            return Ok(());
+        };
+        let Some(key) = self.unexpected[q(tagged)].remove(pos) else { return Ok(()) };
+        let Some(u) = self.ops.get_mut(key) else { return Ok(()) };
+        // The unexpected entry becomes the receive: same key, so later
+        // segments and CTSDATA keep finding it.
+        let bounce = std::mem::take(&mut u.bounce);
+        u.kind = OpKind::Recv;
+        u.buf = buf;
+        u.context = opts.context;
+        u.src = opts.src;
+        u.ignore = op.ignore;
+        let n = bounce.len().min(buf.len());
+        buf.write_at(0, &bounce[..n]);
+        self.unexpected_bytes -= bounce.capacity().min(self.unexpected_bytes);
+        let longcts = u.ptype.and_then(|t| t.req_info()).is_some_and(|i| i.proto == Subprotocol::Longcts);
+        if longcts {
+            self.grant(key);
+        }
+        self.check_done(key);
+        Ok(())
+    }
+
+    /// The first REQ of a message, in `msg_id` order.
+    pub(crate) fn handle_rtm(&mut self, peer: u32, r: &wire::Req<'_>, info: ReqInfo) {
+        let msg_length = match info.proto {
+            Subprotocol::Eager => r.data.len() as u64,
+            Subprotocol::Medium | Subprotocol::Longcts => r.fields.msg_length,
+            // Never advertised, so never legitimately sent to rdm4.
+            Subprotocol::Longread
+            | Subprotocol::Runtread
+            | Subprotocol::Runtcts
+            | Subprotocol::ShortRead
+            | Subprotocol::LongctsRead
+            | Subprotocol::WriteAtomic
+            | Subprotocol::FetchAtomic
+            | Subprotocol::CompareAtomic => {
+                self.stats.protocol_errors += 1;
+                return;
+            }
+        };
+        if info.proto == Subprotocol::Longcts && r.data.len() as u64 > msg_length {
+            self.stats.protocol_errors += 1;
+            return;
+        }
+        let offset = if info.proto == Subprotocol::Medium { r.fields.seg_offset } else { 0 };
+        let qi = q(info.tagged);
+        let tag = r.fields.tag;
+        let found = self.posted[qi].iter().position(|&k| self.ops.get(k).is_some_and(|o| accepts(o, peer, tag)));
+        let key = match found.and_then(|pos| self.posted[qi].remove(pos)) {
+            Some(key) => key,
+            None => {
+                // Unexpected: buffer what arrived (medium: room for the whole message).
+                let cap = if info.proto == Subprotocol::Medium { msg_length } else { r.data.len() as u64 };
+                if cap > self.cfg.unexpected_limit as u64 {
+                    self.stats.protocol_errors += 1;
+                    return;
+                }
+                let mut op = Op::new(OpKind::Unexpected, peer, 0, UserBuf::empty());
+                op.tagged = info.tagged;
+                op.bounce = vec![0u8; cap as usize];
+                self.unexpected_bytes += op.bounce.capacity();
+                let Ok(key) = self.new_op(op) else {
+                    self.stats.protocol_errors += 1;
+                    return;
+                };
+                self.unexpected[qi].push_back(key);
+                key
+            }
+        };
+        let credits = r.fields.credit_request;
+        let Some(op) = self.ops.get_mut(key) else { return };
+        op.peer = peer;
+        op.ptype = Some(r.ptype);
+        op.len = msg_length;
+        op.tag = tag;
+        op.cq_data = r.cq_data;
+        op.remote_id = r.fields.send_id;
+        op.msg_id = r.fields.msg_id;
+        op.dc = info.dc;
+        op.credits = credits;
+        if op.kind == OpKind::Unexpected {
+            let at = offset as usize;
+            if let Some(dst) = op.bounce.get_mut(at..at + r.data.len()) {
+                dst.copy_from_slice(r.data);
+            }
+            op.received += r.data.len() as u64;
+        } else {
+            op.place(offset, r.data);
+        }
+        let kind = op.kind;
+        let incomplete = op.received < op.len;
+        if info.proto == Subprotocol::Medium && incomplete {
+            self.medium_rx.insert((peer, r.fields.msg_id), key);
+        }
+        if kind == OpKind::Recv {
+            if info.proto == Subprotocol::Longcts {
+                self.grant(key);
+            }
+            self.check_done(key);
+        }
+    }
+
+    /// A later segment of a medium message.
+    pub(crate) fn handle_medium_segment(&mut self, peer: u32, r: &wire::Req<'_>) {
+        let Some(&key) = self.medium_rx.get(&(peer, r.fields.msg_id)) else {
+            self.stats.protocol_errors += 1;
+            return;
+        };
+        let Some(op) = self.ops.get_mut(key) else { return };
+        let off = r.fields.seg_offset;
+        if off + r.data.len() as u64 > op.len {
+            self.stats.protocol_errors += 1;
+            return;
+        }
+        if op.kind == OpKind::Unexpected {
+            let at = off as usize;
+            if let Some(dst) = op.bounce.get_mut(at..at + r.data.len()) {
+                dst.copy_from_slice(r.data);
+            }
+            op.received += r.data.len() as u64;
+        } else {
+            op.place(off, r.data);
+        }
+        if op.received >= op.len {
+            self.medium_rx.remove(&(peer, r.fields.msg_id));
+        }
+        self.check_done(key);
+    }
+
+    /// The next REQ (or CTSDATA) of a send.
+    pub(crate) fn rtm_next_packet(&self, key: u32, op: &Op, peer: &Peer, out: &mut [u8]) -> Option<(usize, u64)> {
+        let ptype = op.ptype?;
+        let info = ptype.req_info()?;
+        if op.started && info.proto != Subprotocol::Medium {
+            return self.ctsdata_packet(op, peer, out);
+        }
+        if op.started && op.sent >= op.len {
+            return None;
+        }
+        let (raw_addr, connid) = self.req_opts(peer);
+        let mut r = wire::Req::new(ptype);
+        r.raw_addr = raw_addr;
+        r.connid = connid;
+        r.cq_data = op.cq_data;
+        r.fields.msg_id = op.msg_id;
+        r.fields.tag = op.tag;
+        r.fields.msg_length = op.len;
+        r.fields.seg_offset = op.sent;
+        r.fields.send_id = key;
+        r.fields.credit_request = self.cfg.credit_request;
+        let room = self.caps.mtu.saturating_sub(r.hdr_len() + r.opt_hdr_len()) as u64;
+        let chunk = (op.len - op.sent).min(room) as usize;
+        op.buf.with_slice(|s| {
+            let data = s.get(op.sent as usize..op.sent as usize + chunk)?;
+            wire::Req { data, ..r }.emit(out).ok().map(|n| (n, chunk as u64))
+        })
+    }
+}

@@ -1,0 +1,173 @@
+//! Checked views of application memory: the one place (besides the C
+//! boundary and the devices) that dereferences raw pointers.
+//!
+//! A [`UserBuf`] names `len` bytes at an address that the application lends
+//! to the library until the operation using it completes (the C API's
+//! ownership rule). Creating one is `unsafe` — the creator promises the
+//! memory is valid and not otherwise accessed while the library holds it —
+//! and every access through it is bounds-checked, so the engine (which has no
+//! `unsafe`) can never read or write outside it.
+
+use std::ptr::NonNull;
+
+/// A lent application buffer: address and length.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UserBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a UserBuf is only an address range; the creator of the buffer
+// promised that the library alone accesses it while it is lent, and the
+// endpoint serialises all accesses (it is used behind a lock).
+unsafe impl Send for UserBuf {}
+unsafe impl Sync for UserBuf {}
+
+impl std::fmt::Debug for UserBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "UserBuf({:p}, {})", self.ptr, self.len)
+    }
+}
+
+impl UserBuf {
+    /// A buffer of `len` bytes at `ptr`. A NULL `ptr` is accepted only with
+    /// `len == 0` (it then names the empty buffer); otherwise `None`.
+    ///
+    /// # Safety
+    /// For as long as the returned value (or a copy) is used, the `len` bytes
+    /// at `ptr` must stay valid for reads and writes and must not be accessed
+    /// by anyone else.
+    pub unsafe fn from_raw(ptr: *mut u8, len: usize) -> Option<UserBuf> {
+        match NonNull::new(ptr) {
+            Some(ptr) if isize::try_from(len).is_ok() => Some(UserBuf { ptr, len }),
+            None if len == 0 => Some(UserBuf::empty()),
+            _ => None,
+        }
+    }
+
+    /// A buffer over a slice that lives for the rest of the program.
+    pub fn from_static(s: &'static mut [u8]) -> UserBuf {
+        // SAFETY: the exclusive 'static borrow is consumed; nobody else can access it.
+        unsafe { UserBuf::from_raw(s.as_mut_ptr(), s.len()) }.unwrap_or(UserBuf::empty())
+    }
+
+    /// The empty buffer.
+    pub fn empty() -> UserBuf {
+        UserBuf { ptr: NonNull::dangling(), len: 0 }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the buffer has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The address (as the remote side names registered memory).
+    pub fn addr(&self) -> u64 {
+        self.ptr.as_ptr() as usize as u64
+    }
+
+    /// The sub-buffer `[off, off + len)`, or `None` when out of bounds.
+    pub fn slice(&self, off: usize, len: usize) -> Option<UserBuf> {
+        let end = off.checked_add(len)?;
+        if end > self.len {
+            return None;
+        }
+        // SAFETY: in bounds of a buffer the creator vouched for.
+        let ptr = unsafe { NonNull::new_unchecked(self.ptr.as_ptr().add(off)) };
+        Some(UserBuf { ptr, len })
+    }
+
+    /// Copies `dst.len()` bytes from offset `off`; `false` (and nothing copied)
+    /// when the range is out of bounds.
+    pub fn read_at(&self, off: usize, dst: &mut [u8]) -> bool {
+        match off.checked_add(dst.len()) {
+            Some(end) if end <= self.len => {
+                // SAFETY: in bounds (checked above) of memory lent to us; `dst`
+                // is a Rust slice and cannot overlap memory lent exclusively.
+                unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len()) };
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Copies `src` to offset `off`; `false` (and nothing written) when the
+    /// range is out of bounds.
+    pub fn write_at(&self, off: usize, src: &[u8]) -> bool {
+        match off.checked_add(src.len()) {
+            Some(end) if end <= self.len => {
+                // SAFETY: in bounds (checked above) of memory lent to us.
+                unsafe { std::ptr::copy(src.as_ptr(), self.ptr.as_ptr().add(off), src.len()) };
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Copies `len` bytes from `src` at `src_off` to `self` at `dst_off`;
+    /// `false` when either range is out of bounds.
+    pub fn copy_from(&self, dst_off: usize, src: &UserBuf, src_off: usize, len: usize) -> bool {
+        match (self.slice(dst_off, len), src.slice(src_off, len)) {
+            (Some(d), Some(s)) => {
+                // SAFETY: both ranges checked in bounds; `copy` allows overlap.
+                unsafe { std::ptr::copy(s.ptr.as_ptr(), d.ptr.as_ptr(), len) };
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Runs `f` on the bytes as a shared slice.
+    pub fn with_slice<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        // SAFETY: valid for `len` bytes and not accessed by others while lent.
+        f(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) })
+    }
+
+    /// Runs `f` on the bytes as an exclusive slice.
+    pub fn with_slice_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        // SAFETY: as `with_slice`; the library accesses a lent buffer from one
+        // place at a time (the endpoint is used behind a lock).
+        f(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
+    }
+}
+
+/// Memory owned by a test or a Rust caller and lent as a [`UserBuf`]:
+/// it keeps the allocation alive and gives the bytes back afterwards.
+pub struct OwnedBuf {
+    bytes: Box<[u8]>,
+}
+
+impl OwnedBuf {
+    /// `len` zero bytes.
+    pub fn zeroed(len: usize) -> OwnedBuf {
+        OwnedBuf { bytes: vec![0u8; len].into_boxed_slice() }
+    }
+
+    /// A copy of `data`.
+    pub fn from_slice(data: &[u8]) -> OwnedBuf {
+        OwnedBuf { bytes: data.to_vec().into_boxed_slice() }
+    }
+
+    /// The buffer to lend. While an operation uses it, the caller must not
+    /// read or write the bytes through [`OwnedBuf::bytes`].
+    pub fn buf(&mut self) -> UserBuf {
+        // SAFETY: the box keeps the allocation alive as long as `self`; the
+        // documented rule forbids other access while lent.
+        unsafe { UserBuf::from_raw(self.bytes.as_mut_ptr(), self.bytes.len()) }.unwrap_or(UserBuf::empty())
+    }
+
+    /// The bytes (after the operations using them completed).
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The bytes, mutable (after the operations using them completed).
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.bytes
+    }
+}
