@@ -16,10 +16,15 @@ macro_rules! status_table {
 include!("src/status_table.in");
 
 fn status_defines() -> String {
-    let mut s = String::from("\n/* Status codes: 0 is success, failures are negative and never renumbered. */\n");
+    let mut s = String::from(
+        "\n/* Status codes: 0 is success, failures are negative and never renumbered. */\n",
+    );
     for (cname, code, msg, docs) in STATUS {
         let doc: Vec<&str> = docs.iter().map(|d| d.trim()).collect();
-        s += &format!("/** {} (rdm4_strerror: \"{msg}\") */\n#define {cname} ({code})\n", doc.join(" "));
+        s += &format!(
+            "/** {} (rdm4_strerror: \"{msg}\") */\n#define {cname} ({code})\n",
+            doc.join(" ")
+        );
     }
     s
 }

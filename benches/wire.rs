@@ -19,7 +19,11 @@ const CONNID: u32 = 0xC1D2_E3F4;
 
 fn eager_tagrtm(data: &[u8]) -> Req<'_> {
     Req {
-        fields: ReqFields { msg_id: 0x1122_3344, tag: 0x0102_0304_0506_0708, ..ReqFields::default() },
+        fields: ReqFields {
+            msg_id: 0x1122_3344,
+            tag: 0x0102_0304_0506_0708,
+            ..ReqFields::default()
+        },
         connid: Some(CONNID),
         data,
         ..Req::new(PacketType::EagerTagRtm)
@@ -43,12 +47,25 @@ fn medium_tagrtm(data: &[u8]) -> Req<'_> {
 }
 
 fn ctsdata(data: &[u8]) -> CtsData<'_> {
-    CtsData { flags: 0, recv_id: 0x99AA_BBCC, seg_offset: 0x12_3400, connid: Some(CONNID), data }
+    CtsData {
+        flags: 0,
+        recv_id: 0x99AA_BBCC,
+        seg_offset: 0x12_3400,
+        connid: Some(CONNID),
+        data,
+    }
 }
 
 fn readrsp(data: &[u8]) -> ReadRsp<'_> {
     // libfabric always sets CONNID_HDR on READRSP (multiuse slot, no extra bytes).
-    ReadRsp { flags: 0, connid: Some(CONNID), padding: 0, recv_id: 0x99AA_BBCC, send_id: 0x5566_7788, data }
+    ReadRsp {
+        flags: 0,
+        connid: Some(CONNID),
+        padding: 0,
+        recv_id: 0x99AA_BBCC,
+        send_id: 0x5566_7788,
+        data,
+    }
 }
 
 fn bytes_of(p: &Packet) -> Vec<u8> {
@@ -68,16 +85,20 @@ fn use_packet(p: &Packet) -> u64 {
 }
 
 fn bench_wire(c: &mut Criterion) {
-    let d64 = vec![0x5Au8; 64];
-    let d1k = vec![0x5Au8; 1024];
-    let d8k = vec![0x5Au8; 8192];
+    static D64: [u8; 64] = [0x5A; 64];
+    static D1K: [u8; 1024] = [0x5A; 1024];
+    static D8K: [u8; 8192] = [0x5A; 8192];
+    let (d64, d1k, d8k) = (&D64[..], &D1K[..], &D8K[..]);
     let cases: [(&str, Packet); 4] = [
-        ("EAGER_TAGRTM+connid/64B", Packet::Req(eager_tagrtm(&d64))),
-        ("MEDIUM_TAGRTM+connid/1KiB", Packet::Req(medium_tagrtm(&d1k))),
-        ("CTSDATA+connid/8KiB", Packet::CtsData(ctsdata(&d8k))),
-        ("READRSP/8KiB", Packet::ReadRsp(readrsp(&d8k))),
+        ("EAGER_TAGRTM+connid/64B", Packet::Req(eager_tagrtm(d64))),
+        ("MEDIUM_TAGRTM+connid/1KiB", Packet::Req(medium_tagrtm(d1k))),
+        ("CTSDATA+connid/8KiB", Packet::CtsData(ctsdata(d8k))),
+        ("READRSP/8KiB", Packet::ReadRsp(readrsp(d8k))),
     ];
-    assert_eq!(eager_tagrtm(&d64).wire_flags(), req_flags::MSG | req_flags::TAGGED | req_flags::CONNID_HDR);
+    assert_eq!(
+        eager_tagrtm(d64).wire_flags(),
+        req_flags::MSG | req_flags::TAGGED | req_flags::CONNID_HDR
+    );
 
     let mut g = c.benchmark_group("parse");
     for (name, full) in &cases {
@@ -94,14 +115,44 @@ fn bench_wire(c: &mut Criterion) {
 
     // Emit through the typed values (what the engine calls), not `Packet::emit`.
     let mut out = vec![0u8; 16 * 1024];
-    for (group, (d64, d1k, d8k)) in
-        [("emit", (&d64[..], &d1k[..], &d8k[..])), ("emit_header", (&[][..], &[][..], &[][..]))]
-    {
+    for (group, header_only) in [("emit", false), ("emit_header", true)] {
+        let data = |d: &'static [u8]| if header_only { &[][..] } else { d };
+        let name = |n: &'static str, size: &str| {
+            if header_only {
+                n.to_string()
+            } else {
+                format!("{n}/{size}")
+            }
+        };
         let mut g = c.benchmark_group(group);
-        emit_case(&mut g, "EAGER_TAGRTM+connid/64B", &eager_tagrtm(d64), |r, o| r.emit(o), &mut out);
-        emit_case(&mut g, "MEDIUM_TAGRTM+connid/1KiB", &medium_tagrtm(d1k), |r, o| r.emit(o), &mut out);
-        emit_case(&mut g, "CTSDATA+connid/8KiB", &ctsdata(d8k), |r, o| r.emit(o), &mut out);
-        emit_case(&mut g, "READRSP/8KiB", &readrsp(d8k), |r, o| r.emit(o), &mut out);
+        emit_case(
+            &mut g,
+            &name("EAGER_TAGRTM+connid", "64B"),
+            &eager_tagrtm(data(d64)),
+            |r, o| r.emit(o),
+            &mut out,
+        );
+        emit_case(
+            &mut g,
+            &name("MEDIUM_TAGRTM+connid", "1KiB"),
+            &medium_tagrtm(data(d1k)),
+            |r, o| r.emit(o),
+            &mut out,
+        );
+        emit_case(
+            &mut g,
+            &name("CTSDATA+connid", "8KiB"),
+            &ctsdata(data(d8k)),
+            |r, o| r.emit(o),
+            &mut out,
+        );
+        emit_case(
+            &mut g,
+            &name("READRSP", "8KiB"),
+            &readrsp(data(d8k)),
+            |r, o| r.emit(o),
+            &mut out,
+        );
         g.finish();
     }
 }
@@ -113,7 +164,9 @@ fn emit_case<T>(
     emit: impl Fn(&T, &mut [u8]) -> wire::Result<usize>,
     out: &mut [u8],
 ) {
-    g.bench_function(name, |b| b.iter(|| emit(black_box(value), black_box(&mut *out)).unwrap_or(0)));
+    g.bench_function(name, |b| {
+        b.iter(|| emit(black_box(value), black_box(&mut *out)).unwrap_or(0))
+    });
 }
 
 criterion_group!(benches, bench_wire);

@@ -75,7 +75,9 @@ fn function_docs(header: &str) -> Vec<(String, bool)> {
         {
             continue;
         }
-        let Some(name) = declared_function(line) else { continue };
+        let Some(name) = declared_function(line) else {
+            continue;
+        };
         found.push((name, has_doc_block(&lines[..i])));
     }
     found
@@ -104,7 +106,9 @@ fn declared_function(line: &str) -> Option<String> {
 /// Whether `before` ends with a `/** ... */` block (no blank line between)
 /// that contains some text.
 fn has_doc_block(before: &[&str]) -> bool {
-    let Some(last) = before.last().map(|l| l.trim()) else { return false };
+    let Some(last) = before.last().map(|l| l.trim()) else {
+        return false;
+    };
     if !last.ends_with("*/") {
         return false;
     }
@@ -121,7 +125,12 @@ fn has_doc_block(before: &[&str]) -> bool {
     }
     let text: String = before[start..]
         .iter()
-        .map(|l| l.trim().trim_start_matches("/**").trim_end_matches("*/").trim_start_matches('*'))
+        .map(|l| {
+            l.trim()
+                .trim_start_matches("/**")
+                .trim_end_matches("*/")
+                .trim_start_matches('*')
+        })
         .collect();
     !text.trim().is_empty()
 }
@@ -138,8 +147,11 @@ fn every_exported_function_has_a_doc_comment() {
             "header parser did not find `{known}` in {GENERATED}; found {functions:?}"
         );
     }
-    let undocumented: Vec<&str> =
-        functions.iter().filter(|(_, doc)| !doc).map(|(name, _)| name.as_str()).collect();
+    let undocumented: Vec<&str> = functions
+        .iter()
+        .filter(|(_, doc)| !doc)
+        .map(|(name, _)| name.as_str())
+        .collect();
     assert!(
         undocumented.is_empty(),
         "these functions in rdm4.h have no `/** ... */` doc right before their declaration: \
@@ -173,11 +185,18 @@ fn cargo_toml_version() -> String {
 #[test]
 fn header_version_is_the_cargo_toml_version() {
     let version = cargo_toml_version();
-    assert_eq!(version, env!("CARGO_PKG_VERSION"), "Cargo.toml changed since this test was built");
+    assert_eq!(
+        version,
+        env!("CARGO_PKG_VERSION"),
+        "Cargo.toml changed since this test was built"
+    );
     let parts: Vec<u32> = version
         .split(['.', '-', '+'])
         .take(3)
-        .map(|p| p.parse().unwrap_or_else(|_| panic!("version {version:?} is not major.minor.patch")))
+        .map(|p| {
+            p.parse()
+                .unwrap_or_else(|_| panic!("version {version:?} is not major.minor.patch"))
+        })
         .collect();
     let number = (parts[0] << 16) | (parts[1] << 8) | parts[2];
     let expected = [
@@ -198,7 +217,11 @@ fn header_version_is_the_cargo_toml_version() {
             );
         }
     }
-    assert_eq!(rdm4::capi::rdm4_version(), number, "rdm4_version() disagrees with Cargo.toml");
+    assert_eq!(
+        rdm4::capi::rdm4_version(),
+        number,
+        "rdm4_version() disagrees with Cargo.toml"
+    );
 }
 
 #[test]

@@ -120,7 +120,14 @@ impl Net {
         z ^ (z >> 31)
     }
 
-    fn lookup_mr(&self, node: usize, addr: u64, len: usize, key: u64, need: Access) -> Option<UserBuf> {
+    fn lookup_mr(
+        &self,
+        node: usize,
+        addr: u64,
+        len: usize,
+        key: u64,
+        need: Access,
+    ) -> Option<UserBuf> {
         let mr = self.nodes.get(node)?.mrs.get(&key)?;
         if !mr.access.contains(need) {
             return None;
@@ -140,7 +147,16 @@ impl SimNet {
     /// An empty network.
     pub fn new(cfg: SimConfig) -> SimNet {
         let rng = cfg.seed ^ 0x5151_5151;
-        SimNet { net: Rc::new(RefCell::new(Net { cfg, now: 0, rng, nodes: Vec::new(), log: Vec::new(), pool: Vec::new() })) }
+        SimNet {
+            net: Rc::new(RefCell::new(Net {
+                cfg,
+                now: 0,
+                rng,
+                nodes: Vec::new(),
+                log: Vec::new(),
+                pool: Vec::new(),
+            })),
+        }
     }
 
     /// A new endpoint's device. Its qpn is its node index; its connid random.
@@ -160,7 +176,10 @@ impl SimNet {
             events: Vec::new(),
             mrs: HashMap::new(),
         });
-        SimDevice { net: self.net.clone(), me: node }
+        SimDevice {
+            net: self.net.clone(),
+            me: node,
+        }
     }
 
     /// Virtual time in nanoseconds.
@@ -176,7 +195,11 @@ impl SimNet {
     /// Moves time to the next pending delivery; false when nothing is pending.
     pub fn advance_to_next(&self) -> bool {
         let mut net = self.net.borrow_mut();
-        let next = net.nodes.iter().flat_map(|n| n.inbox.iter().map(|p| p.at)).min();
+        let next = net
+            .nodes
+            .iter()
+            .flat_map(|n| n.inbox.iter().map(|p| p.at))
+            .min();
         match next {
             Some(at) => {
                 net.now = net.now.max(at);
@@ -228,17 +251,34 @@ impl SimDevice {
         self.me
     }
 
-    fn rdma(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64, write: bool) -> Result<(), DevError> {
+    fn rdma(
+        &mut self,
+        ah: Ah,
+        local: UserBuf,
+        remote_addr: u64,
+        key: u64,
+        wr_id: u64,
+        write: bool,
+    ) -> Result<(), DevError> {
         let mut net = self.net.borrow_mut();
         if !net.cfg.rdma {
             return Err(DevError::Failed(Status::NotSup));
         }
         let me = self.me;
-        let target = net.nodes[me].ahs.get(ah as usize).copied().flatten().ok_or(DevError::Failed(Status::NoAddr))?;
+        let target = net.nodes[me]
+            .ahs
+            .get(ah as usize)
+            .copied()
+            .flatten()
+            .ok_or(DevError::Failed(Status::NoAddr))?;
         let status = if !net.nodes[target].alive {
             Err(Status::PeerUnreachable)
         } else {
-            let need = if write { Access::REMOTE_WRITE } else { Access::REMOTE_READ };
+            let need = if write {
+                Access::REMOTE_WRITE
+            } else {
+                Access::REMOTE_READ
+            };
             match net.lookup_mr(target, remote_addr, local.len(), key, need) {
                 Some(remote) if write => {
                     remote.copy_from(0, &local, 0, local.len());
@@ -251,7 +291,9 @@ impl SimDevice {
                 None => Err(Status::RemoteAccess),
             }
         };
-        net.nodes[me].events.push(DevEvent::SendDone { wr_id, ah, status });
+        net.nodes[me]
+            .events
+            .push(DevEvent::SendDone { wr_id, ah, status });
         Ok(())
     }
 }
@@ -259,7 +301,9 @@ impl SimDevice {
 impl Drop for SimDevice {
     fn drop(&mut self) {
         // Closing an endpoint is a peer disappearing, seen from the others.
-        let net = SimNet { net: self.net.clone() };
+        let net = SimNet {
+            net: self.net.clone(),
+        };
         net.kill(self.me);
     }
 }
@@ -268,7 +312,12 @@ impl Device for SimDevice {
     fn caps(&self) -> Caps {
         let net = self.net.borrow();
         let rdma = net.cfg.rdma;
-        Caps { mtu: net.cfg.mtu, max_rdma_size: if rdma { 1 << 30 } else { 0 }, rdma_read: rdma, rdma_write: rdma }
+        Caps {
+            mtu: net.cfg.mtu,
+            max_rdma_size: if rdma { 1 << 30 } else { 0 },
+            rdma_read: rdma,
+            rdma_write: rdma,
+        }
     }
 
     fn local_addr(&self) -> RawAddr {
@@ -277,7 +326,11 @@ impl Device for SimDevice {
 
     fn insert(&mut self, addr: &RawAddr) -> Result<Ah, Status> {
         let mut net = self.net.borrow_mut();
-        let target = net.nodes.iter().position(|n| n.addr == *addr).ok_or(Status::NoAddr)?;
+        let target = net
+            .nodes
+            .iter()
+            .position(|n| n.addr == *addr)
+            .ok_or(Status::NoAddr)?;
         let node = &mut net.nodes[self.me];
         if let Some(&ah) = node.by_node.get(&target) {
             return Ok(ah);
@@ -303,9 +356,18 @@ impl Device for SimDevice {
             return Err(DevError::Failed(Status::Inval));
         }
         let me = self.me;
-        let target = net.nodes[me].ahs.get(ah as usize).copied().flatten().ok_or(DevError::Failed(Status::NoAddr))?;
+        let target = net.nodes[me]
+            .ahs
+            .get(ah as usize)
+            .copied()
+            .flatten()
+            .ok_or(DevError::Failed(Status::NoAddr))?;
         if !net.nodes[target].alive {
-            net.nodes[me].events.push(DevEvent::SendDone { wr_id, ah, status: Err(Status::PeerUnreachable) });
+            net.nodes[me].events.push(DevEvent::SendDone {
+                wr_id,
+                ah,
+                status: Err(Status::PeerUnreachable),
+            });
             return Ok(());
         }
         if net.nodes[target].inbox.len() >= net.cfg.inbox_capacity {
@@ -314,16 +376,29 @@ impl Device for SimDevice {
         if net.cfg.again_permille > 0 && (net.rand() % 1000) < u64::from(net.cfg.again_permille) {
             return Err(DevError::Again);
         }
-        let delay = if net.cfg.max_delay_ns > 0 { net.rand() % (net.cfg.max_delay_ns + 1) } else { 0 };
+        let delay = if net.cfg.max_delay_ns > 0 {
+            net.rand() % (net.cfg.max_delay_ns + 1)
+        } else {
+            0
+        };
         let at = net.now + delay;
         let mut data = net.pool.pop().unwrap_or_default();
         data.clear();
         data.extend_from_slice(pkt);
         if net.cfg.capture {
-            net.log.push(SimRecord { from: me, to: target, ptype: pkt.first().copied().unwrap_or(0), len: pkt.len() });
+            net.log.push(SimRecord {
+                from: me,
+                to: target,
+                ptype: pkt.first().copied().unwrap_or(0),
+                len: pkt.len(),
+            });
         }
         net.nodes[target].inbox.push(InPkt { from: me, at, data });
-        net.nodes[me].events.push(DevEvent::SendDone { wr_id, ah, status: Ok(()) });
+        net.nodes[me].events.push(DevEvent::SendDone {
+            wr_id,
+            ah,
+            status: Ok(()),
+        });
         Ok(())
     }
 
@@ -346,14 +421,27 @@ impl Device for SimDevice {
                 if ready == 0 {
                     break;
                 }
-                let pick = if reorder { (net.rand() % ready as u64) as usize } else { 0 };
-                let node = &mut net.nodes[self.me];
-                let idx = if reorder {
-                    node.inbox.iter().enumerate().filter(|(_, p)| p.at <= now).nth(pick).map_or(0, |(i, _)| i)
+                let pick = if reorder {
+                    (net.rand() % ready as u64) as usize
                 } else {
                     0
                 };
-                let pkt = if reorder { node.inbox.swap_remove(idx) } else { node.inbox.remove(0) };
+                let node = &mut net.nodes[self.me];
+                let idx = if reorder {
+                    node.inbox
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, p)| p.at <= now)
+                        .nth(pick)
+                        .map_or(0, |(i, _)| i)
+                } else {
+                    0
+                };
+                let pkt = if reorder {
+                    node.inbox.swap_remove(idx)
+                } else {
+                    node.inbox.remove(0)
+                };
                 let from = node.by_node.get(&pkt.from).copied();
                 (from, pkt.data)
             };
@@ -380,14 +468,32 @@ impl Device for SimDevice {
 
     fn dereg(&mut self, key: u64) -> Result<(), Status> {
         let mut net = self.net.borrow_mut();
-        net.nodes[self.me].mrs.remove(&key).map(|_| ()).ok_or(Status::Inval)
+        net.nodes[self.me]
+            .mrs
+            .remove(&key)
+            .map(|_| ())
+            .ok_or(Status::Inval)
     }
 
-    fn rdma_read(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
+    fn rdma_read(
+        &mut self,
+        ah: Ah,
+        local: UserBuf,
+        remote_addr: u64,
+        key: u64,
+        wr_id: u64,
+    ) -> Result<(), DevError> {
         self.rdma(ah, local, remote_addr, key, wr_id, false)
     }
 
-    fn rdma_write(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
+    fn rdma_write(
+        &mut self,
+        ah: Ah,
+        local: UserBuf,
+        remote_addr: u64,
+        key: u64,
+        wr_id: u64,
+    ) -> Result<(), DevError> {
         self.rdma(ah, local, remote_addr, key, wr_id, true)
     }
 }

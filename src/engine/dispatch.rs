@@ -19,7 +19,9 @@ impl Core {
                 return;
             }
         };
-        let Some(peer) = self.sender(from, &pkt) else { return };
+        let Some(peer) = self.sender(from, &pkt) else {
+            return;
+        };
         self.send_handshake(peer);
         match pkt {
             Packet::Handshake(h) => self.handle_handshake(peer, &h),
@@ -66,22 +68,34 @@ impl Core {
         if let Some(&p) = self.by_raw.get(&raw_key(&raw)) {
             return Some(p);
         }
-        let p = self.peers.insert(Peer::new(raw, None))?;
+        let p = self
+            .peers
+            .insert(Peer::new(raw, None, self.cfg.first_msg_id))?;
         self.by_raw.insert(raw_key(&raw), p);
         self.pending_insert.push(p);
         Some(p)
     }
 
     /// A REQ: RTMs and RTAs in `msg_id` order, RTWs and RTRs at once.
-    pub(crate) fn handle_req(&mut self, peer: u32, r: &crate::wire::Req<'_>, bytes: &[u8], drain: bool) {
-        let Category::Req(info) = r.ptype.category() else { return };
+    pub(crate) fn handle_req(
+        &mut self,
+        peer: u32,
+        r: &crate::wire::Req<'_>,
+        bytes: &[u8],
+        drain: bool,
+    ) {
+        let Category::Req(info) = r.ptype.category() else {
+            return;
+        };
         match info.family {
             ReqFamily::Rtw => return self.handle_rtw(peer, r, info),
             ReqFamily::Rtr => return self.handle_rtr(peer, r),
             ReqFamily::Rtm | ReqFamily::Rta => {}
         }
         let window = self.cfg.reorder_window;
-        let Some(p) = self.peers.get_mut(peer) else { return };
+        let Some(p) = self.peers.get_mut(peer) else {
+            return;
+        };
         match msg_order(r.fields.msg_id, p.rx_msg_id, window) {
             MsgOrder::Now => {
                 p.rx_msg_id = p.rx_msg_id.wrapping_add(1);
@@ -97,12 +111,16 @@ impl Core {
                 let mut copy = self.pool.pop().unwrap_or_default();
                 copy.clear();
                 copy.extend_from_slice(bytes);
-                let Some(p) = self.peers.get_mut(peer) else { return };
+                let Some(p) = self.peers.get_mut(peer) else {
+                    return;
+                };
                 p.reorder_bytes += copy.capacity();
-                self.unexpected_bytes += copy.capacity();
+                self.reorder_bytes += copy.capacity();
                 p.reorder.entry(r.fields.msg_id).or_default().push(copy);
             }
-            MsgOrder::Past if info.proto == Subprotocol::Medium => self.handle_medium_segment(peer, r),
+            MsgOrder::Past if info.proto == Subprotocol::Medium => {
+                self.handle_medium_segment(peer, r)
+            }
             MsgOrder::Past | MsgOrder::TooFar => self.stats.protocol_errors += 1,
         }
     }
@@ -110,13 +128,17 @@ impl Core {
     /// Processes held REQs whose turn has come.
     fn drain_reorder(&mut self, peer: u32) {
         loop {
-            let Some(p) = self.peers.get_mut(peer) else { return };
-            let Some(list) = p.reorder.remove(&p.rx_msg_id) else { return };
+            let Some(p) = self.peers.get_mut(peer) else {
+                return;
+            };
+            let Some(list) = p.reorder.remove(&p.rx_msg_id) else {
+                return;
+            };
             for pkt in list {
                 if let Some(p) = self.peers.get_mut(peer) {
                     p.reorder_bytes -= pkt.capacity().min(p.reorder_bytes);
                 }
-                self.unexpected_bytes -= pkt.capacity().min(self.unexpected_bytes);
+                self.reorder_bytes -= pkt.capacity().min(self.reorder_bytes);
                 if let Ok(Packet::Req(r)) = Packet::parse(&pkt) {
                     self.handle_req(peer, &r, &pkt, false);
                 }

@@ -4,7 +4,7 @@
 //! HANDSHAKE arrived. Operations that need the peer's features wait for it.
 
 use super::Core;
-use crate::wire::{self, LeU64, Packet, Req, PacketType};
+use crate::wire::{self, LeU64, Packet, PacketType, Req};
 
 impl Core {
     /// The extra features/requests this endpoint advertises.
@@ -18,7 +18,9 @@ impl Core {
 
     /// Queues our HANDSHAKE for `peer` once.
     pub(crate) fn send_handshake(&mut self, peer: u32) {
-        let Some(p) = self.peers.get_mut(peer) else { return };
+        let Some(p) = self.peers.get_mut(peer) else {
+            return;
+        };
         if p.hs_sent {
             return;
         }
@@ -31,7 +33,9 @@ impl Core {
 
     /// Records the peer's HANDSHAKE and releases what waited for it.
     pub(crate) fn handle_handshake(&mut self, peer: u32, h: &wire::Handshake<'_>) {
-        let Some(p) = self.peers.get_mut(peer) else { return };
+        let Some(p) = self.peers.get_mut(peer) else {
+            return;
+        };
         p.hs_recv = true;
         p.extra = h.extra_info.first().map_or(0, |w| w.get());
         let waiting: Vec<u32> = p.waiting_hs.drain(..).collect();
@@ -44,7 +48,9 @@ impl Core {
     /// Asks `peer` for its HANDSHAKE with a zero-length EAGER_RTW, as the
     /// reference implementation does (the write names no memory).
     pub(crate) fn trigger_handshake(&mut self, peer: u32) {
-        let Some(p) = self.peers.get_mut(peer) else { return };
+        let Some(p) = self.peers.get_mut(peer) else {
+            return;
+        };
         if p.hs_triggered || p.hs_recv {
             return;
         }

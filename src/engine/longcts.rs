@@ -18,15 +18,23 @@ impl Core {
     /// Sends a CTS for operation `key` when its current window is used up.
     pub(crate) fn grant(&mut self, key: u32) {
         let window = match self.ops.get(key) {
-            Some(op) if op.received < op.len && op.received >= op.window_end => self.window_bytes(op.credits),
+            Some(op) if op.received < op.len && op.received >= op.window_end => {
+                self.window_bytes(op.credits)
+            }
             _ => return,
         };
         let connid = self.my_connid();
-        let Some(op) = self.ops.get_mut(key) else { return };
+        let Some(op) = self.ops.get_mut(key) else {
+            return;
+        };
         let window = window.min(op.len - op.received);
         op.window_end = op.received + window;
         let cts = wire::Cts {
-            flags: if op.kind == OpKind::Read { CTS_READ_REQ } else { 0 },
+            flags: if op.kind == OpKind::Read {
+                CTS_READ_REQ
+            } else {
+                0
+            },
             connid,
             padding: 0,
             send_id: op.remote_id,
@@ -39,19 +47,28 @@ impl Core {
 
     /// The first window of a long read, carried in the LONGCTS_RTR.
     pub(crate) fn first_read_window(&self, op: &Op) -> u64 {
-        self.window_bytes(self.cfg.credit_request).min(op.len).min(u32::MAX.into())
+        self.window_bytes(self.cfg.credit_request)
+            .min(op.len)
+            .min(u32::MAX.into())
     }
 
     /// A CTS: the sender may send `recv_length` more bytes.
     pub(crate) fn handle_cts(&mut self, peer: u32, c: &wire::Cts) {
         let ok = self.ops.get(c.send_id).is_some_and(|op| {
-            op.peer == peer && op.started && matches!(op.kind, OpKind::Send | OpKind::Write | OpKind::ReadResponder)
+            op.peer == peer
+                && op.started
+                && matches!(
+                    op.kind,
+                    OpKind::Send | OpKind::Write | OpKind::ReadResponder
+                )
         });
         if !ok || c.recv_length == 0 {
             self.stats.protocol_errors += 1;
             return;
         }
-        let Some(op) = self.ops.get_mut(c.send_id) else { return };
+        let Some(op) = self.ops.get_mut(c.send_id) else {
+            return;
+        };
         op.remote_id = c.recv_id;
         op.window_end = (op.window_end.max(op.sent).saturating_add(c.recv_length)).min(op.len);
         self.enqueue(c.send_id);
@@ -62,13 +79,17 @@ impl Core {
         let ok = self.ops.get(key).is_some_and(|op| {
             op.peer == peer
                 && matches!(op.kind, OpKind::Recv | OpKind::RemoteWrite | OpKind::Read)
-                && off.checked_add(data.len() as u64).is_some_and(|end| end <= op.len)
+                && off
+                    .checked_add(data.len() as u64)
+                    .is_some_and(|end| end <= op.len)
         });
         if !ok {
             self.stats.protocol_errors += 1;
             return;
         }
-        let Some(op) = self.ops.get_mut(key) else { return };
+        let Some(op) = self.ops.get_mut(key) else {
+            return;
+        };
         op.place(off, data);
         if op.received >= op.len {
             self.check_done(key);
@@ -84,14 +105,23 @@ impl Core {
 
     /// A READRSP: the first (or only) data of a read, at offset 0.
     pub(crate) fn handle_readrsp(&mut self, peer: u32, r: &wire::ReadRsp<'_>) {
-        if let Some(op) = self.ops.get_mut(r.recv_id).filter(|o| o.peer == peer && o.kind == OpKind::Read) {
+        if let Some(op) = self
+            .ops
+            .get_mut(r.recv_id)
+            .filter(|o| o.peer == peer && o.kind == OpKind::Read)
+        {
             op.remote_id = r.send_id;
         }
         self.take_data(peer, r.recv_id, 0, r.data);
     }
 
     /// The next CTSDATA of a long-CTS sender, within its window.
-    pub(crate) fn ctsdata_packet(&self, op: &Op, peer: &Peer, out: &mut [u8]) -> Option<(usize, u64)> {
+    pub(crate) fn ctsdata_packet(
+        &self,
+        op: &Op,
+        peer: &Peer,
+        out: &mut [u8],
+    ) -> Option<(usize, u64)> {
         if op.sent >= op.window_end {
             return None;
         }

@@ -17,10 +17,11 @@
 //! - Sends are queued, never refused for a full device queue: up to
 //!   `Config::max_ops` operations may be outstanding, then posts return
 //!   `Again`.
-//! - Unexpected messages and out-of-order REQs are buffered up to
-//!   `Config::unexpected_limit` bytes; past that the engine stops taking
-//!   packets from the device, whose queues then hold the senders back
-//!   ("try again" on their side). Nothing is dropped.
+//! - Unexpected messages are buffered up to `Config::unexpected_limit`
+//!   bytes; past that the engine stops taking packets from the device, whose
+//!   queues then hold the senders back ("try again" on their side). Nothing
+//!   is dropped. REQs that arrive ahead of their `msg_id` turn are held
+//!   separately, bounded by `Config::reorder_window`.
 //! - Writes and write atomics towards a peer that advertises delivery
 //!   complete use the DC types, so the requester's completion reports the
 //!   target's validation (a RECEIPT, or a PEER_ERROR with the status). The
@@ -34,8 +35,8 @@
 
 #![forbid(unsafe_code)]
 
-pub mod atomic_ops;
 mod atomic;
+pub mod atomic_ops;
 mod cq;
 mod dispatch;
 mod handshake;
@@ -49,7 +50,7 @@ mod slab;
 
 use std::collections::{HashMap, VecDeque};
 
-pub use cq::{Cqe, CqFlags, ADDR_UNSPEC};
+pub use cq::{CqFlags, Cqe, ADDR_UNSPEC};
 
 use crate::device::{Access, Ah, Caps, DevError, DevEvent, Device};
 use crate::mem::UserBuf;
@@ -75,14 +76,23 @@ pub struct Config {
     pub max_credits: u32,
     /// CTSDATA packets a sender asks for (`credit_request`).
     pub credit_request: u32,
-    /// Bytes of unexpected messages and out-of-order REQs held at most.
+    /// Bytes of unexpected messages held at most; beyond it the endpoint
+    /// stops taking packets from the device, which holds the senders back.
     pub unexpected_limit: usize,
-    /// How far ahead of the next expected `msg_id` REQs are held.
+    /// How far ahead of the next expected `msg_id` REQs are held (and so at
+    /// most this many packets per peer). The devices bound reordering to their
+    /// in-flight window, far below this; a REQ beyond it is a protocol error.
+    /// Held REQs do not count against `unexpected_limit`: the missing message
+    /// they wait for must still be taken from the device.
     pub reorder_window: u32,
     /// Outstanding operations at most.
     pub max_ops: usize,
     /// Packets taken from the device per progress call at most.
     pub rx_batch: usize,
+    /// The `msg_id` of the first message to and from every peer. Always 0 on
+    /// the wire between real endpoints; tests set it near 2^32 to exercise
+    /// wrap-around (both sides must agree).
+    pub first_msg_id: u32,
     /// Behave as a baseline-only peer: advertise no extra feature or request
     /// (for interoperability tests).
     pub legacy: bool,
@@ -96,9 +106,10 @@ impl Default for Config {
             max_credits: 64,
             credit_request: 64,
             unexpected_limit: 64 << 20,
-            reorder_window: 1 << 30,
+            reorder_window: 1 << 14,
             max_ops: 1 << 16,
             rx_batch: 64,
+            first_msg_id: 0,
             legacy: false,
         }
     }
@@ -177,6 +188,8 @@ pub(crate) struct Core {
     /// Unexpected messages, untagged [0] and tagged [1], in arrival order.
     unexpected: [VecDeque<u32>; 2],
     unexpected_bytes: usize,
+    /// Bytes of REQs held for `msg_id` order (bounded by the reorder window).
+    reorder_bytes: usize,
     medium_rx: HashMap<(u32, u32), u32>,
     ctrl: VecDeque<(u32, Vec<u8>)>,
     pool: Vec<Vec<u8>>,
@@ -218,6 +231,7 @@ impl<D: Device> Endpoint<D> {
             posted: Default::default(),
             unexpected: Default::default(),
             unexpected_bytes: 0,
+            reorder_bytes: 0,
             medium_rx: HashMap::new(),
             ctrl: VecDeque::new(),
             pool: Vec::new(),
@@ -247,6 +261,26 @@ impl<D: Device> Endpoint<D> {
         self.core.stats
     }
 
+    /// The largest message sent with the eager protocol.
+    pub fn eager_max(&self, tagged: bool) -> usize {
+        let t = if tagged {
+            PacketType::EagerTagRtm
+        } else {
+            PacketType::EagerMsgRtm
+        };
+        self.core.req_data_cap(t, 0).min(self.core.cfg.eager_max)
+    }
+
+    /// Bytes held for unexpected messages.
+    pub fn unexpected_bytes(&self) -> usize {
+        self.core.unexpected_bytes
+    }
+
+    /// Bytes of REQs held until their `msg_id` turn.
+    pub fn reorder_bytes(&self) -> usize {
+        self.core.reorder_bytes
+    }
+
     /// Operations not yet completed (including target-side ones).
     pub fn pending_ops(&self) -> usize {
         self.core.ops.len()
@@ -266,7 +300,7 @@ impl<D: Device> Endpoint<D> {
             return Ok(p);
         }
         let ah = self.dev.insert(raw)?;
-        let mut peer = Peer::new(*raw, Some(ah));
+        let mut peer = Peer::new(*raw, Some(ah), self.core.cfg.first_msg_id);
         peer.in_av = true;
         let p = self.core.peers.insert(peer).ok_or(Status::NoMem)?;
         self.core.by_ah.insert(ah, p);
@@ -290,13 +324,24 @@ impl<D: Device> Endpoint<D> {
 
     /// The raw address of a handle.
     pub fn av_lookup(&self, addr: Addr) -> Result<RawAddr, Status> {
-        self.core.peers.get(addr).map(|p| p.raw).ok_or(Status::NoAddr)
+        self.core
+            .peers
+            .get(addr)
+            .map(|p| p.raw)
+            .ok_or(Status::NoAddr)
     }
 
     /// Registers `buf` for local use and remote `access`; returns the key.
     pub fn mr_reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {
         let key = self.dev.reg(buf, access)?;
-        self.core.mrs.insert(key, Mr { buf, access, busy: 0 });
+        self.core.mrs.insert(
+            key,
+            Mr {
+                buf,
+                access,
+                busy: 0,
+            },
+        );
         Ok(key)
     }
 
@@ -341,7 +386,13 @@ impl<D: Device> Endpoint<D> {
     }
 
     /// Reads `buf.len()` bytes from `remote` on `dest` into `buf`.
-    pub fn read(&mut self, dest: Addr, buf: UserBuf, remote: RemoteBuf, context: u64) -> Result<(), Status> {
+    pub fn read(
+        &mut self,
+        dest: Addr,
+        buf: UserBuf,
+        remote: RemoteBuf,
+        context: u64,
+    ) -> Result<(), Status> {
         self.core.post_read(dest, buf, remote, context)?;
         self.core.flush(&mut self.dev);
         Ok(())
@@ -362,7 +413,9 @@ impl<D: Device> Endpoint<D> {
         remote: RemoteBuf,
         context: u64,
     ) -> Result<(), Status> {
-        self.core.post_atomic(dest, datatype, op, operand, compare, result, remote, context)?;
+        self.core.post_atomic(
+            dest, datatype, op, operand, compare, result, remote, context,
+        )?;
         self.core.flush(&mut self.dev);
         Ok(())
     }
@@ -407,7 +460,9 @@ impl Core {
                         continue; // control packet: nobody waits for it
                     }
                     let key = (wr_id - 1) as u32;
-                    let Some(op) = self.ops.get_mut(key) else { continue };
+                    let Some(op) = self.ops.get_mut(key) else {
+                        continue;
+                    };
                     op.inflight = op.inflight.saturating_sub(1);
                     if let Err(s) = status {
                         self.complete(key, s);
@@ -432,13 +487,17 @@ impl Core {
     /// Fails every operation towards or from `peer`.
     fn fail_peer(&mut self, peer: u32, status: Status) {
         for key in self.ops.keys() {
-            if self.ops.get(key).is_some_and(|o| o.peer == peer && o.kind != OpKind::Recv) {
+            if self
+                .ops
+                .get(key)
+                .is_some_and(|o| o.peer == peer && o.kind != OpKind::Recv)
+            {
                 self.complete(key, status);
             }
         }
         if let Some(p) = self.peers.get_mut(peer) {
             p.reorder.clear();
-            self.unexpected_bytes -= p.reorder_bytes.min(self.unexpected_bytes);
+            self.reorder_bytes -= p.reorder_bytes.min(self.reorder_bytes);
             p.reorder_bytes = 0;
             p.waiting_hs.clear();
         }
@@ -516,7 +575,9 @@ impl Core {
     /// (raw address and CQ data headers both present).
     fn req_data_cap(&self, ptype: PacketType, rma_count: usize) -> usize {
         let fixed = wire::Req::new(ptype).hdr_len();
-        self.caps.mtu.saturating_sub(fixed + rma_count * wire::RmaIov::LEN + 40 + 8 + 4)
+        self.caps
+            .mtu
+            .saturating_sub(fixed + rma_count * wire::RmaIov::LEN + 40 + 8 + 4)
     }
 
     /// Application bytes one CTSDATA carries.
@@ -547,7 +608,9 @@ impl Core {
         let mut n = self.txq.len();
         while n > 0 {
             n -= 1;
-            let Some(key) = self.txq.pop_front() else { break };
+            let Some(key) = self.txq.pop_front() else {
+                break;
+            };
             if !self.pump(dev, key) {
                 self.txq.push_front(key);
                 return;
@@ -559,8 +622,15 @@ impl Core {
     fn pump<D: Device>(&mut self, dev: &mut D, key: u32) -> bool {
         let mut scratch = std::mem::take(&mut self.scratch);
         let ok = loop {
-            let Some(op) = self.ops.get(key) else { break true };
-            let Some(ah) = self.peers.get(op.peer).filter(|p| !p.lost).and_then(|p| p.ah) else {
+            let Some(op) = self.ops.get(key) else {
+                break true;
+            };
+            let Some(ah) = self
+                .peers
+                .get(op.peer)
+                .filter(|p| !p.lost)
+                .and_then(|p| p.ah)
+            else {
                 self.complete(key, Status::PeerUnreachable);
                 break true;
             };
@@ -597,7 +667,9 @@ impl Core {
         let peer = self.peers.get(op.peer)?;
         match op.kind {
             OpKind::Send => self.rtm_next_packet(key, op, peer, out),
-            OpKind::Write | OpKind::Read | OpKind::ReadResponder => self.rma_next_packet(key, op, peer, out),
+            OpKind::Write | OpKind::Read | OpKind::ReadResponder => {
+                self.rma_next_packet(key, op, peer, out)
+            }
             OpKind::Atomic => self.rta_next_packet(key, op, peer, out),
             OpKind::Recv | OpKind::Unexpected | OpKind::RemoteWrite => None,
         }
@@ -622,7 +694,9 @@ impl Core {
     /// Ends operation `key` with `status`: its completion entry (if the
     /// application owns it), RECEIPT for DC, registrations released.
     fn complete(&mut self, key: u32, status: Status) {
-        let Some(op) = self.ops.remove(key) else { return };
+        let Some(op) = self.ops.remove(key) else {
+            return;
+        };
         if let Some(k) = op.mr_key {
             if let Some(mr) = self.mrs.get_mut(&k) {
                 mr.busy = mr.busy.saturating_sub(1);
@@ -637,8 +711,16 @@ impl Core {
                 q.retain(|k| *k != key);
             }
         }
-        let status = if op.status != Status::Success { op.status } else { status };
-        let src = if self.peers.get(op.peer).is_some() { op.peer } else { ADDR_UNSPEC };
+        let status = if op.status != Status::Success {
+            op.status
+        } else {
+            status
+        };
+        let src = if self.peers.get(op.peer).is_some() {
+            op.peer
+        } else {
+            ADDR_UNSPEC
+        };
         let mut e = Cqe {
             context: op.context,
             flags: CqFlags::empty(),
@@ -652,11 +734,21 @@ impl Core {
         };
         match op.kind {
             OpKind::Send => {
-                e.flags = CqFlags::SEND | if op.tagged { CqFlags::TAGGED } else { CqFlags::MSG };
+                e.flags = CqFlags::SEND
+                    | if op.tagged {
+                        CqFlags::TAGGED
+                    } else {
+                        CqFlags::MSG
+                    };
                 e.len = op.len;
             }
             OpKind::Recv => {
-                e.flags = CqFlags::RECV | if op.tagged { CqFlags::TAGGED } else { CqFlags::MSG };
+                e.flags = CqFlags::RECV
+                    | if op.tagged {
+                        CqFlags::TAGGED
+                    } else {
+                        CqFlags::MSG
+                    };
                 e.len = op.len.min(op.buf.len() as u64);
                 e.buf = op.buf.addr();
                 e.tag = op.tag;
@@ -713,20 +805,33 @@ impl Core {
             buf: 0,
             data,
             tag: 0,
-            src: if self.peers.get(peer).is_some() { peer } else { ADDR_UNSPEC },
+            src: if self.peers.get(peer).is_some() {
+                peer
+            } else {
+                ADDR_UNSPEC
+            },
             status: Status::Success,
             olen: 0,
         });
     }
 
     fn send_receipt(&mut self, peer: u32, send_id: u32, msg_id: u32) {
-        let r = wire::Receipt { flags: 0, send_id, msg_id, connid: self.my_connid(), padding: 0 };
+        let r = wire::Receipt {
+            flags: 0,
+            send_id,
+            msg_id,
+            connid: self.my_connid(),
+            padding: 0,
+        };
         self.queue_ctrl(peer, &wire::Packet::Receipt(r));
     }
 
     /// Tells `peer` that its operation `op_id` failed with `status`.
     fn send_peer_error(&mut self, peer: u32, op_id: u32, status: Status) {
-        let honours = self.peers.get(peer).is_some_and(|p| !p.hs_recv || p.extra & wire::extra::PEER_ERROR != 0);
+        let honours = self
+            .peers
+            .get(peer)
+            .is_some_and(|p| !p.hs_recv || p.extra & wire::extra::PEER_ERROR != 0);
         if !honours || self.cfg.legacy {
             return;
         }
@@ -744,7 +849,9 @@ impl Core {
     /// Inserts senders learnt from raw address headers into the device.
     fn resolve_inserts<D: Device>(&mut self, dev: &mut D) {
         for p in std::mem::take(&mut self.pending_insert) {
-            let Some(peer) = self.peers.get_mut(p) else { continue };
+            let Some(peer) = self.peers.get_mut(p) else {
+                continue;
+            };
             if peer.ah.is_some() {
                 continue;
             }

@@ -37,7 +37,7 @@ pub(crate) struct Peer {
 }
 
 impl Peer {
-    pub fn new(raw: RawAddr, ah: Option<Ah>) -> Peer {
+    pub fn new(raw: RawAddr, ah: Option<Ah>, first_msg_id: u32) -> Peer {
         Peer {
             raw,
             ah,
@@ -47,8 +47,8 @@ impl Peer {
             hs_triggered: false,
             extra: 0,
             lost: false,
-            tx_msg_id: 0,
-            rx_msg_id: 0,
+            tx_msg_id: first_msg_id,
+            rx_msg_id: first_msg_id,
             reorder: HashMap::new(),
             reorder_bytes: 0,
             waiting_hs: VecDeque::new(),

@@ -22,14 +22,23 @@ fn accepts(op: &Op, peer: u32, tag: u64) -> bool {
 
 impl Core {
     /// Queues a send; see [`super::Endpoint::send`].
-    pub(crate) fn post_send(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<(), Status> {
+    pub(crate) fn post_send(
+        &mut self,
+        dest: Addr,
+        buf: UserBuf,
+        opts: SendOpts,
+    ) -> Result<(), Status> {
         let peer = self.live_peer(dest)?;
         if peer.lost {
             return Err(Status::PeerUnreachable);
         }
         let tagged = opts.tag.is_some();
         let len = buf.len();
-        let eager_type = if tagged { PacketType::EagerTagRtm } else { PacketType::EagerMsgRtm };
+        let eager_type = if tagged {
+            PacketType::EagerTagRtm
+        } else {
+            PacketType::EagerMsgRtm
+        };
         let proto = if len <= self.req_data_cap(eager_type, 0).min(self.cfg.eager_max) {
             Subprotocol::Eager
         } else if len <= self.cfg.medium_max {
@@ -57,7 +66,12 @@ impl Core {
         if let Some(src) = opts.src {
             self.live_peer(src)?;
         }
-        let mut op = Op::new(OpKind::Recv, opts.src.unwrap_or(u32::MAX), opts.context, buf);
+        let mut op = Op::new(
+            OpKind::Recv,
+            opts.src.unwrap_or(u32::MAX),
+            opts.context,
+            buf,
+        );
         op.tagged = opts.tag.is_some();
         (op.tag, op.ignore) = opts.tag.unwrap_or((0, 0));
         op.src = opts.src;
@@ -70,8 +84,12 @@ impl Core {
             self.posted[q(tagged)].push_back(key);
             return Ok(());
         };
-        let Some(key) = self.unexpected[q(tagged)].remove(pos) else { return Ok(()) };
-        let Some(u) = self.ops.get_mut(key) else { return Ok(()) };
+        let Some(key) = self.unexpected[q(tagged)].remove(pos) else {
+            return Ok(());
+        };
+        let Some(u) = self.ops.get_mut(key) else {
+            return Ok(());
+        };
         // The unexpected entry becomes the receive: same key, so later
         // segments and CTSDATA keep finding it.
         let bounce = std::mem::take(&mut u.bounce);
@@ -83,7 +101,10 @@ impl Core {
         let n = bounce.len().min(buf.len());
         buf.write_at(0, &bounce[..n]);
         self.unexpected_bytes -= bounce.capacity().min(self.unexpected_bytes);
-        let longcts = u.ptype.and_then(|t| t.req_info()).is_some_and(|i| i.proto == Subprotocol::Longcts);
+        let longcts = u
+            .ptype
+            .and_then(|t| t.req_info())
+            .is_some_and(|i| i.proto == Subprotocol::Longcts);
         if longcts {
             self.grant(key);
         }
@@ -113,15 +134,25 @@ impl Core {
             self.stats.protocol_errors += 1;
             return;
         }
-        let offset = if info.proto == Subprotocol::Medium { r.fields.seg_offset } else { 0 };
+        let offset = if info.proto == Subprotocol::Medium {
+            r.fields.seg_offset
+        } else {
+            0
+        };
         let qi = q(info.tagged);
         let tag = r.fields.tag;
-        let found = self.posted[qi].iter().position(|&k| self.ops.get(k).is_some_and(|o| accepts(o, peer, tag)));
+        let found = self.posted[qi]
+            .iter()
+            .position(|&k| self.ops.get(k).is_some_and(|o| accepts(o, peer, tag)));
         let key = match found.and_then(|pos| self.posted[qi].remove(pos)) {
             Some(key) => key,
             None => {
                 // Unexpected: buffer what arrived (medium: room for the whole message).
-                let cap = if info.proto == Subprotocol::Medium { msg_length } else { r.data.len() as u64 };
+                let cap = if info.proto == Subprotocol::Medium {
+                    msg_length
+                } else {
+                    r.data.len() as u64
+                };
                 if cap > self.cfg.unexpected_limit as u64 {
                     self.stats.protocol_errors += 1;
                     return;
@@ -139,7 +170,9 @@ impl Core {
             }
         };
         let credits = r.fields.credit_request;
-        let Some(op) = self.ops.get_mut(key) else { return };
+        let Some(op) = self.ops.get_mut(key) else {
+            return;
+        };
         op.peer = peer;
         op.ptype = Some(r.ptype);
         op.len = msg_length;
@@ -177,7 +210,9 @@ impl Core {
             self.stats.protocol_errors += 1;
             return;
         };
-        let Some(op) = self.ops.get_mut(key) else { return };
+        let Some(op) = self.ops.get_mut(key) else {
+            return;
+        };
         let off = r.fields.seg_offset;
         if off + r.data.len() as u64 > op.len {
             self.stats.protocol_errors += 1;
@@ -199,7 +234,13 @@ impl Core {
     }
 
     /// The next REQ (or CTSDATA) of a send.
-    pub(crate) fn rtm_next_packet(&self, key: u32, op: &Op, peer: &Peer, out: &mut [u8]) -> Option<(usize, u64)> {
+    pub(crate) fn rtm_next_packet(
+        &self,
+        key: u32,
+        op: &Op,
+        peer: &Peer,
+        out: &mut [u8],
+    ) -> Option<(usize, u64)> {
         let ptype = op.ptype?;
         let info = ptype.req_info()?;
         if op.started && info.proto != Subprotocol::Medium {
@@ -223,7 +264,10 @@ impl Core {
         let chunk = (op.len - op.sent).min(room) as usize;
         op.buf.with_slice(|s| {
             let data = s.get(op.sent as usize..op.sent as usize + chunk)?;
-            wire::Req { data, ..r }.emit(out).ok().map(|n| (n, chunk as u64))
+            wire::Req { data, ..r }
+                .emit(out)
+                .ok()
+                .map(|n| (n, chunk as u64))
         })
     }
 }

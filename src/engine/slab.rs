@@ -22,7 +22,11 @@ pub struct Slab<T> {
 
 impl<T> Default for Slab<T> {
     fn default() -> Self {
-        Slab { slots: Vec::new(), free: Vec::new(), len: 0 }
+        Slab {
+            slots: Vec::new(),
+            free: Vec::new(),
+            len: 0,
+        }
     }
 }
 
@@ -46,7 +50,9 @@ impl<T> Slab<T> {
     }
 
     fn slot(&self, key: u32) -> Option<&Slot<T>> {
-        self.slots.get((key & INDEX_MASK) as usize).filter(|s| s.gen == key >> INDEX_BITS)
+        self.slots
+            .get((key & INDEX_MASK) as usize)
+            .filter(|s| s.gen == key >> INDEX_BITS)
     }
 
     /// The entry of `key`, if live.

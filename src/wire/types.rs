@@ -91,8 +91,20 @@ pub enum Category {
     Req(ReqInfo),
 }
 
-const fn req(family: ReqFamily, proto: Subprotocol, tagged: bool, dc: bool, layout: &'static Layout) -> Category {
-    Category::Req(ReqInfo { family, proto, tagged, dc, layout })
+const fn req(
+    family: ReqFamily,
+    proto: Subprotocol,
+    tagged: bool,
+    dc: bool,
+    layout: &'static Layout,
+) -> Category {
+    Category::Req(ReqInfo {
+        family,
+        proto,
+        tagged,
+        dc,
+        layout,
+    })
 }
 
 macro_rules! packet_types {
@@ -196,7 +208,12 @@ impl PacketType {
 
     /// Looks a REQ type up by its facts; `None` when no type has them
     /// (e.g. a tagged RTW). This is how the engine names the packet to send.
-    pub fn req_type(family: ReqFamily, proto: Subprotocol, tagged: bool, dc: bool) -> Option<PacketType> {
+    pub fn req_type(
+        family: ReqFamily,
+        proto: Subprotocol,
+        tagged: bool,
+        dc: bool,
+    ) -> Option<PacketType> {
         PacketType::ALL.iter().copied().find(|t| {
             matches!(t.req_info(), Some(i) if i.family == family && i.proto == proto && i.tagged == tagged && i.dc == dc)
         })
@@ -207,10 +224,25 @@ impl PacketType {
     pub const fn default_req_flags(self) -> u16 {
         use super::req_flags::*;
         match self.req_info() {
-            Some(ReqInfo { family: ReqFamily::Rtm, tagged: true, .. }) => MSG | TAGGED,
-            Some(ReqInfo { family: ReqFamily::Rtm, tagged: false, .. }) => MSG,
-            Some(ReqInfo { family: ReqFamily::Rta, .. }) => ATOMIC,
-            Some(ReqInfo { family: ReqFamily::Rtw | ReqFamily::Rtr, .. }) | None => 0,
+            Some(ReqInfo {
+                family: ReqFamily::Rtm,
+                tagged: true,
+                ..
+            }) => MSG | TAGGED,
+            Some(ReqInfo {
+                family: ReqFamily::Rtm,
+                tagged: false,
+                ..
+            }) => MSG,
+            Some(ReqInfo {
+                family: ReqFamily::Rta,
+                ..
+            }) => ATOMIC,
+            Some(ReqInfo {
+                family: ReqFamily::Rtw | ReqFamily::Rtr,
+                ..
+            })
+            | None => 0,
         }
     }
 }
@@ -234,9 +266,15 @@ mod tests {
     fn req_type_lookup_is_unique() {
         for t in PacketType::ALL {
             if let Some(i) = t.req_info() {
-                assert_eq!(PacketType::req_type(i.family, i.proto, i.tagged, i.dc), Some(*t));
+                assert_eq!(
+                    PacketType::req_type(i.family, i.proto, i.tagged, i.dc),
+                    Some(*t)
+                );
             }
         }
-        assert_eq!(PacketType::req_type(ReqFamily::Rtw, Subprotocol::Eager, true, false), None);
+        assert_eq!(
+            PacketType::req_type(ReqFamily::Rtw, Subprotocol::Eager, true, false),
+            None
+        );
     }
 }

@@ -1,0 +1,142 @@
+//! Test harness: endpoints over one sim network, driven on virtual time.
+#![allow(dead_code)]
+
+use rdm4::device::sim::{SimConfig, SimDevice, SimNet};
+use rdm4::engine::{Addr, Config, Cqe, Endpoint};
+use rdm4::wire::PacketType;
+
+pub struct Cluster {
+    pub net: SimNet,
+    pub eps: Vec<Endpoint<SimDevice>>,
+    /// addrs[i][j]: endpoint i's handle for endpoint j.
+    pub addrs: Vec<Vec<Addr>>,
+    pub cqs: Vec<Vec<Cqe>>,
+}
+
+impl Cluster {
+    pub fn new(n: usize, sim: SimConfig, cfg: Config) -> Cluster {
+        Cluster::with_configs(sim, vec![cfg; n])
+    }
+
+    pub fn with_configs(sim: SimConfig, cfgs: Vec<Config>) -> Cluster {
+        let net = SimNet::new(sim);
+        let mut eps: Vec<_> = cfgs
+            .into_iter()
+            .map(|c| Endpoint::new(net.device(), c))
+            .collect();
+        let raws: Vec<_> = eps.iter().map(|e| e.addr()).collect();
+        let addrs = eps
+            .iter_mut()
+            .map(|e| raws.iter().map(|r| e.av_insert(r).unwrap()).collect())
+            .collect();
+        let n = eps.len();
+        Cluster {
+            net,
+            eps,
+            addrs,
+            cqs: vec![Vec::new(); n],
+        }
+    }
+
+    /// One round: every endpoint progresses and its completions are collected.
+    pub fn step(&mut self) {
+        let now = self.net.now();
+        for (i, ep) in self.eps.iter_mut().enumerate() {
+            ep.progress(now);
+            ep.poll_cq(&mut self.cqs[i], usize::MAX);
+        }
+        self.net.advance(100);
+    }
+
+    /// Steps until `done` holds; panics after `max_steps`.
+    pub fn run_until(&mut self, max_steps: usize, mut done: impl FnMut(&Cluster) -> bool) {
+        for _ in 0..max_steps {
+            if done(self) {
+                return;
+            }
+            self.step();
+            if self.net.in_flight() > 0 && !done(self) {
+                self.net.advance_to_next();
+            }
+        }
+        assert!(done(self), "not done after {max_steps} steps");
+    }
+
+    /// Steps until the network is quiet and no endpoint has queued work.
+    pub fn settle(&mut self, max_steps: usize) {
+        let mut quiet = 0;
+        for _ in 0..max_steps {
+            self.step();
+            if self.net.in_flight() == 0 {
+                quiet += 1;
+                if quiet > 3 {
+                    return;
+                }
+            } else {
+                quiet = 0;
+                self.net.advance_to_next();
+            }
+        }
+    }
+
+    pub fn take_cq(&mut self, i: usize) -> Vec<Cqe> {
+        std::mem::take(&mut self.cqs[i])
+    }
+
+    /// Packet types sent from `from` to `to`, as names, deduplicated in first-seen order.
+    pub fn types_between(&self, from: usize, to: usize) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        for r in self.net.log() {
+            if r.from == from && r.to == to {
+                let name = PacketType::from_u8(r.ptype).map_or("?", |t| t.name());
+                if !v.contains(&name) {
+                    v.push(name);
+                }
+            }
+        }
+        v
+    }
+
+    /// Every packet type on the wire, deduplicated and sorted.
+    pub fn all_types(&self) -> Vec<&'static str> {
+        let mut v: Vec<_> = self
+            .net
+            .log()
+            .iter()
+            .map(|r| PacketType::from_u8(r.ptype).map_or("?", |t| t.name()))
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// splitmix64.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
