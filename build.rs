@@ -16,15 +16,10 @@ macro_rules! status_table {
 include!("src/status_table.in");
 
 fn status_defines() -> String {
-    let mut s = String::from(
-        "\n/* Status codes: 0 is success, failures are negative and never renumbered. */\n",
-    );
+    let mut s = String::from("\n/* Status codes: 0 is success, failures are negative and never renumbered. */\n");
     for (cname, code, msg, docs) in STATUS {
         let doc: Vec<&str> = docs.iter().map(|d| d.trim()).collect();
-        s += &format!(
-            "/** {} (rdm4_strerror: \"{msg}\") */\n#define {cname} ({code})\n",
-            doc.join(" ")
-        );
+        s += &format!("/** {} (rdm4_strerror: \"{msg}\") */\n#define {cname} ({code})\n", doc.join(" "));
     }
     s
 }
@@ -43,11 +38,9 @@ fn main() {
 
     let crate_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
-    let mut config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml"))
-        .expect("cbindgen.toml is readable");
-    let num = (major.parse::<u32>().unwrap() << 16)
-        | (minor.parse::<u32>().unwrap() << 8)
-        | patch.parse::<u32>().unwrap();
+    let mut config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml")).expect("cbindgen.toml is readable");
+    let num =
+        (major.parse::<u32>().unwrap() << 16) | (minor.parse::<u32>().unwrap() << 8) | patch.parse::<u32>().unwrap();
     config.after_includes = Some(format!(
         "\n/** Version of the header; `rdm4_version()` returns the library's. */\n\
          #define RDM4_VERSION_MAJOR {major}\n\

@@ -6,6 +6,7 @@
 pub mod capi;
 pub mod device;
 pub mod engine;
+mod fxhash;
 pub mod mem;
 pub mod status;
 /// cbindgen:ignore
@@ -21,12 +22,11 @@ pub const VERSION_NUMBER: u32 = parse_u32(env!("CARGO_PKG_VERSION_MAJOR")) << 16
     | parse_u32(env!("CARGO_PKG_VERSION_MINOR")) << 8
     | parse_u32(env!("CARGO_PKG_VERSION_PATCH"));
 
-pub(crate) const VERSION_CSTR: &std::ffi::CStr = match std::ffi::CStr::from_bytes_with_nul(
-    concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes(),
-) {
-    Ok(s) => s,
-    Err(_) => panic!("version contains NUL"),
-};
+pub(crate) const VERSION_CSTR: &std::ffi::CStr =
+    match std::ffi::CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+        Ok(s) => s,
+        Err(_) => panic!("version contains NUL"),
+    };
 
 const fn parse_u32(s: &str) -> u32 {
     let b = s.as_bytes();

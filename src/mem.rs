@@ -53,10 +53,7 @@ impl UserBuf {
 
     /// The empty buffer.
     pub fn empty() -> UserBuf {
-        UserBuf {
-            ptr: NonNull::dangling(),
-            len: 0,
-        }
+        UserBuf { ptr: NonNull::dangling(), len: 0 }
     }
 
     /// Length in bytes.
@@ -92,13 +89,7 @@ impl UserBuf {
             Some(end) if end <= self.len => {
                 // SAFETY: in bounds (checked above) of memory lent to us; `dst`
                 // is a Rust slice and cannot overlap memory lent exclusively.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        self.ptr.as_ptr().add(off),
-                        dst.as_mut_ptr(),
-                        dst.len(),
-                    )
-                };
+                unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len()) };
                 true
             }
             _ => false,
@@ -154,16 +145,12 @@ pub struct OwnedBuf {
 impl OwnedBuf {
     /// `len` zero bytes.
     pub fn zeroed(len: usize) -> OwnedBuf {
-        OwnedBuf {
-            bytes: vec![0u8; len].into_boxed_slice(),
-        }
+        OwnedBuf { bytes: vec![0u8; len].into_boxed_slice() }
     }
 
     /// A copy of `data`.
     pub fn from_slice(data: &[u8]) -> OwnedBuf {
-        OwnedBuf {
-            bytes: data.to_vec().into_boxed_slice(),
-        }
+        OwnedBuf { bytes: data.to_vec().into_boxed_slice() }
     }
 
     /// The buffer to lend. While an operation uses it, the caller must not
@@ -171,8 +158,7 @@ impl OwnedBuf {
     pub fn buf(&mut self) -> UserBuf {
         // SAFETY: the box keeps the allocation alive as long as `self`; the
         // documented rule forbids other access while lent.
-        unsafe { UserBuf::from_raw(self.bytes.as_mut_ptr(), self.bytes.len()) }
-            .unwrap_or(UserBuf::empty())
+        unsafe { UserBuf::from_raw(self.bytes.as_mut_ptr(), self.bytes.len()) }.unwrap_or(UserBuf::empty())
     }
 
     /// The bytes (after the operations using them completed).

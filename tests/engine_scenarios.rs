@@ -37,29 +37,13 @@ fn one_message(seed: u64, len: usize, tagged: bool, recv_first: bool) {
     let mut dst = OwnedBuf::zeroed(len);
     let (to1, from0) = (c.addrs[0][1], c.addrs[1][0]);
     let tag = tagged.then_some(0xABCD_0000_0000_0042);
-    let ropts = RecvOpts {
-        tag: tag.map(|t| (t, 0)),
-        src: None,
-        context: 22,
-    };
+    let ropts = RecvOpts { tag: tag.map(|t| (t, 0)), src: None, context: 22 };
     if recv_first {
         c.eps[1].recv(dst.buf(), ropts).unwrap();
     }
-    c.eps[0]
-        .send(
-            to1,
-            src.buf(),
-            SendOpts {
-                tag,
-                cq_data: None,
-                context: 11,
-            },
-        )
-        .unwrap();
+    c.eps[0].send(to1, src.buf(), SendOpts { tag, cq_data: None, context: 11 }).unwrap();
     if !recv_first {
-        c.run_until(200_000, |c| {
-            c.eps[1].unexpected_bytes() > 0 || len == 0 && c.net.in_flight() == 0
-        });
+        c.run_until(200_000, |c| c.eps[1].unexpected_bytes() > 0 || len == 0 && c.net.in_flight() == 0);
         c.eps[1].recv(dst.buf(), ropts).unwrap();
     }
     c.run_until(2_000_000, |c| !c.cqs[0].is_empty() && !c.cqs[1].is_empty());
@@ -69,33 +53,15 @@ fn one_message(seed: u64, len: usize, tagged: bool, recv_first: bool) {
     let what = format!("seed {seed} len {len} tagged {tagged} recv_first {recv_first}");
     assert_eq!(s.len(), 1, "{what}");
     assert_eq!(r.len(), 1, "{what}");
-    let kind = if tagged {
-        CqFlags::TAGGED
-    } else {
-        CqFlags::MSG
-    };
+    let kind = if tagged { CqFlags::TAGGED } else { CqFlags::MSG };
     assert_eq!(
         (s[0].status, s[0].context, s[0].len, s[0].flags),
         (Status::Success, 11, len as u64, CqFlags::SEND | kind),
         "{what}"
     );
     assert_eq!(
-        (
-            r[0].status,
-            r[0].context,
-            r[0].len,
-            r[0].flags,
-            r[0].src,
-            r[0].tag
-        ),
-        (
-            Status::Success,
-            22,
-            len as u64,
-            CqFlags::RECV | kind,
-            from0,
-            tag.unwrap_or(0)
-        ),
+        (r[0].status, r[0].context, r[0].len, r[0].flags, r[0].src, r[0].tag),
+        (Status::Success, 22, len as u64, CqFlags::RECV | kind, from0, tag.unwrap_or(0)),
         "{what}"
     );
     assert!(dst.bytes() == data, "{what}: data differs");
@@ -103,10 +69,7 @@ fn one_message(seed: u64, len: usize, tagged: bool, recv_first: bool) {
     let (fwd, back): (Vec<String>, Vec<&str>) = match proto_for(&c, len, tagged) {
         Proto::Eager => (vec![format!("EAGER_{t}RTM")], vec!["HANDSHAKE"]),
         Proto::Medium => (vec![format!("MEDIUM_{t}RTM")], vec!["HANDSHAKE"]),
-        Proto::Longcts => (
-            vec![format!("LONGCTS_{t}RTM"), "CTSDATA".into()],
-            vec!["CTS", "HANDSHAKE"],
-        ),
+        Proto::Longcts => (vec![format!("LONGCTS_{t}RTM"), "CTSDATA".into()], vec!["CTS", "HANDSHAKE"]),
     };
     let mut fwd_want: Vec<&str> = fwd.iter().map(String::as_str).collect();
     fwd_want.push("HANDSHAKE");
@@ -118,26 +81,13 @@ fn one_message(seed: u64, len: usize, tagged: bool, recv_first: bool) {
     assert_eq!(fwd_got, fwd_want, "{what}: packets 0->1");
     assert_eq!(back_got, back, "{what}: packets 1->0");
     let st = c.eps[1].stats();
-    assert_eq!(
-        (st.malformed, st.protocol_errors, st.stale_connid),
-        (0, 0, 0),
-        "{what}"
-    );
+    assert_eq!((st.malformed, st.protocol_errors, st.stale_connid), (0, 0, 0), "{what}");
     assert_eq!(c.eps[0].pending_ops() + c.eps[1].pending_ops(), 0, "{what}");
 }
 
 fn sizes(c: &Cluster, tagged: bool) -> Vec<usize> {
     let e = c.eps[0].eager_max(tagged);
-    vec![
-        0,
-        1,
-        e,
-        e + 1,
-        30_000,
-        Config::default().medium_max,
-        Config::default().medium_max + 1,
-        1 << 20,
-    ]
+    vec![0, 1, e, e + 1, 30_000, Config::default().medium_max, Config::default().medium_max + 1, 1 << 20]
 }
 
 #[test]
@@ -184,36 +134,9 @@ fn tagged_receive_with_ignore_mask_matches_masked_bits_only() {
     let mut b = OwnedBuf::from_slice(b"second");
     let mut r = OwnedBuf::zeroed(16);
     // The receive wants tag 0x1200 in the high byte and ignores the low byte.
-    c.eps[1]
-        .recv(
-            r.buf(),
-            RecvOpts {
-                tag: Some((0x1200, 0xff)),
-                src: None,
-                context: 1,
-            },
-        )
-        .unwrap();
-    c.eps[0]
-        .send(
-            to1,
-            a.buf(),
-            SendOpts {
-                tag: Some(0x1300),
-                ..Default::default()
-            },
-        )
-        .unwrap();
-    c.eps[0]
-        .send(
-            to1,
-            b.buf(),
-            SendOpts {
-                tag: Some(0x12ee),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    c.eps[1].recv(r.buf(), RecvOpts { tag: Some((0x1200, 0xff)), src: None, context: 1 }).unwrap();
+    c.eps[0].send(to1, a.buf(), SendOpts { tag: Some(0x1300), ..Default::default() }).unwrap();
+    c.eps[0].send(to1, b.buf(), SendOpts { tag: Some(0x12ee), ..Default::default() }).unwrap();
     c.run_until(100_000, |c| !c.cqs[1].is_empty());
     let e = c.take_cq(1);
     assert_eq!((e[0].tag, e[0].len), (0x12ee, 6));
@@ -221,16 +144,7 @@ fn tagged_receive_with_ignore_mask_matches_masked_bits_only() {
     // The 0x1300 message is still waiting, unexpected.
     assert!(c.eps[1].unexpected_bytes() > 0);
     let mut r2 = OwnedBuf::zeroed(16);
-    c.eps[1]
-        .recv(
-            r2.buf(),
-            RecvOpts {
-                tag: Some((0x1300, 0)),
-                src: None,
-                context: 2,
-            },
-        )
-        .unwrap();
+    c.eps[1].recv(r2.buf(), RecvOpts { tag: Some((0x1300, 0)), src: None, context: 2 }).unwrap();
     c.run_until(100_000, |c| !c.cqs[1].is_empty());
     assert_eq!(&r2.bytes()[..5], b"first");
 }
@@ -241,51 +155,21 @@ fn directed_receive_takes_only_from_its_source_and_untagged_is_separate_from_tag
     let (from1, from2) = (c.addrs[0][1], c.addrs[0][2]);
     let mut r_from2 = OwnedBuf::zeroed(8);
     let mut r_tagged = OwnedBuf::zeroed(8);
-    c.eps[0]
-        .recv(
-            r_from2.buf(),
-            RecvOpts {
-                tag: None,
-                src: Some(from2),
-                context: 2,
-            },
-        )
-        .unwrap();
-    c.eps[0]
-        .recv(
-            r_tagged.buf(),
-            RecvOpts {
-                tag: Some((7, 0)),
-                src: None,
-                context: 3,
-            },
-        )
-        .unwrap();
+    c.eps[0].recv(r_from2.buf(), RecvOpts { tag: None, src: Some(from2), context: 2 }).unwrap();
+    c.eps[0].recv(r_tagged.buf(), RecvOpts { tag: Some((7, 0)), src: None, context: 3 }).unwrap();
     let mut m1 = OwnedBuf::from_slice(b"from-1");
     let mut m2 = OwnedBuf::from_slice(b"from-2");
     let (a10, a20) = (c.addrs[1][0], c.addrs[2][0]);
     c.eps[1].send(a10, m1.buf(), SendOpts::default()).unwrap();
     c.settle(10_000);
-    assert!(
-        c.cqs[0].is_empty(),
-        "untagged message from 1 must match neither receive"
-    );
+    assert!(c.cqs[0].is_empty(), "untagged message from 1 must match neither receive");
     c.eps[2].send(a20, m2.buf(), SendOpts::default()).unwrap();
     c.run_until(100_000, |c| !c.cqs[0].is_empty());
     let e = c.take_cq(0);
     assert_eq!((e.len(), e[0].context, e[0].src), (1, 2, from2));
     assert_eq!(&r_from2.bytes()[..6], b"from-2");
     let mut any = OwnedBuf::zeroed(8);
-    c.eps[0]
-        .recv(
-            any.buf(),
-            RecvOpts {
-                tag: None,
-                src: Some(from1),
-                context: 4,
-            },
-        )
-        .unwrap();
+    c.eps[0].recv(any.buf(), RecvOpts { tag: None, src: Some(from1), context: 4 }).unwrap();
     c.run_until(100_000, |c| !c.cqs[0].is_empty());
     assert_eq!(&any.bytes()[..6], b"from-1");
 }
@@ -294,43 +178,18 @@ fn ordered_stream(cfg: Config, seed: u64, count: usize) {
     let mut c = Cluster::new(2, SimConfig::chaotic(seed), cfg);
     let to1 = c.addrs[0][1];
     let lens: Vec<usize> = (0..count).map(|i| [3, 100, 9000, 70_000][i % 4]).collect();
-    let mut srcs: Vec<OwnedBuf> = lens
-        .iter()
-        .enumerate()
-        .map(|(i, &l)| OwnedBuf::from_slice(&pattern(l, i as u64)))
-        .collect();
+    let mut srcs: Vec<OwnedBuf> =
+        lens.iter().enumerate().map(|(i, &l)| OwnedBuf::from_slice(&pattern(l, i as u64))).collect();
     let mut dsts: Vec<OwnedBuf> = lens.iter().map(|&l| OwnedBuf::zeroed(l)).collect();
     for (i, d) in dsts.iter_mut().enumerate() {
-        c.eps[1]
-            .recv(
-                d.buf(),
-                RecvOpts {
-                    context: i as u64,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+        c.eps[1].recv(d.buf(), RecvOpts { context: i as u64, ..Default::default() }).unwrap();
     }
     for (i, s) in srcs.iter_mut().enumerate() {
-        c.eps[0]
-            .send(
-                to1,
-                s.buf(),
-                SendOpts {
-                    context: i as u64,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+        c.eps[0].send(to1, s.buf(), SendOpts { context: i as u64, ..Default::default() }).unwrap();
     }
-    c.run_until(2_000_000, |c| {
-        c.cqs[1].len() == count && c.cqs[0].len() == count
-    });
+    c.run_until(2_000_000, |c| c.cqs[1].len() == count && c.cqs[0].len() == count);
     for (i, d) in dsts.iter().enumerate() {
-        assert!(
-            d.bytes() == pattern(lens[i], i as u64),
-            "message {i} out of order or corrupt"
-        );
+        assert!(d.bytes() == pattern(lens[i], i as u64), "message {i} out of order or corrupt");
     }
     let ctx: Vec<u64> = c.cqs[1].iter().map(|e| e.context).collect();
     assert!(ctx.iter().all(|&x| x < count as u64));
@@ -345,10 +204,7 @@ fn send_after_send_order_holds_over_a_reordering_device() {
 
 #[test]
 fn msg_id_wraps_around_2_pow_32() {
-    let cfg = Config {
-        first_msg_id: u32::MAX - 10,
-        ..Config::default()
-    };
+    let cfg = Config { first_msg_id: u32::MAX - 10, ..Config::default() };
     ordered_stream(cfg, 21, 30);
 }
 
@@ -363,17 +219,10 @@ fn truncation(len: usize, cap: usize) {
     c.eps[0].send(to1, src.buf(), SendOpts::default()).unwrap();
     c.run_until(1_000_000, |c| !c.cqs[0].is_empty() && !c.cqs[1].is_empty());
     let r = c.take_cq(1);
-    assert_eq!(
-        (r[0].status, r[0].len, r[0].olen),
-        (Status::Trunc, cap as u64, len as u64),
-        "len {len}"
-    );
+    assert_eq!((r[0].status, r[0].len, r[0].olen), (Status::Trunc, cap as u64, len as u64), "len {len}");
     assert_eq!(c.cqs[0][0].status, Status::Success);
     assert_eq!(&big.bytes()[..cap], &data[..cap]);
-    assert!(
-        big.bytes()[cap..].iter().all(|&b| b == 0xEE),
-        "wrote past the buffer (len {len})"
-    );
+    assert!(big.bytes()[cap..].iter().all(|&b| b == 0xEE), "wrote past the buffer (len {len})");
 }
 
 #[test]
@@ -392,16 +241,7 @@ fn remote_cq_data_reaches_the_receiver() {
         let mut s = OwnedBuf::zeroed(len);
         let mut d = OwnedBuf::zeroed(len);
         c.eps[1].recv(d.buf(), RecvOpts::default()).unwrap();
-        c.eps[0]
-            .send(
-                to1,
-                s.buf(),
-                SendOpts {
-                    cq_data: Some(0xDA7A + i as u64),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+        c.eps[0].send(to1, s.buf(), SendOpts { cq_data: Some(0xDA7A + i as u64), ..Default::default() }).unwrap();
         c.run_until(1_000_000, |c| !c.cqs[1].is_empty());
         let e = c.take_cq(1);
         assert!(e[0].flags.contains(CqFlags::REMOTE_CQ_DATA));
@@ -412,23 +252,11 @@ fn remote_cq_data_reaches_the_receiver() {
 #[test]
 fn unexpected_messages_are_bounded_and_the_sender_is_held_back() {
     let limit = 64 * 1024;
-    let cfg = Config {
-        unexpected_limit: limit,
-        ..Config::default()
-    };
-    let mut c = Cluster::new(
-        2,
-        SimConfig {
-            inbox_capacity: 32,
-            ..SimConfig::chaotic(51)
-        },
-        cfg,
-    );
+    let cfg = Config { unexpected_limit: limit, ..Config::default() };
+    let mut c = Cluster::new(2, SimConfig { inbox_capacity: 32, ..SimConfig::chaotic(51) }, cfg);
     let to1 = c.addrs[0][1];
     let n = 200;
-    let mut srcs: Vec<OwnedBuf> = (0..n)
-        .map(|i| OwnedBuf::from_slice(&pattern(4000, i)))
-        .collect();
+    let mut srcs: Vec<OwnedBuf> = (0..n).map(|i| OwnedBuf::from_slice(&pattern(4000, i))).collect();
     for s in srcs.iter_mut() {
         c.eps[0].send(to1, s.buf(), SendOpts::default()).unwrap();
     }
@@ -445,9 +273,7 @@ fn unexpected_messages_are_bounded_and_the_sender_is_held_back() {
     for d in dsts.iter_mut() {
         c.eps[1].recv(d.buf(), RecvOpts::default()).unwrap();
     }
-    c.run_until(1_000_000, |c| {
-        c.cqs[1].len() == n as usize && c.cqs[0].len() == n as usize
-    });
+    c.run_until(1_000_000, |c| c.cqs[1].len() == n as usize && c.cqs[0].len() == n as usize);
     for (i, d) in dsts.iter().enumerate() {
         assert!(d.bytes() == pattern(4000, i as u64), "message {i}");
     }
@@ -455,19 +281,8 @@ fn unexpected_messages_are_bounded_and_the_sender_is_held_back() {
 
 #[test]
 fn many_concurrent_long_messages_in_both_directions_do_not_deadlock() {
-    let cfg = Config {
-        max_credits: 2,
-        credit_request: 2,
-        ..Config::default()
-    };
-    let mut c = Cluster::new(
-        4,
-        SimConfig {
-            inbox_capacity: 16,
-            ..SimConfig::chaotic(61)
-        },
-        cfg,
-    );
+    let cfg = Config { max_credits: 2, credit_request: 2, ..Config::default() };
+    let mut c = Cluster::new(4, SimConfig { inbox_capacity: 16, ..SimConfig::chaotic(61) }, cfg);
     let len = 300_000;
     let mut bufs = Vec::new();
     for i in 0..4 {
@@ -479,38 +294,15 @@ fn many_concurrent_long_messages_in_both_directions_do_not_deadlock() {
                 let mut s = OwnedBuf::from_slice(&pattern(len, (i * 16 + j * 4 + k) as u64));
                 let mut d = OwnedBuf::zeroed(len);
                 let (ij, ji) = (c.addrs[i][j], c.addrs[j][i]);
-                c.eps[j]
-                    .recv(
-                        d.buf(),
-                        RecvOpts {
-                            tag: Some((k as u64, 0)),
-                            src: Some(ji),
-                            context: 0,
-                        },
-                    )
-                    .unwrap();
-                c.eps[i]
-                    .send(
-                        ij,
-                        s.buf(),
-                        SendOpts {
-                            tag: Some(k as u64),
-                            ..Default::default()
-                        },
-                    )
-                    .unwrap();
+                c.eps[j].recv(d.buf(), RecvOpts { tag: Some((k as u64, 0)), src: Some(ji), context: 0 }).unwrap();
+                c.eps[i].send(ij, s.buf(), SendOpts { tag: Some(k as u64), ..Default::default() }).unwrap();
                 bufs.push((i, j, k, s, d));
             }
         }
     }
-    c.run_until(3_000_000, |c| {
-        c.cqs.iter().map(Vec::len).sum::<usize>() == 2 * 36
-    });
+    c.run_until(3_000_000, |c| c.cqs.iter().map(Vec::len).sum::<usize>() == 2 * 36);
     for (i, j, k, _, d) in &bufs {
-        assert!(
-            d.bytes() == pattern(len, (i * 16 + j * 4 + k) as u64),
-            "{i}->{j} #{k}"
-        );
+        assert!(d.bytes() == pattern(len, (i * 16 + j * 4 + k) as u64), "{i}->{j} #{k}");
     }
 }
 
@@ -526,52 +318,33 @@ fn rma_pair(seed: u64, region_len: usize, access: Access) -> (Cluster, OwnedBuf,
 fn emulated_write_eager_and_long_cts_with_dc_and_remote_cq_data() {
     for seed in SEEDS {
         for len in [0usize, 1, 100, 8000, 100_000, 1 << 20] {
-            let (mut c, mut region, key) = rma_pair(
-                seed,
-                (1 << 20) + 64,
-                Access::REMOTE_WRITE | Access::REMOTE_READ,
-            );
+            let (mut c, mut region, key) = rma_pair(seed, (1 << 20) + 64, Access::REMOTE_WRITE | Access::REMOTE_READ);
             let before = region.bytes().to_vec();
             let data = pattern(len, seed + len as u64);
             let mut src = OwnedBuf::from_slice(&data);
             let addr = region.buf().addr() + 32;
             let to1 = c.addrs[0][1];
-            c.eps[0]
-                .write(to1, src.buf(), RemoteBuf { addr, key }, Some(0x77), 5)
-                .unwrap();
+            c.eps[0].write(to1, src.buf(), RemoteBuf { addr, key }, Some(0x77), 5).unwrap();
             c.run_until(1_000_000, |c| !c.cqs[0].is_empty() && !c.cqs[1].is_empty());
             c.settle(10_000);
             let w = c.take_cq(0);
-            assert_eq!(
-                (w[0].status, w[0].context, w[0].flags),
-                (Status::Success, 5, CqFlags::RMA | CqFlags::WRITE)
-            );
+            assert_eq!((w[0].status, w[0].context, w[0].flags), (Status::Success, 5, CqFlags::RMA | CqFlags::WRITE));
             let t = c.take_cq(1);
             assert_eq!((t[0].data, t[0].len), (0x77, len as u64));
-            assert!(t[0]
-                .flags
-                .contains(CqFlags::REMOTE_WRITE | CqFlags::REMOTE_CQ_DATA));
+            assert!(t[0].flags.contains(CqFlags::REMOTE_WRITE | CqFlags::REMOTE_CQ_DATA));
             let mut want = before.clone();
             want[32..32 + len].copy_from_slice(&data);
             assert!(region.bytes() == want, "seed {seed} len {len}");
             let mut fwd = c.types_between(0, 1);
             fwd.sort();
             let eager = len <= 8000;
-            let mut want_types = if eager {
-                vec!["DC_EAGER_RTW"]
-            } else {
-                vec!["CTSDATA", "DC_LONGCTS_RTW"]
-            };
+            let mut want_types = if eager { vec!["DC_EAGER_RTW"] } else { vec!["CTSDATA", "DC_LONGCTS_RTW"] };
             want_types.extend(["EAGER_RTW", "HANDSHAKE"]); // the handshake trigger
             want_types.sort();
             assert_eq!(fwd, want_types, "len {len}");
             let mut back = c.types_between(1, 0);
             back.sort();
-            let mut back_want = if eager {
-                vec!["HANDSHAKE", "RECEIPT"]
-            } else {
-                vec!["CTS", "HANDSHAKE", "RECEIPT"]
-            };
+            let mut back_want = if eager { vec!["HANDSHAKE", "RECEIPT"] } else { vec!["CTS", "HANDSHAKE", "RECEIPT"] };
             back_want.sort();
             assert_eq!(back, back_want, "len {len}");
         }
@@ -586,29 +359,17 @@ fn emulated_read_short_and_long_cts() {
             let mut dst = OwnedBuf::zeroed(len);
             let addr = region.buf().addr() + 16;
             let to1 = c.addrs[0][1];
-            c.eps[0]
-                .read(to1, dst.buf(), RemoteBuf { addr, key }, 3)
-                .unwrap();
+            c.eps[0].read(to1, dst.buf(), RemoteBuf { addr, key }, 3).unwrap();
             c.run_until(1_000_000, |c| !c.cqs[0].is_empty());
             c.settle(10_000);
             let e = c.take_cq(0);
-            assert_eq!(
-                (e[0].status, e[0].context, e[0].len),
-                (Status::Success, 3, len as u64)
-            );
-            assert!(
-                dst.bytes() == &region.bytes()[16..16 + len],
-                "seed {seed} len {len}"
-            );
+            assert_eq!((e[0].status, e[0].context, e[0].len), (Status::Success, 3, len as u64));
+            assert!(dst.bytes() == &region.bytes()[16..16 + len], "seed {seed} len {len}");
             assert!(c.cqs[1].is_empty(), "a read gives the target no completion");
             let short = len <= 8192 - 24;
             let mut fwd = c.types_between(0, 1);
             fwd.sort();
-            let mut want: Vec<&str> = if short {
-                vec!["SHORT_RTR"]
-            } else {
-                vec!["CTS", "LONGCTS_RTR"]
-            };
+            let mut want: Vec<&str> = if short { vec!["SHORT_RTR"] } else { vec!["CTS", "LONGCTS_RTR"] };
             want.push("HANDSHAKE");
             want.sort();
             if !short && len <= 64 * (8192 - 32) {
@@ -617,11 +378,8 @@ fn emulated_read_short_and_long_cts() {
             assert_eq!(fwd, want, "len {len}");
             let mut back = c.types_between(1, 0);
             back.sort();
-            let mut back_want = if short {
-                vec!["HANDSHAKE", "READRSP"]
-            } else {
-                vec!["CTSDATA", "HANDSHAKE", "READRSP"]
-            };
+            let mut back_want =
+                if short { vec!["HANDSHAKE", "READRSP"] } else { vec!["CTSDATA", "HANDSHAKE", "READRSP"] };
             back_want.sort();
             assert_eq!(back, back_want, "len {len}");
         }
@@ -630,10 +388,7 @@ fn emulated_read_short_and_long_cts() {
 
 #[test]
 fn remote_access_violations_fail_the_requester_and_touch_nothing() {
-    for (access, what) in [
-        (Access::REMOTE_READ, "write to read-only"),
-        (Access::REMOTE_WRITE, "read of write-only"),
-    ] {
+    for (access, what) in [(Access::REMOTE_READ, "write to read-only"), (Access::REMOTE_WRITE, "read of write-only")] {
         for len in [8usize, 100_000] {
             let (mut c, mut region, key) = rma_pair(71, 200_000, access);
             let before = region.bytes().to_vec();
@@ -642,18 +397,9 @@ fn remote_access_violations_fail_the_requester_and_touch_nothing() {
             let mut buf = OwnedBuf::zeroed(len);
             // Wrong key, out of bounds, and the missing permission.
             let cases = [
-                RemoteBuf {
-                    addr: base,
-                    key: key ^ 1,
-                },
-                RemoteBuf {
-                    addr: base + 200_000 - len as u64 + 1,
-                    key,
-                },
-                RemoteBuf {
-                    addr: base - 1,
-                    key,
-                },
+                RemoteBuf { addr: base, key: key ^ 1 },
+                RemoteBuf { addr: base + 200_000 - len as u64 + 1, key },
+                RemoteBuf { addr: base - 1, key },
                 RemoteBuf { addr: base, key },
             ];
             for (i, rb) in cases.into_iter().enumerate() {
@@ -668,11 +414,7 @@ fn remote_access_violations_fail_the_requester_and_touch_nothing() {
                 }
                 c.run_until(1_000_000, |c| !c.cqs[0].is_empty());
                 let e = c.take_cq(0);
-                assert_eq!(
-                    e[0].status,
-                    Status::RemoteAccess,
-                    "{what} case {i} len {len}"
-                );
+                assert_eq!(e[0].status, Status::RemoteAccess, "{what} case {i} len {len}");
             }
             assert!(region.bytes() == before, "{what}: target memory changed");
             assert!(c.cqs[1].is_empty());
@@ -709,11 +451,7 @@ fn handshake_race_both_sides_send_first() {
         c.run_until(100_000, |c| c.cqs[1].len() == 3);
         let l = c.net.log();
         assert_eq!(l.len(), 1);
-        assert_eq!(
-            l[0].len,
-            8 + 4 + 4,
-            "EAGER_MSGRTM with connid header, no raw address"
-        );
+        assert_eq!(l[0].len, 8 + 4 + 4, "EAGER_MSGRTM with connid header, no raw address");
     }
 }
 
@@ -769,12 +507,7 @@ fn a_non_req_packet_from_an_unknown_sender_is_dropped() {
     let mut dev = net.device();
     use rdm4::device::Device;
     let ah = dev.insert(&a.addr()).unwrap();
-    let cts = rdm4::wire::Cts {
-        send_id: 1,
-        recv_id: 2,
-        recv_length: 100,
-        ..Default::default()
-    };
+    let cts = rdm4::wire::Cts { send_id: 1, recv_id: 2, recv_length: 100, ..Default::default() };
     let mut buf = [0u8; 64];
     let n = cts.emit(&mut buf).unwrap();
     dev.send(ah, &buf[..n], 0).unwrap();
@@ -802,9 +535,7 @@ fn close_with_handshakes_in_flight_is_harmless() {
             c.eps[0].poll_cq(&mut c.cqs[0], 100);
             c.net.advance(10_000);
         }
-        assert!(c.cqs[0]
-            .iter()
-            .all(|e| e.status == Status::Success || e.status == Status::PeerUnreachable));
+        assert!(c.cqs[0].iter().all(|e| e.status == Status::Success || e.status == Status::PeerUnreachable));
         assert_eq!(c.eps[0].pending_ops(), 0);
     }
 }
@@ -815,37 +546,14 @@ fn a_vanished_peer_fails_every_operation_towards_it() {
     let (to1, to2) = (c.addrs[0][1], c.addrs[0][2]);
     let mut big = OwnedBuf::zeroed(1 << 20);
     let mut rd = OwnedBuf::zeroed(100_000);
-    c.eps[0]
-        .send(
-            to1,
-            big.buf(),
-            SendOpts {
-                context: 1,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-    c.eps[0]
-        .read(
-            to1,
-            rd.buf(),
-            RemoteBuf {
-                addr: 0x1000,
-                key: 1,
-            },
-            2,
-        )
-        .unwrap();
+    c.eps[0].send(to1, big.buf(), SendOpts { context: 1, ..Default::default() }).unwrap();
+    c.eps[0].read(to1, rd.buf(), RemoteBuf { addr: 0x1000, key: 1 }, 2).unwrap();
     for _ in 0..5 {
         c.step();
     }
     c.net.kill(c.eps[1].device().node());
     c.run_until(100_000, |c| c.cqs[0].len() == 2);
-    assert!(
-        c.cqs[0].iter().all(|e| e.status == Status::PeerUnreachable),
-        "{:?}",
-        c.cqs[0]
-    );
+    assert!(c.cqs[0].iter().all(|e| e.status == Status::PeerUnreachable), "{:?}", c.cqs[0]);
     // The survivors keep working.
     let mut s = OwnedBuf::from_slice(b"still here");
     let mut r = OwnedBuf::zeroed(10);
@@ -853,51 +561,29 @@ fn a_vanished_peer_fails_every_operation_towards_it() {
     c.eps[0].send(to2, s.buf(), SendOpts::default()).unwrap();
     c.run_until(100_000, |c| !c.cqs[2].is_empty());
     assert_eq!(r.bytes(), b"still here");
-    assert_eq!(
-        c.eps[0].send(to1, s.buf(), SendOpts::default()),
-        Err(Status::PeerUnreachable)
-    );
+    assert_eq!(c.eps[0].send(to1, s.buf(), SendOpts::default()), Err(Status::PeerUnreachable));
 }
 
 #[test]
 fn legacy_baseline_peer_interoperates() {
-    let legacy = Config {
-        legacy: true,
-        ..Config::default()
-    };
+    let legacy = Config { legacy: true, ..Config::default() };
     let mut c = Cluster::with_configs(SimConfig::chaotic(101), vec![Config::default(), legacy]);
     let mut region = OwnedBuf::zeroed(4096);
-    let key = c.eps[1]
-        .mr_reg(region.buf(), Access::REMOTE_WRITE | Access::REMOTE_READ)
-        .unwrap();
+    let key = c.eps[1].mr_reg(region.buf(), Access::REMOTE_WRITE | Access::REMOTE_READ).unwrap();
     let to1 = c.addrs[0][1];
     let mut s = OwnedBuf::from_slice(&pattern(100_000, 5));
     let mut d = OwnedBuf::zeroed(100_000);
     c.eps[1].recv(d.buf(), RecvOpts::default()).unwrap();
     c.eps[0].send(to1, s.buf(), SendOpts::default()).unwrap();
     let mut w = OwnedBuf::from_slice(b"written");
-    c.eps[0]
-        .write(
-            to1,
-            w.buf(),
-            RemoteBuf {
-                addr: region.buf().addr(),
-                key,
-            },
-            None,
-            9,
-        )
-        .unwrap();
+    c.eps[0].write(to1, w.buf(), RemoteBuf { addr: region.buf().addr(), key }, None, 9).unwrap();
     c.run_until(1_000_000, |c| c.cqs[0].len() == 2 && !c.cqs[1].is_empty());
     c.settle(10_000);
     assert!(d.bytes() == pattern(100_000, 5));
     assert_eq!(&region.bytes()[..7], b"written");
     let types = c.all_types();
     for t in &types {
-        assert!(
-            !t.starts_with("DC_") && *t != "RECEIPT" && *t != "PEER_ERROR",
-            "legacy peer got {t}"
-        );
+        assert!(!t.starts_with("DC_") && *t != "RECEIPT" && *t != "PEER_ERROR", "legacy peer got {t}");
     }
     // The legacy side sent no connid anywhere.
     assert_eq!(c.eps[0].stats().stale_connid, 0);

@@ -14,25 +14,8 @@ fn smoke_eager_medium_longcts() {
         let mut src = OwnedBuf::from_slice(&data);
         let mut dst = OwnedBuf::zeroed(len);
         let a1 = c.addrs[0][1];
-        c.eps[1]
-            .recv(
-                dst.buf(),
-                RecvOpts {
-                    context: 9,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-        c.eps[0]
-            .send(
-                a1,
-                src.buf(),
-                SendOpts {
-                    context: 5,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+        c.eps[1].recv(dst.buf(), RecvOpts { context: 9, ..Default::default() }).unwrap();
+        c.eps[0].send(a1, src.buf(), SendOpts { context: 5, ..Default::default() }).unwrap();
         c.run_until(100_000, |c| !c.cqs[0].is_empty() && !c.cqs[1].is_empty());
         let s = c.take_cq(0);
         let r = c.take_cq(1);

@@ -7,18 +7,8 @@
 use rdm4::wire::{Packet, PacketType, RawAddr, Req};
 
 fn main() {
-    println!(
-        "rdm4 {} (EFA RDM protocol v{})",
-        rdm4::VERSION,
-        rdm4::wire::PROTOCOL_VERSION
-    );
-    let addr = RawAddr::new(
-        [
-            0xfe, 0x80, 0, 0, 0, 0, 0, 0, 2, 0x11, 0x22, 0xff, 0xfe, 0x33, 0x44, 0x55,
-        ],
-        7,
-        0xc0dec0de,
-    );
+    println!("rdm4 {} (EFA RDM protocol v{})", rdm4::VERSION, rdm4::wire::PROTOCOL_VERSION);
+    let addr = RawAddr::new([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 2, 0x11, 0x22, 0xff, 0xfe, 0x33, 0x44, 0x55], 7, 0xc0dec0de);
     let body = addr.to_req_hdr_body();
     let mut req = Req::new(PacketType::EagerTagRtm);
     req.fields.msg_id = 1;

@@ -111,22 +111,8 @@ pub trait Device {
 
     /// RDMA-reads `local.len()` bytes from the peer's `(remote_addr, key)`
     /// into `local`. Devices without RDMA read return `Failed(NotSup)`.
-    fn rdma_read(
-        &mut self,
-        ah: Ah,
-        local: UserBuf,
-        remote_addr: u64,
-        key: u64,
-        wr_id: u64,
-    ) -> Result<(), DevError>;
+    fn rdma_read(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError>;
 
     /// RDMA-writes `local` to the peer's `(remote_addr, key)`.
-    fn rdma_write(
-        &mut self,
-        ah: Ah,
-        local: UserBuf,
-        remote_addr: u64,
-        key: u64,
-        wr_id: u64,
-    ) -> Result<(), DevError>;
+    fn rdma_write(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError>;
 }

@@ -7,8 +7,8 @@
 //! has passed. Delivery is exactly once; with `reorder` the receiver takes a
 //! random deliverable packet instead of the oldest.
 
+use crate::fxhash::FxHashMap;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 
 use super::{Access, Ah, Caps, DevError, DevEvent, Device};
@@ -96,9 +96,9 @@ struct Node {
     inbox: Vec<InPkt>,
     /// ah -> node index (`None` once removed).
     ahs: Vec<Option<usize>>,
-    by_node: HashMap<usize, Ah>,
+    by_node: FxHashMap<usize, Ah>,
     events: Vec<DevEvent>,
-    mrs: HashMap<u64, Mr>,
+    mrs: FxHashMap<u64, Mr>,
 }
 
 struct Net {
@@ -120,14 +120,7 @@ impl Net {
         z ^ (z >> 31)
     }
 
-    fn lookup_mr(
-        &self,
-        node: usize,
-        addr: u64,
-        len: usize,
-        key: u64,
-        need: Access,
-    ) -> Option<UserBuf> {
+    fn lookup_mr(&self, node: usize, addr: u64, len: usize, key: u64, need: Access) -> Option<UserBuf> {
         let mr = self.nodes.get(node)?.mrs.get(&key)?;
         if !mr.access.contains(need) {
             return None;
@@ -148,14 +141,7 @@ impl SimNet {
     pub fn new(cfg: SimConfig) -> SimNet {
         let rng = cfg.seed ^ 0x5151_5151;
         SimNet {
-            net: Rc::new(RefCell::new(Net {
-                cfg,
-                now: 0,
-                rng,
-                nodes: Vec::new(),
-                log: Vec::new(),
-                pool: Vec::new(),
-            })),
+            net: Rc::new(RefCell::new(Net { cfg, now: 0, rng, nodes: Vec::new(), log: Vec::new(), pool: Vec::new() })),
         }
     }
 
@@ -172,14 +158,11 @@ impl SimNet {
             alive: true,
             inbox: Vec::new(),
             ahs: Vec::new(),
-            by_node: HashMap::new(),
+            by_node: FxHashMap::default(),
             events: Vec::new(),
-            mrs: HashMap::new(),
+            mrs: FxHashMap::default(),
         });
-        SimDevice {
-            net: self.net.clone(),
-            me: node,
-        }
+        SimDevice { net: self.net.clone(), me: node }
     }
 
     /// Virtual time in nanoseconds.
@@ -195,11 +178,7 @@ impl SimNet {
     /// Moves time to the next pending delivery; false when nothing is pending.
     pub fn advance_to_next(&self) -> bool {
         let mut net = self.net.borrow_mut();
-        let next = net
-            .nodes
-            .iter()
-            .flat_map(|n| n.inbox.iter().map(|p| p.at))
-            .min();
+        let next = net.nodes.iter().flat_map(|n| n.inbox.iter().map(|p| p.at)).min();
         match next {
             Some(at) => {
                 net.now = net.now.max(at);
@@ -265,20 +244,11 @@ impl SimDevice {
             return Err(DevError::Failed(Status::NotSup));
         }
         let me = self.me;
-        let target = net.nodes[me]
-            .ahs
-            .get(ah as usize)
-            .copied()
-            .flatten()
-            .ok_or(DevError::Failed(Status::NoAddr))?;
+        let target = net.nodes[me].ahs.get(ah as usize).copied().flatten().ok_or(DevError::Failed(Status::NoAddr))?;
         let status = if !net.nodes[target].alive {
             Err(Status::PeerUnreachable)
         } else {
-            let need = if write {
-                Access::REMOTE_WRITE
-            } else {
-                Access::REMOTE_READ
-            };
+            let need = if write { Access::REMOTE_WRITE } else { Access::REMOTE_READ };
             match net.lookup_mr(target, remote_addr, local.len(), key, need) {
                 Some(remote) if write => {
                     remote.copy_from(0, &local, 0, local.len());
@@ -291,9 +261,7 @@ impl SimDevice {
                 None => Err(Status::RemoteAccess),
             }
         };
-        net.nodes[me]
-            .events
-            .push(DevEvent::SendDone { wr_id, ah, status });
+        net.nodes[me].events.push(DevEvent::SendDone { wr_id, ah, status });
         Ok(())
     }
 }
@@ -301,9 +269,7 @@ impl SimDevice {
 impl Drop for SimDevice {
     fn drop(&mut self) {
         // Closing an endpoint is a peer disappearing, seen from the others.
-        let net = SimNet {
-            net: self.net.clone(),
-        };
+        let net = SimNet { net: self.net.clone() };
         net.kill(self.me);
     }
 }
@@ -312,12 +278,7 @@ impl Device for SimDevice {
     fn caps(&self) -> Caps {
         let net = self.net.borrow();
         let rdma = net.cfg.rdma;
-        Caps {
-            mtu: net.cfg.mtu,
-            max_rdma_size: if rdma { 1 << 30 } else { 0 },
-            rdma_read: rdma,
-            rdma_write: rdma,
-        }
+        Caps { mtu: net.cfg.mtu, max_rdma_size: if rdma { 1 << 30 } else { 0 }, rdma_read: rdma, rdma_write: rdma }
     }
 
     fn local_addr(&self) -> RawAddr {
@@ -326,11 +287,7 @@ impl Device for SimDevice {
 
     fn insert(&mut self, addr: &RawAddr) -> Result<Ah, Status> {
         let mut net = self.net.borrow_mut();
-        let target = net
-            .nodes
-            .iter()
-            .position(|n| n.addr == *addr)
-            .ok_or(Status::NoAddr)?;
+        let target = net.nodes.iter().position(|n| n.addr == *addr).ok_or(Status::NoAddr)?;
         let node = &mut net.nodes[self.me];
         if let Some(&ah) = node.by_node.get(&target) {
             return Ok(ah);
@@ -356,18 +313,9 @@ impl Device for SimDevice {
             return Err(DevError::Failed(Status::Inval));
         }
         let me = self.me;
-        let target = net.nodes[me]
-            .ahs
-            .get(ah as usize)
-            .copied()
-            .flatten()
-            .ok_or(DevError::Failed(Status::NoAddr))?;
+        let target = net.nodes[me].ahs.get(ah as usize).copied().flatten().ok_or(DevError::Failed(Status::NoAddr))?;
         if !net.nodes[target].alive {
-            net.nodes[me].events.push(DevEvent::SendDone {
-                wr_id,
-                ah,
-                status: Err(Status::PeerUnreachable),
-            });
+            net.nodes[me].events.push(DevEvent::SendDone { wr_id, ah, status: Err(Status::PeerUnreachable) });
             return Ok(());
         }
         if net.nodes[target].inbox.len() >= net.cfg.inbox_capacity {
@@ -376,29 +324,16 @@ impl Device for SimDevice {
         if net.cfg.again_permille > 0 && (net.rand() % 1000) < u64::from(net.cfg.again_permille) {
             return Err(DevError::Again);
         }
-        let delay = if net.cfg.max_delay_ns > 0 {
-            net.rand() % (net.cfg.max_delay_ns + 1)
-        } else {
-            0
-        };
+        let delay = if net.cfg.max_delay_ns > 0 { net.rand() % (net.cfg.max_delay_ns + 1) } else { 0 };
         let at = net.now + delay;
         let mut data = net.pool.pop().unwrap_or_default();
         data.clear();
         data.extend_from_slice(pkt);
         if net.cfg.capture {
-            net.log.push(SimRecord {
-                from: me,
-                to: target,
-                ptype: pkt.first().copied().unwrap_or(0),
-                len: pkt.len(),
-            });
+            net.log.push(SimRecord { from: me, to: target, ptype: pkt.first().copied().unwrap_or(0), len: pkt.len() });
         }
         net.nodes[target].inbox.push(InPkt { from: me, at, data });
-        net.nodes[me].events.push(DevEvent::SendDone {
-            wr_id,
-            ah,
-            status: Ok(()),
-        });
+        net.nodes[me].events.push(DevEvent::SendDone { wr_id, ah, status: Ok(()) });
         Ok(())
     }
 
@@ -421,27 +356,14 @@ impl Device for SimDevice {
                 if ready == 0 {
                     break;
                 }
-                let pick = if reorder {
-                    (net.rand() % ready as u64) as usize
-                } else {
-                    0
-                };
+                let pick = if reorder { (net.rand() % ready as u64) as usize } else { 0 };
                 let node = &mut net.nodes[self.me];
                 let idx = if reorder {
-                    node.inbox
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, p)| p.at <= now)
-                        .nth(pick)
-                        .map_or(0, |(i, _)| i)
+                    node.inbox.iter().enumerate().filter(|(_, p)| p.at <= now).nth(pick).map_or(0, |(i, _)| i)
                 } else {
                     0
                 };
-                let pkt = if reorder {
-                    node.inbox.swap_remove(idx)
-                } else {
-                    node.inbox.remove(0)
-                };
+                let pkt = if reorder { node.inbox.swap_remove(idx) } else { node.inbox.remove(0) };
                 let from = node.by_node.get(&pkt.from).copied();
                 (from, pkt.data)
             };
@@ -468,32 +390,14 @@ impl Device for SimDevice {
 
     fn dereg(&mut self, key: u64) -> Result<(), Status> {
         let mut net = self.net.borrow_mut();
-        net.nodes[self.me]
-            .mrs
-            .remove(&key)
-            .map(|_| ())
-            .ok_or(Status::Inval)
+        net.nodes[self.me].mrs.remove(&key).map(|_| ()).ok_or(Status::Inval)
     }
 
-    fn rdma_read(
-        &mut self,
-        ah: Ah,
-        local: UserBuf,
-        remote_addr: u64,
-        key: u64,
-        wr_id: u64,
-    ) -> Result<(), DevError> {
+    fn rdma_read(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
         self.rdma(ah, local, remote_addr, key, wr_id, false)
     }
 
-    fn rdma_write(
-        &mut self,
-        ah: Ah,
-        local: UserBuf,
-        remote_addr: u64,
-        key: u64,
-        wr_id: u64,
-    ) -> Result<(), DevError> {
+    fn rdma_write(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
         self.rdma(ah, local, remote_addr, key, wr_id, true)
     }
 }

@@ -32,18 +32,13 @@ impl Core {
         }
         let size = atomic_ops::type_size(datatype)?;
         let class = atomic_ops::classify(datatype, op_code, !result.is_empty())?;
-        let len = if op_code == atomic_ops::op::ATOMIC_READ {
-            result.len()
-        } else {
-            operand.len()
-        };
+        let len = if op_code == atomic_ops::op::ATOMIC_READ { result.len() } else { operand.len() };
         let shapes_ok = len > 0
             && len % size == 0
             && match class {
                 AtomicClass::Write => result.is_empty(),
                 AtomicClass::Fetch => {
-                    result.len() == len
-                        && (op_code == atomic_ops::op::ATOMIC_READ || operand.len() == len)
+                    result.len() == len && (op_code == atomic_ops::op::ATOMIC_READ || operand.len() == len)
                 }
                 AtomicClass::Compare => result.len() == len && compare.len() == len,
             };
@@ -55,11 +50,7 @@ impl Core {
             AtomicClass::Fetch => PacketType::FetchRta,
             AtomicClass::Compare => PacketType::CompareRta,
         };
-        let payload = if class == AtomicClass::Compare {
-            2 * len
-        } else {
-            len
-        };
+        let payload = if class == AtomicClass::Compare { 2 * len } else { len };
         if payload > self.req_data_cap(ptype, 1) {
             return Err(Status::Overflow);
         }
@@ -68,12 +59,7 @@ impl Core {
         op.rma = RmaIov::new(remote.addr, len as u64, remote.key);
         op.len = len as u64;
         op.msg_id = peer.tx_msg_id;
-        op.atomic = Some(AtomicReq {
-            datatype,
-            op: op_code,
-            compare,
-            result,
-        });
+        op.atomic = Some(AtomicReq { datatype, op: op_code, compare, result });
         op.awaiting = class != AtomicClass::Write;
         let key = self.new_op(op)?;
         if let Some(p) = self.peers.get_mut(dest) {
@@ -88,13 +74,7 @@ impl Core {
     }
 
     /// The RTA of an atomic.
-    pub(crate) fn rta_next_packet(
-        &self,
-        key: u32,
-        op: &Op,
-        peer: &Peer,
-        out: &mut [u8],
-    ) -> Option<(usize, u64)> {
+    pub(crate) fn rta_next_packet(&self, key: u32, op: &Op, peer: &Peer, out: &mut [u8]) -> Option<(usize, u64)> {
         if op.started {
             return None;
         }
@@ -110,25 +90,10 @@ impl Core {
         r.fields.atomic_op = a.op;
         r.fields.recv_id = key;
         r.fields.send_id = key;
-        let operand_len = if a.op == atomic_ops::op::ATOMIC_READ {
-            0
-        } else {
-            op.buf.len()
-        };
-        let n = op.buf.with_slice(|s| {
-            wire::Req {
-                data: &s[..operand_len],
-                ..r
-            }
-            .emit(out)
-            .ok()
-        })?;
+        let operand_len = if a.op == atomic_ops::op::ATOMIC_READ { 0 } else { op.buf.len() };
+        let n = op.buf.with_slice(|s| wire::Req { data: &s[..operand_len], ..r }.emit(out).ok())?;
         // COMPARE_RTA: the compare values follow the operands (spec §3.3).
-        let cmp = if op.ptype == Some(PacketType::CompareRta) {
-            a.compare.len()
-        } else {
-            0
-        };
+        let cmp = if op.ptype == Some(PacketType::CompareRta) { a.compare.len() } else { 0 };
         let tail = out.get_mut(n..n + cmp)?;
         a.compare.read_at(0, tail);
         Some((n + cmp, op.len))
@@ -136,11 +101,7 @@ impl Core {
 
     /// An RTA, in `msg_id` order: validate, apply, answer.
     pub(crate) fn handle_rta(&mut self, peer: u32, r: &wire::Req<'_>, info: ReqInfo) {
-        let id = if info.dc {
-            r.fields.send_id
-        } else {
-            r.fields.recv_id
-        };
+        let id = if info.dc { r.fields.send_id } else { r.fields.recv_id };
         let answers = info.dc || info.proto != Subprotocol::WriteAtomic;
         match self.apply_rta(r, info) {
             Ok(old) => match info.proto {
@@ -178,11 +139,7 @@ impl Core {
             return Err(Status::NotSup);
         }
         let total: u64 = r.rma_iov.iter().map(RmaIov::len).sum();
-        let need = if fetch {
-            Access::REMOTE_WRITE | Access::REMOTE_READ
-        } else {
-            Access::REMOTE_WRITE
-        };
+        let need = if fetch { Access::REMOTE_WRITE | Access::REMOTE_READ } else { Access::REMOTE_WRITE };
         let bufs = self.mr_check_all(r.rma_iov, need, total)?;
         let [target] = bufs.as_slice() else {
             return Err(Status::NotSup);
@@ -199,8 +156,7 @@ impl Core {
         }
         let (operand, compare) = r.data.split_at(data_len.min(len));
         let mut old = if fetch { vec![0u8; len] } else { Vec::new() };
-        target
-            .with_slice_mut(|dst| atomic_ops::apply(dt, code, dst, operand, compare, &mut old))?;
+        target.with_slice_mut(|dst| atomic_ops::apply(dt, code, dst, operand, compare, &mut old))?;
         Ok(old)
     }
 
@@ -210,10 +166,7 @@ impl Core {
             self.stats.protocol_errors += 1;
             return;
         };
-        let Some(req) = op
-            .atomic
-            .filter(|_| op.peer == peer && op.kind == OpKind::Atomic && op.awaiting)
-        else {
+        let Some(req) = op.atomic.filter(|_| op.peer == peer && op.kind == OpKind::Atomic && op.awaiting) else {
             self.stats.protocol_errors += 1;
             return;
         };

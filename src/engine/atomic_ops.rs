@@ -101,9 +101,7 @@ pub fn classify(dt: u32, o: u32, fetch: bool) -> Result<AtomicClass, Status> {
     type_size(dt)?;
     let k = kind(dt);
     let ok = match o {
-        op::MIN | op::MAX | op::CSWAP_LE | op::CSWAP_LT | op::CSWAP_GE | op::CSWAP_GT => {
-            k != Kind::Complex
-        }
+        op::MIN | op::MAX | op::CSWAP_LE | op::CSWAP_LT | op::CSWAP_GE | op::CSWAP_GT => k != Kind::Complex,
         op::BOR | op::BAND | op::BXOR | op::MSWAP => k == Kind::Int,
         op::SUM
         | op::PROD
@@ -306,14 +304,7 @@ fn run<T: Elem>(o: u32, dst: &mut [u8], operand: &[u8], compare: &[u8], old: &mu
 /// the compare family), writing the old values to `old` when it is not
 /// empty. `dst.len()` must be a multiple of the element size and the other
 /// slices at least as long where used (the engine checks before calling).
-pub fn apply(
-    dt: u32,
-    o: u32,
-    dst: &mut [u8],
-    operand: &[u8],
-    compare: &[u8],
-    old: &mut [u8],
-) -> Result<(), Status> {
+pub fn apply(dt: u32, o: u32, dst: &mut [u8], operand: &[u8], compare: &[u8], old: &mut [u8]) -> Result<(), Status> {
     classify(dt, o, false)?;
     match dt {
         datatype::INT8 => run::<i8>(o, dst, operand, compare, old),

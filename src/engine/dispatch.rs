@@ -68,22 +68,14 @@ impl Core {
         if let Some(&p) = self.by_raw.get(&raw_key(&raw)) {
             return Some(p);
         }
-        let p = self
-            .peers
-            .insert(Peer::new(raw, None, self.cfg.first_msg_id))?;
+        let p = self.peers.insert(Peer::new(raw, None, self.cfg.first_msg_id))?;
         self.by_raw.insert(raw_key(&raw), p);
         self.pending_insert.push(p);
         Some(p)
     }
 
     /// A REQ: RTMs and RTAs in `msg_id` order, RTWs and RTRs at once.
-    pub(crate) fn handle_req(
-        &mut self,
-        peer: u32,
-        r: &crate::wire::Req<'_>,
-        bytes: &[u8],
-        drain: bool,
-    ) {
+    pub(crate) fn handle_req(&mut self, peer: u32, r: &crate::wire::Req<'_>, bytes: &[u8], drain: bool) {
         let Category::Req(info) = r.ptype.category() else {
             return;
         };
@@ -103,7 +95,7 @@ impl Core {
                     ReqFamily::Rta => self.handle_rta(peer, r, info),
                     _ => self.handle_rtm(peer, r, info),
                 }
-                if drain {
+                if drain && self.peers.get(peer).is_some_and(|p| !p.reorder.is_empty()) {
                     self.drain_reorder(peer);
                 }
             }
@@ -118,9 +110,7 @@ impl Core {
                 self.reorder_bytes += copy.capacity();
                 p.reorder.entry(r.fields.msg_id).or_default().push(copy);
             }
-            MsgOrder::Past if info.proto == Subprotocol::Medium => {
-                self.handle_medium_segment(peer, r)
-            }
+            MsgOrder::Past if info.proto == Subprotocol::Medium => self.handle_medium_segment(peer, r),
             MsgOrder::Past | MsgOrder::TooFar => self.stats.protocol_errors += 1,
         }
     }

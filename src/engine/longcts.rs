@@ -18,9 +18,7 @@ impl Core {
     /// Sends a CTS for operation `key` when its current window is used up.
     pub(crate) fn grant(&mut self, key: u32) {
         let window = match self.ops.get(key) {
-            Some(op) if op.received < op.len && op.received >= op.window_end => {
-                self.window_bytes(op.credits)
-            }
+            Some(op) if op.received < op.len && op.received >= op.window_end => self.window_bytes(op.credits),
             _ => return,
         };
         let connid = self.my_connid();
@@ -30,11 +28,7 @@ impl Core {
         let window = window.min(op.len - op.received);
         op.window_end = op.received + window;
         let cts = wire::Cts {
-            flags: if op.kind == OpKind::Read {
-                CTS_READ_REQ
-            } else {
-                0
-            },
+            flags: if op.kind == OpKind::Read { CTS_READ_REQ } else { 0 },
             connid,
             padding: 0,
             send_id: op.remote_id,
@@ -47,20 +41,13 @@ impl Core {
 
     /// The first window of a long read, carried in the LONGCTS_RTR.
     pub(crate) fn first_read_window(&self, op: &Op) -> u64 {
-        self.window_bytes(self.cfg.credit_request)
-            .min(op.len)
-            .min(u32::MAX.into())
+        self.window_bytes(self.cfg.credit_request).min(op.len).min(u32::MAX.into())
     }
 
     /// A CTS: the sender may send `recv_length` more bytes.
     pub(crate) fn handle_cts(&mut self, peer: u32, c: &wire::Cts) {
         let ok = self.ops.get(c.send_id).is_some_and(|op| {
-            op.peer == peer
-                && op.started
-                && matches!(
-                    op.kind,
-                    OpKind::Send | OpKind::Write | OpKind::ReadResponder
-                )
+            op.peer == peer && op.started && matches!(op.kind, OpKind::Send | OpKind::Write | OpKind::ReadResponder)
         });
         if !ok || c.recv_length == 0 {
             self.stats.protocol_errors += 1;
@@ -79,9 +66,7 @@ impl Core {
         let ok = self.ops.get(key).is_some_and(|op| {
             op.peer == peer
                 && matches!(op.kind, OpKind::Recv | OpKind::RemoteWrite | OpKind::Read)
-                && off
-                    .checked_add(data.len() as u64)
-                    .is_some_and(|end| end <= op.len)
+                && off.checked_add(data.len() as u64).is_some_and(|end| end <= op.len)
         });
         if !ok {
             self.stats.protocol_errors += 1;
@@ -105,23 +90,14 @@ impl Core {
 
     /// A READRSP: the first (or only) data of a read, at offset 0.
     pub(crate) fn handle_readrsp(&mut self, peer: u32, r: &wire::ReadRsp<'_>) {
-        if let Some(op) = self
-            .ops
-            .get_mut(r.recv_id)
-            .filter(|o| o.peer == peer && o.kind == OpKind::Read)
-        {
+        if let Some(op) = self.ops.get_mut(r.recv_id).filter(|o| o.peer == peer && o.kind == OpKind::Read) {
             op.remote_id = r.send_id;
         }
         self.take_data(peer, r.recv_id, 0, r.data);
     }
 
     /// The next CTSDATA of a long-CTS sender, within its window.
-    pub(crate) fn ctsdata_packet(
-        &self,
-        op: &Op,
-        peer: &Peer,
-        out: &mut [u8],
-    ) -> Option<(usize, u64)> {
+    pub(crate) fn ctsdata_packet(&self, op: &Op, peer: &Peer, out: &mut [u8]) -> Option<(usize, u64)> {
         if op.sent >= op.window_end {
             return None;
         }

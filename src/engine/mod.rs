@@ -53,9 +53,10 @@ use std::collections::{HashMap, VecDeque};
 pub use cq::{CqFlags, Cqe, ADDR_UNSPEC};
 
 use crate::device::{Access, Ah, Caps, DevError, DevEvent, Device};
+use crate::fxhash::FxHashMap;
 use crate::mem::UserBuf;
 use crate::status::Status;
-use crate::wire::{self, PacketType, RawAddr, RawAddrHdr};
+use crate::wire::{self, PacketType, RawAddr, RawAddrHdr, ReqFamily, Subprotocol};
 use op::{Op, OpKind};
 use peer::Peer;
 use slab::Slab;
@@ -180,7 +181,7 @@ pub(crate) struct Core {
     local: RawAddr,
     raw_body: [u8; 36],
     peers: Slab<Peer>,
-    by_ah: HashMap<Ah, u32>,
+    by_ah: FxHashMap<Ah, u32>,
     by_raw: HashMap<[u8; 32], u32>,
     ops: Slab<Op>,
     /// Posted receives, untagged [0] and tagged [1], in post order.
@@ -190,16 +191,20 @@ pub(crate) struct Core {
     unexpected_bytes: usize,
     /// Bytes of REQs held for `msg_id` order (bounded by the reorder window).
     reorder_bytes: usize,
-    medium_rx: HashMap<(u32, u32), u32>,
+    medium_rx: FxHashMap<(u32, u32), u32>,
     ctrl: VecDeque<(u32, Vec<u8>)>,
     pool: Vec<Vec<u8>>,
     txq: VecDeque<u32>,
     cq: VecDeque<Cqe>,
-    mrs: HashMap<u64, Mr>,
+    mrs: FxHashMap<u64, Mr>,
     pending_insert: Vec<u32>,
     events: Vec<DevEvent>,
     scratch: Vec<u8>,
     stats: Stats,
+    /// RTM type by [protocol: eager, medium, long-CTS][tagged].
+    rtm_types: [[PacketType; 2]; 3],
+    /// Largest eager message, [untagged, tagged].
+    eager_cap: [usize; 2],
 }
 
 /// One endpoint: the engine over a device.
@@ -225,24 +230,38 @@ impl<D: Device> Endpoint<D> {
             local,
             raw_body: local.to_req_hdr_body(),
             peers: Slab::default(),
-            by_ah: HashMap::new(),
+            by_ah: FxHashMap::default(),
             by_raw: HashMap::new(),
             ops: Slab::default(),
             posted: Default::default(),
             unexpected: Default::default(),
             unexpected_bytes: 0,
             reorder_bytes: 0,
-            medium_rx: HashMap::new(),
+            medium_rx: FxHashMap::default(),
             ctrl: VecDeque::new(),
             pool: Vec::new(),
             txq: VecDeque::new(),
             cq: VecDeque::new(),
-            mrs: HashMap::new(),
+            mrs: FxHashMap::default(),
             pending_insert: Vec::new(),
             events: Vec::new(),
             scratch: vec![0u8; caps.mtu],
             stats: Stats::default(),
+            rtm_types: [[PacketType::EagerMsgRtm; 2]; 3],
+            eager_cap: [0; 2],
         };
+        let mut core = core;
+        for (i, proto) in [Subprotocol::Eager, Subprotocol::Medium, Subprotocol::Longcts].into_iter().enumerate() {
+            for tagged in [false, true] {
+                if let Some(t) = PacketType::req_type(ReqFamily::Rtm, proto, tagged, false) {
+                    core.rtm_types[i][usize::from(tagged)] = t;
+                }
+            }
+        }
+        for tagged in [false, true] {
+            let t = core.rtm_types[0][usize::from(tagged)];
+            core.eager_cap[usize::from(tagged)] = core.req_data_cap(t, 0).min(core.cfg.eager_max);
+        }
         Endpoint { dev, core }
     }
 
@@ -263,11 +282,7 @@ impl<D: Device> Endpoint<D> {
 
     /// The largest message sent with the eager protocol.
     pub fn eager_max(&self, tagged: bool) -> usize {
-        let t = if tagged {
-            PacketType::EagerTagRtm
-        } else {
-            PacketType::EagerMsgRtm
-        };
+        let t = if tagged { PacketType::EagerTagRtm } else { PacketType::EagerMsgRtm };
         self.core.req_data_cap(t, 0).min(self.core.cfg.eager_max)
     }
 
@@ -324,24 +339,13 @@ impl<D: Device> Endpoint<D> {
 
     /// The raw address of a handle.
     pub fn av_lookup(&self, addr: Addr) -> Result<RawAddr, Status> {
-        self.core
-            .peers
-            .get(addr)
-            .map(|p| p.raw)
-            .ok_or(Status::NoAddr)
+        self.core.peers.get(addr).map(|p| p.raw).ok_or(Status::NoAddr)
     }
 
     /// Registers `buf` for local use and remote `access`; returns the key.
     pub fn mr_reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {
         let key = self.dev.reg(buf, access)?;
-        self.core.mrs.insert(
-            key,
-            Mr {
-                buf,
-                access,
-                busy: 0,
-            },
-        );
+        self.core.mrs.insert(key, Mr { buf, access, busy: 0 });
         Ok(key)
     }
 
@@ -386,13 +390,7 @@ impl<D: Device> Endpoint<D> {
     }
 
     /// Reads `buf.len()` bytes from `remote` on `dest` into `buf`.
-    pub fn read(
-        &mut self,
-        dest: Addr,
-        buf: UserBuf,
-        remote: RemoteBuf,
-        context: u64,
-    ) -> Result<(), Status> {
+    pub fn read(&mut self, dest: Addr, buf: UserBuf, remote: RemoteBuf, context: u64) -> Result<(), Status> {
         self.core.post_read(dest, buf, remote, context)?;
         self.core.flush(&mut self.dev);
         Ok(())
@@ -413,9 +411,7 @@ impl<D: Device> Endpoint<D> {
         remote: RemoteBuf,
         context: u64,
     ) -> Result<(), Status> {
-        self.core.post_atomic(
-            dest, datatype, op, operand, compare, result, remote, context,
-        )?;
+        self.core.post_atomic(dest, datatype, op, operand, compare, result, remote, context)?;
         self.core.flush(&mut self.dev);
         Ok(())
     }
@@ -487,11 +483,7 @@ impl Core {
     /// Fails every operation towards or from `peer`.
     fn fail_peer(&mut self, peer: u32, status: Status) {
         for key in self.ops.keys() {
-            if self
-                .ops
-                .get(key)
-                .is_some_and(|o| o.peer == peer && o.kind != OpKind::Recv)
-            {
+            if self.ops.get(key).is_some_and(|o| o.peer == peer && o.kind != OpKind::Recv) {
                 self.complete(key, status);
             }
         }
@@ -575,9 +567,7 @@ impl Core {
     /// (raw address and CQ data headers both present).
     fn req_data_cap(&self, ptype: PacketType, rma_count: usize) -> usize {
         let fixed = wire::Req::new(ptype).hdr_len();
-        self.caps
-            .mtu
-            .saturating_sub(fixed + rma_count * wire::RmaIov::LEN + 40 + 8 + 4)
+        self.caps.mtu.saturating_sub(fixed + rma_count * wire::RmaIov::LEN + 40 + 8 + 4)
     }
 
     /// Application bytes one CTSDATA carries.
@@ -622,15 +612,14 @@ impl Core {
     fn pump<D: Device>(&mut self, dev: &mut D, key: u32) -> bool {
         let mut scratch = std::mem::take(&mut self.scratch);
         let ok = loop {
-            let Some(op) = self.ops.get(key) else {
+            let Some(op) = self.ops.get_mut(key) else {
                 break true;
             };
-            let Some(ah) = self
-                .peers
-                .get(op.peer)
-                .filter(|p| !p.lost)
-                .and_then(|p| p.ah)
-            else {
+            if op.started && op.sent >= op.len {
+                op.queued = false; // everything handed to the device
+                break true;
+            }
+            let Some(ah) = self.peers.get(op.peer).filter(|p| !p.lost).and_then(|p| p.ah) else {
                 self.complete(key, Status::PeerUnreachable);
                 break true;
             };
@@ -667,9 +656,7 @@ impl Core {
         let peer = self.peers.get(op.peer)?;
         match op.kind {
             OpKind::Send => self.rtm_next_packet(key, op, peer, out),
-            OpKind::Write | OpKind::Read | OpKind::ReadResponder => {
-                self.rma_next_packet(key, op, peer, out)
-            }
+            OpKind::Write | OpKind::Read | OpKind::ReadResponder => self.rma_next_packet(key, op, peer, out),
             OpKind::Atomic => self.rta_next_packet(key, op, peer, out),
             OpKind::Recv | OpKind::Unexpected | OpKind::RemoteWrite => None,
         }
@@ -694,7 +681,8 @@ impl Core {
     /// Ends operation `key` with `status`: its completion entry (if the
     /// application owns it), RECEIPT for DC, registrations released.
     fn complete(&mut self, key: u32, status: Status) {
-        let Some(op) = self.ops.remove(key) else {
+        // Copy what the completion needs and drop the entry in place.
+        let Some(op) = self.ops.remove_with(key, |op| op::Finished::from(op)) else {
             return;
         };
         if let Some(k) = op.mr_key {
@@ -703,24 +691,21 @@ impl Core {
             }
         }
         if op.kind == OpKind::Unexpected {
-            self.unexpected_bytes -= op.bounce.capacity().min(self.unexpected_bytes);
+            self.unexpected_bytes -= op.bounce_cap.min(self.unexpected_bytes);
         }
         if matches!(op.kind, OpKind::Recv | OpKind::Unexpected) {
-            self.medium_rx.retain(|_, v| *v != key);
-            for q in self.posted.iter_mut().chain(self.unexpected.iter_mut()) {
-                q.retain(|k| *k != key);
+            if self.medium_rx.get(&(op.peer, op.msg_id)) == Some(&key) {
+                self.medium_rx.remove(&(op.peer, op.msg_id));
+            }
+            if status != Status::Success {
+                // Canceled before it matched (a successful one left its queue when it matched).
+                for q in self.posted.iter_mut().chain(self.unexpected.iter_mut()) {
+                    q.retain(|k| *k != key);
+                }
             }
         }
-        let status = if op.status != Status::Success {
-            op.status
-        } else {
-            status
-        };
-        let src = if self.peers.get(op.peer).is_some() {
-            op.peer
-        } else {
-            ADDR_UNSPEC
-        };
+        let status = if op.status != Status::Success { op.status } else { status };
+        let src = if self.peers.get(op.peer).is_some() { op.peer } else { ADDR_UNSPEC };
         let mut e = Cqe {
             context: op.context,
             flags: CqFlags::empty(),
@@ -734,21 +719,11 @@ impl Core {
         };
         match op.kind {
             OpKind::Send => {
-                e.flags = CqFlags::SEND
-                    | if op.tagged {
-                        CqFlags::TAGGED
-                    } else {
-                        CqFlags::MSG
-                    };
+                e.flags = CqFlags::SEND | if op.tagged { CqFlags::TAGGED } else { CqFlags::MSG };
                 e.len = op.len;
             }
             OpKind::Recv => {
-                e.flags = CqFlags::RECV
-                    | if op.tagged {
-                        CqFlags::TAGGED
-                    } else {
-                        CqFlags::MSG
-                    };
+                e.flags = CqFlags::RECV | if op.tagged { CqFlags::TAGGED } else { CqFlags::MSG };
                 e.len = op.len.min(op.buf.len() as u64);
                 e.buf = op.buf.addr();
                 e.tag = op.tag;
@@ -805,33 +780,20 @@ impl Core {
             buf: 0,
             data,
             tag: 0,
-            src: if self.peers.get(peer).is_some() {
-                peer
-            } else {
-                ADDR_UNSPEC
-            },
+            src: if self.peers.get(peer).is_some() { peer } else { ADDR_UNSPEC },
             status: Status::Success,
             olen: 0,
         });
     }
 
     fn send_receipt(&mut self, peer: u32, send_id: u32, msg_id: u32) {
-        let r = wire::Receipt {
-            flags: 0,
-            send_id,
-            msg_id,
-            connid: self.my_connid(),
-            padding: 0,
-        };
+        let r = wire::Receipt { flags: 0, send_id, msg_id, connid: self.my_connid(), padding: 0 };
         self.queue_ctrl(peer, &wire::Packet::Receipt(r));
     }
 
     /// Tells `peer` that its operation `op_id` failed with `status`.
     fn send_peer_error(&mut self, peer: u32, op_id: u32, status: Status) {
-        let honours = self
-            .peers
-            .get(peer)
-            .is_some_and(|p| !p.hs_recv || p.extra & wire::extra::PEER_ERROR != 0);
+        let honours = self.peers.get(peer).is_some_and(|p| !p.hs_recv || p.extra & wire::extra::PEER_ERROR != 0);
         if !honours || self.cfg.legacy {
             return;
         }

@@ -15,10 +15,7 @@ impl Core {
         if !mr.access.contains(need) {
             return Err(Status::RemoteAccess);
         }
-        let off = iov
-            .addr()
-            .checked_sub(mr.buf.addr())
-            .ok_or(Status::RemoteAccess)?;
+        let off = iov.addr().checked_sub(mr.buf.addr()).ok_or(Status::RemoteAccess)?;
         let off = usize::try_from(off).map_err(|_| Status::RemoteAccess)?;
         let len = usize::try_from(iov.len()).map_err(|_| Status::RemoteAccess)?;
         mr.buf.slice(off, len).ok_or(Status::RemoteAccess)
@@ -26,14 +23,8 @@ impl Core {
 
     /// Checks every entry of `iovs` (`need` access) and that together they
     /// cover `total` bytes; returns the local buffers in order.
-    pub(crate) fn mr_check_all(
-        &mut self,
-        iovs: &[RmaIov],
-        need: Access,
-        total: u64,
-    ) -> Result<Vec<UserBuf>, Status> {
-        let bufs: Result<Vec<UserBuf>, Status> =
-            iovs.iter().map(|v| self.mr_check(v, need)).collect();
+    pub(crate) fn mr_check_all(&mut self, iovs: &[RmaIov], need: Access, total: u64) -> Result<Vec<UserBuf>, Status> {
+        let bufs: Result<Vec<UserBuf>, Status> = iovs.iter().map(|v| self.mr_check(v, need)).collect();
         let bufs = bufs.inspect_err(|_| self.stats.access_errors += 1)?;
         let sum: u64 = iovs.iter().map(RmaIov::len).sum();
         if sum != total {

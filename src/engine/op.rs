@@ -130,3 +130,46 @@ impl Op {
         self.received += data.len() as u64;
     }
 }
+
+/// What completing an operation needs of its entry (copied out so the large
+/// entry is dropped in place rather than moved).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Finished {
+    pub kind: OpKind,
+    pub peer: u32,
+    pub context: u64,
+    pub buf: UserBuf,
+    pub tagged: bool,
+    pub tag: u64,
+    pub msg_id: u32,
+    pub cq_data: Option<u64>,
+    pub atomic: Option<AtomicReq>,
+    pub len: u64,
+    pub remote_id: u32,
+    pub dc: bool,
+    pub bounce_cap: usize,
+    pub mr_key: Option<u64>,
+    pub status: Status,
+}
+
+impl From<&mut Op> for Finished {
+    fn from(op: &mut Op) -> Finished {
+        Finished {
+            kind: op.kind,
+            peer: op.peer,
+            context: op.context,
+            buf: op.buf,
+            tagged: op.tagged,
+            tag: op.tag,
+            msg_id: op.msg_id,
+            cq_data: op.cq_data,
+            atomic: op.atomic,
+            len: op.len,
+            remote_id: op.remote_id,
+            dc: op.dc,
+            bounce_cap: op.bounce.capacity(),
+            mr_key: op.mr_key,
+            status: op.status,
+        }
+    }
+}

@@ -1,7 +1,9 @@
 //! Peers: the address vector's entries, their handshake state and the
 //! `msg_id` reorder buffer (spec §2, §3.2 "msg_id").
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use crate::fxhash::FxHashMap;
 
 use crate::device::Ah;
 use crate::wire::RawAddr;
@@ -29,7 +31,7 @@ pub(crate) struct Peer {
     /// Next `msg_id` to process.
     pub rx_msg_id: u32,
     /// REQ packets whose `msg_id` is ahead of `rx_msg_id`, by `msg_id`.
-    pub reorder: HashMap<u32, Vec<Vec<u8>>>,
+    pub reorder: FxHashMap<u32, Vec<Vec<u8>>>,
     /// Bytes held in `reorder`.
     pub reorder_bytes: usize,
     /// Operations waiting for the peer's HANDSHAKE (they need its features).
@@ -49,7 +51,7 @@ impl Peer {
             lost: false,
             tx_msg_id: first_msg_id,
             rx_msg_id: first_msg_id,
-            reorder: HashMap::new(),
+            reorder: FxHashMap::default(),
             reorder_bytes: 0,
             waiting_hs: VecDeque::new(),
         }

@@ -53,18 +53,10 @@ impl Core {
     /// Picks the REQ type of a write or atomic once the peer's features are known.
     pub(crate) fn choose_rma_protocol(&mut self, key: u32) {
         let Some(op) = self.ops.get(key) else { return };
-        let dc = self
-            .peers
-            .get(op.peer)
-            .is_some_and(|p| p.has(wire::extra::DELIVERY_COMPLETE))
-            && !self.cfg.legacy;
+        let dc = self.peers.get(op.peer).is_some_and(|p| p.has(wire::extra::DELIVERY_COMPLETE)) && !self.cfg.legacy;
         let ptype = match op.kind {
             OpKind::Write => {
-                let eager = if dc {
-                    PacketType::DcEagerRtw
-                } else {
-                    PacketType::EagerRtw
-                };
+                let eager = if dc { PacketType::DcEagerRtw } else { PacketType::EagerRtw };
                 let proto = if op.len as usize <= self.req_data_cap(eager, 1) {
                     Subprotocol::Eager
                 } else {
@@ -101,16 +93,8 @@ impl Core {
         op.rma = RmaIov::new(remote.addr, buf.len() as u64, remote.key);
         op.len = buf.len() as u64;
         let short = buf.len() <= self.caps.mtu - wire::ReadRsp::HDR_LEN;
-        op.ptype = Some(if short {
-            PacketType::ShortRtr
-        } else {
-            PacketType::LongctsRtr
-        });
-        op.window_end = if short {
-            op.len
-        } else {
-            self.first_read_window(&op)
-        };
+        op.ptype = Some(if short { PacketType::ShortRtr } else { PacketType::LongctsRtr });
+        op.window_end = if short { op.len } else { self.first_read_window(&op) };
         op.credits = self.cfg.credit_request;
         op.awaiting = true;
         let key = self.new_op(op)?;
@@ -119,13 +103,7 @@ impl Core {
     }
 
     /// The next packet of a write, read or read responder.
-    pub(crate) fn rma_next_packet(
-        &self,
-        key: u32,
-        op: &Op,
-        peer: &Peer,
-        out: &mut [u8],
-    ) -> Option<(usize, u64)> {
+    pub(crate) fn rma_next_packet(&self, key: u32, op: &Op, peer: &Peer, out: &mut [u8]) -> Option<(usize, u64)> {
         if op.started {
             return match op.kind {
                 OpKind::Write | OpKind::ReadResponder => self.ctsdata_packet(op, peer, out),
@@ -133,9 +111,7 @@ impl Core {
             };
         }
         if op.kind == OpKind::ReadResponder {
-            let chunk =
-                op.window_end
-                    .min((self.caps.mtu - wire::ReadRsp::HDR_LEN) as u64) as usize;
+            let chunk = op.window_end.min((self.caps.mtu - wire::ReadRsp::HDR_LEN) as u64) as usize;
             return op.buf.with_slice(|s| {
                 let r = wire::ReadRsp {
                     flags: 0,
@@ -161,24 +137,13 @@ impl Core {
         r.fields.recv_id = key;
         r.fields.credit_request = self.cfg.credit_request;
         if op.kind == OpKind::Read {
-            r.fields.recv_length = if ptype == PacketType::ShortRtr {
-                op.len as u32
-            } else {
-                op.window_end as u32
-            };
-            return r.emit(out).ok().map(|n| (n, 0));
+            r.fields.recv_length = if ptype == PacketType::ShortRtr { op.len as u32 } else { op.window_end as u32 };
+            // The request is all a read sends: count its whole length as sent.
+            return r.emit(out).ok().map(|n| (n, op.len));
         }
         let room = self.caps.mtu.saturating_sub(r.hdr_len() + r.opt_hdr_len()) as u64;
         let chunk = op.len.min(room) as usize;
-        op.buf.with_slice(|s| {
-            wire::Req {
-                data: &s[..chunk],
-                ..r
-            }
-            .emit(out)
-            .ok()
-            .map(|n| (n, chunk as u64))
-        })
+        op.buf.with_slice(|s| wire::Req { data: &s[..chunk], ..r }.emit(out).ok().map(|n| (n, chunk as u64)))
     }
 
     /// An RTW: apply an eager write, or start receiving a long one.
@@ -270,14 +235,8 @@ impl Core {
                 b.read_at(0, &mut data[at..at + b.len()]);
                 at += b.len();
             }
-            let rsp = wire::ReadRsp {
-                flags: 0,
-                connid: self.my_connid(),
-                padding: 0,
-                recv_id: id,
-                send_id: 0,
-                data: &data,
-            };
+            let rsp =
+                wire::ReadRsp { flags: 0, connid: self.my_connid(), padding: 0, recv_id: id, send_id: 0, data: &data };
             self.queue_ctrl(peer, &Packet::ReadRsp(rsp));
             return;
         }
@@ -305,11 +264,7 @@ impl Core {
     /// A RECEIPT: the DC write (or atomic) was applied.
     pub(crate) fn handle_receipt(&mut self, peer: u32, r: &wire::Receipt) {
         match self.ops.get_mut(r.send_id) {
-            Some(op)
-                if op.peer == peer
-                    && op.awaiting
-                    && matches!(op.kind, OpKind::Write | OpKind::Atomic) =>
-            {
+            Some(op) if op.peer == peer && op.awaiting && matches!(op.kind, OpKind::Write | OpKind::Atomic) => {
                 op.awaiting = false;
                 self.check_done(r.send_id);
             }
@@ -323,20 +278,14 @@ impl Core {
             return;
         }
         let ours = self.ops.get(e.op_id).is_some_and(|op| {
-            op.peer == peer
-                && matches!(
-                    op.kind,
-                    OpKind::Send | OpKind::Write | OpKind::Read | OpKind::Atomic
-                )
+            op.peer == peer && matches!(op.kind, OpKind::Send | OpKind::Write | OpKind::Read | OpKind::Atomic)
         });
         if !ours {
             self.stats.protocol_errors += 1;
             return;
         }
         let code = i32::try_from(e.prov_errno).map_or(i32::MIN, |c| -c);
-        let status = Status::from_code(code)
-            .filter(|s| *s != Status::Success)
-            .unwrap_or(Status::Remote);
+        let status = Status::from_code(code).filter(|s| *s != Status::Success).unwrap_or(Status::Remote);
         self.complete(e.op_id, status);
     }
 }

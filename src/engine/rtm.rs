@@ -8,7 +8,7 @@ use super::peer::Peer;
 use super::{Addr, Core, RecvOpts, SendOpts};
 use crate::mem::UserBuf;
 use crate::status::Status;
-use crate::wire::{self, PacketType, ReqFamily, ReqInfo, Subprotocol};
+use crate::wire::{self, ReqInfo, Subprotocol};
 
 /// Index of the posted/unexpected queue for tagged or untagged messages.
 fn q(tagged: bool) -> usize {
@@ -22,32 +22,22 @@ fn accepts(op: &Op, peer: u32, tag: u64) -> bool {
 
 impl Core {
     /// Queues a send; see [`super::Endpoint::send`].
-    pub(crate) fn post_send(
-        &mut self,
-        dest: Addr,
-        buf: UserBuf,
-        opts: SendOpts,
-    ) -> Result<(), Status> {
+    pub(crate) fn post_send(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<(), Status> {
         let peer = self.live_peer(dest)?;
         if peer.lost {
             return Err(Status::PeerUnreachable);
         }
         let tagged = opts.tag.is_some();
         let len = buf.len();
-        let eager_type = if tagged {
-            PacketType::EagerTagRtm
-        } else {
-            PacketType::EagerMsgRtm
-        };
-        let proto = if len <= self.req_data_cap(eager_type, 0).min(self.cfg.eager_max) {
-            Subprotocol::Eager
+        let proto = if len <= self.eager_cap[usize::from(tagged)] {
+            0
         } else if len <= self.cfg.medium_max {
-            Subprotocol::Medium
+            1
         } else {
-            Subprotocol::Longcts
+            2
         };
         let mut op = Op::new(OpKind::Send, dest, opts.context, buf);
-        op.ptype = PacketType::req_type(ReqFamily::Rtm, proto, tagged, false);
+        op.ptype = Some(self.rtm_types[proto][usize::from(tagged)]);
         op.tagged = tagged;
         op.tag = opts.tag.unwrap_or(0);
         op.cq_data = opts.cq_data;
@@ -66,12 +56,7 @@ impl Core {
         if let Some(src) = opts.src {
             self.live_peer(src)?;
         }
-        let mut op = Op::new(
-            OpKind::Recv,
-            opts.src.unwrap_or(u32::MAX),
-            opts.context,
-            buf,
-        );
+        let mut op = Op::new(OpKind::Recv, opts.src.unwrap_or(u32::MAX), opts.context, buf);
         op.tagged = opts.tag.is_some();
         (op.tag, op.ignore) = opts.tag.unwrap_or((0, 0));
         op.src = opts.src;
@@ -101,10 +86,7 @@ impl Core {
         let n = bounce.len().min(buf.len());
         buf.write_at(0, &bounce[..n]);
         self.unexpected_bytes -= bounce.capacity().min(self.unexpected_bytes);
-        let longcts = u
-            .ptype
-            .and_then(|t| t.req_info())
-            .is_some_and(|i| i.proto == Subprotocol::Longcts);
+        let longcts = u.ptype.and_then(|t| t.req_info()).is_some_and(|i| i.proto == Subprotocol::Longcts);
         if longcts {
             self.grant(key);
         }
@@ -134,25 +116,15 @@ impl Core {
             self.stats.protocol_errors += 1;
             return;
         }
-        let offset = if info.proto == Subprotocol::Medium {
-            r.fields.seg_offset
-        } else {
-            0
-        };
+        let offset = if info.proto == Subprotocol::Medium { r.fields.seg_offset } else { 0 };
         let qi = q(info.tagged);
         let tag = r.fields.tag;
-        let found = self.posted[qi]
-            .iter()
-            .position(|&k| self.ops.get(k).is_some_and(|o| accepts(o, peer, tag)));
+        let found = self.posted[qi].iter().position(|&k| self.ops.get(k).is_some_and(|o| accepts(o, peer, tag)));
         let key = match found.and_then(|pos| self.posted[qi].remove(pos)) {
             Some(key) => key,
             None => {
                 // Unexpected: buffer what arrived (medium: room for the whole message).
-                let cap = if info.proto == Subprotocol::Medium {
-                    msg_length
-                } else {
-                    r.data.len() as u64
-                };
+                let cap = if info.proto == Subprotocol::Medium { msg_length } else { r.data.len() as u64 };
                 if cap > self.cfg.unexpected_limit as u64 {
                     self.stats.protocol_errors += 1;
                     return;
@@ -234,13 +206,7 @@ impl Core {
     }
 
     /// The next REQ (or CTSDATA) of a send.
-    pub(crate) fn rtm_next_packet(
-        &self,
-        key: u32,
-        op: &Op,
-        peer: &Peer,
-        out: &mut [u8],
-    ) -> Option<(usize, u64)> {
+    pub(crate) fn rtm_next_packet(&self, key: u32, op: &Op, peer: &Peer, out: &mut [u8]) -> Option<(usize, u64)> {
         let ptype = op.ptype?;
         let info = ptype.req_info()?;
         if op.started && info.proto != Subprotocol::Medium {
@@ -264,10 +230,7 @@ impl Core {
         let chunk = (op.len - op.sent).min(room) as usize;
         op.buf.with_slice(|s| {
             let data = s.get(op.sent as usize..op.sent as usize + chunk)?;
-            wire::Req { data, ..r }
-                .emit(out)
-                .ok()
-                .map(|n| (n, chunk as u64))
+            wire::Req { data, ..r }.emit(out).ok().map(|n| (n, chunk as u64))
         })
     }
 }

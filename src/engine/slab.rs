@@ -22,11 +22,7 @@ pub struct Slab<T> {
 
 impl<T> Default for Slab<T> {
     fn default() -> Self {
-        Slab {
-            slots: Vec::new(),
-            free: Vec::new(),
-            len: 0,
-        }
+        Slab { slots: Vec::new(), free: Vec::new(), len: 0 }
     }
 }
 
@@ -50,9 +46,7 @@ impl<T> Slab<T> {
     }
 
     fn slot(&self, key: u32) -> Option<&Slot<T>> {
-        self.slots
-            .get((key & INDEX_MASK) as usize)
-            .filter(|s| s.gen == key >> INDEX_BITS)
+        self.slots.get((key & INDEX_MASK) as usize).filter(|s| s.gen == key >> INDEX_BITS)
     }
 
     /// The entry of `key`, if live.
@@ -71,19 +65,37 @@ impl<T> Slab<T> {
 
     /// Removes and returns the entry of `key`; the key is dead afterwards.
     pub fn remove(&mut self, key: u32) -> Option<T> {
+        let slot = self.live_slot(key)?;
+        let val = slot.val.take();
+        self.retire(key);
+        val
+    }
+
+    /// Removes the entry of `key` after handing it to `f`; dropped in place,
+    /// never moved (entries can be large).
+    pub fn remove_with<R>(&mut self, key: u32, f: impl FnOnce(&mut T) -> R) -> Option<R> {
+        let slot = self.live_slot(key)?;
+        let r = f(slot.val.as_mut()?);
+        slot.val = None;
+        self.retire(key);
+        Some(r)
+    }
+
+    fn live_slot(&mut self, key: u32) -> Option<&mut Slot<T>> {
+        let slot = self.slots.get_mut((key & INDEX_MASK) as usize)?;
+        (slot.gen == key >> INDEX_BITS && slot.val.is_some()).then_some(slot)
+    }
+
+    /// Bumps the generation of an emptied slot and frees it.
+    fn retire(&mut self, key: u32) {
         let idx = key & INDEX_MASK;
-        let slot = self.slots.get_mut(idx as usize)?;
-        if slot.gen != key >> INDEX_BITS {
-            return None;
-        }
-        let val = slot.val.take()?;
+        let slot = &mut self.slots[idx as usize];
         slot.gen = (slot.gen + 1) & (u32::MAX >> INDEX_BITS);
         if slot.gen == 0 {
             slot.gen = 1;
         }
         self.free.push(idx);
         self.len -= 1;
-        Some(val)
     }
 
     /// Live entries.

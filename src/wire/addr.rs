@@ -8,9 +8,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 /// `gid` is an IPv6-format device/host identity, `qpn` the queue pair number,
 /// `connid` (libfabric: `qkey`) a random number chosen when the endpoint opens.
 /// The last 8 bytes are reserved (a pointer member in libfabric) and ignored.
-#[derive(
-    Clone, Copy, PartialEq, Eq, Hash, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
-)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
 #[repr(C)]
 pub struct RawAddr {
     /// IPv6-format identity of the device (or host).
@@ -27,13 +25,7 @@ impl RawAddr {
 
     /// An address with zero pad and reserved bytes.
     pub fn new(gid: [u8; 16], qpn: u16, connid: u32) -> RawAddr {
-        RawAddr {
-            gid,
-            qpn: U16::new(qpn),
-            pad: U16::ZERO,
-            connid: U32::new(connid),
-            reserved: U64::ZERO,
-        }
+        RawAddr { gid, qpn: U16::new(qpn), pad: U16::ZERO, connid: U32::new(connid), reserved: U64::ZERO }
     }
 
     /// Reads the first 32 bytes of `bytes`; `None` when fewer are given.
@@ -91,9 +83,7 @@ impl std::fmt::Debug for RawAddr {
 }
 
 /// One `efa_rma_iov`: a remote buffer (`addr`, `len`) and the key of its registration.
-#[derive(
-    Clone, Copy, PartialEq, Eq, Hash, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
-)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
 #[repr(C)]
 pub struct RmaIov {
     addr: U64,
@@ -107,11 +97,7 @@ impl RmaIov {
 
     /// An entry from its three values.
     pub fn new(addr: u64, len: u64, key: u64) -> RmaIov {
-        RmaIov {
-            addr: U64::new(addr),
-            len: U64::new(len),
-            key: U64::new(key),
-        }
+        RmaIov { addr: U64::new(addr), len: U64::new(len), key: U64::new(key) }
     }
 
     /// Remote address.
@@ -137,12 +123,6 @@ impl RmaIov {
 
 impl std::fmt::Debug for RmaIov {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "RmaIov {{ addr: {:#x}, len: {}, key: {:#x} }}",
-            self.addr(),
-            self.len(),
-            self.key()
-        )
+        write!(f, "RmaIov {{ addr: {:#x}, len: {}, key: {:#x} }}", self.addr(), self.len(), self.key())
     }
 }

@@ -12,9 +12,7 @@
 use zerocopy::little_endian::U64;
 use zerocopy::{FromBytes, IntoBytes};
 
-use super::{
-    check_len, check_room, handshake_flags as hf, put_base, PacketType, Result, WireError,
-};
+use super::{check_len, check_room, handshake_flags as hf, put_base, PacketType, Result, WireError};
 
 /// The legacy user-recv-QP block of a HANDSHAKE.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -69,9 +67,7 @@ impl<'a> Handshake<'a> {
     /// True when the sender set extra feature/request bit `id` (spec §2.1: bit
     /// `id % 64` of word `id / 64`).
     pub fn has_extra(&self, id: u32) -> bool {
-        self.extra_info
-            .get((id / 64) as usize)
-            .is_some_and(|w| w.get() & (1u64 << (id % 64)) != 0)
+        self.extra_info.get((id / 64) as usize).is_some_and(|w| w.get() & (1u64 << (id % 64)) != 0)
     }
 
     /// Parses a HANDSHAKE.
@@ -79,27 +75,18 @@ impl<'a> Handshake<'a> {
         check_len(buf, Self::FIXED_LEN, "HANDSHAKE header")?;
         let wire_flags = u16::from_le_bytes([buf[2], buf[3]]);
         let nextra_p3 = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]);
-        let count = nextra_p3.checked_sub(3).ok_or(WireError::BadField {
-            what: "nextra_p3",
-            value: nextra_p3.into(),
-        })?;
+        let count =
+            nextra_p3.checked_sub(3).ok_or(WireError::BadField { what: "nextra_p3", value: nextra_p3.into() })?;
         let rest = &buf[Self::FIXED_LEN..];
         let (extra_info, mut opt) = <[U64]>::ref_from_prefix_with_elems(rest, count as usize)
-            .map_err(|_| WireError::CountTooLarge {
-                what: "extra_info",
-                count: count.into(),
-                room: rest.len(),
-            })?;
+            .map_err(|_| WireError::CountTooLarge { what: "extra_info", count: count.into(), room: rest.len() })?;
         let mut field = |flag: u16, what: &'static str| -> Result<Option<[u8; 8]>> {
             if wire_flags & flag == 0 {
                 return Ok(None);
             }
             let have = buf.len() - opt.len();
-            let (block, tail) = opt.split_first_chunk::<8>().ok_or(WireError::Truncated {
-                what,
-                need: have + 8,
-                have: buf.len(),
-            })?;
+            let (block, tail) =
+                opt.split_first_chunk::<8>().ok_or(WireError::Truncated { what, need: have + 8, have: buf.len() })?;
             opt = tail;
             Ok(Some(*block))
         };
@@ -107,11 +94,8 @@ impl<'a> Handshake<'a> {
         let connid = field(hf::CONNID_HDR, "HANDSHAKE connid")?.map(lo32);
         let host_id = field(hf::HOST_ID_HDR, "HANDSHAKE host_id")?.map(u64::from_le_bytes);
         let device_version = field(hf::DEVICE_VERSION_HDR, "HANDSHAKE device_version")?.map(lo32);
-        let user_recv_qp =
-            field(hf::USER_RECV_QP_HDR, "HANDSHAKE user recv QP")?.map(|b| UserRecvQp {
-                qpn: lo32(b),
-                qkey: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
-            });
+        let user_recv_qp = field(hf::USER_RECV_QP_HDR, "HANDSHAKE user recv QP")?
+            .map(|b| UserRecvQp { qpn: lo32(b), qkey: u32::from_le_bytes([b[4], b[5], b[6], b[7]]) });
         let p2p_supported = field(hf::HMEM_P2P_HDR, "HANDSHAKE HMEM p2p")?.map(|b| b[0]);
         Ok(Handshake {
             flags: wire_flags & !hf::OPT_MASK,
@@ -136,23 +120,15 @@ impl<'a> Handshake<'a> {
             (hf::DEVICE_VERSION_HDR, self.device_version.map(lo32)),
             (
                 hf::USER_RECV_QP_HDR,
-                self.user_recv_qp
-                    .map(|q| (u64::from(q.qkey) << 32 | u64::from(q.qpn)).to_le_bytes()),
+                self.user_recv_qp.map(|q| (u64::from(q.qkey) << 32 | u64::from(q.qpn)).to_le_bytes()),
             ),
-            (
-                hf::HMEM_P2P_HDR,
-                self.p2p_supported.map(|p| u64::from(p).to_le_bytes()),
-            ),
+            (hf::HMEM_P2P_HDR, self.p2p_supported.map(|p| u64::from(p).to_le_bytes())),
         ]
     }
 
     /// Length of the optional fields.
     pub fn opt_len(&self) -> usize {
-        self.opt_blocks()
-            .iter()
-            .filter(|(_, b)| b.is_some())
-            .count()
-            * 8
+        self.opt_blocks().iter().filter(|(_, b)| b.is_some()).count() * 8
     }
 
     /// Length of the mandatory part (`extra_info` included).
@@ -170,15 +146,7 @@ impl<'a> Handshake<'a> {
         let total = self.buffer_len();
         check_room(buf, total)?;
         let blocks = self.opt_blocks();
-        let flags = blocks
-            .iter()
-            .fold(self.flags & !hf::OPT_MASK, |f, (bit, b)| {
-                if b.is_some() {
-                    f | bit
-                } else {
-                    f
-                }
-            });
+        let flags = blocks.iter().fold(self.flags & !hf::OPT_MASK, |f, (bit, b)| if b.is_some() { f | bit } else { f });
         put_base(buf, PacketType::Handshake, flags);
         buf[4..8].copy_from_slice(&self.nextra_p3().to_le_bytes());
         let mut pos = Self::FIXED_LEN;

@@ -81,8 +81,7 @@ pub mod handshake_flags {
     /// `connid` is present (the universal flag).
     pub const CONNID_HDR: u16 = super::CONNID_HDR;
     /// Every flag that announces an optional field rdm4 knows.
-    pub const OPT_MASK: u16 =
-        HOST_ID_HDR | DEVICE_VERSION_HDR | USER_RECV_QP_HDR | HMEM_P2P_HDR | CONNID_HDR;
+    pub const OPT_MASK: u16 = HOST_ID_HDR | DEVICE_VERSION_HDR | USER_RECV_QP_HDR | HMEM_P2P_HDR | CONNID_HDR;
 }
 
 /// Extra feature / request bits of `extra_info[0]` (spec table 2.1, wire-facts).
@@ -126,11 +125,7 @@ pub mod peer_error_ref {
 pub enum WireError {
     /// The packet ends before a part that must be there.
     #[error("truncated: {what} needs {need} bytes, packet has {have}")]
-    Truncated {
-        what: &'static str,
-        need: usize,
-        have: usize,
-    },
+    Truncated { what: &'static str, need: usize, have: usize },
     /// The base header's version is older than 4.
     #[error("unsupported protocol version {0}")]
     BadVersion(u8),
@@ -139,11 +134,7 @@ pub enum WireError {
     UnknownType(u8),
     /// An iov or extra-info count does not fit in the packet.
     #[error("{what} count {count} does not fit in the {room} bytes left")]
-    CountTooLarge {
-        what: &'static str,
-        count: u64,
-        room: usize,
-    },
+    CountTooLarge { what: &'static str, count: u64, room: usize },
     /// An optional header's own size field is impossible.
     #[error("optional header {what} has impossible size {size}")]
     OptHeaderSize { what: &'static str, size: u32 },
@@ -189,11 +180,7 @@ pub enum Packet<'a> {
 /// The type, version and flags of the base header; checked but not interpreted further.
 pub fn parse_base(buf: &[u8]) -> Result<(PacketType, u16)> {
     let [t, version, f0, f1, ..] = *buf else {
-        return Err(WireError::Truncated {
-            what: "base header",
-            need: BASE_HDR_LEN,
-            have: buf.len(),
-        });
+        return Err(WireError::Truncated { what: "base header", need: BASE_HDR_LEN, have: buf.len() });
     };
     if version < PROTOCOL_VERSION {
         return Err(WireError::BadVersion(version));
@@ -299,10 +286,7 @@ impl<'a> Packet<'a> {
 /// Fails with `BufferTooSmall` unless `buf` holds `need` bytes.
 pub(crate) fn check_room(buf: &[u8], need: usize) -> Result<()> {
     if buf.len() < need {
-        return Err(WireError::BufferTooSmall {
-            need,
-            have: buf.len(),
-        });
+        return Err(WireError::BufferTooSmall { need, have: buf.len() });
     }
     Ok(())
 }
@@ -310,11 +294,7 @@ pub(crate) fn check_room(buf: &[u8], need: usize) -> Result<()> {
 /// Fails with `Truncated` unless `buf` holds `need` bytes.
 pub(crate) fn check_len(buf: &[u8], need: usize, what: &'static str) -> Result<()> {
     if buf.len() < need {
-        return Err(WireError::Truncated {
-            what,
-            need,
-            have: buf.len(),
-        });
+        return Err(WireError::Truncated { what, need, have: buf.len() });
     }
     Ok(())
 }

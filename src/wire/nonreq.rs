@@ -10,15 +10,11 @@ use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 use super::{
-    check_len, check_room, join_multiuse, put_base, split_multiuse, PacketType, Result, WireError,
-    CONNID_HDR,
+    check_len, check_room, join_multiuse, put_base, split_multiuse, PacketType, Result, WireError, CONNID_HDR,
 };
 
 /// Reads the fixed header `H` at the start of `buf`.
-fn read_hdr<'b, H: FromBytes + KnownLayout + Immutable>(
-    buf: &'b [u8],
-    what: &'static str,
-) -> Result<(H, &'b [u8])> {
+fn read_hdr<'b, H: FromBytes + KnownLayout + Immutable>(buf: &'b [u8], what: &'static str) -> Result<(H, &'b [u8])> {
     check_len(buf, core::mem::size_of::<H>(), what)?;
     H::read_from_prefix(buf).map_err(|_| WireError::Truncated {
         what,
@@ -40,12 +36,7 @@ fn seg_data(rest: &[u8], seg_length: u64, hdr_len: usize) -> Result<&[u8]> {
 }
 
 /// Writes header `hdr` then `data` into `buf`; returns the length.
-fn emit_with<H: IntoBytes + Immutable>(
-    buf: &mut [u8],
-    hdr: &H,
-    opt: &[u8],
-    data: &[u8],
-) -> Result<usize> {
+fn emit_with<H: IntoBytes + Immutable>(buf: &mut [u8], hdr: &H, opt: &[u8], data: &[u8]) -> Result<usize> {
     let h = hdr.as_bytes();
     let total = h.len() + opt.len() + data.len();
     check_room(buf, total)?;
@@ -167,9 +158,7 @@ impl<'a> CtsData<'a> {
         };
         let seg_length = w.seg_length.get();
         if w.seg_offset.get().checked_add(seg_length).is_none() {
-            return Err(WireError::LengthOverflow {
-                what: "CTSDATA seg_offset + seg_length",
-            });
+            return Err(WireError::LengthOverflow { what: "CTSDATA seg_offset + seg_length" });
         }
         let data = seg_data(rest, seg_length, buf.len() - rest.len())?;
         Ok(CtsData {
@@ -315,21 +304,11 @@ impl IdsHdr {
 
     /// Parses an EOR or READ_NACK (`ptype` names which, for error texts only).
     pub fn parse_as(ptype: PacketType, buf: &[u8]) -> Result<IdsHdr> {
-        let what = if ptype == PacketType::Eor {
-            "EOR header"
-        } else {
-            "READ_NACK header"
-        };
+        let what = if ptype == PacketType::Eor { "EOR header" } else { "READ_NACK header" };
         let (w, _) = read_hdr::<IdsWire>(buf, what)?;
         let flags = flags_of(&w.base);
         let (connid, padding) = split_multiuse(flags, w.multiuse.get());
-        Ok(IdsHdr {
-            flags: flags & !CONNID_HDR,
-            send_id: w.send_id.get(),
-            recv_id: w.recv_id.get(),
-            connid,
-            padding,
-        })
+        Ok(IdsHdr { flags: flags & !CONNID_HDR, send_id: w.send_id.get(), recv_id: w.recv_id.get(), connid, padding })
     }
 
     /// Writes the packet as `ptype` (EOR or READ_NACK).
@@ -444,13 +423,7 @@ impl Receipt {
         let (w, _) = read_hdr::<ReceiptWire>(buf, "RECEIPT header")?;
         let flags = flags_of(&w.base);
         let (connid, padding) = split_multiuse(flags, w.multiuse.get());
-        Ok(Receipt {
-            flags: flags & !CONNID_HDR,
-            send_id: w.tx_id.get(),
-            msg_id: w.msg_id.get(),
-            connid,
-            padding,
-        })
+        Ok(Receipt { flags: flags & !CONNID_HDR, send_id: w.tx_id.get(), msg_id: w.msg_id.get(), connid, padding })
     }
 
     /// Writes the RECEIPT.

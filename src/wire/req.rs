@@ -13,9 +13,7 @@
 
 use zerocopy::{FromBytes, IntoBytes};
 
-use super::{
-    check_len, check_room, put_base, req_flags, PacketType, RawAddr, Result, RmaIov, WireError,
-};
+use super::{check_len, check_room, put_base, req_flags, PacketType, RawAddr, Result, RmaIov, WireError};
 
 /// A fixed field of some REQ type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +56,7 @@ impl F {
 /// Where the fixed fields of one REQ type lie (opaque; see [`PacketType::category`]).
 #[derive(Debug, PartialEq, Eq)]
 pub struct Layout {
+    id: LayoutId,
     len: usize,
     fields: &'static [(F, u8)],
     rma: bool,
@@ -67,7 +66,7 @@ pub struct Layout {
 }
 
 impl Layout {
-    const fn new(fields: &'static [(F, u8)]) -> Layout {
+    const fn new(id: LayoutId, fields: &'static [(F, u8)]) -> Layout {
         let mut len = 4;
         let (mut rma, mut read, mut seg, mut runt) = (false, false, false, false);
         let mut i = 0;
@@ -86,164 +85,101 @@ impl Layout {
             }
             i += 1;
         }
-        Layout {
-            len,
-            fields,
-            rma,
-            read,
-            seg,
-            runt,
+        Layout { id, len, fields, rma, read, seg, runt }
+    }
+}
+
+/// Reads the fixed fields of `l` from `buf` (at least `l.len` bytes).
+/// Inlined with a constant layout, the loop unrolls into straight loads.
+#[inline(always)]
+fn read_with(l: &'static Layout, buf: &[u8], out: &mut ReqFields, rma: &mut u64, read: &mut u64) {
+    for &(f, off) in l.fields {
+        let at = buf.get(off as usize..).unwrap_or(&[]);
+        let v = if f.width() == 8 { le_u64(at) } else { le_u32(at).into() };
+        out.set(f, v, rma, read);
+    }
+}
+
+/// Writes the fixed fields of `l` into `buf` (at least `l.len` bytes).
+#[inline(always)]
+fn write_with(l: &'static Layout, buf: &mut [u8], fields: &ReqFields, rma: u32, read: u32) {
+    for &(f, off) in l.fields {
+        let off = off as usize;
+        let v = fields.get(f, rma, read);
+        if f.width() == 8 {
+            buf[off..off + 8].copy_from_slice(&v.to_le_bytes());
+        } else {
+            buf[off..off + 4].copy_from_slice(&(v as u32).to_le_bytes());
         }
     }
 }
 
-/// The layouts, named after the libfabric header structs (wire-facts "Header sizes").
-pub(crate) mod layouts {
-    use super::{Layout, F::*};
+/// Declares the layouts (named after the libfabric header structs,
+/// wire-facts "Header sizes") and the dispatch that specialises parse and
+/// emit for each, from one list.
+macro_rules! layouts {
+    ($( $(#[$doc:meta])* $name:ident = [$( ($f:ident, $off:literal) ),* $(,)?]; )*) => {
+        #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub(crate) enum LayoutId { $( $name ),* }
 
-    pub const EAGER_MSGRTM: Layout = Layout::new(&[(MsgId, 4)]);
-    pub const EAGER_TAGRTM: Layout = Layout::new(&[(MsgId, 4), (Tag, 8)]);
-    // wire-facts #2: the first u64 is the whole message length.
-    pub const MEDIUM_MSGRTM: Layout = Layout::new(&[(MsgId, 4), (MsgLength, 8), (SegOffset, 16)]);
-    pub const MEDIUM_TAGRTM: Layout =
-        Layout::new(&[(MsgId, 4), (MsgLength, 8), (SegOffset, 16), (Tag, 24)]);
-    pub const LONGCTS_MSGRTM: Layout = Layout::new(&[
-        (MsgId, 4),
-        (MsgLength, 8),
-        (SendId, 16),
-        (CreditRequest, 20),
-    ]);
-    pub const LONGCTS_TAGRTM: Layout = Layout::new(&[
-        (MsgId, 4),
-        (MsgLength, 8),
-        (SendId, 16),
-        (CreditRequest, 20),
-        (Tag, 24),
-    ]);
-    pub const LONGREAD_MSGRTM: Layout =
-        Layout::new(&[(MsgId, 4), (MsgLength, 8), (SendId, 16), (ReadIovCount, 20)]);
-    // wire-facts #4: the tag is the last member.
-    pub const LONGREAD_TAGRTM: Layout = Layout::new(&[
-        (MsgId, 4),
-        (MsgLength, 8),
-        (SendId, 16),
-        (ReadIovCount, 20),
-        (Tag, 24),
-    ]);
-    // wire-facts #8: the DC layouts.
-    pub const DC_EAGER_MSGRTM: Layout = Layout::new(&[(MsgId, 4), (SendId, 8), (Padding, 12)]);
-    pub const DC_EAGER_TAGRTM: Layout =
-        Layout::new(&[(MsgId, 4), (SendId, 8), (Padding, 12), (Tag, 16)]);
-    pub const DC_MEDIUM_MSGRTM: Layout = Layout::new(&[
-        (MsgId, 4),
-        (SendId, 8),
-        (Padding, 12),
-        (MsgLength, 16),
-        (SegOffset, 24),
-    ]);
-    pub const DC_MEDIUM_TAGRTM: Layout = Layout::new(&[
-        (MsgId, 4),
-        (SendId, 8),
-        (Padding, 12),
-        (MsgLength, 16),
-        (SegOffset, 24),
-        (Tag, 32),
-    ]);
-    // wire-facts #5: runting types.
-    pub const RUNTCTS_MSGRTM: Layout = Layout::new(&[
-        (MsgId, 4),
-        (MsgLength, 8),
-        (SendId, 16),
-        (CreditRequest, 20),
-        (SegOffset, 24),
-        (RuntLength, 32),
-    ]);
-    pub const RUNTCTS_TAGRTM: Layout = Layout::new(&[
-        (MsgId, 4),
-        (MsgLength, 8),
-        (SendId, 16),
-        (CreditRequest, 20),
-        (SegOffset, 24),
-        (RuntLength, 32),
-        (Tag, 40),
-    ]);
-    pub const RUNTREAD_MSGRTM: Layout = Layout::new(&[
-        (MsgId, 4),
-        (MsgLength, 8),
-        (SendId, 16),
-        (ReadIovCount, 20),
-        (SegOffset, 24),
-        (RuntLength, 32),
-    ]);
-    pub const RUNTREAD_TAGRTM: Layout = Layout::new(&[
-        (MsgId, 4),
-        (MsgLength, 8),
-        (SendId, 16),
-        (ReadIovCount, 20),
-        (SegOffset, 24),
-        (RuntLength, 32),
-        (Tag, 40),
-    ]);
-    pub const EAGER_RTW: Layout = Layout::new(&[(RmaIovCount, 4)]);
-    pub const DC_EAGER_RTW: Layout = Layout::new(&[(RmaIovCount, 4), (SendId, 8), (Padding, 12)]);
-    pub const LONGCTS_RTW: Layout = Layout::new(&[
-        (RmaIovCount, 4),
-        (MsgLength, 8),
-        (SendId, 16),
-        (CreditRequest, 20),
-    ]);
-    pub const LONGREAD_RTW: Layout = Layout::new(&[
-        (RmaIovCount, 4),
-        (MsgLength, 8),
-        (SendId, 16),
-        (ReadIovCount, 20),
-    ]);
-    // wire-facts #17: rma_iov right after the fixed fields, as the structs say.
-    pub const RUNTCTS_RTW: Layout = Layout::new(&[
-        (RmaIovCount, 4),
-        (MsgLength, 8),
-        (SendId, 16),
-        (CreditRequest, 20),
-        (SegOffset, 24),
-        (RuntLength, 32),
-    ]);
-    pub const RUNTREAD_RTW: Layout = Layout::new(&[
-        (RmaIovCount, 4),
-        (MsgLength, 8),
-        (SendId, 16),
-        (ReadIovCount, 20),
-        (SegOffset, 24),
-        (RuntLength, 32),
-    ]);
-    // wire-facts #3: SHORT_RTR and LONGCTS_RTR share one struct.
-    pub const RTR: Layout = Layout::new(&[
-        (RmaIovCount, 4),
-        (MsgLength, 8),
-        (RecvId, 16),
-        (RecvLength32, 20),
-    ]);
-    // wire-facts #9: the last u32 of an RTA is a union.
-    pub const WRITE_RTA: Layout = Layout::new(&[
-        (MsgId, 4),
-        (RmaIovCount, 8),
-        (AtomicDatatype, 12),
-        (AtomicOp, 16),
-        (Padding, 20),
-    ]);
-    pub const FETCH_RTA: Layout = Layout::new(&[
-        (MsgId, 4),
-        (RmaIovCount, 8),
-        (AtomicDatatype, 12),
-        (AtomicOp, 16),
-        (RecvId, 20),
-    ]);
-    pub const DC_WRITE_RTA: Layout = Layout::new(&[
-        (MsgId, 4),
-        (RmaIovCount, 8),
-        (AtomicDatatype, 12),
-        (AtomicOp, 16),
-        (SendId, 20),
-    ]);
+        pub(crate) mod layouts {
+            use super::{Layout, LayoutId, F::*};
+            $( $(#[$doc])* pub const $name: Layout = Layout::new(LayoutId::$name, &[$( ($f, $off) ),*]); )*
+        }
+
+        fn read_fixed(id: LayoutId, buf: &[u8], out: &mut ReqFields, rma: &mut u64, read: &mut u64) {
+            match id {
+                $( LayoutId::$name => read_with(&layouts::$name, buf, out, rma, read), )*
+            }
+        }
+
+        fn write_fixed(id: LayoutId, buf: &mut [u8], fields: &ReqFields, rma: u32, read: u32) {
+            match id {
+                $( LayoutId::$name => write_with(&layouts::$name, buf, fields, rma, read), )*
+            }
+        }
+    };
+}
+
+layouts! {
+    EAGER_MSGRTM = [(MsgId, 4)];
+    EAGER_TAGRTM = [(MsgId, 4), (Tag, 8)];
+    /// wire-facts #2: the first u64 is the whole message length.
+    MEDIUM_MSGRTM = [(MsgId, 4), (MsgLength, 8), (SegOffset, 16)];
+    MEDIUM_TAGRTM = [(MsgId, 4), (MsgLength, 8), (SegOffset, 16), (Tag, 24)];
+    LONGCTS_MSGRTM = [(MsgId, 4), (MsgLength, 8), (SendId, 16), (CreditRequest, 20)];
+    LONGCTS_TAGRTM = [(MsgId, 4), (MsgLength, 8), (SendId, 16), (CreditRequest, 20), (Tag, 24)];
+    LONGREAD_MSGRTM = [(MsgId, 4), (MsgLength, 8), (SendId, 16), (ReadIovCount, 20)];
+    /// wire-facts #4: the tag is the last member.
+    LONGREAD_TAGRTM = [(MsgId, 4), (MsgLength, 8), (SendId, 16), (ReadIovCount, 20), (Tag, 24)];
+    /// wire-facts #8: the DC layouts.
+    DC_EAGER_MSGRTM = [(MsgId, 4), (SendId, 8), (Padding, 12)];
+    DC_EAGER_TAGRTM = [(MsgId, 4), (SendId, 8), (Padding, 12), (Tag, 16)];
+    DC_MEDIUM_MSGRTM = [(MsgId, 4), (SendId, 8), (Padding, 12), (MsgLength, 16), (SegOffset, 24)];
+    DC_MEDIUM_TAGRTM = [(MsgId, 4), (SendId, 8), (Padding, 12), (MsgLength, 16), (SegOffset, 24), (Tag, 32)];
+    /// wire-facts #5: runting types.
+    RUNTCTS_MSGRTM = [(MsgId, 4), (MsgLength, 8), (SendId, 16), (CreditRequest, 20), (SegOffset, 24), (RuntLength, 32)];
+    RUNTCTS_TAGRTM = [
+        (MsgId, 4), (MsgLength, 8), (SendId, 16), (CreditRequest, 20), (SegOffset, 24), (RuntLength, 32), (Tag, 40),
+    ];
+    RUNTREAD_MSGRTM = [(MsgId, 4), (MsgLength, 8), (SendId, 16), (ReadIovCount, 20), (SegOffset, 24), (RuntLength, 32)];
+    RUNTREAD_TAGRTM = [
+        (MsgId, 4), (MsgLength, 8), (SendId, 16), (ReadIovCount, 20), (SegOffset, 24), (RuntLength, 32), (Tag, 40),
+    ];
+    EAGER_RTW = [(RmaIovCount, 4)];
+    DC_EAGER_RTW = [(RmaIovCount, 4), (SendId, 8), (Padding, 12)];
+    LONGCTS_RTW = [(RmaIovCount, 4), (MsgLength, 8), (SendId, 16), (CreditRequest, 20)];
+    LONGREAD_RTW = [(RmaIovCount, 4), (MsgLength, 8), (SendId, 16), (ReadIovCount, 20)];
+    /// wire-facts #17: rma_iov right after the fixed fields, as the structs say.
+    RUNTCTS_RTW = [(RmaIovCount, 4), (MsgLength, 8), (SendId, 16), (CreditRequest, 20), (SegOffset, 24), (RuntLength, 32)];
+    RUNTREAD_RTW = [(RmaIovCount, 4), (MsgLength, 8), (SendId, 16), (ReadIovCount, 20), (SegOffset, 24), (RuntLength, 32)];
+    /// wire-facts #3: SHORT_RTR and LONGCTS_RTR share one struct.
+    RTR = [(RmaIovCount, 4), (MsgLength, 8), (RecvId, 16), (RecvLength32, 20)];
+    /// wire-facts #9: the last u32 of an RTA is a union.
+    WRITE_RTA = [(MsgId, 4), (RmaIovCount, 8), (AtomicDatatype, 12), (AtomicOp, 16), (Padding, 20)];
+    FETCH_RTA = [(MsgId, 4), (RmaIovCount, 8), (AtomicDatatype, 12), (AtomicOp, 16), (RecvId, 20)];
+    DC_WRITE_RTA = [(MsgId, 4), (RmaIovCount, 8), (AtomicDatatype, 12), (AtomicOp, 16), (SendId, 20)];
 }
 
 /// The fixed fields of every REQ type, flat. A type carries only some of them
@@ -278,6 +214,7 @@ pub struct ReqFields {
 }
 
 impl ReqFields {
+    #[inline(always)]
     fn set(&mut self, f: F, v: u64, rma: &mut u64, read: &mut u64) {
         // Width-4 fields were read as u32, so the casts below are exact.
         match f {
@@ -298,6 +235,7 @@ impl ReqFields {
         }
     }
 
+    #[inline(always)]
     fn get(&self, f: F, rma: u32, read: u32) -> u64 {
         match f {
             F::MsgId => self.msg_id.into(),
@@ -331,10 +269,7 @@ impl<'a> RawAddrHdr<'a> {
     pub fn new(bytes: &'a [u8]) -> Result<RawAddrHdr<'a>> {
         let size = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
         if bytes.len() < RawAddr::LEN || size == u32::MAX {
-            return Err(WireError::OptHeaderSize {
-                what: "raw address",
-                size,
-            });
+            return Err(WireError::OptHeaderSize { what: "raw address", size });
         }
         Ok(RawAddrHdr { bytes })
     }
@@ -403,27 +338,13 @@ impl Req<'static> {
     }
 }
 
-fn take_iovs<'a>(
-    buf: &'a [u8],
-    pos: &mut usize,
-    count: u64,
-    what: &'static str,
-) -> Result<&'a [RmaIov]> {
+fn take_iovs<'a>(buf: &'a [u8], pos: &mut usize, count: u64, what: &'static str) -> Result<&'a [RmaIov]> {
     let rest = buf.get(*pos..).unwrap_or(&[]);
     if count.saturating_mul(RmaIov::LEN as u64) > rest.len() as u64 {
-        return Err(WireError::CountTooLarge {
-            what,
-            count,
-            room: rest.len(),
-        });
+        return Err(WireError::CountTooLarge { what, count, room: rest.len() });
     }
-    let (iovs, _) = <[RmaIov]>::ref_from_prefix_with_elems(rest, count as usize).map_err(|_| {
-        WireError::CountTooLarge {
-            what,
-            count,
-            room: rest.len(),
-        }
-    })?;
+    let (iovs, _) = <[RmaIov]>::ref_from_prefix_with_elems(rest, count as usize)
+        .map_err(|_| WireError::CountTooLarge { what, count, room: rest.len() })?;
     *pos += iovs.len() * RmaIov::LEN;
     Ok(iovs)
 }
@@ -450,44 +371,25 @@ fn iovs_wrap(iovs: &[RmaIov]) -> bool {
 
 impl<'a> Req<'a> {
     fn layout(&self) -> Result<&'static Layout> {
-        self.ptype
-            .req_info()
-            .map(|i| i.layout)
-            .ok_or(WireError::UnknownType(self.ptype as u8))
+        self.ptype.req_info().map(|i| i.layout).ok_or(WireError::UnknownType(self.ptype as u8))
     }
 
     /// Parses `buf` as a REQ packet of type `ptype` (from the base header).
     pub fn parse_as(ptype: PacketType, buf: &'a [u8]) -> Result<Req<'a>> {
-        let layout = ptype
-            .req_info()
-            .ok_or(WireError::UnknownType(ptype as u8))?
-            .layout;
+        let layout = ptype.req_info().ok_or(WireError::UnknownType(ptype as u8))?.layout;
         check_len(buf, layout.len, "REQ mandatory header")?;
         let flags = u16::from_le_bytes([buf[2], buf[3]]);
         let mut fields = ReqFields::default();
         let (mut rma_count, mut read_count) = (0u64, 0u64);
-        for &(f, off) in layout.fields {
-            let at = buf.get(off as usize..).unwrap_or(&[]);
-            let v = if f.width() == 8 {
-                le_u64(at)
-            } else {
-                le_u32(at).into()
-            };
-            fields.set(f, v, &mut rma_count, &mut read_count);
-        }
+        read_fixed(layout.id, buf, &mut fields, &mut rma_count, &mut read_count);
         let mut pos = layout.len;
         let rma_iov = take_iovs(buf, &mut pos, rma_count, "rma_iov")?;
         let raw_addr = if flags & req_flags::RAW_ADDR_HDR != 0 {
             let size = le_u32(take(buf, &mut pos, 4, "raw address header size")?);
             if (size as usize) < RawAddr::LEN {
-                return Err(WireError::OptHeaderSize {
-                    what: "raw address",
-                    size,
-                });
+                return Err(WireError::OptHeaderSize { what: "raw address", size });
             }
-            Some(RawAddrHdr {
-                bytes: take(buf, &mut pos, size as usize, "raw address header")?,
-            })
+            Some(RawAddrHdr { bytes: take(buf, &mut pos, size as usize, "raw address header")? })
         } else {
             None
         };
@@ -504,34 +406,18 @@ impl<'a> Req<'a> {
         let read_iov = take_iovs(buf, &mut pos, read_count, "read_iov")?;
         let data = &buf[pos..];
         if iovs_wrap(rma_iov) || iovs_wrap(read_iov) {
-            return Err(WireError::LengthOverflow {
-                what: "efa_rma_iov addr + len",
-            });
+            return Err(WireError::LengthOverflow { what: "efa_rma_iov addr + len" });
         }
         if layout.seg {
             let end = fields.seg_offset.checked_add(data.len() as u64);
             if end.is_none_or(|e| e > fields.msg_length) {
-                return Err(WireError::LengthOverflow {
-                    what: "seg_offset + data beyond msg_length",
-                });
+                return Err(WireError::LengthOverflow { what: "seg_offset + data beyond msg_length" });
             }
         }
         if layout.runt && fields.runt_length > fields.msg_length {
-            return Err(WireError::LengthOverflow {
-                what: "runt_length beyond msg_length",
-            });
+            return Err(WireError::LengthOverflow { what: "runt_length beyond msg_length" });
         }
-        Ok(Req {
-            ptype,
-            flags,
-            fields,
-            rma_iov,
-            raw_addr,
-            cq_data,
-            connid,
-            read_iov,
-            data,
-        })
+        Ok(Req { ptype, flags, fields, rma_iov, raw_addr, cq_data, connid, read_iov, data })
     }
 
     /// The connid identifying the sender: the raw address's when present,
@@ -547,9 +433,7 @@ impl<'a> Req<'a> {
 
     /// Length of the optional headers.
     pub fn opt_hdr_len(&self) -> usize {
-        self.raw_addr.map_or(0, |r| r.wire_len())
-            + self.cq_data.map_or(0, |_| 8)
-            + self.connid.map_or(0, |_| 4)
+        self.raw_addr.map_or(0, |r| r.wire_len()) + self.cq_data.map_or(0, |_| 8) + self.connid.map_or(0, |_| 4)
     }
 
     /// Where the application data starts (after `read_iov[]` where there is one).
@@ -580,37 +464,24 @@ impl<'a> Req<'a> {
     /// Writes the packet at the start of `buf`; returns its length.
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
         let layout = self.layout()?;
-        if (!layout.rma && !self.rma_iov.is_empty()) || (!layout.read && !self.read_iov.is_empty())
-        {
-            return Err(WireError::BadField {
-                what: "iov list on a type without one",
-                value: 0,
-            });
+        if (!layout.rma && !self.rma_iov.is_empty()) || (!layout.read && !self.read_iov.is_empty()) {
+            return Err(WireError::BadField { what: "iov list on a type without one", value: 0 });
         }
-        let rma = u32::try_from(self.rma_iov.len()).map_err(|_| WireError::LengthOverflow {
-            what: "rma_iov_count",
-        })?;
-        let read = u32::try_from(self.read_iov.len()).map_err(|_| WireError::LengthOverflow {
-            what: "read_iov_count",
-        })?;
+        let rma = u32::try_from(self.rma_iov.len()).map_err(|_| WireError::LengthOverflow { what: "rma_iov_count" })?;
+        let read =
+            u32::try_from(self.read_iov.len()).map_err(|_| WireError::LengthOverflow { what: "read_iov_count" })?;
         let total = self.buffer_len();
         check_room(buf, total)?;
         let buf = &mut buf[..total];
         buf[..layout.len].fill(0);
         put_base(buf, self.ptype, self.wire_flags());
-        for &(f, off) in layout.fields {
-            let off = off as usize;
-            let v = self.fields.get(f, rma, read);
-            if f.width() == 8 {
-                buf[off..off + 8].copy_from_slice(&v.to_le_bytes());
-            } else {
-                buf[off..off + 4].copy_from_slice(&(v as u32).to_le_bytes());
-            }
-        }
+        write_fixed(layout.id, buf, &self.fields, rma, read);
         let mut pos = layout.len;
         let mut put = |bytes: &[u8]| {
-            buf[pos..pos + bytes.len()].copy_from_slice(bytes);
-            pos += bytes.len();
+            if !bytes.is_empty() {
+                buf[pos..pos + bytes.len()].copy_from_slice(bytes);
+                pos += bytes.len();
+            }
         };
         put(self.rma_iov.as_bytes());
         if let Some(r) = self.raw_addr {

@@ -91,20 +91,8 @@ pub enum Category {
     Req(ReqInfo),
 }
 
-const fn req(
-    family: ReqFamily,
-    proto: Subprotocol,
-    tagged: bool,
-    dc: bool,
-    layout: &'static Layout,
-) -> Category {
-    Category::Req(ReqInfo {
-        family,
-        proto,
-        tagged,
-        dc,
-        layout,
-    })
+const fn req(family: ReqFamily, proto: Subprotocol, tagged: bool, dc: bool, layout: &'static Layout) -> Category {
+    Category::Req(ReqInfo { family, proto, tagged, dc, layout })
 }
 
 macro_rules! packet_types {
@@ -136,8 +124,9 @@ macro_rules! packet_types {
                 }
             }
 
-            /// REQ or not, and for REQ types the facts of the table.
-            pub const fn category(self) -> Category {
+            /// REQ or not, and for REQ types the facts of the table (the
+            /// source of [`CATEGORIES`]).
+            const fn category_of(self) -> Category {
                 use NonReqKind as N;
                 use ReqFamily::*;
                 use Subprotocol::*;
@@ -192,7 +181,30 @@ packet_types! {
     RuntreadRtw = 147, "RUNTREAD_RTW", req(Rtw, Runtread, false, false, &l::RUNTREAD_RTW);
 }
 
+/// `category_of` of every type, indexed by ID: a lookup instead of a match
+/// on the hot path.
+const CATEGORIES: [Option<Category>; 256] = {
+    let mut t = [None; 256];
+    let mut i = 0;
+    while i < PacketType::ALL.len() {
+        let p = PacketType::ALL[i];
+        t[p as usize] = Some(p.category_of());
+        i += 1;
+    }
+    t
+};
+
 impl PacketType {
+    /// REQ or not, and for REQ types the facts of the table.
+    #[inline]
+    pub const fn category(self) -> Category {
+        match CATEGORIES[self as usize] {
+            Some(c) => c,
+            // Every variant is in ALL, so its entry is filled.
+            None => Category::NonReq(NonReqKind::PeerError),
+        }
+    }
+
     /// The REQ facts, or `None` for a non-REQ type.
     pub const fn req_info(self) -> Option<ReqInfo> {
         match self.category() {
@@ -208,12 +220,7 @@ impl PacketType {
 
     /// Looks a REQ type up by its facts; `None` when no type has them
     /// (e.g. a tagged RTW). This is how the engine names the packet to send.
-    pub fn req_type(
-        family: ReqFamily,
-        proto: Subprotocol,
-        tagged: bool,
-        dc: bool,
-    ) -> Option<PacketType> {
+    pub fn req_type(family: ReqFamily, proto: Subprotocol, tagged: bool, dc: bool) -> Option<PacketType> {
         PacketType::ALL.iter().copied().find(|t| {
             matches!(t.req_info(), Some(i) if i.family == family && i.proto == proto && i.tagged == tagged && i.dc == dc)
         })
@@ -224,25 +231,10 @@ impl PacketType {
     pub const fn default_req_flags(self) -> u16 {
         use super::req_flags::*;
         match self.req_info() {
-            Some(ReqInfo {
-                family: ReqFamily::Rtm,
-                tagged: true,
-                ..
-            }) => MSG | TAGGED,
-            Some(ReqInfo {
-                family: ReqFamily::Rtm,
-                tagged: false,
-                ..
-            }) => MSG,
-            Some(ReqInfo {
-                family: ReqFamily::Rta,
-                ..
-            }) => ATOMIC,
-            Some(ReqInfo {
-                family: ReqFamily::Rtw | ReqFamily::Rtr,
-                ..
-            })
-            | None => 0,
+            Some(ReqInfo { family: ReqFamily::Rtm, tagged: true, .. }) => MSG | TAGGED,
+            Some(ReqInfo { family: ReqFamily::Rtm, tagged: false, .. }) => MSG,
+            Some(ReqInfo { family: ReqFamily::Rta, .. }) => ATOMIC,
+            Some(ReqInfo { family: ReqFamily::Rtw | ReqFamily::Rtr, .. }) | None => 0,
         }
     }
 }
@@ -266,15 +258,9 @@ mod tests {
     fn req_type_lookup_is_unique() {
         for t in PacketType::ALL {
             if let Some(i) = t.req_info() {
-                assert_eq!(
-                    PacketType::req_type(i.family, i.proto, i.tagged, i.dc),
-                    Some(*t)
-                );
+                assert_eq!(PacketType::req_type(i.family, i.proto, i.tagged, i.dc), Some(*t));
             }
         }
-        assert_eq!(
-            PacketType::req_type(ReqFamily::Rtw, Subprotocol::Eager, true, false),
-            None
-        );
+        assert_eq!(PacketType::req_type(ReqFamily::Rtw, Subprotocol::Eager, true, false), None);
     }
 }

@@ -20,22 +20,11 @@ impl Cluster {
 
     pub fn with_configs(sim: SimConfig, cfgs: Vec<Config>) -> Cluster {
         let net = SimNet::new(sim);
-        let mut eps: Vec<_> = cfgs
-            .into_iter()
-            .map(|c| Endpoint::new(net.device(), c))
-            .collect();
+        let mut eps: Vec<_> = cfgs.into_iter().map(|c| Endpoint::new(net.device(), c)).collect();
         let raws: Vec<_> = eps.iter().map(|e| e.addr()).collect();
-        let addrs = eps
-            .iter_mut()
-            .map(|e| raws.iter().map(|r| e.av_insert(r).unwrap()).collect())
-            .collect();
+        let addrs = eps.iter_mut().map(|e| raws.iter().map(|r| e.av_insert(r).unwrap()).collect()).collect();
         let n = eps.len();
-        Cluster {
-            net,
-            eps,
-            addrs,
-            cqs: vec![Vec::new(); n],
-        }
+        Cluster { net, eps, addrs, cqs: vec![Vec::new(); n] }
     }
 
     /// One round: every endpoint progresses and its completions are collected.
@@ -99,12 +88,8 @@ impl Cluster {
 
     /// Every packet type on the wire, deduplicated and sorted.
     pub fn all_types(&self) -> Vec<&'static str> {
-        let mut v: Vec<_> = self
-            .net
-            .log()
-            .iter()
-            .map(|r| PacketType::from_u8(r.ptype).map_or("?", |t| t.name()))
-            .collect();
+        let mut v: Vec<_> =
+            self.net.log().iter().map(|r| PacketType::from_u8(r.ptype).map_or("?", |t| t.name())).collect();
         v.sort();
         v.dedup();
         v
