@@ -4,9 +4,12 @@
 //! packet; the engine runs the protocol over a device; [`capi`] is the C API.
 
 pub mod capi;
+/// cbindgen:ignore
 pub mod device;
+/// cbindgen:ignore
 pub mod engine;
 mod fxhash;
+/// cbindgen:ignore
 pub mod mem;
 pub mod status;
 /// cbindgen:ignore

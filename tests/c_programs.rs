@@ -27,7 +27,10 @@
 //! The soname of `librdm4.so` is `librdm4.so.<major>` (build.rs), which cargo
 //! does not create, so the harness links through a private directory
 //! `target/c_tests/<profile>/lib/` holding `librdm4.so` and
-//! `librdm4.so.<major>` as symlinks to the library in `deps/`.
+//! `librdm4.so.<major>` as symlinks to the library in `deps/`. The rpath is an
+//! old-style RPATH (`--disable-new-dtags`) because cargo runs tests with
+//! `LD_LIBRARY_PATH` including `target/<profile>/`, where a stale copy may sit,
+//! and a RUNPATH would let that win.
 //!
 //! Outputs (objects, executables, each run's stdout and stderr) are kept in
 //! `target/c_tests/<profile>/<file name>/` for inspection.
@@ -44,15 +47,7 @@ use std::time::{Duration, Instant};
 /// `cargo rustc --lib --crate-type staticlib -- --print native-static-libs`
 /// (the Rust standard library's needs; rerun it after adding a dependency
 /// with native code and update this list).
-const NATIVE_STATIC_LIBS: &[&str] = &[
-    "-lgcc_s",
-    "-lutil",
-    "-lrt",
-    "-lpthread",
-    "-lm",
-    "-ldl",
-    "-lc",
-];
+const NATIVE_STATIC_LIBS: &[&str] = &["-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl", "-lc"];
 
 /// Warnings are errors in every program: the header must be clean.
 const C_FLAGS: &[&str] = &["-std=c11", "-Wall", "-Wextra", "-Werror"];
@@ -117,10 +112,7 @@ fn env() -> &'static Env {
     static ENV: OnceLock<Env> = OnceLock::new();
     ENV.get_or_init(|| {
         let exe = std::env::current_exe().expect("path of the test executable");
-        let deps = exe
-            .parent()
-            .expect("test executable has a directory")
-            .to_path_buf();
+        let deps = exe.parent().expect("test executable has a directory").to_path_buf();
         assert_eq!(
             deps.file_name().and_then(|n| n.to_str()),
             Some("deps"),
@@ -128,12 +120,7 @@ fn env() -> &'static Env {
             exe.display()
         );
         let profile_dir = deps.parent().unwrap();
-        let profile = profile_dir
-            .file_name()
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .to_string();
+        let profile = profile_dir.file_name().unwrap().to_str().unwrap().to_string();
         let target = profile_dir.parent().unwrap();
         let out = target.join("c_tests").join(&profile);
 
@@ -145,13 +132,7 @@ fn env() -> &'static Env {
         for name in ["librdm4.so", soname] {
             replace_symlink(&shared_lib, &lib.join(name));
         }
-        Env {
-            deps,
-            out,
-            lib,
-            static_lib,
-            host: host_triple(),
-        }
+        Env { deps, out, lib, static_lib, host: host_triple() }
     })
 }
 
@@ -161,12 +142,7 @@ fn fresh_library(deps: &Path, name: &str) -> PathBuf {
     let mtime = |p: &Path| {
         fs::metadata(p)
             .and_then(|m| m.modified())
-            .unwrap_or_else(|e| {
-                panic!(
-                    "{}: {e} (is `{name}` still among the crate types?)",
-                    p.display()
-                )
-            })
+            .unwrap_or_else(|e| panic!("{}: {e} (is `{name}` still among the crate types?)", p.display()))
     };
     let lib = mtime(&path);
     let rlib = mtime(&deps.join("librdm4.rlib"));
@@ -174,8 +150,8 @@ fn fresh_library(deps: &Path, name: &str) -> PathBuf {
     // a library older than that is left over from another build.
     if lib + Duration::from_secs(30) < rlib {
         panic!(
-            "{} is older than the librdm4.rlib beside it: it was not rebuilt with the lib. \
-             Run `cargo build` with the same profile and features, then rerun this test.",
+            "{} is older than the librdm4.rlib beside it: it was not rebuilt with the lib \
+             (did a tool rebuild only the rlib?). `touch src/lib.rs` and rerun the tests.",
             path.display()
         );
     }
@@ -193,20 +169,12 @@ fn replace_symlink(target: &Path, link: &Path) {
 /// The host triple from `cargo -vV` (the programs run here, so host = target).
 fn host_triple() -> String {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
-    let out = Command::new(&cargo)
-        .arg("-vV")
-        .output()
-        .expect("run `cargo -vV`");
+    let out = Command::new(&cargo).arg("-vV").output().expect("run `cargo -vV`");
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .find_map(|l| l.strip_prefix("host: "))
         .map(|h| h.trim().to_string())
-        .unwrap_or_else(|| {
-            panic!(
-                "no `host:` line in `{} -vV` output",
-                Path::new(&cargo).display()
-            )
-        })
+        .unwrap_or_else(|| panic!("no `host:` line in `{} -vV` output", Path::new(&cargo).display()))
 }
 
 /// The C or C++ compiler the `cc` crate picks (honouring `CC`, `CXX`,
@@ -234,9 +202,7 @@ fn programs(lang: Lang) -> (Vec<PathBuf>, Vec<PathBuf>) {
         .filter(|p| p.extension().and_then(|e| e.to_str()) == Some(lang.ext()))
         .collect();
     files.sort();
-    files
-        .into_iter()
-        .partition(|p| !file_name(p).starts_with('_'))
+    files.into_iter().partition(|p| !file_name(p).starts_with('_'))
 }
 
 fn file_name(p: &Path) -> &str {
@@ -248,11 +214,7 @@ fn run_all(lang: Lang) {
     for p in &skipped {
         println!("skip {} (name starts with `_`)", file_name(p));
     }
-    assert!(
-        !programs.is_empty(),
-        "no c_tests/*.{} programs found",
-        lang.ext()
-    );
+    assert!(!programs.is_empty(), "no c_tests/*.{} programs found", lang.ext());
     let mut failures = Vec::new();
     for src in &programs {
         if let Err(e) = build_and_run(lang, src) {
@@ -284,12 +246,7 @@ fn build_and_run(lang: Lang, src: &Path) -> Result<(), String> {
 
     let obj = dir.join(format!("{stem}.o"));
     let mut cmd = compiler(lang);
-    cmd.args(lang.flags())
-        .arg(format!("-I{MANIFEST_DIR}/include"))
-        .arg("-c")
-        .arg(src)
-        .arg("-o")
-        .arg(&obj);
+    cmd.args(lang.flags()).arg(format!("-I{MANIFEST_DIR}/include")).arg("-c").arg(src).arg("-o").arg(&obj);
     exec(&mut cmd, &format!("compile {name}"))?;
 
     for &link in links {
@@ -318,9 +275,7 @@ fn build_and_run(lang: Lang, src: &Path) -> Result<(), String> {
 
 /// Runs a compiler or linker; on failure returns its command line and output.
 fn exec(cmd: &mut Command, what: &str) -> Result<(), String> {
-    let out = cmd
-        .output()
-        .map_err(|e| format!("{what}: cannot run {}: {e}", command_line(cmd)))?;
+    let out = cmd.output().map_err(|e| format!("{what}: cannot run {}: {e}", command_line(cmd)))?;
     if out.status.success() {
         return Ok(());
     }
@@ -340,10 +295,7 @@ fn command_line(cmd: &Command) -> String {
         .chain(cmd.get_args())
         .map(|a| {
             let a = a.to_string_lossy();
-            if !a.is_empty()
-                && a.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_=+,./:@".contains(c))
-            {
+            if !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_=+,./:@".contains(c)) {
                 a.into_owned()
             } else {
                 format!("'{}'", a.replace('\'', "'\\''"))
@@ -389,16 +341,8 @@ fn run_program(exe: &Path, what: &str) -> Result<(), String> {
     };
     match status {
         Ok(s) if s.success() => Ok(()),
-        Ok(s) => Err(format!(
-            "FAILED {what}: {s}\nprogram: {}\n{}",
-            exe.display(),
-            output()
-        )),
-        Err(e) => Err(format!(
-            "FAILED {what}: {e}\nprogram: {}\n{}",
-            exe.display(),
-            output()
-        )),
+        Ok(s) => Err(format!("FAILED {what}: {s}\nprogram: {}\n{}", exe.display(), output())),
+        Err(e) => Err(format!("FAILED {what}: {e}\nprogram: {}\n{}", exe.display(), output())),
     }
 }
 

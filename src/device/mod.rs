@@ -93,9 +93,22 @@ pub trait Device {
     /// Forgets a peer.
     fn remove(&mut self, ah: Ah);
 
-    /// Queues `pkt` (at most `mtu` bytes) for `ah`. `wr_id` comes back in
-    /// [`DevEvent::SendDone`].
-    fn send(&mut self, ah: Ah, pkt: &[u8], wr_id: u64) -> Result<(), DevError>;
+    /// Queues a packet for `ah`, built by `build` directly in the device's
+    /// buffer (`mtu` bytes): `build` returns the packet's length, or 0 to send
+    /// nothing (then no event follows). The device checks for room before
+    /// calling `build`. `wr_id` comes back in [`DevEvent::SendDone`].
+    fn send_with(&mut self, ah: Ah, wr_id: u64, build: &mut dyn FnMut(&mut [u8]) -> usize) -> Result<(), DevError>;
+
+    /// Queues `pkt` (at most `mtu` bytes) for `ah`: [`Device::send_with`] with a copy.
+    fn send(&mut self, ah: Ah, pkt: &[u8], wr_id: u64) -> Result<(), DevError> {
+        if pkt.len() > self.caps().mtu {
+            return Err(DevError::Failed(Status::Inval));
+        }
+        self.send_with(ah, wr_id, &mut |buf| {
+            buf[..pkt.len()].copy_from_slice(pkt);
+            pkt.len()
+        })
+    }
 
     /// Hands received packets to `f`, at most `max`; returns how many.
     fn recv(&mut self, max: usize, f: &mut dyn FnMut(Option<Ah>, &[u8])) -> usize;

@@ -82,6 +82,8 @@ pub struct SimRecord {
 struct InPkt {
     from: usize,
     at: u64,
+    /// Packet length; `data` is a pooled buffer of `mtu` bytes.
+    len: usize,
     data: Vec<u8>,
 }
 
@@ -307,32 +309,36 @@ impl Device for SimDevice {
         }
     }
 
-    fn send(&mut self, ah: Ah, pkt: &[u8], wr_id: u64) -> Result<(), DevError> {
+    fn send_with(&mut self, ah: Ah, wr_id: u64, build: &mut dyn FnMut(&mut [u8]) -> usize) -> Result<(), DevError> {
         let mut net = self.net.borrow_mut();
-        if pkt.len() > net.cfg.mtu {
-            return Err(DevError::Failed(Status::Inval));
-        }
         let me = self.me;
         let target = net.nodes[me].ahs.get(ah as usize).copied().flatten().ok_or(DevError::Failed(Status::NoAddr))?;
-        if !net.nodes[target].alive {
-            net.nodes[me].events.push(DevEvent::SendDone { wr_id, ah, status: Err(Status::PeerUnreachable) });
-            return Ok(());
-        }
-        if net.nodes[target].inbox.len() >= net.cfg.inbox_capacity {
+        let alive = net.nodes[target].alive;
+        if alive && net.nodes[target].inbox.len() >= net.cfg.inbox_capacity {
             return Err(DevError::Again);
         }
         if net.cfg.again_permille > 0 && (net.rand() % 1000) < u64::from(net.cfg.again_permille) {
             return Err(DevError::Again);
         }
+        let mtu = net.cfg.mtu;
+        let mut data = net.pool.pop().unwrap_or_default();
+        data.resize(mtu, 0);
+        let len = build(&mut data[..mtu]).min(mtu);
+        if len == 0 {
+            net.pool.push(data);
+            return Ok(());
+        }
+        if !alive {
+            net.pool.push(data);
+            net.nodes[me].events.push(DevEvent::SendDone { wr_id, ah, status: Err(Status::PeerUnreachable) });
+            return Ok(());
+        }
         let delay = if net.cfg.max_delay_ns > 0 { net.rand() % (net.cfg.max_delay_ns + 1) } else { 0 };
         let at = net.now + delay;
-        let mut data = net.pool.pop().unwrap_or_default();
-        data.clear();
-        data.extend_from_slice(pkt);
         if net.cfg.capture {
-            net.log.push(SimRecord { from: me, to: target, ptype: pkt.first().copied().unwrap_or(0), len: pkt.len() });
+            net.log.push(SimRecord { from: me, to: target, ptype: data[0], len });
         }
-        net.nodes[target].inbox.push(InPkt { from: me, at, data });
+        net.nodes[target].inbox.push(InPkt { from: me, at, len, data });
         net.nodes[me].events.push(DevEvent::SendDone { wr_id, ah, status: Ok(()) });
         Ok(())
     }
@@ -365,9 +371,9 @@ impl Device for SimDevice {
                 };
                 let pkt = if reorder { node.inbox.swap_remove(idx) } else { node.inbox.remove(0) };
                 let from = node.by_node.get(&pkt.from).copied();
-                (from, pkt.data)
+                (from, pkt.data, pkt.len)
             };
-            f(pkt.0, &pkt.1);
+            f(pkt.0, &pkt.1[..pkt.2]);
             self.net.borrow_mut().pool.push(pkt.1);
             n += 1;
         }

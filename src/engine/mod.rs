@@ -192,14 +192,14 @@ pub(crate) struct Core {
     /// Bytes of REQs held for `msg_id` order (bounded by the reorder window).
     reorder_bytes: usize,
     medium_rx: FxHashMap<(u32, u32), u32>,
-    ctrl: VecDeque<(u32, Vec<u8>)>,
+    /// Control packets to send: (peer, buffer, length).
+    ctrl: VecDeque<(u32, Vec<u8>, usize)>,
     pool: Vec<Vec<u8>>,
     txq: VecDeque<u32>,
     cq: VecDeque<Cqe>,
     mrs: FxHashMap<u64, Mr>,
     pending_insert: Vec<u32>,
     events: Vec<DevEvent>,
-    scratch: Vec<u8>,
     stats: Stats,
     /// RTM type by [protocol: eager, medium, long-CTS][tagged].
     rtm_types: [[PacketType; 2]; 3],
@@ -245,7 +245,6 @@ impl<D: Device> Endpoint<D> {
             mrs: FxHashMap::default(),
             pending_insert: Vec::new(),
             events: Vec::new(),
-            scratch: vec![0u8; caps.mtu],
             stats: Stats::default(),
             rtm_types: [[PacketType::EagerMsgRtm; 2]; 3],
             eager_cap: [0; 2],
@@ -493,7 +492,7 @@ impl Core {
             p.reorder_bytes = 0;
             p.waiting_hs.clear();
         }
-        self.ctrl.retain(|(p, _)| *p != peer);
+        self.ctrl.retain(|(p, _, _)| *p != peer);
     }
 
     fn new_op(&mut self, op: Op) -> Result<u32, Status> {
@@ -524,8 +523,7 @@ impl Core {
     /// A pooled packet buffer for a control packet.
     fn take_buf(&mut self) -> Vec<u8> {
         let mut b = self.pool.pop().unwrap_or_default();
-        b.clear();
-        b.resize(self.caps.mtu, 0);
+        b.resize(self.caps.mtu, 0); // pooled buffers keep their length: no clearing
         b
     }
 
@@ -533,10 +531,7 @@ impl Core {
     fn queue_ctrl(&mut self, peer: u32, pkt: &wire::Packet<'_>) {
         let mut b = self.take_buf();
         match pkt.emit(&mut b) {
-            Ok(n) => {
-                b.truncate(n);
-                self.ctrl.push_back((peer, b));
-            }
+            Ok(n) => self.ctrl.push_back((peer, b, n)),
             Err(_) => {
                 self.stats.protocol_errors += 1;
                 self.pool.push(b);
@@ -579,20 +574,18 @@ impl Core {
     /// device pushes back.
     fn flush<D: Device>(&mut self, dev: &mut D) {
         self.resolve_inserts(dev);
-        while let Some((peer, pkt)) = self.ctrl.front() {
+        while let Some((peer, pkt, len)) = self.ctrl.front() {
             let ah = self.peers.get(*peer).filter(|p| !p.lost).and_then(|p| p.ah);
-            let Some(ah) = ah else {
-                let (_, b) = self.ctrl.pop_front().unwrap_or_default();
-                self.pool.push(b);
-                continue;
+            let sent = match ah {
+                Some(ah) => dev.send(ah, &pkt[..*len], 0),
+                None => Ok(()), // the peer is gone: drop it
             };
-            match dev.send(ah, pkt, 0) {
-                Err(DevError::Again) => return,
-                Ok(()) | Err(DevError::Failed(_)) => {
-                    self.stats.tx_packets += 1;
-                    let (_, b) = self.ctrl.pop_front().unwrap_or_default();
-                    self.pool.push(b);
-                }
+            if sent == Err(DevError::Again) {
+                return;
+            }
+            self.stats.tx_packets += u64::from(ah.is_some());
+            if let Some((_, b, _)) = self.ctrl.pop_front() {
+                self.pool.push(b);
             }
         }
         let mut n = self.txq.len();
@@ -610,27 +603,27 @@ impl Core {
 
     /// Sends the packets `key` may send now. False when the device pushed back.
     fn pump<D: Device>(&mut self, dev: &mut D, key: u32) -> bool {
-        let mut scratch = std::mem::take(&mut self.scratch);
-        let ok = loop {
+        loop {
             let Some(op) = self.ops.get_mut(key) else {
-                break true;
+                return true;
             };
             if op.started && op.sent >= op.len {
                 op.queued = false; // everything handed to the device
-                break true;
+                return true;
             }
             let Some(ah) = self.peers.get(op.peer).filter(|p| !p.lost).and_then(|p| p.ah) else {
                 self.complete(key, Status::PeerUnreachable);
-                break true;
+                return true;
             };
-            let Some((len, bytes)) = self.next_packet(key, &mut scratch) else {
-                if let Some(op) = self.ops.get_mut(key) {
-                    op.queued = false;
-                }
-                break true;
-            };
-            match dev.send(ah, &scratch[..len], u64::from(key) + 1) {
-                Ok(()) => {
+            // The packet is built straight into the device's buffer.
+            let mut built = None;
+            let core: &Core = self;
+            let sent = dev.send_with(ah, u64::from(key) + 1, &mut |slot| {
+                built = core.next_packet(key, slot);
+                built.map_or(0, |(n, _)| n)
+            });
+            match (sent, built) {
+                (Ok(()), Some((_, bytes))) => {
                     self.stats.tx_packets += 1;
                     if let Some(op) = self.ops.get_mut(key) {
                         op.started = true;
@@ -638,15 +631,19 @@ impl Core {
                         op.inflight += 1;
                     }
                 }
-                Err(DevError::Again) => break false,
-                Err(DevError::Failed(s)) => {
+                (Ok(()), None) => {
+                    if let Some(op) = self.ops.get_mut(key) {
+                        op.queued = false;
+                    }
+                    return true;
+                }
+                (Err(DevError::Again), _) => return false,
+                (Err(DevError::Failed(s)), _) => {
                     self.complete(key, s);
-                    break true;
+                    return true;
                 }
             }
-        };
-        self.scratch = scratch;
-        ok
+        }
     }
 
     /// Builds the next packet of operation `key` into `out`: its length and

@@ -1,2 +1,0 @@
-#include "rdm4.h"
-int main(void) { int unused; return 0; }
