@@ -51,6 +51,16 @@ pub struct Caps {
     pub rdma_write: bool,
 }
 
+/// What became of an accepted send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sent {
+    /// Delivered (or handed to a medium that cannot fail any more): no
+    /// [`DevEvent::SendDone`] follows. The shm and sim devices complete this way.
+    Done,
+    /// A [`DevEvent::SendDone`] with the `wr_id` follows.
+    Pending,
+}
+
 /// Why the device refused a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DevError {
@@ -95,12 +105,14 @@ pub trait Device {
 
     /// Queues a packet for `ah`, built by `build` directly in the device's
     /// buffer (`mtu` bytes): `build` returns the packet's length, or 0 to send
-    /// nothing (then no event follows). The device checks for room before
-    /// calling `build`. `wr_id` comes back in [`DevEvent::SendDone`].
-    fn send_with(&mut self, ah: Ah, wr_id: u64, build: &mut dyn FnMut(&mut [u8]) -> usize) -> Result<(), DevError>;
+    /// nothing (then `Ok(Done)` and no event). The device checks for room
+    /// before calling `build`. With `Ok(Pending)`, `wr_id` comes back in
+    /// [`DevEvent::SendDone`]; a send that fails at once is `Err(Failed(..))`.
+    fn send_with(&mut self, ah: Ah, wr_id: u64, build: &mut dyn FnMut(&mut [u8]) -> usize)
+        -> Result<Sent, DevError>;
 
     /// Queues `pkt` (at most `mtu` bytes) for `ah`: [`Device::send_with`] with a copy.
-    fn send(&mut self, ah: Ah, pkt: &[u8], wr_id: u64) -> Result<(), DevError> {
+    fn send(&mut self, ah: Ah, pkt: &[u8], wr_id: u64) -> Result<Sent, DevError> {
         if pkt.len() > self.caps().mtu {
             return Err(DevError::Failed(Status::Inval));
         }

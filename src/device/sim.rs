@@ -11,7 +11,7 @@ use crate::fxhash::FxHashMap;
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use super::{Access, Ah, Caps, DevError, DevEvent, Device};
+use super::{Access, Ah, Caps, DevError, DevEvent, Device, Sent};
 use crate::mem::UserBuf;
 use crate::status::Status;
 use crate::wire::RawAddr;
@@ -309,7 +309,7 @@ impl Device for SimDevice {
         }
     }
 
-    fn send_with(&mut self, ah: Ah, wr_id: u64, build: &mut dyn FnMut(&mut [u8]) -> usize) -> Result<(), DevError> {
+    fn send_with(&mut self, ah: Ah, _wr_id: u64, build: &mut dyn FnMut(&mut [u8]) -> usize) -> Result<Sent, DevError> {
         let mut net = self.net.borrow_mut();
         let me = self.me;
         let target = net.nodes[me].ahs.get(ah as usize).copied().flatten().ok_or(DevError::Failed(Status::NoAddr))?;
@@ -324,14 +324,9 @@ impl Device for SimDevice {
         let mut data = net.pool.pop().unwrap_or_default();
         data.resize(mtu, 0);
         let len = build(&mut data[..mtu]).min(mtu);
-        if len == 0 {
+        if len == 0 || !alive {
             net.pool.push(data);
-            return Ok(());
-        }
-        if !alive {
-            net.pool.push(data);
-            net.nodes[me].events.push(DevEvent::SendDone { wr_id, ah, status: Err(Status::PeerUnreachable) });
-            return Ok(());
+            return if alive { Ok(Sent::Done) } else { Err(DevError::Failed(Status::PeerUnreachable)) };
         }
         let delay = if net.cfg.max_delay_ns > 0 { net.rand() % (net.cfg.max_delay_ns + 1) } else { 0 };
         let at = net.now + delay;
@@ -339,8 +334,7 @@ impl Device for SimDevice {
             net.log.push(SimRecord { from: me, to: target, ptype: data[0], len });
         }
         net.nodes[target].inbox.push(InPkt { from: me, at, len, data });
-        net.nodes[me].events.push(DevEvent::SendDone { wr_id, ah, status: Ok(()) });
-        Ok(())
+        Ok(Sent::Done)
     }
 
     fn recv(&mut self, max: usize, f: &mut dyn FnMut(Option<Ah>, &[u8])) -> usize {

@@ -92,6 +92,7 @@ impl Core {
     pub(crate) fn handle_readrsp(&mut self, peer: u32, r: &wire::ReadRsp<'_>) {
         if let Some(op) = self.ops.get_mut(r.recv_id).filter(|o| o.peer == peer && o.kind == OpKind::Read) {
             op.remote_id = r.send_id;
+            op.awaiting = false; // the target answered (a zero-length read has no other sign)
         }
         self.take_data(peer, r.recv_id, 0, r.data);
     }

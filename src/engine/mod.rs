@@ -52,7 +52,7 @@ use std::collections::{HashMap, VecDeque};
 
 pub use cq::{CqFlags, Cqe, ADDR_UNSPEC};
 
-use crate::device::{Access, Ah, Caps, DevError, DevEvent, Device};
+use crate::device::{Access, Ah, Caps, DevError, DevEvent, Device, Sent};
 use crate::fxhash::FxHashMap;
 use crate::mem::UserBuf;
 use crate::status::Status;
@@ -578,9 +578,9 @@ impl Core {
             let ah = self.peers.get(*peer).filter(|p| !p.lost).and_then(|p| p.ah);
             let sent = match ah {
                 Some(ah) => dev.send(ah, &pkt[..*len], 0),
-                None => Ok(()), // the peer is gone: drop it
+                None => Ok(Sent::Done), // the peer is gone: drop it
             };
-            if sent == Err(DevError::Again) {
+            if sent.is_err_and(|e| e == DevError::Again) {
                 return;
             }
             self.stats.tx_packets += u64::from(ah.is_some());
@@ -623,15 +623,21 @@ impl Core {
                 built.map_or(0, |(n, _)| n)
             });
             match (sent, built) {
-                (Ok(()), Some((_, bytes))) => {
+                (Ok(how), Some((_, bytes))) => {
                     self.stats.tx_packets += 1;
-                    if let Some(op) = self.ops.get_mut(key) {
-                        op.started = true;
-                        op.sent += bytes;
+                    let Some(op) = self.ops.get_mut(key) else { return true };
+                    op.started = true;
+                    op.sent += bytes;
+                    if how == Sent::Pending {
                         op.inflight += 1;
+                    } else if op.sent >= op.len {
+                        // Completed at once and nothing more to send.
+                        op.queued = false;
+                        self.check_done(key);
+                        return true;
                     }
                 }
-                (Ok(()), None) => {
+                (Ok(_), None) => {
                     if let Some(op) = self.ops.get_mut(key) {
                         op.queued = false;
                     }
@@ -667,7 +673,7 @@ impl Core {
                 op.started && op.sent >= op.len && op.inflight == 0 && !op.awaiting
             }
             OpKind::Recv | OpKind::RemoteWrite => op.received >= op.len,
-            OpKind::Read => op.started && op.inflight == 0 && op.received >= op.len,
+            OpKind::Read => op.started && op.inflight == 0 && !op.awaiting && op.received >= op.len,
             OpKind::Unexpected => false,
         };
         if done {
