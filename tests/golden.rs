@@ -6,26 +6,20 @@
 use std::collections::BTreeMap;
 
 use rdm4::wire::{
-    AtomRsp, Cts, CtsData, Handshake, IdsHdr, LeU64, Packet, PacketType, PeerError, RawAddrHdr,
-    ReadRsp, Receipt, Req, RmaIov, UserRecvQp, CONNID_HDR,
+    AtomRsp, Cts, CtsData, Handshake, IdsHdr, LeU64, Packet, PacketType, PeerError, RawAddrHdr, ReadRsp, Receipt, Req,
+    RmaIov, UserRecvQp, CONNID_HDR,
 };
 use serde_json::{json, Value};
 
 fn vectors() -> Vec<Value> {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/golden_packets.json"
-    ))
-    .expect("golden file");
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/golden_packets.json"))
+        .expect("golden file");
     let v: Value = serde_json::from_str(&text).expect("golden json");
     v["vectors"].as_array().expect("vectors").clone()
 }
 
 fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
 }
 
 fn hex(b: &[u8]) -> String {
@@ -33,11 +27,7 @@ fn hex(b: &[u8]) -> String {
 }
 
 fn iovs_json(v: &[RmaIov]) -> Value {
-    Value::Array(
-        v.iter()
-            .map(|i| json!({"addr": i.addr(), "len": i.len(), "key": i.key()}))
-            .collect(),
-    )
+    Value::Array(v.iter().map(|i| json!({"addr": i.addr(), "len": i.len(), "key": i.key()})).collect())
 }
 
 fn opt<T: Into<Value>>(v: Option<T>) -> Value {
@@ -55,9 +45,7 @@ fn decoded_fields(p: &Packet, total_len: usize) -> BTreeMap<String, Value> {
     put("connid", opt(p.connid()));
     put("sender_connid", opt(p.sender_connid()));
     let multiuse = |connid: Option<u32>, padding: u32| json!(connid.unwrap_or(padding));
-    let cflags = |flags: u16, connid: Option<u32>| {
-        json!(flags | if connid.is_some() { CONNID_HDR } else { 0 })
-    };
+    let cflags = |flags: u16, connid: Option<u32>| json!(flags | if connid.is_some() { CONNID_HDR } else { 0 });
     let (hdr_len, opt_hdr_len, data_off, data): (usize, usize, usize, &[u8]) = match p {
         Packet::Req(r) => {
             let f = &r.fields;
@@ -98,10 +86,7 @@ fn decoded_fields(p: &Packet, total_len: usize) -> BTreeMap<String, Value> {
             h.emit(&mut wire).unwrap();
             put("flags", json!(u16::from_le_bytes([wire[2], wire[3]])));
             put("nextra_p3", json!(h.nextra_p3()));
-            put(
-                "extra_info",
-                Value::Array(h.extra_info.iter().map(|w| json!(w.get())).collect()),
-            );
+            put("extra_info", Value::Array(h.extra_info.iter().map(|w| json!(w.get())).collect()));
             put("host_id", opt(h.host_id));
             put("device_version", opt(h.device_version));
             put("qpn", opt(h.user_recv_qp.map(|q| q.qpn)));
@@ -122,12 +107,7 @@ fn decoded_fields(p: &Packet, total_len: usize) -> BTreeMap<String, Value> {
             put("recv_id", json!(c.recv_id));
             put("seg_length", json!(c.data.len()));
             put("seg_offset", json!(c.seg_offset));
-            (
-                CtsData::HDR_LEN,
-                c.header_len() - CtsData::HDR_LEN,
-                c.header_len(),
-                c.data,
-            )
+            (CtsData::HDR_LEN, c.header_len() - CtsData::HDR_LEN, c.header_len(), c.data)
         }
         Packet::ReadRsp(c) => {
             put("flags", cflags(c.flags, c.connid));
@@ -178,8 +158,7 @@ fn decoded_fields(p: &Packet, total_len: usize) -> BTreeMap<String, Value> {
 }
 
 fn u(f: &Value, k: &str) -> u64 {
-    f[k].as_u64()
-        .unwrap_or_else(|| panic!("field {k} missing or not an integer: {}", f[k]))
+    f[k].as_u64().unwrap_or_else(|| panic!("field {k} missing or not an integer: {}", f[k]))
 }
 
 fn ou64(f: &Value, k: &str) -> Option<u64> {
@@ -193,11 +172,7 @@ fn ou32(f: &Value, k: &str) -> Option<u32> {
 fn iovs_from(f: &Value, k: &str) -> Vec<RmaIov> {
     f.get(k)
         .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .map(|i| RmaIov::new(u(i, "addr"), u(i, "len"), u(i, "key")))
-                .collect()
-        })
+        .map(|a| a.iter().map(|i| RmaIov::new(u(i, "addr"), u(i, "len"), u(i, "key"))).collect())
         .unwrap_or_default()
 }
 
@@ -207,25 +182,15 @@ fn build_from_fields(f: &Value) -> Vec<u8> {
     let flags = u(f, "flags") as u16;
     let data = unhex(f["app_data"].as_str().unwrap_or(""));
     let connid = ou32(f, "connid");
-    let padding = if connid.is_some() {
-        0
-    } else {
-        ou32(f, "multiuse").unwrap_or(0)
-    };
+    let padding = if connid.is_some() { 0 } else { ou32(f, "multiuse").unwrap_or(0) };
     let nf = flags & !CONNID_HDR;
     let rma = iovs_from(f, "rma_iov");
     let read = iovs_from(f, "read_iov");
-    let raw = f
-        .get("raw_addr")
-        .and_then(|r| r.get("bytes"))
-        .and_then(Value::as_str)
-        .map(unhex);
+    let raw = f.get("raw_addr").and_then(|r| r.get("bytes")).and_then(Value::as_str).map(unhex);
     let extra: Vec<LeU64> = f
         .get("extra_info")
         .and_then(Value::as_array)
-        .map_or(vec![], |a| {
-            a.iter().map(|w| LeU64::new(w.as_u64().unwrap())).collect()
-        });
+        .map_or(vec![], |a| a.iter().map(|w| LeU64::new(w.as_u64().unwrap())).collect());
     let p = match ptype.category() {
         rdm4::wire::Category::Req(_) => {
             let mut r = Req::new(ptype);
@@ -260,10 +225,7 @@ fn build_from_fields(f: &Value) -> Vec<u8> {
                 h.connid = connid;
                 h.host_id = ou64(f, "host_id");
                 h.device_version = ou32(f, "device_version");
-                h.user_recv_qp = ou32(f, "qpn").map(|qpn| UserRecvQp {
-                    qpn,
-                    qkey: u(f, "qkey") as u32,
-                });
+                h.user_recv_qp = ou32(f, "qpn").map(|qpn| UserRecvQp { qpn, qkey: u(f, "qkey") as u32 });
                 h.p2p_supported = ou64(f, "p2p_supported").map(|p| p as u8);
                 let mut out = vec![0u8; h.buffer_len()];
                 h.emit(&mut out).unwrap();
@@ -353,9 +315,7 @@ fn all_285_golden_vectors_decode_to_exactly_their_fields() {
                 assert_eq!(want.as_str().unwrap(), p.ptype().name(), "{name}");
                 continue;
             }
-            let got = ours
-                .get(k)
-                .unwrap_or_else(|| panic!("{name}: no decoded field {k}"));
+            let got = ours.get(k).unwrap_or_else(|| panic!("{name}: no decoded field {k}"));
             assert_eq!(got, want, "{name}: field {k}");
         }
     }
@@ -376,11 +336,7 @@ fn reencode_exact_vectors_are_rebuilt_from_fields_to_exactly_their_bytes() {
             // parse to the same values as the original.
             let orig = unhex(want);
             assert_eq!(built.len(), orig.len(), "{name}");
-            assert_eq!(
-                Packet::parse(&built).unwrap(),
-                Packet::parse(&orig).unwrap(),
-                "{name}"
-            );
+            assert_eq!(Packet::parse(&built).unwrap(), Packet::parse(&orig).unwrap(), "{name}");
         }
     }
     assert!(exact >= 280, "only {exact} exact vectors");
@@ -396,4 +352,27 @@ fn every_vector_survives_parse_emit_parse() {
         p.emit(&mut out).unwrap();
         assert_eq!(Packet::parse(&out).unwrap(), p, "{name}");
     }
+}
+
+#[test]
+fn the_eager_fast_view_agrees_with_the_full_parse_on_every_vector() {
+    let mut seen = 0;
+    for v in vectors() {
+        let bytes = unhex(v["hex"].as_str().unwrap());
+        let full = Packet::parse(&bytes).unwrap();
+        match (rdm4::wire::EagerRtm::parse(&bytes), &full) {
+            (Some(e), Packet::Req(r)) => {
+                seen += 1;
+                assert!(r.raw_addr.is_none());
+                assert_eq!((e.msg_id, e.tag, e.cq_data, e.connid, e.data), (r.fields.msg_id, r.fields.tag, r.cq_data, r.connid, r.data));
+                assert_eq!(e.tagged, r.ptype == PacketType::EagerTagRtm);
+            }
+            (Some(_), other) => panic!("fast view accepted {other:?}"),
+            (None, Packet::Req(r)) if matches!(r.ptype, PacketType::EagerMsgRtm | PacketType::EagerTagRtm) => {
+                assert!(r.raw_addr.is_some(), "{}", v["name"]);
+            }
+            (None, _) => {}
+        }
+    }
+    assert!(seen >= 8);
 }

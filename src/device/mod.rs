@@ -49,6 +49,9 @@ pub struct Caps {
     pub rdma_read: bool,
     /// RDMA write supported.
     pub rdma_write: bool,
+    /// Every successful send completes at once (`Sent::Done`): the engine may
+    /// then complete an eager send without keeping an entry for it.
+    pub sync_send: bool,
 }
 
 /// What became of an accepted send.

@@ -280,7 +280,13 @@ impl Device for SimDevice {
     fn caps(&self) -> Caps {
         let net = self.net.borrow();
         let rdma = net.cfg.rdma;
-        Caps { mtu: net.cfg.mtu, max_rdma_size: if rdma { 1 << 30 } else { 0 }, rdma_read: rdma, rdma_write: rdma }
+        Caps {
+            mtu: net.cfg.mtu,
+            max_rdma_size: if rdma { 1 << 30 } else { 0 },
+            rdma_read: rdma,
+            rdma_write: rdma,
+            sync_send: true,
+        }
     }
 
     fn local_addr(&self) -> RawAddr {

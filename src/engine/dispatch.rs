@@ -6,12 +6,18 @@
 use super::peer::{msg_order, MsgOrder, Peer};
 use super::{raw_key, Core};
 use crate::device::Ah;
-use crate::wire::{Category, Packet, ReqFamily, Subprotocol};
+use super::rtm::accepts;
+use crate::wire::{self, Category, Packet, ReqFamily, Subprotocol};
 
 impl Core {
     /// Handles one packet as received from the device.
     pub(crate) fn handle_packet(&mut self, from: Option<Ah>, bytes: &[u8]) {
         self.stats.rx_packets += 1;
+        if let (Some(ah), Some(e)) = (from, wire::EagerRtm::parse(bytes)) {
+            if self.eager_fast(ah, &e) {
+                return;
+            }
+        }
         let pkt = match Packet::parse(bytes) {
             Ok(p) => p,
             Err(_) => {
@@ -36,6 +42,37 @@ impl Core {
             // waits for an EOR or a READ_NACK.
             Packet::Eor(_) | Packet::ReadNack(_) => self.stats.protocol_errors += 1,
         }
+    }
+
+    /// The common eager case, handled without the general machinery: a known
+    /// sender that already has our HANDSHAKE, its next `msg_id`, and the oldest
+    /// posted receive takes it. False: nothing done, take the general path.
+    fn eager_fast(&mut self, ah: Ah, e: &wire::EagerRtm<'_>) -> bool {
+        let Some(&p) = self.by_ah.get(&ah) else { return false };
+        let Some(peer) = self.peers.get_mut(p) else { return false };
+        if !peer.hs_sent || e.msg_id != peer.rx_msg_id || e.connid.is_some_and(|c| c != peer.raw.connid()) {
+            return false;
+        }
+        let qi = usize::from(e.tagged);
+        let Some(&key) = self.posted[qi].front() else { return false };
+        let Some(op) = self.ops.get_mut(key) else { return false };
+        if !accepts(op, p, e.tag) {
+            return false;
+        }
+        peer.rx_msg_id = peer.rx_msg_id.wrapping_add(1);
+        let drain = !peer.reorder.is_empty();
+        self.posted[qi].pop_front();
+        op.peer = p;
+        op.len = e.data.len() as u64;
+        op.tag = e.tag;
+        op.cq_data = e.cq_data;
+        op.msg_id = e.msg_id;
+        op.place(0, e.data);
+        self.complete(key, crate::status::Status::Success);
+        if drain {
+            self.drain_reorder(p);
+        }
+        true
     }
 
     /// The peer that sent `pkt`, learning it from the raw address header

@@ -362,6 +362,9 @@ impl<D: Device> Endpoint<D> {
 
     /// Sends `buf` to `dest` (two-sided).
     pub fn send(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<(), Status> {
+        if let Some(done) = self.core.send_now(&mut self.dev, dest, buf, opts) {
+            return done;
+        }
         self.core.post_send(dest, buf, opts)?;
         self.core.flush(&mut self.dev);
         Ok(())

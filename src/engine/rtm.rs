@@ -5,10 +5,11 @@
 
 use super::op::{Op, OpKind};
 use super::peer::Peer;
-use super::{Addr, Core, RecvOpts, SendOpts};
+use super::{Addr, Core, Cqe, CqFlags, RecvOpts, SendOpts, ADDR_UNSPEC};
+use crate::device::{Device, Sent};
 use crate::mem::UserBuf;
 use crate::status::Status;
-use crate::wire::{self, ReqInfo, Subprotocol};
+use crate::wire::{self, PacketType, ReqInfo, Subprotocol};
 
 /// Index of the posted/unexpected queue for tagged or untagged messages.
 fn q(tagged: bool) -> usize {
@@ -16,7 +17,7 @@ fn q(tagged: bool) -> usize {
 }
 
 /// Does a receive (`src`, `tag`, `ignore`) accept a message from `peer` with `tag`?
-fn accepts(op: &Op, peer: u32, tag: u64) -> bool {
+pub(crate) fn accepts(op: &Op, peer: u32, tag: u64) -> bool {
     op.src.is_none_or(|s| s == peer) && (!op.tagged || (op.tag ^ tag) & !op.ignore == 0)
 }
 
@@ -215,22 +216,109 @@ impl Core {
         if op.started && op.sent >= op.len {
             return None;
         }
+        let args = RtmArgs {
+            ptype,
+            send_id: key,
+            msg_id: op.msg_id,
+            tag: op.tag,
+            cq_data: op.cq_data,
+            len: op.len,
+            sent: op.sent,
+            buf: op.buf,
+        };
+        self.rtm_packet(&args, peer, out)
+    }
+
+    /// Builds an RTM carrying the message bytes from `a.sent` on (as many as fit).
+    fn rtm_packet(&self, a: &RtmArgs, peer: &Peer, out: &mut [u8]) -> Option<(usize, u64)> {
         let (raw_addr, connid) = self.req_opts(peer);
-        let mut r = wire::Req::new(ptype);
+        let mut r = wire::Req::new(a.ptype);
         r.raw_addr = raw_addr;
         r.connid = connid;
-        r.cq_data = op.cq_data;
-        r.fields.msg_id = op.msg_id;
-        r.fields.tag = op.tag;
-        r.fields.msg_length = op.len;
-        r.fields.seg_offset = op.sent;
-        r.fields.send_id = key;
+        r.cq_data = a.cq_data;
+        r.fields.msg_id = a.msg_id;
+        r.fields.tag = a.tag;
+        r.fields.msg_length = a.len;
+        r.fields.seg_offset = a.sent;
+        r.fields.send_id = a.send_id;
         r.fields.credit_request = self.cfg.credit_request;
         let room = self.caps.mtu.saturating_sub(r.hdr_len() + r.opt_hdr_len()) as u64;
-        let chunk = (op.len - op.sent).min(room) as usize;
-        op.buf.with_slice(|s| {
-            let data = s.get(op.sent as usize..op.sent as usize + chunk)?;
+        let chunk = (a.len - a.sent).min(room) as usize;
+        a.buf.with_slice(|s| {
+            let data = s.get(a.sent as usize..a.sent as usize + chunk)?;
             wire::Req { data, ..r }.emit(out).ok().map(|n| (n, chunk as u64))
         })
     }
+
+    /// The eager fast path: when nothing is queued before it and the device
+    /// completes sends at once, the message goes out now and completes
+    /// without an operation entry. `None`: take the queued path.
+    pub(crate) fn send_now<D: Device>(
+        &mut self,
+        dev: &mut D,
+        dest: Addr,
+        buf: UserBuf,
+        opts: SendOpts,
+    ) -> Option<Result<(), Status>> {
+        let tagged = opts.tag.is_some();
+        if !self.caps.sync_send
+            || !self.txq.is_empty()
+            || !self.ctrl.is_empty()
+            || buf.len() > self.eager_cap[usize::from(tagged)]
+        {
+            return None;
+        }
+        let peer = self.peers.get(dest).filter(|p| p.in_av && !p.lost)?;
+        let ah = peer.ah?;
+        let args = RtmArgs {
+            ptype: self.rtm_types[0][usize::from(tagged)],
+            send_id: 0,
+            msg_id: peer.tx_msg_id,
+            tag: opts.tag.unwrap_or(0),
+            cq_data: opts.cq_data,
+            len: buf.len() as u64,
+            sent: 0,
+            buf,
+        };
+        let mut built = false;
+        let core: &Core = self;
+        let sent = dev.send_with(ah, 0, &mut |slot| match core.rtm_packet(&args, peer, slot) {
+            Some((n, _)) => {
+                built = true;
+                n
+            }
+            None => 0,
+        });
+        if !(built && sent == Ok(Sent::Done)) {
+            return None; // nothing went out: queue it
+        }
+        self.stats.tx_packets += 1;
+        if let Some(p) = self.peers.get_mut(dest) {
+            p.tx_msg_id = p.tx_msg_id.wrapping_add(1);
+        }
+        self.cq.push_back(Cqe {
+            context: opts.context,
+            flags: CqFlags::SEND | if tagged { CqFlags::TAGGED } else { CqFlags::MSG },
+            len: args.len,
+            buf: 0,
+            data: 0,
+            tag: 0,
+            src: ADDR_UNSPEC,
+            status: Status::Success,
+            olen: 0,
+        });
+        Some(Ok(()))
+    }
+}
+
+/// What an RTM packet is built from.
+struct RtmArgs {
+    ptype: PacketType,
+    send_id: u32,
+    msg_id: u32,
+    tag: u64,
+    cq_data: Option<u64>,
+    len: u64,
+    sent: u64,
+    buf: UserBuf,
 }

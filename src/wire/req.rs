@@ -68,11 +68,13 @@ pub struct Layout {
 impl Layout {
     const fn new(id: LayoutId, fields: &'static [(F, u8)]) -> Layout {
         let mut len = 4;
+        let mut covered = 4;
         let (mut rma, mut read, mut seg, mut runt) = (false, false, false, false);
         let mut i = 0;
         while i < fields.len() {
             let (f, off) = fields[i];
             let end = off as usize + f.width();
+            covered += f.width();
             if end > len {
                 len = end;
             }
@@ -85,6 +87,8 @@ impl Layout {
             }
             i += 1;
         }
+        // emit writes only the fields: a layout must cover every byte once.
+        assert!(covered == len, "REQ layout with a gap or an overlap");
         Layout { id, len, fields, rma, read, seg, runt }
     }
 }
@@ -470,32 +474,96 @@ impl<'a> Req<'a> {
         let rma = u32::try_from(self.rma_iov.len()).map_err(|_| WireError::LengthOverflow { what: "rma_iov_count" })?;
         let read =
             u32::try_from(self.read_iov.len()).map_err(|_| WireError::LengthOverflow { what: "read_iov_count" })?;
-        let total = self.buffer_len();
+        let rma_bytes = self.rma_iov.as_bytes();
+        let read_bytes = self.read_iov.as_bytes();
+        let opt = self.opt_hdr_len();
+        let total = layout.len + rma_bytes.len() + opt + read_bytes.len() + self.data.len();
         check_room(buf, total)?;
         let buf = &mut buf[..total];
-        buf[..layout.len].fill(0);
+        // The layouts leave no gaps (checked when they are built), so every
+        // header byte is written below.
         put_base(buf, self.ptype, self.wire_flags());
         write_fixed(layout.id, buf, &self.fields, rma, read);
         let mut pos = layout.len;
-        let mut put = |bytes: &[u8]| {
-            if !bytes.is_empty() {
-                buf[pos..pos + bytes.len()].copy_from_slice(bytes);
-                pos += bytes.len();
+        buf[pos..pos + rma_bytes.len()].copy_from_slice(rma_bytes);
+        pos += rma_bytes.len();
+        if opt > 0 {
+            if let Some(r) = self.raw_addr {
+                buf[pos..pos + 4].copy_from_slice(&r.size().to_le_bytes());
+                buf[pos + 4..pos + 4 + r.bytes.len()].copy_from_slice(r.bytes);
+                pos += 4 + r.bytes.len();
             }
-        };
-        put(self.rma_iov.as_bytes());
-        if let Some(r) = self.raw_addr {
-            put(&r.size().to_le_bytes());
-            put(r.bytes);
+            if let Some(c) = self.cq_data {
+                buf[pos..pos + 8].copy_from_slice(&c.to_le_bytes());
+                pos += 8;
+            }
+            if let Some(c) = self.connid {
+                buf[pos..pos + 4].copy_from_slice(&c.to_le_bytes());
+                pos += 4;
+            }
         }
-        if let Some(c) = self.cq_data {
-            put(&c.to_le_bytes());
-        }
-        if let Some(c) = self.connid {
-            put(&c.to_le_bytes());
-        }
-        put(self.read_iov.as_bytes());
-        put(self.data);
+        buf[pos..pos + read_bytes.len()].copy_from_slice(read_bytes);
+        pos += read_bytes.len();
+        buf[pos..].copy_from_slice(self.data);
         Ok(total)
+    }
+}
+
+/// A plain eager RTM — EAGER_MSGRTM or EAGER_TAGRTM without a raw address
+/// header — read straight from the bytes: the receive hot path. Anything
+/// else (another type, a raw address header, a bad length) gives `None`, and
+/// the caller uses [`super::Packet::parse`], which says what is wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EagerRtm<'a> {
+    /// EAGER_TAGRTM.
+    pub tagged: bool,
+    /// The flags as received.
+    pub flags: u16,
+    /// Message ID.
+    pub msg_id: u32,
+    /// Tag (0 when untagged).
+    pub tag: u64,
+    /// Remote CQ data.
+    pub cq_data: Option<u64>,
+    /// Sender's connid.
+    pub connid: Option<u32>,
+    /// The message.
+    pub data: &'a [u8],
+}
+
+impl<'a> EagerRtm<'a> {
+    /// Reads `buf` if it is a plain eager RTM.
+    #[inline]
+    pub fn parse(buf: &'a [u8]) -> Option<EagerRtm<'a>> {
+        let (&[t, version, f0, f1], rest) = buf.split_first_chunk::<4>()?;
+        let tagged = match t {
+            64 => false,
+            65 => true,
+            _ => return None,
+        };
+        let flags = u16::from_le_bytes([f0, f1]);
+        if version < super::PROTOCOL_VERSION || flags & req_flags::RAW_ADDR_HDR != 0 {
+            return None;
+        }
+        let (msg_id, mut rest) = rest.split_first_chunk::<4>()?;
+        let mut tag = 0;
+        if tagged {
+            let (t, r) = rest.split_first_chunk::<8>()?;
+            tag = u64::from_le_bytes(*t);
+            rest = r;
+        }
+        let mut cq_data = None;
+        if flags & req_flags::CQ_DATA_HDR != 0 {
+            let (c, r) = rest.split_first_chunk::<8>()?;
+            cq_data = Some(u64::from_le_bytes(*c));
+            rest = r;
+        }
+        let mut connid = None;
+        if flags & req_flags::CONNID_HDR != 0 {
+            let (c, r) = rest.split_first_chunk::<4>()?;
+            connid = Some(u32::from_le_bytes(*c));
+            rest = r;
+        }
+        Some(EagerRtm { tagged, flags, msg_id: u32::from_le_bytes(*msg_id), tag, cq_data, connid, data: rest })
     }
 }
