@@ -7,23 +7,33 @@
 //!   payload copy included.
 //! - `emit_header/*`: the same values with empty data: the per-header cost.
 //!
+//! Each measured operation sits in an `#[inline(never)]` function, as it
+//! would behind the engine's call, so that callgrind can count its
+//! instructions per call. Wall-clock numbers on a shared 2-core machine are
+//! noisy; instruction counts are not:
+//!
+//! ```sh
+//! valgrind --tool=callgrind --callgrind-out-file=cg.out \
+//!     target/release/deps/wire-<hash> --bench --profile-time 1 '^parse/EAGER'
+//! callgrind_annotate --inclusive=yes --tree=calling cg.out | grep 'wire::parse_and_use ('
+//! ```
+//!
+//! (inclusive instructions / calls = instructions per parse).
+//!
 //! Run: `cargo bench --bench wire -- --warm-up-time 1 --measurement-time 2`.
 
 use std::hint::black_box;
 
-use criterion::measurement::WallTime;
-use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
-use rdm4::wire::{self, req_flags, CtsData, Packet, PacketType, ReadRsp, Req, ReqFields};
+use criterion::{criterion_group, criterion_main, Criterion};
+use rdm4::wire::{
+    parse_base, req_flags, Category, CtsData, NonReqKind, Packet, PacketType, ReadRsp, Req, ReqFields, ReqView,
+};
 
 const CONNID: u32 = 0xC1D2_E3F4;
 
 fn eager_tagrtm(data: &[u8]) -> Req<'_> {
     Req {
-        fields: ReqFields {
-            msg_id: 0x1122_3344,
-            tag: 0x0102_0304_0506_0708,
-            ..ReqFields::default()
-        },
+        fields: ReqFields { msg_id: 0x1122_3344, tag: 0x0102_0304_0506_0708, ..ReqFields::default() },
         connid: Some(CONNID),
         data,
         ..Req::new(PacketType::EagerTagRtm)
@@ -47,25 +57,12 @@ fn medium_tagrtm(data: &[u8]) -> Req<'_> {
 }
 
 fn ctsdata(data: &[u8]) -> CtsData<'_> {
-    CtsData {
-        flags: 0,
-        recv_id: 0x99AA_BBCC,
-        seg_offset: 0x12_3400,
-        connid: Some(CONNID),
-        data,
-    }
+    CtsData { flags: 0, recv_id: 0x99AA_BBCC, seg_offset: 0x12_3400, connid: Some(CONNID), data }
 }
 
 fn readrsp(data: &[u8]) -> ReadRsp<'_> {
     // libfabric always sets CONNID_HDR on READRSP (multiuse slot, no extra bytes).
-    ReadRsp {
-        flags: 0,
-        connid: Some(CONNID),
-        padding: 0,
-        recv_id: 0x99AA_BBCC,
-        send_id: 0x5566_7788,
-        data,
-    }
+    ReadRsp { flags: 0, connid: Some(CONNID), padding: 0, recv_id: 0x99AA_BBCC, send_id: 0x5566_7788, data }
 }
 
 fn bytes_of(p: &Packet) -> Vec<u8> {
@@ -74,42 +71,69 @@ fn bytes_of(p: &Packet) -> Vec<u8> {
     buf
 }
 
-/// One field of the header and the data length: the "validate and use" part.
-fn use_packet(p: &Packet) -> u64 {
-    match p {
-        Packet::Req(r) => r.fields.tag ^ r.data.len() as u64 ^ u64::from(r.connid.unwrap_or(0)),
-        Packet::CtsData(c) => c.seg_offset ^ c.data.len() as u64 ^ u64::from(c.connid.unwrap_or(0)),
-        Packet::ReadRsp(r) => u64::from(r.recv_id) ^ r.data.len() as u64,
-        _ => 0,
+/// Parse, then use one header field and the data length.
+#[inline(never)]
+fn parse_and_use(buf: &[u8]) -> u64 {
+    match Packet::parse(buf) {
+        Ok(Packet::Req(r)) => r.fields.tag ^ r.data.len() as u64 ^ u64::from(r.connid.unwrap_or(0)),
+        Ok(Packet::CtsData(c)) => c.seg_offset ^ c.data.len() as u64 ^ u64::from(c.connid.unwrap_or(0)),
+        Ok(Packet::ReadRsp(r)) => u64::from(r.recv_id) ^ r.data.len() as u64,
+        Ok(_) => 0,
+        Err(_) => u64::MAX,
     }
+}
+
+/// The receive path's parse: base header, then the REQ view or the
+/// non-REQ parser, reading what a handler reads first.
+#[inline(never)]
+fn view_and_use(buf: &[u8]) -> u64 {
+    let Ok((t, _)) = parse_base(buf) else { return u64::MAX };
+    match t.category() {
+        Category::Req(_) => ReqView::parse(t, buf)
+            .map_or(u64::MAX, |v| v.tag() ^ v.data().len() as u64 ^ u64::from(v.connid().unwrap_or(0))),
+        Category::NonReq(NonReqKind::CtsData) => {
+            CtsData::parse(buf).map_or(u64::MAX, |c| c.seg_offset ^ c.data.len() as u64)
+        }
+        Category::NonReq(NonReqKind::ReadRsp) => {
+            ReadRsp::parse(buf).map_or(u64::MAX, |r| u64::from(r.recv_id) ^ r.data.len() as u64)
+        }
+        Category::NonReq(_) => 0,
+    }
+}
+
+#[inline(never)]
+fn emit_req(r: &Req, out: &mut [u8]) -> usize {
+    r.emit(out).unwrap_or(0)
+}
+
+#[inline(never)]
+fn emit_ctsdata(c: &CtsData, out: &mut [u8]) -> usize {
+    c.emit(out).unwrap_or(0)
+}
+
+#[inline(never)]
+fn emit_readrsp(r: &ReadRsp, out: &mut [u8]) -> usize {
+    r.emit(out).unwrap_or(0)
 }
 
 fn bench_wire(c: &mut Criterion) {
     static D64: [u8; 64] = [0x5A; 64];
     static D1K: [u8; 1024] = [0x5A; 1024];
     static D8K: [u8; 8192] = [0x5A; 8192];
-    let (d64, d1k, d8k) = (&D64[..], &D1K[..], &D8K[..]);
     let cases: [(&str, Packet); 4] = [
-        ("EAGER_TAGRTM+connid/64B", Packet::Req(eager_tagrtm(d64))),
-        ("MEDIUM_TAGRTM+connid/1KiB", Packet::Req(medium_tagrtm(d1k))),
-        ("CTSDATA+connid/8KiB", Packet::CtsData(ctsdata(d8k))),
-        ("READRSP/8KiB", Packet::ReadRsp(readrsp(d8k))),
+        ("EAGER_TAGRTM+connid/64B", Packet::Req(eager_tagrtm(&D64))),
+        ("MEDIUM_TAGRTM+connid/1KiB", Packet::Req(medium_tagrtm(&D1K))),
+        ("CTSDATA+connid/8KiB", Packet::CtsData(ctsdata(&D8K))),
+        ("READRSP/8KiB", Packet::ReadRsp(readrsp(&D8K))),
     ];
-    assert_eq!(
-        eager_tagrtm(d64).wire_flags(),
-        req_flags::MSG | req_flags::TAGGED | req_flags::CONNID_HDR
-    );
+    assert_eq!(eager_tagrtm(&D64).wire_flags(), req_flags::MSG | req_flags::TAGGED | req_flags::CONNID_HDR);
 
     let mut g = c.benchmark_group("parse");
-    for (name, full) in &cases {
-        let buf = bytes_of(full);
+    for (name, p) in &cases {
+        let buf = bytes_of(p);
         assert_eq!(bytes_of(&Packet::parse(&buf).expect("parse")), buf);
-        g.bench_function(*name, |b| {
-            b.iter(|| match Packet::parse(black_box(&buf)) {
-                Ok(p) => use_packet(&p),
-                Err(_) => u64::MAX,
-            })
-        });
+        assert_ne!(parse_and_use(&buf), u64::MAX);
+        g.bench_function(*name, |b| b.iter(|| parse_and_use(black_box(&buf))));
     }
     g.finish();
 
@@ -117,56 +141,24 @@ fn bench_wire(c: &mut Criterion) {
     let mut out = vec![0u8; 16 * 1024];
     for (group, header_only) in [("emit", false), ("emit_header", true)] {
         let data = |d: &'static [u8]| if header_only { &[][..] } else { d };
-        let name = |n: &'static str, size: &str| {
-            if header_only {
-                n.to_string()
-            } else {
-                format!("{n}/{size}")
-            }
-        };
+        let name = |n: &str, size: &str| if header_only { n.to_string() } else { format!("{n}/{size}") };
         let mut g = c.benchmark_group(group);
-        emit_case(
-            &mut g,
-            &name("EAGER_TAGRTM+connid", "64B"),
-            &eager_tagrtm(data(d64)),
-            |r, o| r.emit(o),
-            &mut out,
-        );
-        emit_case(
-            &mut g,
-            &name("MEDIUM_TAGRTM+connid", "1KiB"),
-            &medium_tagrtm(data(d1k)),
-            |r, o| r.emit(o),
-            &mut out,
-        );
-        emit_case(
-            &mut g,
-            &name("CTSDATA+connid", "8KiB"),
-            &ctsdata(data(d8k)),
-            |r, o| r.emit(o),
-            &mut out,
-        );
-        emit_case(
-            &mut g,
-            &name("READRSP", "8KiB"),
-            &readrsp(data(d8k)),
-            |r, o| r.emit(o),
-            &mut out,
-        );
+        let r = eager_tagrtm(data(&D64));
+        g.bench_function(name("EAGER_TAGRTM+connid", "64B"), |b| {
+            b.iter(|| emit_req(black_box(&r), black_box(&mut out)))
+        });
+        let r = medium_tagrtm(data(&D1K));
+        g.bench_function(name("MEDIUM_TAGRTM+connid", "1KiB"), |b| {
+            b.iter(|| emit_req(black_box(&r), black_box(&mut out)))
+        });
+        let cd = ctsdata(data(&D8K));
+        g.bench_function(name("CTSDATA+connid", "8KiB"), |b| {
+            b.iter(|| emit_ctsdata(black_box(&cd), black_box(&mut out)))
+        });
+        let rr = readrsp(data(&D8K));
+        g.bench_function(name("READRSP", "8KiB"), |b| b.iter(|| emit_readrsp(black_box(&rr), black_box(&mut out))));
         g.finish();
     }
-}
-
-fn emit_case<T>(
-    g: &mut BenchmarkGroup<'_, WallTime>,
-    name: &str,
-    value: &T,
-    emit: impl Fn(&T, &mut [u8]) -> wire::Result<usize>,
-    out: &mut [u8],
-) {
-    g.bench_function(name, |b| {
-        b.iter(|| emit(black_box(value), black_box(&mut *out)).unwrap_or(0))
-    });
 }
 
 criterion_group!(benches, bench_wire);

@@ -21,9 +21,8 @@ use std::time::Duration;
 
 use bolero::check;
 use rdm4::wire::{
-    AtomRsp, Category, Cts, CtsData, Handshake, IdsHdr, LeU64, NonReqKind, Packet, PacketType,
-    PeerError, RawAddrHdr, ReadRsp, Receipt, Req, ReqFamily, ReqFields, RmaIov, Subprotocol,
-    UserRecvQp, WireError,
+    AtomRsp, Category, Cts, CtsData, Handshake, IdsHdr, LeU64, NonReqKind, Packet, PacketType, PeerError, RawAddrHdr,
+    ReadRsp, Receipt, Req, ReqFamily, ReqFields, RmaIov, Subprotocol, UserRecvQp, WireError,
 };
 
 /// Upper bound on the inputs one target runs under `cargo test`.
@@ -34,9 +33,7 @@ const TIME_MS: u64 = 1_000;
 /// `check!()` bounded for `cargo test` (both bounds are ignored when fuzzing).
 macro_rules! target {
     () => {
-        check!()
-            .with_iterations(ITERATIONS)
-            .with_test_time(Duration::from_millis(TIME_MS))
+        check!().with_iterations(ITERATIONS).with_test_time(Duration::from_millis(TIME_MS))
     };
 }
 
@@ -83,11 +80,7 @@ fn normalised(input: &[u8], p: &Packet) -> Vec<u8> {
 /// The round-trip invariant of a packet `p` parsed from `input`.
 fn check_round_trip(input: &[u8], p: &Packet) {
     let n = p.buffer_len();
-    assert!(
-        n <= input.len(),
-        "buffer_len {n} > input length {}: {p:?}",
-        input.len()
-    );
+    assert!(n <= input.len(), "buffer_len {n} > input length {}: {p:?}", input.len());
     if let Packet::Req(_) = p {
         // A REQ's data is the rest of the packet: nothing is dropped.
         assert_eq!(n, input.len(), "{p:?}");
@@ -96,13 +89,7 @@ fn check_round_trip(input: &[u8], p: &Packet) {
     assert_eq!(p.emit(&mut out), Ok(n), "{p:?}");
     assert_eq!(out, normalised(input, p), "re-emitted bytes differ: {p:?}");
     assert_eq!(Packet::parse(&out).as_ref(), Ok(p), "re-parse differs");
-    assert_eq!(
-        p.emit(&mut out[..n - 1]),
-        Err(WireError::BufferTooSmall {
-            need: n,
-            have: n - 1
-        })
-    );
+    assert_eq!(p.emit(&mut out[..n - 1]), Err(WireError::BufferTooSmall { need: n, have: n - 1 }));
     // Accessors never panic and agree with the variants.
     let _ = (p.connid(), p.sender_connid());
 }
@@ -129,11 +116,7 @@ fn pick<T: Copy>(all: &[T], i: u8) -> T {
 }
 
 fn req_types() -> Vec<PacketType> {
-    PacketType::ALL
-        .iter()
-        .copied()
-        .filter(|t| t.is_req())
-        .collect()
+    PacketType::ALL.iter().copied().filter(|t| t.is_req()).collect()
 }
 
 /// Overwrites the u64 at `off` with a length of at most the bytes after
@@ -159,12 +142,10 @@ fn fuzz_packet_parse_arbitrary_bytes() {
 
 #[test]
 fn fuzz_packet_parse_with_valid_base_header() {
-    target!()
-        .with_type::<(u8, u16, Vec<u8>)>()
-        .for_each(|(t, flags, body)| {
-            let buf = with_base(pick(PacketType::ALL, *t), *flags, body);
-            parse_and_check(&buf);
-        });
+    target!().with_type::<(u8, u16, Vec<u8>)>().for_each(|(t, flags, body)| {
+        let buf = with_base(pick(PacketType::ALL, *t), *flags, body);
+        parse_and_check(&buf);
+    });
 }
 
 // ---------------------------------------------------------------------------
@@ -174,172 +155,142 @@ fn fuzz_packet_parse_with_valid_base_header() {
 #[test]
 fn fuzz_req_parse_as() {
     let types = req_types();
-    target!().with_type::<(u8, u16, Vec<u8>, bool)>().for_each(
-        |(t, flags, body, keep_type_byte)| {
-            let ptype = pick(&types, *t);
-            let mut buf = with_base(ptype, *flags, body);
-            if !*keep_type_byte && !body.is_empty() {
-                // parse_as trusts the caller's type and ignores the type and version bytes.
-                buf[0] = body[0];
-                buf[1] = body[body.len() - 1];
+    target!().with_type::<(u8, u16, Vec<u8>, bool)>().for_each(|(t, flags, body, keep_type_byte)| {
+        let ptype = pick(&types, *t);
+        let mut buf = with_base(ptype, *flags, body);
+        if !*keep_type_byte && !body.is_empty() {
+            // parse_as trusts the caller's type and ignores the type and version bytes.
+            buf[0] = body[0];
+            buf[1] = body[body.len() - 1];
+        }
+        if let Ok(r) = Req::parse_as(ptype, &buf) {
+            assert_eq!(r.ptype, ptype);
+            check_round_trip(&buf, &Packet::Req(r.clone()));
+            if *keep_type_byte {
+                assert_eq!(Packet::parse(&buf), Ok(Packet::Req(r)));
             }
-            if let Ok(r) = Req::parse_as(ptype, &buf) {
-                assert_eq!(r.ptype, ptype);
-                check_round_trip(&buf, &Packet::Req(r.clone()));
-                if *keep_type_byte {
-                    assert_eq!(Packet::parse(&buf), Ok(Packet::Req(r)));
-                }
-            } else if *keep_type_byte {
-                assert!(Packet::parse(&buf).is_err());
-            }
-        },
-    );
+        } else if *keep_type_byte {
+            assert!(Packet::parse(&buf).is_err());
+        }
+    });
 }
 
 #[test]
 fn fuzz_handshake_parse() {
-    target!()
-        .with_type::<(u16, u8, Vec<u8>)>()
-        .for_each(|(flags, nextra_p3, body)| {
-            // nextra_p3 in 0..8: below 3 is an error, above leaves room for the words.
-            let mut buf = with_base(
-                PacketType::Handshake,
-                *flags,
-                &u32::from(nextra_p3 % 8).to_le_bytes(),
-            );
-            buf.extend_from_slice(body);
-            let parsed = Handshake::parse(&buf);
-            assert_eq!(Packet::parse(&buf), parsed.map(Packet::Handshake));
-            if let Ok(h) = parsed {
-                assert_eq!(h.nextra_p3(), u32::from(nextra_p3 % 8));
-                check_round_trip(&buf, &Packet::Handshake(h));
-            }
-            // And the raw body, whatever its nextra_p3 says.
-            if let Ok(h) = Handshake::parse(body) {
-                check_round_trip(body, &Packet::Handshake(h));
-            }
-        });
+    target!().with_type::<(u16, u8, Vec<u8>)>().for_each(|(flags, nextra_p3, body)| {
+        // nextra_p3 in 0..8: below 3 is an error, above leaves room for the words.
+        let mut buf = with_base(PacketType::Handshake, *flags, &u32::from(nextra_p3 % 8).to_le_bytes());
+        buf.extend_from_slice(body);
+        let parsed = Handshake::parse(&buf);
+        assert_eq!(Packet::parse(&buf), parsed.map(Packet::Handshake));
+        if let Ok(h) = parsed {
+            assert_eq!(h.nextra_p3(), u32::from(nextra_p3 % 8));
+            check_round_trip(&buf, &Packet::Handshake(h));
+        }
+        // And the raw body, whatever its nextra_p3 says.
+        if let Ok(h) = Handshake::parse(body) {
+            check_round_trip(body, &Packet::Handshake(h));
+        }
+    });
 }
 
 #[test]
 fn fuzz_cts_parse() {
-    target!()
-        .with_type::<(u16, Vec<u8>)>()
-        .for_each(|(flags, body)| {
-            let buf = with_base(PacketType::Cts, *flags, body);
-            let parsed = Cts::parse(&buf);
-            assert_eq!(Packet::parse(&buf), parsed.map(Packet::Cts));
-            if let Ok(c) = parsed {
-                check_round_trip(&buf, &Packet::Cts(c));
-            }
-            if let Ok(c) = Cts::parse(body) {
-                check_round_trip(body, &Packet::Cts(c));
-            }
-        });
+    target!().with_type::<(u16, Vec<u8>)>().for_each(|(flags, body)| {
+        let buf = with_base(PacketType::Cts, *flags, body);
+        let parsed = Cts::parse(&buf);
+        assert_eq!(Packet::parse(&buf), parsed.map(Packet::Cts));
+        if let Ok(c) = parsed {
+            check_round_trip(&buf, &Packet::Cts(c));
+        }
+        if let Ok(c) = Cts::parse(body) {
+            check_round_trip(body, &Packet::Cts(c));
+        }
+    });
 }
 
 #[test]
 fn fuzz_ctsdata_parse() {
-    target!()
-        .with_type::<(u16, Option<u16>, Vec<u8>)>()
-        .for_each(|(flags, seg_length, body)| {
-            let mut buf = with_base(PacketType::CtsData, *flags, body);
-            let data_at = if flags & rdm4::wire::CONNID_HDR != 0 {
-                32
-            } else {
-                24
-            };
-            plausible_len(&mut buf, 8, data_at, *seg_length);
-            let parsed = CtsData::parse(&buf);
-            assert_eq!(Packet::parse(&buf), parsed.map(Packet::CtsData));
-            if let Ok(c) = parsed {
-                check_round_trip(&buf, &Packet::CtsData(c));
-            }
-        });
+    target!().with_type::<(u16, Option<u16>, Vec<u8>)>().for_each(|(flags, seg_length, body)| {
+        let mut buf = with_base(PacketType::CtsData, *flags, body);
+        let data_at = if flags & rdm4::wire::CONNID_HDR != 0 { 32 } else { 24 };
+        plausible_len(&mut buf, 8, data_at, *seg_length);
+        let parsed = CtsData::parse(&buf);
+        assert_eq!(Packet::parse(&buf), parsed.map(Packet::CtsData));
+        if let Ok(c) = parsed {
+            check_round_trip(&buf, &Packet::CtsData(c));
+        }
+    });
 }
 
 #[test]
 fn fuzz_readrsp_parse() {
-    target!()
-        .with_type::<(u16, Option<u16>, Vec<u8>)>()
-        .for_each(|(flags, seg_length, body)| {
-            let mut buf = with_base(PacketType::ReadRsp, *flags, body);
-            plausible_len(&mut buf, 16, 24, *seg_length);
-            let parsed = ReadRsp::parse(&buf);
-            assert_eq!(Packet::parse(&buf), parsed.map(Packet::ReadRsp));
-            if let Ok(r) = parsed {
-                check_round_trip(&buf, &Packet::ReadRsp(r));
-            }
-        });
+    target!().with_type::<(u16, Option<u16>, Vec<u8>)>().for_each(|(flags, seg_length, body)| {
+        let mut buf = with_base(PacketType::ReadRsp, *flags, body);
+        plausible_len(&mut buf, 16, 24, *seg_length);
+        let parsed = ReadRsp::parse(&buf);
+        assert_eq!(Packet::parse(&buf), parsed.map(Packet::ReadRsp));
+        if let Ok(r) = parsed {
+            check_round_trip(&buf, &Packet::ReadRsp(r));
+        }
+    });
 }
 
 #[test]
 fn fuzz_atomrsp_parse() {
-    target!()
-        .with_type::<(u16, Option<u16>, Vec<u8>)>()
-        .for_each(|(flags, seg_length, body)| {
-            let mut buf = with_base(PacketType::AtomRsp, *flags, body);
-            plausible_len(&mut buf, 16, 24, *seg_length);
-            let parsed = AtomRsp::parse(&buf);
-            assert_eq!(Packet::parse(&buf), parsed.map(Packet::AtomRsp));
-            if let Ok(a) = parsed {
-                check_round_trip(&buf, &Packet::AtomRsp(a));
-            }
-        });
+    target!().with_type::<(u16, Option<u16>, Vec<u8>)>().for_each(|(flags, seg_length, body)| {
+        let mut buf = with_base(PacketType::AtomRsp, *flags, body);
+        plausible_len(&mut buf, 16, 24, *seg_length);
+        let parsed = AtomRsp::parse(&buf);
+        assert_eq!(Packet::parse(&buf), parsed.map(Packet::AtomRsp));
+        if let Ok(a) = parsed {
+            check_round_trip(&buf, &Packet::AtomRsp(a));
+        }
+    });
 }
 
 #[test]
 fn fuzz_eor_and_read_nack_parse() {
-    target!()
-        .with_type::<(bool, u16, Vec<u8>)>()
-        .for_each(|(eor, flags, body)| {
-            let ptype = if *eor {
-                PacketType::Eor
+    target!().with_type::<(bool, u16, Vec<u8>)>().for_each(|(eor, flags, body)| {
+        let ptype = if *eor { PacketType::Eor } else { PacketType::ReadNack };
+        let buf = with_base(ptype, *flags, body);
+        let parsed = IdsHdr::parse_as(ptype, &buf);
+        let wrap = |h| {
+            if *eor {
+                Packet::Eor(h)
             } else {
-                PacketType::ReadNack
-            };
-            let buf = with_base(ptype, *flags, body);
-            let parsed = IdsHdr::parse_as(ptype, &buf);
-            let wrap = |h| {
-                if *eor {
-                    Packet::Eor(h)
-                } else {
-                    Packet::ReadNack(h)
-                }
-            };
-            assert_eq!(Packet::parse(&buf), parsed.map(wrap));
-            if let Ok(h) = parsed {
-                check_round_trip(&buf, &wrap(h));
+                Packet::ReadNack(h)
             }
-        });
+        };
+        assert_eq!(Packet::parse(&buf), parsed.map(wrap));
+        if let Ok(h) = parsed {
+            check_round_trip(&buf, &wrap(h));
+        }
+    });
 }
 
 #[test]
 fn fuzz_receipt_parse() {
-    target!()
-        .with_type::<(u16, Vec<u8>)>()
-        .for_each(|(flags, body)| {
-            let buf = with_base(PacketType::Receipt, *flags, body);
-            let parsed = Receipt::parse(&buf);
-            assert_eq!(Packet::parse(&buf), parsed.map(Packet::Receipt));
-            if let Ok(r) = parsed {
-                check_round_trip(&buf, &Packet::Receipt(r));
-            }
-        });
+    target!().with_type::<(u16, Vec<u8>)>().for_each(|(flags, body)| {
+        let buf = with_base(PacketType::Receipt, *flags, body);
+        let parsed = Receipt::parse(&buf);
+        assert_eq!(Packet::parse(&buf), parsed.map(Packet::Receipt));
+        if let Ok(r) = parsed {
+            check_round_trip(&buf, &Packet::Receipt(r));
+        }
+    });
 }
 
 #[test]
 fn fuzz_peer_error_parse() {
-    target!()
-        .with_type::<(u16, Vec<u8>)>()
-        .for_each(|(flags, body)| {
-            let buf = with_base(PacketType::PeerError, *flags, body);
-            let parsed = PeerError::parse(&buf);
-            assert_eq!(Packet::parse(&buf), parsed.map(Packet::PeerError));
-            if let Ok(p) = parsed {
-                check_round_trip(&buf, &Packet::PeerError(p));
-            }
-        });
+    target!().with_type::<(u16, Vec<u8>)>().for_each(|(flags, body)| {
+        let buf = with_base(PacketType::PeerError, *flags, body);
+        let parsed = PeerError::parse(&buf);
+        assert_eq!(Packet::parse(&buf), parsed.map(Packet::PeerError));
+        if let Ok(p) = parsed {
+            check_round_trip(&buf, &Packet::PeerError(p));
+        }
+    });
 }
 
 // ---------------------------------------------------------------------------
@@ -355,9 +306,7 @@ fn iovs(n: usize, v: &[u64; 8], salt: usize) -> Vec<RmaIov> {
         .map(|i| {
             let addr = v[(i + salt) % 8];
             let room = u64::MAX - addr;
-            let len = v[(i + salt + 1) % 8]
-                .checked_rem(room.wrapping_add(1))
-                .unwrap_or(v[(i + salt + 1) % 8]);
+            let len = v[(i + salt + 1) % 8].checked_rem(room.wrapping_add(1)).unwrap_or(v[(i + salt + 1) % 8]);
             RmaIov::new(addr, len, v[(i + salt + 2) % 8])
         })
         .collect()
@@ -378,10 +327,7 @@ fn build_valid(shape: &Shape) -> Vec<u8> {
     };
     match ptype.category() {
         Category::Req(info) => {
-            let rma = if matches!(
-                info.family,
-                ReqFamily::Rtw | ReqFamily::Rtr | ReqFamily::Rta
-            ) {
+            let rma = if matches!(info.family, ReqFamily::Rtw | ReqFamily::Rtr | ReqFamily::Rta) {
                 iovs(n, v, 0)
             } else {
                 Vec::new()
@@ -408,9 +354,7 @@ fn build_valid(shape: &Shape) -> Vec<u8> {
                 padding: v[3] as u32,
             };
             let raw_len = [32usize, 36, 48, 33 + (v[0] % 64) as usize][usize::from(opts >> 3) % 4];
-            let raw: Vec<u8> = (0..raw_len)
-                .map(|i| (v[i % 8] >> (8 * (i / 8 % 8))) as u8)
-                .collect();
+            let raw: Vec<u8> = (0..raw_len).map(|i| (v[i % 8] >> (8 * (i / 8 % 8))) as u8).collect();
             let r = Req {
                 ptype,
                 flags,
@@ -441,14 +385,9 @@ fn build_valid(shape: &Shape) -> Vec<u8> {
                     };
                     emit(&Packet::Handshake(h))
                 }
-                NonReqKind::Cts => emit(&Packet::Cts(Cts {
-                    flags,
-                    connid,
-                    padding: pad,
-                    send_id: a,
-                    recv_id: b,
-                    recv_length: c,
-                })),
+                NonReqKind::Cts => {
+                    emit(&Packet::Cts(Cts { flags, connid, padding: pad, send_id: a, recv_id: b, recv_length: c }))
+                }
                 NonReqKind::CtsData => emit(&Packet::CtsData(CtsData {
                     flags,
                     recv_id: a,
@@ -456,14 +395,9 @@ fn build_valid(shape: &Shape) -> Vec<u8> {
                     connid,
                     data,
                 })),
-                NonReqKind::ReadRsp => emit(&Packet::ReadRsp(ReadRsp {
-                    flags,
-                    connid,
-                    padding: pad,
-                    recv_id: a,
-                    send_id: b,
-                    data,
-                })),
+                NonReqKind::ReadRsp => {
+                    emit(&Packet::ReadRsp(ReadRsp { flags, connid, padding: pad, recv_id: a, send_id: b, data }))
+                }
                 NonReqKind::AtomRsp => emit(&Packet::AtomRsp(AtomRsp {
                     flags,
                     connid,
@@ -473,26 +407,12 @@ fn build_valid(shape: &Shape) -> Vec<u8> {
                     data,
                 })),
                 NonReqKind::Eor | NonReqKind::ReadNack => {
-                    let h = IdsHdr {
-                        flags,
-                        send_id: a,
-                        recv_id: b,
-                        connid,
-                        padding: pad,
-                    };
-                    emit(&if kind == NonReqKind::Eor {
-                        Packet::Eor(h)
-                    } else {
-                        Packet::ReadNack(h)
-                    })
+                    let h = IdsHdr { flags, send_id: a, recv_id: b, connid, padding: pad };
+                    emit(&if kind == NonReqKind::Eor { Packet::Eor(h) } else { Packet::ReadNack(h) })
                 }
-                NonReqKind::Receipt => emit(&Packet::Receipt(Receipt {
-                    flags,
-                    send_id: a,
-                    msg_id: b,
-                    connid,
-                    padding: pad,
-                })),
+                NonReqKind::Receipt => {
+                    emit(&Packet::Receipt(Receipt { flags, send_id: a, msg_id: b, connid, padding: pad }))
+                }
                 NonReqKind::PeerError => emit(&Packet::PeerError(PeerError {
                     flags,
                     op_id: a,
@@ -508,26 +428,23 @@ fn build_valid(shape: &Shape) -> Vec<u8> {
 
 #[test]
 fn fuzz_round_trip_of_mutated_valid_packets() {
-    target!()
-        .with_type::<(Shape, Vec<(u16, u8)>, Option<u16>)>()
-        .for_each(|(shape, flips, cut)| {
-            let mut buf = build_valid(shape);
-            // Unmutated, a built packet parses and re-emits to exactly its bytes.
-            let p = Packet::parse(&buf)
-                .unwrap_or_else(|e| panic!("built packet does not parse: {e}: {buf:02x?}"));
-            assert_eq!(p.ptype(), pick(PacketType::ALL, shape.0));
-            assert_eq!(normalised(&buf, &p), buf);
-            check_round_trip(&buf, &p);
-            // Mutated: flip bytes, maybe cut; whatever still parses keeps the invariant.
-            if !flips.is_empty() || cut.is_some() {
-                let len = buf.len();
-                for &(pos, x) in flips {
-                    buf[usize::from(pos) % len] ^= x;
-                }
-                if let Some(c) = cut {
-                    buf.truncate(usize::from(*c) % (len + 1));
-                }
-                parse_and_check(&buf);
+    target!().with_type::<(Shape, Vec<(u16, u8)>, Option<u16>)>().for_each(|(shape, flips, cut)| {
+        let mut buf = build_valid(shape);
+        // Unmutated, a built packet parses and re-emits to exactly its bytes.
+        let p = Packet::parse(&buf).unwrap_or_else(|e| panic!("built packet does not parse: {e}: {buf:02x?}"));
+        assert_eq!(p.ptype(), pick(PacketType::ALL, shape.0));
+        assert_eq!(normalised(&buf, &p), buf);
+        check_round_trip(&buf, &p);
+        // Mutated: flip bytes, maybe cut; whatever still parses keeps the invariant.
+        if !flips.is_empty() || cut.is_some() {
+            let len = buf.len();
+            for &(pos, x) in flips {
+                buf[usize::from(pos) % len] ^= x;
             }
-        });
+            if let Some(c) = cut {
+                buf.truncate(usize::from(*c) % (len + 1));
+            }
+            parse_and_check(&buf);
+        }
+    });
 }

@@ -13,9 +13,8 @@
 //! failure names the case (type, options, iteration) that reproduces it.
 
 use rdm4::wire::{
-    self, handshake_flags as hf, req_flags, AtomRsp, Cts, CtsData, Handshake, IdsHdr, LeU64,
-    Packet, PacketType, PeerError, RawAddrHdr, ReadRsp, Receipt, Req, ReqFields, RmaIov,
-    UserRecvQp, WireError, CONNID_HDR, CTS_READ_REQ,
+    self, handshake_flags as hf, req_flags, AtomRsp, Cts, CtsData, Handshake, IdsHdr, LeU64, Packet, PacketType,
+    PeerError, RawAddrHdr, ReadRsp, Receipt, Req, ReqFields, RmaIov, UserRecvQp, WireError, CONNID_HDR, CTS_READ_REQ,
 };
 
 // ---------------------------------------------------------------------------
@@ -69,16 +68,7 @@ impl Rng {
 
     /// Any u64, with boundary values and small values drawn often.
     fn edge_u64(&mut self) -> u64 {
-        const EDGES: [u64; 8] = [
-            0,
-            1,
-            0xFF,
-            1 << 32,
-            1 << 63,
-            u64::MAX - 1,
-            u64::MAX,
-            u32::MAX as u64,
-        ];
+        const EDGES: [u64; 8] = [0, 1, 0xFF, 1 << 32, 1 << 63, u64::MAX - 1, u64::MAX, u32::MAX as u64];
         match self.below(8) {
             0 => EDGES[self.below(8) as usize],
             1 => self.below(1 << 16),
@@ -239,10 +229,7 @@ fn ref_layout(ptype: PacketType) -> &'static RefLayout {
 }
 
 fn req_types() -> impl Iterator<Item = PacketType> {
-    PacketType::ALL
-        .iter()
-        .copied()
-        .filter(|t| t.req_info().is_some())
+    PacketType::ALL.iter().copied().filter(|t| t.req_info().is_some())
 }
 
 fn get_field(f: &ReqFields, fld: Fld) -> u64 {
@@ -351,12 +338,7 @@ enum RawChoice {
     Larger,
 }
 
-const RAW_CHOICES: [RawChoice; 4] = [
-    RawChoice::None,
-    RawChoice::Size36,
-    RawChoice::Size32,
-    RawChoice::Larger,
-];
+const RAW_CHOICES: [RawChoice; 4] = [RawChoice::None, RawChoice::Size36, RawChoice::Size32, RawChoice::Larger];
 
 /// The owned parts of a random REQ; [`OwnedReq::req`] borrows them.
 struct OwnedReq {
@@ -378,10 +360,7 @@ impl OwnedReq {
             flags: self.flags,
             fields: self.fields,
             rma_iov: &self.rma_iov,
-            raw_addr: self
-                .raw
-                .as_deref()
-                .map(|b| RawAddrHdr::new(b).expect("raw address of >= 32 bytes")),
+            raw_addr: self.raw.as_deref().map(|b| RawAddrHdr::new(b).expect("raw address of >= 32 bytes")),
             cq_data: self.cq_data,
             connid: self.connid,
             read_iov: &self.read_iov,
@@ -391,21 +370,10 @@ impl OwnedReq {
 }
 
 /// REQ flag bits that are not optional-header bits.
-const REQ_BODY_FLAGS: [u16; 5] = [
-    req_flags::MSG,
-    req_flags::TAGGED,
-    req_flags::RMA,
-    req_flags::ATOMIC,
-    req_flags::READ_NACK,
-];
+const REQ_BODY_FLAGS: [u16; 5] =
+    [req_flags::MSG, req_flags::TAGGED, req_flags::RMA, req_flags::ATOMIC, req_flags::READ_NACK];
 
-fn random_req(
-    rng: &mut Rng,
-    ptype: PacketType,
-    raw: RawChoice,
-    cq: bool,
-    connid: bool,
-) -> OwnedReq {
+fn random_req(rng: &mut Rng, ptype: PacketType, raw: RawChoice, cq: bool, connid: bool) -> OwnedReq {
     let l = ref_layout(ptype);
     let data = {
         let n = rng.data_len();
@@ -447,26 +415,14 @@ fn random_req(
     if l.has(Fld::RuntLength) {
         fields.runt_length = rng.range(0, fields.msg_length);
     }
-    let rma_iov = if l.has(Fld::RmaIovCount) {
-        rng.iovs(4)
-    } else {
-        Vec::new()
-    };
-    let read_iov = if l.has(Fld::ReadIovCount) {
-        rng.iovs(4)
-    } else {
-        Vec::new()
-    };
+    let rma_iov = if l.has(Fld::RmaIovCount) { rng.iovs(4) } else { Vec::new() };
+    let read_iov = if l.has(Fld::ReadIovCount) { rng.iovs(4) } else { Vec::new() };
     let raw = match raw {
         RawChoice::None => None,
         RawChoice::Size36 => Some(rng.bytes(36)),
         RawChoice::Size32 => Some(rng.bytes(32)),
         RawChoice::Larger => {
-            let n = if rng.bool() {
-                48
-            } else {
-                37 + rng.below(60) as usize
-            };
+            let n = if rng.bool() { 48 } else { 37 + rng.below(60) as usize };
             Some(rng.bytes(n))
         }
     };
@@ -496,36 +452,19 @@ fn emit_checked(p: &Packet, expected: &[u8], ctx: &dyn Fn() -> String) -> Vec<u8
     let len = p.buffer_len();
     assert_eq!(len, expected.len(), "buffer_len, {}", ctx());
     let mut buf = vec![CANARY; len + 16];
-    let n = p
-        .emit(&mut buf)
-        .unwrap_or_else(|e| panic!("emit failed: {e}, {}", ctx()));
+    let n = p.emit(&mut buf).unwrap_or_else(|e| panic!("emit failed: {e}, {}", ctx()));
     assert_eq!(n, len, "emit length, {}", ctx());
-    assert!(
-        buf[..len] == *expected,
-        "emitted bytes differ from the reference encoding, {}",
-        ctx()
-    );
-    assert!(
-        buf[len..].iter().all(|&b| b == CANARY),
-        "emit wrote past the packet, {}",
-        ctx()
-    );
+    assert!(buf[..len] == *expected, "emitted bytes differ from the reference encoding, {}", ctx());
+    assert!(buf[len..].iter().all(|&b| b == CANARY), "emit wrote past the packet, {}", ctx());
 
     let mut short = vec![CANARY; len + 16];
     assert_eq!(
         p.emit(&mut short[..len - 1]),
-        Err(WireError::BufferTooSmall {
-            need: len,
-            have: len - 1
-        }),
+        Err(WireError::BufferTooSmall { need: len, have: len - 1 }),
         "emit into a buffer one byte short, {}",
         ctx()
     );
-    assert!(
-        short.iter().all(|&b| b == CANARY),
-        "a refused emit wrote bytes, {}",
-        ctx()
-    );
+    assert!(short.iter().all(|&b| b == CANARY), "a refused emit wrote bytes, {}", ctx());
     buf.truncate(len);
     buf
 }
@@ -535,23 +474,13 @@ fn emit_checked(p: &Packet, expected: &[u8], ctx: &dyn Fn() -> String) -> Vec<u8
 fn check_prefixes_fail(bytes: &[u8], ctx: &dyn Fn() -> String) {
     for n in 0..bytes.len() {
         if let Ok(p) = Packet::parse(&bytes[..n]) {
-            panic!(
-                "prefix of {n}/{} bytes parsed as {p:?}, {}",
-                bytes.len(),
-                ctx()
-            );
+            panic!("prefix of {n}/{} bytes parsed as {p:?}, {}", bytes.len(), ctx());
         }
     }
 }
 
 /// Emit, compare, parse back; `want` is `p` as a parse must return it.
-fn check_nonreq(
-    p: &Packet,
-    want: &Packet,
-    expected: &[u8],
-    prefixes: bool,
-    ctx: &dyn Fn() -> String,
-) {
+fn check_nonreq(p: &Packet, want: &Packet, expected: &[u8], prefixes: bool, ctx: &dyn Fn() -> String) {
     let bytes = emit_checked(p, expected, ctx);
     let parsed = Packet::parse(&bytes).unwrap_or_else(|e| panic!("parse failed: {e}, {}", ctx()));
     assert_eq!(&parsed, want, "{}", ctx());
@@ -572,11 +501,7 @@ fn reference_table_covers_every_req_type_and_every_header_byte() {
         let l = ref_layout(ptype);
         assert_eq!(l.name, ptype.name());
     }
-    assert_eq!(
-        REQ_LAYOUTS.len(),
-        req_types().count(),
-        "table has types that are not in PacketType::ALL"
-    );
+    assert_eq!(REQ_LAYOUTS.len(), req_types().count(), "table has types that are not in PacketType::ALL");
     for l in REQ_LAYOUTS {
         // Members tile [4, sizeof) exactly: no gap, no overlap.
         let mut fields = l.fields.to_vec();
@@ -596,44 +521,26 @@ fn reference_table_covers_every_req_type_and_every_header_byte() {
 fn reference_table_matches_libfabric_layout_json() {
     let path = std::env::var("RDM4_FACTS_DIR")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/facts")
-        })
+        .unwrap_or_else(|_| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/facts"))
         .join("libfabric_layout.json");
     let Ok(text) = std::fs::read_to_string(&path) else {
-        eprintln!(
-            "note: {} not found; layout cross-check skipped",
-            path.display()
-        );
+        eprintln!("note: {} not found; layout cross-check skipped", path.display());
         return;
     };
-    let json: serde_json::Value =
-        serde_json::from_str(&text).expect("libfabric_layout.json parses");
+    let json: serde_json::Value = serde_json::from_str(&text).expect("libfabric_layout.json parses");
     let types = json["packet_types"].as_array().expect("packet_types");
     let structs = json["structs"].as_array().expect("structs");
     for l in REQ_LAYOUTS {
-        let t = types
-            .iter()
-            .find(|t| t["id"] == l.id)
-            .unwrap_or_else(|| panic!("id {} not in json", l.id));
+        let t = types.iter().find(|t| t["id"] == l.id).unwrap_or_else(|| panic!("id {} not in json", l.id));
         assert_eq!(t["name"], l.name);
         assert_eq!(t["header_sizeof"], l.sizeof, "{}", l.name);
-        let s = structs
-            .iter()
-            .find(|s| s["struct"] == t["header_struct"])
-            .expect("struct in json");
+        let s = structs.iter().find(|s| s["struct"] == t["header_struct"]).expect("struct in json");
         let members: Vec<(&str, u64, u64)> = s["fields"]
             .as_array()
             .unwrap()
             .iter()
             .filter(|f| f["offset"].as_u64().unwrap() >= 4 && f["kind"] != "flexible_array")
-            .map(|f| {
-                (
-                    f["name"].as_str().unwrap(),
-                    f["offset"].as_u64().unwrap(),
-                    f["size"].as_u64().unwrap(),
-                )
-            })
+            .map(|f| (f["name"].as_str().unwrap(), f["offset"].as_u64().unwrap(), f["size"].as_u64().unwrap()))
             .collect();
         for &(f, off) in l.fields {
             assert!(
@@ -647,17 +554,9 @@ fn reference_table_matches_libfabric_layout_json() {
         }
         // Every member offset is covered (unions: one member per offset).
         for (name, off, _) in &members {
-            assert!(
-                l.fields.iter().any(|&(_, o)| o as u64 == *off),
-                "{}: member {name} @ {off} missing",
-                l.name
-            );
+            assert!(l.fields.iter().any(|&(_, o)| o as u64 == *off), "{}: member {name} @ {off} missing", l.name);
         }
-        let has_rma = s["fields"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|f| f["name"] == "rma_iov");
+        let has_rma = s["fields"].as_array().unwrap().iter().any(|f| f["name"] == "rma_iov");
         assert_eq!(has_rma, l.has(Fld::RmaIovCount), "{}: rma_iov[]", l.name);
     }
 }
@@ -674,28 +573,15 @@ fn check_req(o: &OwnedReq, check_prefixes: bool, ctx: &dyn Fn() -> String) {
     let expected = ref_encode_req(l, &r);
     let off = ref_app_data_offset(l, &r);
     assert_eq!(r.app_data_offset(), off, "app_data_offset, {}", ctx());
-    assert_eq!(
-        r.hdr_len(),
-        l.sizeof + 24 * r.rma_iov.len(),
-        "hdr_len, {}",
-        ctx()
-    );
+    assert_eq!(r.hdr_len(), l.sizeof + 24 * r.rma_iov.len(), "hdr_len, {}", ctx());
     assert_eq!(r.wire_flags(), ref_req_flags(&r), "wire_flags, {}", ctx());
 
     let p = Packet::Req(r.clone());
     let bytes = emit_checked(&p, &expected, ctx);
-    let want = Req {
-        flags: ref_req_flags(&r),
-        ..r.clone()
-    };
+    let want = Req { flags: ref_req_flags(&r), ..r.clone() };
     let parsed = Packet::parse(&bytes).unwrap_or_else(|e| panic!("parse failed: {e}, {}", ctx()));
     assert_eq!(parsed, Packet::Req(want.clone()), "{}", ctx());
-    assert_eq!(
-        Req::parse_as(r.ptype, &bytes).as_ref(),
-        Ok(&want),
-        "parse_as, {}",
-        ctx()
-    );
+    assert_eq!(Req::parse_as(r.ptype, &bytes).as_ref(), Ok(&want), "parse_as, {}", ctx());
     // The connid identifying the sender: the raw address's wins (wire-facts #13).
     let sender = match o.raw.as_deref() {
         Some(b) => Some(u32::from_le_bytes([b[20], b[21], b[22], b[23]])),
@@ -709,21 +595,10 @@ fn check_req(o: &OwnedReq, check_prefixes: bool, ctx: &dyn Fn() -> String) {
         for n in 0..bytes.len() {
             match Packet::parse(&bytes[..n]) {
                 Ok(Packet::Req(q)) if n >= off => {
-                    assert_eq!(
-                        q,
-                        Req {
-                            data: &want.data[..n - off],
-                            ..want.clone()
-                        },
-                        "prefix {n}, {}",
-                        ctx()
-                    )
+                    assert_eq!(q, Req { data: &want.data[..n - off], ..want.clone() }, "prefix {n}, {}", ctx())
                 }
                 Err(_) if n < off => {}
-                other => panic!(
-                    "prefix of {n} bytes (data at {off}) gave {other:?}, {}",
-                    ctx()
-                ),
+                other => panic!("prefix of {n} bytes (data at {off}) gave {other:?}, {}", ctx()),
             }
         }
     }
@@ -739,12 +614,7 @@ fn every_req_type_with_every_optional_header_combination_round_trips() {
                 for connid in [false, true] {
                     for i in 0..REQ_ITERATIONS {
                         let o = random_req(&mut rng, ptype, raw, cq, connid);
-                        let ctx = || {
-                            format!(
-                                "{} raw={raw:?} cq={cq} connid={connid} iteration {i}",
-                                ptype.name()
-                            )
-                        };
+                        let ctx = || format!("{} raw={raw:?} cq={cq} connid={connid} iteration {i}", ptype.name());
                         check_req(&o, i % 25 == 0, &ctx);
                         cases += 1;
                     }
@@ -752,10 +622,7 @@ fn every_req_type_with_every_optional_header_combination_round_trips() {
             }
         }
     }
-    assert_eq!(
-        cases,
-        req_types().count() * RAW_CHOICES.len() * 4 * REQ_ITERATIONS
-    );
+    assert_eq!(cases, req_types().count() * RAW_CHOICES.len() * 4 * REQ_ITERATIONS);
 }
 
 #[test]
@@ -778,15 +645,10 @@ fn req_fields_a_type_does_not_carry_are_not_written() {
     };
     for ptype in req_types() {
         let l = ref_layout(ptype);
-        let r = Req {
-            fields: all,
-            ..Req::new(ptype)
-        };
+        let r = Req { fields: all, ..Req::new(ptype) };
         let mut buf = vec![0u8; r.buffer_len()];
         r.emit(&mut buf).unwrap();
-        let Ok(Packet::Req(q)) = Packet::parse(&buf) else {
-            panic!("{}", ptype.name())
-        };
+        let Ok(Packet::Req(q)) = Packet::parse(&buf) else { panic!("{}", ptype.name()) };
         for f in [
             Fld::MsgId,
             Fld::Tag,
@@ -802,13 +664,7 @@ fn req_fields_a_type_does_not_carry_are_not_written() {
             Fld::Padding,
         ] {
             let want = if l.has(f) { get_field(&all, f) } else { 0 };
-            assert_eq!(
-                get_field(&q.fields, f),
-                want,
-                "{} {}",
-                ptype.name(),
-                f.name()
-            );
+            assert_eq!(get_field(&q.fields, f), want, "{} {}", ptype.name(), f.name());
         }
     }
 }
@@ -827,11 +683,7 @@ fn req_emit_refuses_an_iov_list_on_a_type_without_one() {
             continue;
         }
         let mut buf = vec![CANARY; 256];
-        assert!(
-            matches!(r.emit(&mut buf), Err(WireError::BadField { .. })),
-            "{}",
-            ptype.name()
-        );
+        assert!(matches!(r.emit(&mut buf), Err(WireError::BadField { .. })), "{}", ptype.name());
         assert!(buf.iter().all(|&b| b == CANARY), "{}", ptype.name());
     }
 }
@@ -877,10 +729,7 @@ fn handshake_with_every_optional_field_subset_round_trips() {
                 h.connid = (mask & 1 != 0).then(|| rng.edge_u32());
                 h.host_id = (mask & 2 != 0).then(|| rng.edge_u64());
                 h.device_version = (mask & 4 != 0).then(|| rng.edge_u32());
-                h.user_recv_qp = (mask & 8 != 0).then(|| UserRecvQp {
-                    qpn: rng.edge_u32(),
-                    qkey: rng.edge_u32(),
-                });
+                h.user_recv_qp = (mask & 8 != 0).then(|| UserRecvQp { qpn: rng.edge_u32(), qkey: rng.edge_u32() });
                 h.p2p_supported = (mask & 16 != 0).then(|| rng.u64() as u8);
 
                 let mut flags = h.flags & !hf::OPT_MASK;
@@ -905,27 +754,17 @@ fn handshake_with_every_optional_field_subset_round_trips() {
                     h.connid.map(u64::from),
                     h.host_id,
                     h.device_version.map(u64::from),
-                    h.user_recv_qp
-                        .map(|q| u64::from(q.qkey) << 32 | u64::from(q.qpn)),
+                    h.user_recv_qp.map(|q| u64::from(q.qkey) << 32 | u64::from(q.qpn)),
                     h.p2p_supported.map(u64::from),
                 ];
                 for v in blocks.into_iter().flatten() {
                     expected.extend_from_slice(&v.to_le_bytes());
                 }
 
-                let want = Handshake {
-                    flags: h.flags & !hf::OPT_MASK,
-                    ..h
-                };
+                let want = Handshake { flags: h.flags & !hf::OPT_MASK, ..h };
                 let ctx = || format!("HANDSHAKE nextra={nextra} mask={mask:#x} iteration {i}");
                 assert_eq!(h.nextra_p3(), nextra as u32 + 3);
-                check_nonreq(
-                    &Packet::Handshake(h),
-                    &Packet::Handshake(want),
-                    &expected,
-                    i % 10 == 0,
-                    &ctx,
-                );
+                check_nonreq(&Packet::Handshake(h), &Packet::Handshake(want), &expected, i % 10 == 0, &ctx);
             }
         }
     }
@@ -956,11 +795,7 @@ fn cts_round_trips() {
                 put(&mut e, 8, 4, c.send_id.into());
                 put(&mut e, 12, 4, c.recv_id.into());
                 put(&mut e, 16, 8, c.recv_length);
-                let want = Cts {
-                    flags: c.flags & !CONNID_HDR,
-                    padding: if connid { 0 } else { c.padding },
-                    ..c
-                };
+                let want = Cts { flags: c.flags & !CONNID_HDR, padding: if connid { 0 } else { c.padding }, ..c };
                 let ctx = || format!("CTS connid={connid} read_req={read_req} iteration {i}");
                 check_nonreq(&Packet::Cts(c), &Packet::Cts(want), &e, i % 10 == 0, &ctx);
             }
@@ -993,18 +828,9 @@ fn ctsdata_round_trips() {
                 e.extend_from_slice(&u64::from(id).to_le_bytes());
             }
             e.extend_from_slice(&data);
-            let want = CtsData {
-                flags: c.flags & !CONNID_HDR,
-                ..c
-            };
+            let want = CtsData { flags: c.flags & !CONNID_HDR, ..c };
             let ctx = || format!("CTSDATA connid={connid} iteration {i}");
-            check_nonreq(
-                &Packet::CtsData(c),
-                &Packet::CtsData(want),
-                &e,
-                i % 10 == 0,
-                &ctx,
-            );
+            check_nonreq(&Packet::CtsData(c), &Packet::CtsData(want), &e, i % 10 == 0, &ctx);
         }
     }
 }
@@ -1035,19 +861,9 @@ fn readrsp_and_atomrsp_round_trip() {
             put(&mut e, 12, 4, r.send_id.into());
             put(&mut e, 16, 8, data.len() as u64);
             e.extend_from_slice(&data);
-            let want = ReadRsp {
-                flags: r.flags & !CONNID_HDR,
-                padding: if connid { 0 } else { r.padding },
-                ..r
-            };
+            let want = ReadRsp { flags: r.flags & !CONNID_HDR, padding: if connid { 0 } else { r.padding }, ..r };
             let ctx = || format!("READRSP connid={connid} iteration {i}");
-            check_nonreq(
-                &Packet::ReadRsp(r),
-                &Packet::ReadRsp(want),
-                &e,
-                i % 10 == 0,
-                &ctx,
-            );
+            check_nonreq(&Packet::ReadRsp(r), &Packet::ReadRsp(want), &e, i % 10 == 0, &ctx);
 
             let a = AtomRsp {
                 flags: random_flags(&mut rng),
@@ -1065,19 +881,9 @@ fn readrsp_and_atomrsp_round_trip() {
             put(&mut e, 12, 4, a.recv_id.into());
             put(&mut e, 16, 8, data.len() as u64);
             e.extend_from_slice(&data);
-            let want = AtomRsp {
-                flags: a.flags & !CONNID_HDR,
-                padding: if connid { 0 } else { a.padding },
-                ..a
-            };
+            let want = AtomRsp { flags: a.flags & !CONNID_HDR, padding: if connid { 0 } else { a.padding }, ..a };
             let ctx = || format!("ATOMRSP connid={connid} iteration {i}");
-            check_nonreq(
-                &Packet::AtomRsp(a),
-                &Packet::AtomRsp(want),
-                &e,
-                i % 10 == 0,
-                &ctx,
-            );
+            check_nonreq(&Packet::AtomRsp(a), &Packet::AtomRsp(want), &e, i % 10 == 0, &ctx);
         }
     }
 }
@@ -1103,11 +909,7 @@ fn eor_read_nack_receipt_and_peer_error_round_trip() {
                 put(&mut e, 4, 4, h.send_id.into());
                 put(&mut e, 8, 4, h.recv_id.into());
                 put(&mut e, 12, 4, mu.into());
-                let want = IdsHdr {
-                    flags: h.flags & !CONNID_HDR,
-                    padding: if connid { 0 } else { h.padding },
-                    ..h
-                };
+                let want = IdsHdr { flags: h.flags & !CONNID_HDR, padding: if connid { 0 } else { h.padding }, ..h };
                 let (p, w) = if id == 7 {
                     (Packet::Eor(h), Packet::Eor(want))
                 } else {
@@ -1130,19 +932,9 @@ fn eor_read_nack_receipt_and_peer_error_round_trip() {
             put(&mut e, 4, 4, r.send_id.into());
             put(&mut e, 8, 4, r.msg_id.into());
             put(&mut e, 12, 4, mu.into());
-            let want = Receipt {
-                flags: r.flags & !CONNID_HDR,
-                padding: if connid { 0 } else { r.padding },
-                ..r
-            };
+            let want = Receipt { flags: r.flags & !CONNID_HDR, padding: if connid { 0 } else { r.padding }, ..r };
             let ctx = || format!("RECEIPT connid={connid} iteration {i}");
-            check_nonreq(
-                &Packet::Receipt(r),
-                &Packet::Receipt(want),
-                &e,
-                prefixes,
-                &ctx,
-            );
+            check_nonreq(&Packet::Receipt(r), &Packet::Receipt(want), &e, prefixes, &ctx);
 
             let pe = PeerError {
                 flags: random_flags(&mut rng),
@@ -1159,19 +951,9 @@ fn eor_read_nack_receipt_and_peer_error_round_trip() {
             put(&mut e, 8, 4, pe.ref_kind.into());
             put(&mut e, 12, 4, pe.prov_errno.into());
             put(&mut e, 16, 4, mu.into());
-            let want = PeerError {
-                flags: pe.flags & !CONNID_HDR,
-                padding: if connid { 0 } else { pe.padding },
-                ..pe
-            };
+            let want = PeerError { flags: pe.flags & !CONNID_HDR, padding: if connid { 0 } else { pe.padding }, ..pe };
             let ctx = || format!("PEER_ERROR connid={connid} iteration {i}");
-            check_nonreq(
-                &Packet::PeerError(pe),
-                &Packet::PeerError(want),
-                &e,
-                prefixes,
-                &ctx,
-            );
+            check_nonreq(&Packet::PeerError(pe), &Packet::PeerError(want), &e, prefixes, &ctx);
         }
     }
 }
@@ -1196,10 +978,7 @@ fn version_below_4_is_bad_version_and_newer_versions_parse() {
         assert_eq!(Packet::parse(&b), Err(WireError::BadVersion(v)));
     }
     // Reported before the type is looked at.
-    assert_eq!(
-        Packet::parse(&[200, 3, 0, 0]),
-        Err(WireError::BadVersion(3))
-    );
+    assert_eq!(Packet::parse(&[200, 3, 0, 0]), Err(WireError::BadVersion(3)));
     // Newer versions are accepted as v4 (wire-facts #24).
     let mut b = eager_msgrtm();
     b[1] = 5;
@@ -1212,35 +991,21 @@ fn retired_internal_reserved_and_undefined_types_are_unknown() {
         let mut b = vec![0u8; 128];
         b[0] = t;
         b[1] = 4;
-        assert_eq!(
-            Packet::parse(&b),
-            Err(WireError::UnknownType(t)),
-            "type {t}"
-        );
+        assert_eq!(Packet::parse(&b), Err(WireError::UnknownType(t)), "type {t}");
     }
 }
 
 #[test]
 fn short_buffers_are_truncated() {
     for n in 0..4 {
-        assert!(
-            matches!(
-                Packet::parse(&eager_msgrtm()[..n]),
-                Err(WireError::Truncated { .. })
-            ),
-            "{n} bytes"
-        );
+        assert!(matches!(Packet::parse(&eager_msgrtm()[..n]), Err(WireError::Truncated { .. })), "{n} bytes");
     }
     // Header of every type cut one byte short of its fixed part.
     for ptype in req_types() {
         let l = ref_layout(ptype);
         let mut b = base(l.id, 0);
         b.resize(l.sizeof - 1, 0);
-        assert!(
-            matches!(Packet::parse(&b), Err(WireError::Truncated { .. })),
-            "{}",
-            l.name
-        );
+        assert!(matches!(Packet::parse(&b), Err(WireError::Truncated { .. })), "{}", l.name);
     }
 }
 
@@ -1253,11 +1018,7 @@ fn rma_iov_count_too_large_is_count_too_large() {
         b.resize(8 + room, 0);
         assert_eq!(
             Packet::parse(&b),
-            Err(WireError::CountTooLarge {
-                what: "rma_iov",
-                count: count.into(),
-                room
-            }),
+            Err(WireError::CountTooLarge { what: "rma_iov", count: count.into(), room }),
             "count {count}"
         );
     }
@@ -1266,14 +1027,7 @@ fn rma_iov_count_too_large_is_count_too_large() {
     b.resize(24, 0);
     put(&mut b, 20, 4, 1);
     b.resize(24 + 23, 0);
-    assert!(matches!(
-        Packet::parse(&b),
-        Err(WireError::CountTooLarge {
-            what: "read_iov",
-            count: 1,
-            ..
-        })
-    ));
+    assert!(matches!(Packet::parse(&b), Err(WireError::CountTooLarge { what: "read_iov", count: 1, .. })));
 }
 
 #[test]
@@ -1283,28 +1037,16 @@ fn raw_address_size_below_32_is_opt_header_size() {
         b.extend_from_slice(&7u32.to_le_bytes());
         b.extend_from_slice(&size.to_le_bytes());
         b.resize(b.len() + 64, 0);
-        assert_eq!(
-            Packet::parse(&b),
-            Err(WireError::OptHeaderSize {
-                what: "raw address",
-                size
-            })
-        );
+        assert_eq!(Packet::parse(&b), Err(WireError::OptHeaderSize { what: "raw address", size }));
     }
     // A size beyond the packet is truncation, not a panic.
     let mut b = base(64, req_flags::MSG | req_flags::RAW_ADDR_HDR);
     b.extend_from_slice(&7u32.to_le_bytes());
     b.extend_from_slice(&u32::MAX.to_le_bytes());
     b.resize(b.len() + 64, 0);
-    assert!(matches!(
-        Packet::parse(&b),
-        Err(WireError::Truncated { .. })
-    ));
+    assert!(matches!(Packet::parse(&b), Err(WireError::Truncated { .. })));
     // And a body shorter than 32 bytes cannot even be built.
-    assert!(matches!(
-        RawAddrHdr::new(&[0u8; 31]),
-        Err(WireError::OptHeaderSize { size: 31, .. })
-    ));
+    assert!(matches!(RawAddrHdr::new(&[0u8; 31]), Err(WireError::OptHeaderSize { size: 31, .. })));
 }
 
 #[test]
@@ -1313,32 +1055,16 @@ fn handshake_nextra_p3_below_3_is_bad_field() {
         let mut b = base(9, 0);
         b.extend_from_slice(&n.to_le_bytes());
         b.resize(64, 0);
-        assert_eq!(
-            Packet::parse(&b),
-            Err(WireError::BadField {
-                what: "nextra_p3",
-                value: n.into()
-            })
-        );
+        assert_eq!(Packet::parse(&b), Err(WireError::BadField { what: "nextra_p3", value: n.into() }));
     }
     // extra_info count beyond the packet.
     let mut b = base(9, 0);
     b.extend_from_slice(&(3u32 + 5).to_le_bytes());
     b.resize(8 + 4 * 8, 0);
-    assert!(matches!(
-        Packet::parse(&b),
-        Err(WireError::CountTooLarge {
-            what: "extra_info",
-            count: 5,
-            ..
-        })
-    ));
+    assert!(matches!(Packet::parse(&b), Err(WireError::CountTooLarge { what: "extra_info", count: 5, .. })));
     let mut b = base(9, 0);
     b.extend_from_slice(&u32::MAX.to_le_bytes());
-    assert!(matches!(
-        Packet::parse(&b),
-        Err(WireError::CountTooLarge { .. })
-    ));
+    assert!(matches!(Packet::parse(&b), Err(WireError::CountTooLarge { .. })));
 }
 
 #[test]
@@ -1361,10 +1087,7 @@ fn ctsdata_seg_length_beyond_packet_is_truncated() {
         if connid {
             let mut b = base(4, flags);
             b.resize(28, 0);
-            assert!(matches!(
-                Packet::parse(&b),
-                Err(WireError::Truncated { .. })
-            ));
+            assert!(matches!(Packet::parse(&b), Err(WireError::Truncated { .. })));
         }
     }
     // Trailing bytes after seg_length are ignored.
@@ -1379,10 +1102,7 @@ fn ctsdata_seg_length_beyond_packet_is_truncated() {
     put(&mut b, 8, 8, 1);
     put(&mut b, 16, 8, u64::MAX);
     b.push(0);
-    assert!(matches!(
-        Packet::parse(&b),
-        Err(WireError::LengthOverflow { .. })
-    ));
+    assert!(matches!(Packet::parse(&b), Err(WireError::LengthOverflow { .. })));
 }
 
 #[test]
@@ -1392,10 +1112,7 @@ fn readrsp_and_atomrsp_seg_length_beyond_packet_is_truncated() {
         b.resize(24, 0);
         put(&mut b, 16, 8, 10);
         b.resize(24 + 9, 0);
-        assert!(
-            matches!(Packet::parse(&b), Err(WireError::Truncated { .. })),
-            "type {id}"
-        );
+        assert!(matches!(Packet::parse(&b), Err(WireError::Truncated { .. })), "type {id}");
     }
 }
 
@@ -1407,10 +1124,7 @@ fn medium_segment_beyond_msg_length_is_length_overflow() {
     put(&mut b, 8, 8, 10);
     put(&mut b, 16, 8, 8);
     b.extend_from_slice(&[1, 2, 3]);
-    assert!(matches!(
-        Packet::parse(&b),
-        Err(WireError::LengthOverflow { .. })
-    ));
+    assert!(matches!(Packet::parse(&b), Err(WireError::LengthOverflow { .. })));
     // Exactly up to msg_length is fine.
     b.pop();
     assert!(matches!(Packet::parse(&b), Ok(Packet::Req(r)) if r.data == [1, 2]));
@@ -1420,19 +1134,13 @@ fn medium_segment_beyond_msg_length_is_length_overflow() {
     put(&mut b, 8, 8, u64::MAX);
     put(&mut b, 16, 8, u64::MAX);
     b.push(0);
-    assert!(matches!(
-        Packet::parse(&b),
-        Err(WireError::LengthOverflow { .. })
-    ));
+    assert!(matches!(Packet::parse(&b), Err(WireError::LengthOverflow { .. })));
     // RUNTREAD: runt_length beyond msg_length.
     let mut b = base(145, req_flags::MSG);
     b.resize(40, 0);
     put(&mut b, 8, 8, 100);
     put(&mut b, 32, 8, 101);
-    assert!(matches!(
-        Packet::parse(&b),
-        Err(WireError::LengthOverflow { .. })
-    ));
+    assert!(matches!(Packet::parse(&b), Err(WireError::LengthOverflow { .. })));
 }
 
 #[test]
@@ -1443,10 +1151,7 @@ fn iov_addr_plus_len_wrapping_is_length_overflow() {
     b.extend_from_slice(&u64::MAX.to_le_bytes());
     b.extend_from_slice(&1u64.to_le_bytes());
     b.extend_from_slice(&0u64.to_le_bytes());
-    assert!(matches!(
-        Packet::parse(&b),
-        Err(WireError::LengthOverflow { .. })
-    ));
+    assert!(matches!(Packet::parse(&b), Err(WireError::LengthOverflow { .. })));
     // addr + len = 2^64 - 1 is the last byte: fine.
     put(&mut b, 16, 8, 0);
     assert!(Packet::parse(&b).is_ok());
@@ -1457,17 +1162,28 @@ fn iov_addr_plus_len_wrapping_is_length_overflow() {
     b.extend_from_slice(&(1u64 << 63).to_le_bytes());
     b.extend_from_slice(&(1u64 << 63).to_le_bytes());
     b.extend_from_slice(&0u64.to_le_bytes());
-    assert!(matches!(
-        Packet::parse(&b),
-        Err(WireError::LengthOverflow { .. })
-    ));
+    assert!(matches!(Packet::parse(&b), Err(WireError::LengthOverflow { .. })));
 }
 
 #[test]
 fn parse_base_reports_type_and_flags() {
     let b = eager_msgrtm();
-    assert_eq!(
-        wire::parse_base(&b),
-        Ok((PacketType::EagerMsgRtm, req_flags::MSG))
-    );
+    assert_eq!(wire::parse_base(&b), Ok((PacketType::EagerMsgRtm, req_flags::MSG)));
+}
+
+#[test]
+fn emit_refuses_what_parse_would_reject() {
+    use rdm4::wire::{CtsData, PacketType, Req, RmaIov, WireError};
+    let mut buf = [0u8; 256];
+    let over = |r: Result<usize, WireError>| matches!(r, Err(WireError::LengthOverflow { .. }));
+    let medium = Req { data: &[1], ..Req::new(PacketType::MediumMsgRtm) };
+    assert!(over(medium.emit(&mut buf)), "segment beyond msg_length");
+    let mut runt = Req::new(PacketType::RuntreadMsgRtm);
+    runt.fields.runt_length = 1;
+    assert!(over(runt.emit(&mut buf)), "runt_length beyond msg_length");
+    let wrap = [RmaIov::new(u64::MAX, 1, 0)];
+    let rtw = Req { rma_iov: &wrap, ..Req::new(PacketType::EagerRtw) };
+    assert!(over(rtw.emit(&mut buf)), "iov wraps");
+    let cd = CtsData { flags: 0, recv_id: 0, seg_offset: u64::MAX, connid: None, data: &[1] };
+    assert!(over(cd.emit(&mut buf)), "CTSDATA offset overflows");
 }

@@ -111,8 +111,7 @@ pub trait Device {
     /// nothing (then `Ok(Done)` and no event). The device checks for room
     /// before calling `build`. With `Ok(Pending)`, `wr_id` comes back in
     /// [`DevEvent::SendDone`]; a send that fails at once is `Err(Failed(..))`.
-    fn send_with(&mut self, ah: Ah, wr_id: u64, build: &mut dyn FnMut(&mut [u8]) -> usize)
-        -> Result<Sent, DevError>;
+    fn send_with(&mut self, ah: Ah, wr_id: u64, build: &mut dyn FnMut(&mut [u8]) -> usize) -> Result<Sent, DevError>;
 
     /// Queues `pkt` (at most `mtu` bytes) for `ah`: [`Device::send_with`] with a copy.
     fn send(&mut self, ah: Ah, pkt: &[u8], wr_id: u64) -> Result<Sent, DevError> {

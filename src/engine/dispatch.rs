@@ -4,9 +4,9 @@
 //! reorder buffer (spec §3.2).
 
 use super::peer::{msg_order, MsgOrder, Peer};
+use super::rtm::accepts;
 use super::{raw_key, Core};
 use crate::device::Ah;
-use super::rtm::accepts;
 use crate::wire::{self, Category, Packet, ReqFamily, Subprotocol};
 
 impl Core {

@@ -5,7 +5,7 @@
 
 use super::op::{Op, OpKind};
 use super::peer::Peer;
-use super::{Addr, Core, Cqe, CqFlags, RecvOpts, SendOpts, ADDR_UNSPEC};
+use super::{Addr, Core, CqFlags, Cqe, RecvOpts, SendOpts, ADDR_UNSPEC};
 use crate::device::{Device, Sent};
 use crate::mem::UserBuf;
 use crate::status::Status;

@@ -31,7 +31,7 @@ mod types;
 pub use addr::{RawAddr, RmaIov};
 pub use handshake::{Handshake, UserRecvQp};
 pub use nonreq::{AtomRsp, Cts, CtsData, Eor, IdsHdr, PeerError, ReadNack, ReadRsp, Receipt};
-pub use req::{EagerRtm, RawAddrHdr, Req, ReqFields};
+pub use req::{EagerRtm, RawAddrHdr, Req, ReqFields, ReqView};
 pub use types::{Category, NonReqKind, PacketType, ReqFamily, ReqInfo, Subprotocol};
 pub use zerocopy::little_endian::U64 as LeU64;
 
@@ -178,6 +178,7 @@ pub enum Packet<'a> {
 }
 
 /// The type, version and flags of the base header; checked but not interpreted further.
+#[inline]
 pub fn parse_base(buf: &[u8]) -> Result<(PacketType, u16)> {
     let [t, version, f0, f1, ..] = *buf else {
         return Err(WireError::Truncated { what: "base header", need: BASE_HDR_LEN, have: buf.len() });
@@ -292,6 +293,7 @@ pub(crate) fn check_room(buf: &[u8], need: usize) -> Result<()> {
 }
 
 /// Fails with `Truncated` unless `buf` holds `need` bytes.
+#[inline]
 pub(crate) fn check_len(buf: &[u8], need: usize, what: &'static str) -> Result<()> {
     if buf.len() < need {
         return Err(WireError::Truncated { what, need, have: buf.len() });

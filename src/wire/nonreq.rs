@@ -14,6 +14,7 @@ use super::{
 };
 
 /// Reads the fixed header `H` at the start of `buf`.
+#[inline]
 fn read_hdr<'b, H: FromBytes + KnownLayout + Immutable>(buf: &'b [u8], what: &'static str) -> Result<(H, &'b [u8])> {
     check_len(buf, core::mem::size_of::<H>(), what)?;
     H::read_from_prefix(buf).map_err(|_| WireError::Truncated {
@@ -24,6 +25,7 @@ fn read_hdr<'b, H: FromBytes + KnownLayout + Immutable>(buf: &'b [u8], what: &'s
 }
 
 /// The first `seg_length` bytes of `rest`: the data of a data-carrying packet.
+#[inline]
 fn seg_data(rest: &[u8], seg_length: u64, hdr_len: usize) -> Result<&[u8]> {
     if seg_length > rest.len() as u64 {
         return Err(WireError::Truncated {
@@ -36,6 +38,7 @@ fn seg_data(rest: &[u8], seg_length: u64, hdr_len: usize) -> Result<&[u8]> {
 }
 
 /// Writes header `hdr` then `data` into `buf`; returns the length.
+#[inline]
 fn emit_with<H: IntoBytes + Immutable>(buf: &mut [u8], hdr: &H, opt: &[u8], data: &[u8]) -> Result<usize> {
     let h = hdr.as_bytes();
     let total = h.len() + opt.len() + data.len();
@@ -145,6 +148,7 @@ impl<'a> CtsData<'a> {
     pub const HDR_LEN: usize = 24;
 
     /// Parses a CTSDATA.
+    #[inline]
     pub fn parse(buf: &'a [u8]) -> Result<CtsData<'a>> {
         let (w, mut rest) = read_hdr::<CtsDataWire>(buf, "CTSDATA header")?;
         let flags = flags_of(&w.base);
@@ -181,7 +185,11 @@ impl<'a> CtsData<'a> {
     }
 
     /// Writes the CTSDATA.
+    #[inline]
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
+        if self.seg_offset.checked_add(self.data.len() as u64).is_none() {
+            return Err(WireError::LengthOverflow { what: "CTSDATA seg_offset + seg_length" });
+        }
         let (flags, _) = join_multiuse(self.flags, self.connid, 0);
         let w = CtsDataWire {
             base: base(PacketType::CtsData, flags),
@@ -234,6 +242,7 @@ impl<'a> ReadRsp<'a> {
     pub const HDR_LEN: usize = 24;
 
     /// Parses a READRSP.
+    #[inline]
     pub fn parse(buf: &'a [u8]) -> Result<ReadRsp<'a>> {
         let (w, rest) = read_hdr::<ReadRspWire>(buf, "READRSP header")?;
         let flags = flags_of(&w.base);
@@ -255,6 +264,7 @@ impl<'a> ReadRsp<'a> {
     }
 
     /// Writes the READRSP.
+    #[inline]
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
         let (flags, multiuse) = join_multiuse(self.flags, self.connid, self.padding);
         let w = ReadRspWire {

@@ -18,7 +18,7 @@ use super::{check_len, check_room, put_base, req_flags, PacketType, RawAddr, Res
 /// A fixed field of some REQ type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum F {
-    MsgId,
+    MsgId = 0,
     Tag,
     MsgLength,
     SegOffset,
@@ -34,6 +34,11 @@ pub(crate) enum F {
     RmaIovCount,
     ReadIovCount,
 }
+
+/// Number of [`F`] variants.
+const F_COUNT: usize = 14;
+/// `Layout::offs` of a field the type does not carry.
+const NONE: u8 = u8::MAX;
 
 impl F {
     const fn width(self) -> usize {
@@ -58,6 +63,8 @@ impl F {
 pub struct Layout {
     id: LayoutId,
     len: usize,
+    /// Offset of each field ([`F`] as index), `NONE` when the type lacks it.
+    offs: [u8; F_COUNT],
     fields: &'static [(F, u8)],
     rma: bool,
     read: bool,
@@ -67,12 +74,14 @@ pub struct Layout {
 
 impl Layout {
     const fn new(id: LayoutId, fields: &'static [(F, u8)]) -> Layout {
+        let mut offs = [NONE; F_COUNT];
         let mut len = 4;
         let mut covered = 4;
         let (mut rma, mut read, mut seg, mut runt) = (false, false, false, false);
         let mut i = 0;
         while i < fields.len() {
             let (f, off) = fields[i];
+            offs[f as usize] = off;
             let end = off as usize + f.width();
             covered += f.width();
             if end > len {
@@ -89,7 +98,7 @@ impl Layout {
         }
         // emit writes only the fields: a layout must cover every byte once.
         assert!(covered == len, "REQ layout with a gap or an overlap");
-        Layout { id, len, fields, rma, read, seg, runt }
+        Layout { id, len, offs, fields, rma, read, seg, runt }
     }
 }
 
@@ -342,7 +351,11 @@ impl Req<'static> {
     }
 }
 
+#[inline]
 fn take_iovs<'a>(buf: &'a [u8], pos: &mut usize, count: u64, what: &'static str) -> Result<&'a [RmaIov]> {
+    if count == 0 {
+        return Ok(&[]);
+    }
     let rest = buf.get(*pos..).unwrap_or(&[]);
     if count.saturating_mul(RmaIov::LEN as u64) > rest.len() as u64 {
         return Err(WireError::CountTooLarge { what, count, room: rest.len() });
@@ -353,6 +366,7 @@ fn take_iovs<'a>(buf: &'a [u8], pos: &mut usize, count: u64, what: &'static str)
     Ok(iovs)
 }
 
+#[inline]
 fn take<'a>(buf: &'a [u8], pos: &mut usize, n: usize, what: &'static str) -> Result<&'a [u8]> {
     let end = *pos + n;
     check_len(buf, end, what)?;
@@ -373,6 +387,188 @@ fn iovs_wrap(iovs: &[RmaIov]) -> bool {
     iovs.iter().any(|v| v.addr().checked_add(v.len()).is_none())
 }
 
+/// A checked view of a REQ packet: `parse` validates everything
+/// [`Req::parse_as`] does — lengths, counts, optional header sizes, segment
+/// and iov bounds — but only records where things are; the accessors read
+/// the bytes on demand. This is the receive path's cheap parse.
+#[derive(Debug, Clone, Copy)]
+pub struct ReqView<'a> {
+    buf: &'a [u8],
+    ptype: PacketType,
+    layout: &'static Layout,
+    flags: u16,
+    rma_count: u32,
+    read_count: u32,
+    /// Offsets of the raw address size, CQ data, connid header, read_iov and data.
+    raw_at: u32,
+    cq_at: u32,
+    connid_at: u32,
+    read_at: u32,
+    data_at: u32,
+}
+
+impl<'a> ReqView<'a> {
+    /// Validates `buf` as a REQ of type `ptype` (from its base header).
+    #[inline]
+    pub fn parse(ptype: PacketType, buf: &'a [u8]) -> Result<ReqView<'a>> {
+        let layout = ptype.req_info().ok_or(WireError::UnknownType(ptype as u8))?.layout;
+        check_len(buf, layout.len, "REQ mandatory header")?;
+        if buf.len() > u32::MAX as usize {
+            return Err(WireError::LengthOverflow { what: "packet length" });
+        }
+        let flags = u16::from_le_bytes([buf[2], buf[3]]);
+        let read32 = |f: F| match layout.offs[f as usize] {
+            NONE => 0,
+            off => le_u32(&buf[off as usize..]),
+        };
+        let (rma_count, read_count) = (read32(F::RmaIovCount), read32(F::ReadIovCount));
+        let mut pos = layout.len;
+        let rma_iov = take_iovs(buf, &mut pos, rma_count.into(), "rma_iov")?;
+        let raw_at = pos as u32;
+        if flags & req_flags::RAW_ADDR_HDR != 0 {
+            let size = le_u32(take(buf, &mut pos, 4, "raw address header size")?);
+            if (size as usize) < RawAddr::LEN {
+                return Err(WireError::OptHeaderSize { what: "raw address", size });
+            }
+            take(buf, &mut pos, size as usize, "raw address header")?;
+        }
+        let cq_at = pos as u32;
+        if flags & req_flags::CQ_DATA_HDR != 0 {
+            take(buf, &mut pos, 8, "CQ data header")?;
+        }
+        let connid_at = pos as u32;
+        if flags & req_flags::CONNID_HDR != 0 {
+            take(buf, &mut pos, 4, "connid header")?;
+        }
+        let read_at = pos as u32;
+        let read_iov = take_iovs(buf, &mut pos, read_count.into(), "read_iov")?;
+        let v = ReqView {
+            buf,
+            ptype,
+            layout,
+            flags,
+            rma_count,
+            read_count,
+            raw_at,
+            cq_at,
+            connid_at,
+            read_at,
+            data_at: pos as u32,
+        };
+        if iovs_wrap(rma_iov) || iovs_wrap(read_iov) {
+            return Err(WireError::LengthOverflow { what: "efa_rma_iov addr + len" });
+        }
+        if layout.seg {
+            let end = v.get(F::SegOffset).checked_add((buf.len() - pos) as u64);
+            if !matches!(end, Some(e) if e <= v.get(F::MsgLength)) {
+                return Err(WireError::LengthOverflow { what: "seg_offset + data beyond msg_length" });
+            }
+        }
+        if layout.runt && v.get(F::RuntLength) > v.get(F::MsgLength) {
+            return Err(WireError::LengthOverflow { what: "runt_length beyond msg_length" });
+        }
+        Ok(v)
+    }
+
+    #[inline]
+    fn get(&self, f: F) -> u64 {
+        match self.layout.offs[f as usize] {
+            NONE => 0,
+            off if f.width() == 8 => le_u64(&self.buf[off as usize..]),
+            off => le_u32(&self.buf[off as usize..]).into(),
+        }
+    }
+
+    /// The packet type.
+    pub fn ptype(&self) -> PacketType {
+        self.ptype
+    }
+
+    /// The flags as received.
+    pub fn flags(&self) -> u16 {
+        self.flags
+    }
+
+    /// `msg_id` (0 for types without one).
+    pub fn msg_id(&self) -> u32 {
+        self.get(F::MsgId) as u32
+    }
+
+    /// `tag` (0 for untagged types).
+    pub fn tag(&self) -> u64 {
+        self.get(F::Tag)
+    }
+
+    /// `msg_length`.
+    pub fn msg_length(&self) -> u64 {
+        self.get(F::MsgLength)
+    }
+
+    /// `seg_offset`.
+    pub fn seg_offset(&self) -> u64 {
+        self.get(F::SegOffset)
+    }
+
+    /// Every fixed field.
+    pub fn fields(&self) -> ReqFields {
+        let (mut f, mut rma, mut read) = (ReqFields::default(), 0, 0);
+        read_fixed(self.layout.id, self.buf, &mut f, &mut rma, &mut read);
+        f
+    }
+
+    /// The raw address header.
+    pub fn raw_addr(&self) -> Option<RawAddrHdr<'a>> {
+        (self.flags & req_flags::RAW_ADDR_HDR != 0).then(|| {
+            let at = self.raw_at as usize + 4;
+            RawAddrHdr { bytes: &self.buf[at..self.cq_at as usize] }
+        })
+    }
+
+    /// The CQ data header.
+    pub fn cq_data(&self) -> Option<u64> {
+        (self.flags & req_flags::CQ_DATA_HDR != 0).then(|| le_u64(&self.buf[self.cq_at as usize..]))
+    }
+
+    /// The connid header.
+    pub fn connid(&self) -> Option<u32> {
+        (self.flags & req_flags::CONNID_HDR != 0).then(|| le_u32(&self.buf[self.connid_at as usize..]))
+    }
+
+    fn iovs(&self, at: usize, count: u32) -> &'a [RmaIov] {
+        <[RmaIov]>::ref_from_prefix_with_elems(&self.buf[at..], count as usize).map_or(&[], |(v, _)| v)
+    }
+
+    /// `rma_iov[]`.
+    pub fn rma_iov(&self) -> &'a [RmaIov] {
+        self.iovs(self.layout.len, self.rma_count)
+    }
+
+    /// `read_iov[]`.
+    pub fn read_iov(&self) -> &'a [RmaIov] {
+        self.iovs(self.read_at as usize, self.read_count)
+    }
+
+    /// The application data.
+    pub fn data(&self) -> &'a [u8] {
+        &self.buf[self.data_at as usize..]
+    }
+
+    /// The typed value.
+    pub fn to_req(&self) -> Req<'a> {
+        Req {
+            ptype: self.ptype,
+            flags: self.flags,
+            fields: self.fields(),
+            rma_iov: self.rma_iov(),
+            raw_addr: self.raw_addr(),
+            cq_data: self.cq_data(),
+            connid: self.connid(),
+            read_iov: self.read_iov(),
+            data: self.data(),
+        }
+    }
+}
+
 impl<'a> Req<'a> {
     fn layout(&self) -> Result<&'static Layout> {
         self.ptype.req_info().map(|i| i.layout).ok_or(WireError::UnknownType(self.ptype as u8))
@@ -380,48 +576,7 @@ impl<'a> Req<'a> {
 
     /// Parses `buf` as a REQ packet of type `ptype` (from the base header).
     pub fn parse_as(ptype: PacketType, buf: &'a [u8]) -> Result<Req<'a>> {
-        let layout = ptype.req_info().ok_or(WireError::UnknownType(ptype as u8))?.layout;
-        check_len(buf, layout.len, "REQ mandatory header")?;
-        let flags = u16::from_le_bytes([buf[2], buf[3]]);
-        let mut fields = ReqFields::default();
-        let (mut rma_count, mut read_count) = (0u64, 0u64);
-        read_fixed(layout.id, buf, &mut fields, &mut rma_count, &mut read_count);
-        let mut pos = layout.len;
-        let rma_iov = take_iovs(buf, &mut pos, rma_count, "rma_iov")?;
-        let raw_addr = if flags & req_flags::RAW_ADDR_HDR != 0 {
-            let size = le_u32(take(buf, &mut pos, 4, "raw address header size")?);
-            if (size as usize) < RawAddr::LEN {
-                return Err(WireError::OptHeaderSize { what: "raw address", size });
-            }
-            Some(RawAddrHdr { bytes: take(buf, &mut pos, size as usize, "raw address header")? })
-        } else {
-            None
-        };
-        let cq_data = if flags & req_flags::CQ_DATA_HDR != 0 {
-            Some(le_u64(take(buf, &mut pos, 8, "CQ data header")?))
-        } else {
-            None
-        };
-        let connid = if flags & req_flags::CONNID_HDR != 0 {
-            Some(le_u32(take(buf, &mut pos, 4, "connid header")?))
-        } else {
-            None
-        };
-        let read_iov = take_iovs(buf, &mut pos, read_count, "read_iov")?;
-        let data = &buf[pos..];
-        if iovs_wrap(rma_iov) || iovs_wrap(read_iov) {
-            return Err(WireError::LengthOverflow { what: "efa_rma_iov addr + len" });
-        }
-        if layout.seg {
-            let end = fields.seg_offset.checked_add(data.len() as u64);
-            if end.is_none_or(|e| e > fields.msg_length) {
-                return Err(WireError::LengthOverflow { what: "seg_offset + data beyond msg_length" });
-            }
-        }
-        if layout.runt && fields.runt_length > fields.msg_length {
-            return Err(WireError::LengthOverflow { what: "runt_length beyond msg_length" });
-        }
-        Ok(Req { ptype, flags, fields, rma_iov, raw_addr, cq_data, connid, read_iov, data })
+        ReqView::parse(ptype, buf).map(|v| v.to_req())
     }
 
     /// The connid identifying the sender: the raw address's when present,
@@ -474,6 +629,17 @@ impl<'a> Req<'a> {
         let rma = u32::try_from(self.rma_iov.len()).map_err(|_| WireError::LengthOverflow { what: "rma_iov_count" })?;
         let read =
             u32::try_from(self.read_iov.len()).map_err(|_| WireError::LengthOverflow { what: "read_iov_count" })?;
+        // Build only what parse accepts (the same rules as `ReqView::parse`).
+        if iovs_wrap(self.rma_iov) || iovs_wrap(self.read_iov) {
+            return Err(WireError::LengthOverflow { what: "efa_rma_iov addr + len" });
+        }
+        let f = &self.fields;
+        if layout.seg && !matches!(f.seg_offset.checked_add(self.data.len() as u64), Some(e) if e <= f.msg_length) {
+            return Err(WireError::LengthOverflow { what: "seg_offset + data beyond msg_length" });
+        }
+        if layout.runt && f.runt_length > f.msg_length {
+            return Err(WireError::LengthOverflow { what: "runt_length beyond msg_length" });
+        }
         let rma_bytes = self.rma_iov.as_bytes();
         let read_bytes = self.read_iov.as_bytes();
         let opt = self.opt_hdr_len();
