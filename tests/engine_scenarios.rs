@@ -588,3 +588,38 @@ fn legacy_baseline_peer_interoperates() {
     // The legacy side sent no connid anywhere.
     assert_eq!(c.eps[0].stats().stale_connid, 0);
 }
+
+#[test]
+fn direct_read_and_write_use_the_device_rdma_when_both_sides_offer_it() {
+    for seed in SEEDS {
+        let sim = SimConfig { rdma: true, ..SimConfig::chaotic(seed) };
+        let mut c = Cluster::new(2, sim, Config::default());
+        let mut region = OwnedBuf::from_slice(&pattern(1 << 20, 5));
+        let key = c.eps[1].mr_reg(region.buf(), Access::REMOTE_READ | Access::REMOTE_WRITE).unwrap();
+        let base = region.buf().addr();
+        let to1 = c.addrs[0][1];
+        let data = pattern(300_000, 6);
+        let mut src = OwnedBuf::from_slice(&data);
+        let mut back = OwnedBuf::zeroed(300_000);
+        c.eps[0].write(to1, src.buf(), RemoteBuf { addr: base + 100, key }, None, 1).unwrap();
+        c.run_until(100_000, |c| c.cqs[0].len() == 1);
+        c.eps[0].read(to1, back.buf(), RemoteBuf { addr: base + 100, key }, 2).unwrap();
+        // A bad key fails through the device's own check.
+        let mut bad = OwnedBuf::zeroed(8);
+        c.eps[0].read(to1, bad.buf(), RemoteBuf { addr: base, key: key ^ 7 }, 3).unwrap();
+        c.run_until(100_000, |c| c.cqs[0].len() == 3);
+        let st: Vec<_> = c.cqs[0].iter().map(|e| (e.context, e.status)).collect();
+        assert_eq!(st, vec![(1, Status::Success), (2, Status::Success), (3, Status::RemoteAccess)]);
+        assert!(back.bytes() == data);
+        assert!(&region.bytes()[100..300_100] == &data[..]);
+        // Only the handshake went over packets.
+        let mut types = c.all_types();
+        types.sort();
+        assert_eq!(types, vec!["EAGER_RTW", "HANDSHAKE"], "seed {seed}");
+        // A write with CQ data is emulated, since the target must complete it.
+        let mut small = OwnedBuf::from_slice(b"cq");
+        c.eps[0].write(to1, small.buf(), RemoteBuf { addr: base, key }, Some(9), 4).unwrap();
+        c.run_until(100_000, |c| c.cqs[0].len() == 4 && !c.cqs[1].is_empty());
+        assert_eq!(c.cqs[1][0].data, 9);
+    }
+}

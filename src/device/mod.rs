@@ -14,6 +14,7 @@
 //! The engine assumes nothing more: in particular no ordering, and no clock
 //! other than the `now` passed to its progress call.
 
+pub mod shm;
 pub mod sim;
 
 use bitflags::bitflags;
@@ -139,6 +140,17 @@ pub trait Device {
     /// RDMA-reads `local.len()` bytes from the peer's `(remote_addr, key)`
     /// into `local`. Devices without RDMA read return `Failed(NotSup)`.
     fn rdma_read(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError>;
+
+    /// Blocks until a packet may have arrived or `timeout_ms` passed
+    /// (negative: no limit). Devices that cannot block return false at once.
+    fn wait(&mut self, _timeout_ms: i32) -> bool {
+        false
+    }
+
+    /// A descriptor that polls readable when a packet may have arrived.
+    fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
 
     /// RDMA-writes `local` to the peer's `(remote_addr, key)`.
     fn rdma_write(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError>;

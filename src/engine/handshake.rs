@@ -10,10 +10,16 @@ impl Core {
     /// The extra features/requests this endpoint advertises.
     pub(crate) fn my_extra(&self) -> u64 {
         if self.cfg.legacy {
-            0
-        } else {
-            wire::extra::DELIVERY_COMPLETE | wire::extra::CONNID_HEADER | wire::extra::PEER_ERROR
+            return 0;
         }
+        let mut bits = wire::extra::DELIVERY_COMPLETE | wire::extra::CONNID_HEADER | wire::extra::PEER_ERROR;
+        if self.caps.rdma_read {
+            bits |= wire::extra::RDMA_READ;
+        }
+        if self.caps.rdma_write {
+            bits |= wire::extra::RDMA_WRITE;
+        }
+        bits
     }
 
     /// Queues our HANDSHAKE for `peer` once.

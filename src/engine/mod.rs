@@ -462,6 +462,9 @@ impl Core {
                         continue;
                     };
                     op.inflight = op.inflight.saturating_sub(1);
+                    if op.direct && status.is_ok() {
+                        op.received = op.len; // the RDMA moved every byte
+                    }
                     if let Err(s) = status {
                         self.complete(key, s);
                     } else {
@@ -614,6 +617,9 @@ impl Core {
                 op.queued = false; // everything handed to the device
                 return true;
             }
+            if op.direct {
+                return self.pump_direct(dev, key);
+            }
             let Some(ah) = self.peers.get(op.peer).filter(|p| !p.lost).and_then(|p| p.ah) else {
                 self.complete(key, Status::PeerUnreachable);
                 return true;
@@ -651,6 +657,37 @@ impl Core {
                     self.complete(key, s);
                     return true;
                 }
+            }
+        }
+    }
+
+    /// Starts the RDMA of a direct read or write. False when the device pushed back.
+    fn pump_direct<D: Device>(&mut self, dev: &mut D, key: u32) -> bool {
+        let Some(op) = self.ops.get(key) else { return true };
+        let Some(ah) = self.peers.get(op.peer).filter(|p| !p.lost).and_then(|p| p.ah) else {
+            self.complete(key, Status::PeerUnreachable);
+            return true;
+        };
+        let (buf, addr, rkey, wr) = (op.buf, op.rma.addr(), op.rma.key(), u64::from(key) + 1);
+        let r = if op.kind == OpKind::Write {
+            dev.rdma_write(ah, buf, addr, rkey, wr)
+        } else {
+            dev.rdma_read(ah, buf, addr, rkey, wr)
+        };
+        match r {
+            Ok(()) => {
+                if let Some(op) = self.ops.get_mut(key) {
+                    op.started = true;
+                    op.sent = op.len;
+                    op.inflight += 1;
+                    op.queued = false;
+                }
+                true
+            }
+            Err(DevError::Again) => false,
+            Err(DevError::Failed(s)) => {
+                self.complete(key, s);
+                true
             }
         }
     }

@@ -84,6 +84,8 @@ pub(crate) struct Op {
     pub status: Status,
     /// In the transmit queue.
     pub queued: bool,
+    /// Direct read or write: the device's RDMA moves the bytes.
+    pub direct: bool,
 }
 
 impl Op {
@@ -116,6 +118,7 @@ impl Op {
             mr_key: None,
             status: Status::Success,
             queued: false,
+            direct: false,
         }
     }
 

@@ -53,8 +53,20 @@ impl Core {
     /// Picks the REQ type of a write or atomic once the peer's features are known.
     pub(crate) fn choose_rma_protocol(&mut self, key: u32) {
         let Some(op) = self.ops.get(key) else { return };
-        let dc = self.peers.get(op.peer).is_some_and(|p| p.has(wire::extra::DELIVERY_COMPLETE)) && !self.cfg.legacy;
+        let peer = self.peers.get(op.peer);
+        let has = |bit| peer.is_some_and(|p| p.has(bit)) && !self.cfg.legacy;
+        let dc = has(wire::extra::DELIVERY_COMPLETE);
+        // Direct read / write (spec §4.1, §4.6): the device moves the bytes
+        // and the target does nothing. A write with CQ data stays emulated:
+        // the target must see a packet to write its completion.
+        let fits = op.len <= self.caps.max_rdma_size;
+        let direct = match op.kind {
+            OpKind::Read => self.caps.rdma_read && has(wire::extra::RDMA_READ) && fits,
+            OpKind::Write => self.caps.rdma_write && has(wire::extra::RDMA_WRITE) && fits && op.cq_data.is_none(),
+            _ => false,
+        };
         let ptype = match op.kind {
+            _ if direct => None,
             OpKind::Write => {
                 let eager = if dc { PacketType::DcEagerRtw } else { PacketType::EagerRtw };
                 let proto = if op.len as usize <= self.req_data_cap(eager, 1) {
@@ -70,10 +82,16 @@ impl Core {
             },
             _ => op.ptype,
         };
-        let awaiting = dc || op.kind == OpKind::Atomic && ptype != Some(PacketType::WriteRta);
+        let awaiting = match op.kind {
+            _ if direct => false,
+            OpKind::Read => true,
+            OpKind::Atomic => dc || ptype != Some(PacketType::WriteRta),
+            _ => dc,
+        };
         if let Some(op) = self.ops.get_mut(key) {
             op.ptype = ptype;
             op.awaiting = awaiting;
+            op.direct = direct;
         }
     }
 
@@ -98,7 +116,12 @@ impl Core {
         op.credits = self.cfg.credit_request;
         op.awaiting = true;
         let key = self.new_op(op)?;
-        self.enqueue(key);
+        if self.caps.rdma_read {
+            // Direct read if the peer offers RDMA read: that needs its HANDSHAKE.
+            self.start_or_wait_handshake(dest, key);
+        } else {
+            self.enqueue(key);
+        }
         Ok(())
     }
 

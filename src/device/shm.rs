@@ -1,0 +1,864 @@
+//! The shm device: endpoints in processes of one host (DESIGN §2.2).
+//!
+//! Each endpoint owns a POSIX shared-memory segment, `/dev/shm/<prefix>-<uid>-<epid>`:
+//!
+//! ```text
+//! offset 0    header: magic, layout version, slot count and size, MTU, owner
+//!             pid and start time, endpoint id, connid, closing and sleeping
+//!             flags; the ring's tail (producers) and head (consumer) on
+//!             their own cache lines
+//! 256         slot[i], i < slots: 64-byte slot header (sequence number,
+//!             sender endpoint id and connid, length) + MTU bytes of packet
+//! after them  the registration table: entries (seqlock, key, address,
+//!             length, access) that peers read before cross-memory attach
+//! ```
+//!
+//! The ring is a bounded multi-producer, single-consumer queue (each slot's
+//! sequence number says whose turn it is): a peer claims a slot with one
+//! compare-and-swap on the tail, writes the packet in place and publishes it;
+//! the owner reads packets in place. No syscall and no allocation on that
+//! path. A full ring is "try again". Packets from one sender arrive in order,
+//! which the engine does not rely on.
+//!
+//! Raw address: `gid` = the host's boot ID (processes of one boot share
+//! memory), `qpn` = endpoint id, `connid` = random per open. A slot carries
+//! the sender's endpoint id *and* connid, so packets of an earlier process at
+//! the same endpoint id are never attributed to its successor.
+//!
+//! RDMA read and write use cross-memory attach (`process_vm_readv` /
+//! `process_vm_writev`) after checking key, bounds and access in the memory
+//! owner's published registration table; the owner does nothing. When the OS
+//! refuses cross-memory attach (ptrace restrictions, seccomp) or
+//! `RDM4_SHM_CMA=0`, the device reports no RDMA and the engine uses the
+//! emulated protocols.
+//!
+//! Lifecycle: the segment (and its wake-up FIFO) is removed on close. A
+//! segment whose owner died (its pid gone, or reused by another process —
+//! the start time differs) is stale: the next open that meets it removes it.
+//! Peers are checked the same way every `peer_check` interval; a dead peer is
+//! reported lost, so every operation towards it fails.
+//!
+//! Blocking: [`ShmDevice::wait`] sets the header's sleeping flag and polls a
+//! FIFO beside the segment; a producer that sees the flag writes one byte to
+//! it. The FIFO's read end is the pollable file descriptor.
+//!
+//! Trust: peers are processes of the same user, who could ptrace each other
+//! anyway; their packets are still parsed as untrusted input by the engine.
+//!
+//! Environment: `RDM4_SHM_PREFIX` (name prefix, default `rdm4`),
+//! `RDM4_SHM_EPID` (open this endpoint id), `RDM4_SHM_SLOTS` (default 256),
+//! `RDM4_SHM_MTU` (default 8192), `RDM4_SHM_CMA` (0 disables),
+//! `RDM4_SHM_PEER_CHECK_MS` (default 100).
+
+use std::ffi::CString;
+use std::os::fd::RawFd;
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::{Access, Ah, Caps, DevError, DevEvent, Device, Sent};
+use crate::fxhash::FxHashMap;
+use crate::mem::UserBuf;
+use crate::status::Status;
+use crate::wire::RawAddr;
+
+const MAGIC: u64 = u64::from_le_bytes(*b"rdm4shm1");
+const LAYOUT_VERSION: u32 = 1;
+const HDR_LEN: usize = 256;
+const SLOT_HDR: usize = 64;
+const MR_ENTRIES: usize = 1024;
+const MR_ENTRY_LEN: usize = 40;
+/// Endpoint ids scanned for a free one when none is asked for.
+const EPID_SCAN: u32 = 4096;
+
+/// Settings of a shm endpoint.
+#[derive(Debug, Clone)]
+pub struct ShmConfig {
+    /// Segment name prefix (lets tests use their own name space).
+    pub prefix: String,
+    /// Open exactly this endpoint id (else the first free one).
+    pub epid: Option<u32>,
+    /// Ring slots.
+    pub slots: u32,
+    /// Largest packet (a multiple of 64).
+    pub mtu: u32,
+    /// Use cross-memory attach for RDMA when the OS allows it.
+    pub cma: bool,
+    /// How often peers' liveness is checked.
+    pub peer_check: Duration,
+}
+
+impl Default for ShmConfig {
+    fn default() -> Self {
+        ShmConfig {
+            prefix: "rdm4".into(),
+            epid: None,
+            slots: 256,
+            mtu: 8192,
+            cma: true,
+            peer_check: Duration::from_millis(100),
+        }
+    }
+}
+
+impl ShmConfig {
+    /// The defaults, overridden by the `RDM4_SHM_*` environment variables.
+    pub fn from_env() -> ShmConfig {
+        let mut c = ShmConfig::default();
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        if let Some(p) = var("RDM4_SHM_PREFIX") {
+            c.prefix = p;
+        }
+        c.epid = var("RDM4_SHM_EPID").and_then(|v| v.parse().ok());
+        if let Some(n) = var("RDM4_SHM_SLOTS").and_then(|v| v.parse().ok()) {
+            c.slots = n;
+        }
+        if let Some(n) = var("RDM4_SHM_MTU").and_then(|v| v.parse().ok()) {
+            c.mtu = n;
+        }
+        if var("RDM4_SHM_CMA").as_deref() == Some("0") {
+            c.cma = false;
+        }
+        if let Some(ms) = var("RDM4_SHM_PEER_CHECK_MS").and_then(|v| v.parse().ok()) {
+            c.peer_check = Duration::from_millis(ms);
+        }
+        c
+    }
+}
+
+/// A mapped segment.
+struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+impl Mapping {
+    fn map(fd: RawFd, len: usize) -> Result<Mapping, Status> {
+        // SAFETY: a fresh shared mapping of an open descriptor; checked for failure.
+        let p = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
+        };
+        if p == libc::MAP_FAILED {
+            return Err(Status::Io);
+        }
+        NonNull::new(p.cast()).map(|ptr| Mapping { ptr, len }).ok_or(Status::Io)
+    }
+
+    fn base(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// An atomic u64 at `off` (8-aligned, in bounds).
+    fn u64_at(&self, off: usize) -> &AtomicU64 {
+        assert!(off % 8 == 0 && off + 8 <= self.len);
+        // SAFETY: in bounds and aligned (mmap is page-aligned); shared memory
+        // is accessed only through atomics or after publication.
+        unsafe { &*self.base().add(off).cast::<AtomicU64>() }
+    }
+
+    /// An atomic u32 at `off` (4-aligned, in bounds).
+    fn u32_at(&self, off: usize) -> &AtomicU32 {
+        assert!(off % 4 == 0 && off + 4 <= self.len);
+        // SAFETY: as `u64_at`.
+        unsafe { &*self.base().add(off).cast::<AtomicU32>() }
+    }
+
+    /// `len` bytes at `off` (in bounds).
+    #[allow(clippy::mut_from_ref)]
+    fn bytes(&self, off: usize, len: usize) -> &mut [u8] {
+        assert!(off + len <= self.len);
+        // SAFETY: in bounds; the ring protocol gives one side at a time the
+        // slot these bytes belong to.
+        unsafe { std::slice::from_raw_parts_mut(self.base().add(off), len) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping what `map` mapped.
+        unsafe { libc::munmap(self.base().cast(), self.len) };
+    }
+}
+
+// SAFETY: the mapping is plain shared memory accessed through atomics and
+// the ring protocol; moving it between threads is fine.
+unsafe impl Send for Mapping {}
+
+/// Header field offsets.
+mod off {
+    pub const MAGIC: usize = 0;
+    pub const VERSION: usize = 8;
+    pub const SLOTS: usize = 12;
+    pub const SLOT_SIZE: usize = 16;
+    pub const MTU: usize = 20;
+    pub const PID: usize = 24;
+    pub const EPID: usize = 28;
+    pub const CONNID: usize = 32;
+    pub const CLOSING: usize = 36;
+    pub const START: usize = 40;
+    pub const SLEEPING: usize = 48;
+    pub const TAIL: usize = 64;
+    pub const HEAD: usize = 128;
+}
+
+/// A segment's shape, from its header.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    slots: usize,
+    slot_size: usize,
+    mtu: usize,
+}
+
+impl Shape {
+    fn mr_off(&self) -> usize {
+        HDR_LEN + self.slots * self.slot_size
+    }
+
+    fn total(&self) -> usize {
+        self.mr_off() + MR_ENTRIES * MR_ENTRY_LEN
+    }
+
+    fn slot(&self, pos: u64) -> usize {
+        HDR_LEN + (pos % self.slots as u64) as usize * self.slot_size
+    }
+}
+
+fn uid() -> u32 {
+    // SAFETY: getuid has no preconditions.
+    unsafe { libc::getuid() }
+}
+
+fn seg_name(prefix: &str, epid: u32) -> String {
+    format!("{prefix}-{}-{epid}", uid())
+}
+
+fn cstr(s: &str) -> CString {
+    CString::new(s).unwrap_or_default()
+}
+
+fn fifo_path(name: &str) -> String {
+    format!("/dev/shm/{name}.fifo")
+}
+
+/// A process's start time (clock ticks since boot), to tell a pid's owner
+/// from a later process that reused the pid.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn alive(pid: u32, start: u64) -> bool {
+    pid != 0 && start_time(pid) == Some(start)
+}
+
+fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: writes at most 8 bytes into `b`.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };
+    if n != 8 {
+        // Fall back to the clock and the pid; keys then are only hard to guess.
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        return t ^ (u64::from(std::process::id()) << 32) ^ 0x9E37_79B9_7F4A_7C15;
+    }
+    u64::from_le_bytes(b)
+}
+
+/// The host identity: the boot ID, as 16 bytes.
+fn host_gid() -> [u8; 16] {
+    let mut gid = [0u8; 16];
+    if let Ok(s) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") {
+        let hex: Vec<u8> = s.bytes().filter(u8::is_ascii_hexdigit).collect();
+        for (i, pair) in hex.chunks(2).take(16).enumerate() {
+            let txt = std::str::from_utf8(pair).unwrap_or("0");
+            gid[i] = u8::from_str_radix(txt, 16).unwrap_or(0);
+        }
+    }
+    gid
+}
+
+/// Opens an existing segment read-write and maps it whole; checks its header.
+fn open_existing(name: &str) -> Result<(Mapping, Shape), Status> {
+    let c = cstr(&format!("/{name}"));
+    // SAFETY: valid NUL-terminated name.
+    let fd = unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR, 0) };
+    if fd < 0 {
+        return Err(Status::NoAddr);
+    }
+    let result = (|| {
+        // SAFETY: fstat into a zeroed struct of the right type.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(fd, &mut st) } != 0 || (st.st_size as usize) < HDR_LEN {
+            return Err(Status::NoAddr);
+        }
+        let m = Mapping::map(fd, st.st_size as usize)?;
+        if m.u64_at(off::MAGIC).load(Ordering::Acquire) != MAGIC
+            || m.u32_at(off::VERSION).load(Ordering::Relaxed) != LAYOUT_VERSION
+        {
+            return Err(Status::NoAddr);
+        }
+        let shape = Shape {
+            slots: m.u32_at(off::SLOTS).load(Ordering::Relaxed) as usize,
+            slot_size: m.u32_at(off::SLOT_SIZE).load(Ordering::Relaxed) as usize,
+            mtu: m.u32_at(off::MTU).load(Ordering::Relaxed) as usize,
+        };
+        if shape.slots == 0 || shape.slot_size < SLOT_HDR + shape.mtu || shape.total() > m.len {
+            return Err(Status::NoAddr);
+        }
+        Ok((m, shape))
+    })();
+    // SAFETY: closing the descriptor we opened; the mapping stays valid.
+    unsafe { libc::close(fd) };
+    result
+}
+
+/// True when the segment `name` exists and its owner is gone (or it was
+/// never finished and is old); such a segment may be removed.
+fn is_stale(name: &str) -> bool {
+    match open_existing(name) {
+        Ok((m, _)) => {
+            let pid = m.u32_at(off::PID).load(Ordering::Relaxed);
+            let start = m.u64_at(off::START).load(Ordering::Relaxed);
+            !alive(pid, start)
+        }
+        // No valid header: stale unless someone is creating it right now.
+        Err(_) => std::fs::metadata(format!("/dev/shm/{name}"))
+            .and_then(|md| md.modified())
+            .is_ok_and(|t| t.elapsed().unwrap_or_default() > Duration::from_secs(5)),
+    }
+}
+
+fn unlink_segment(name: &str) {
+    let c = cstr(&format!("/{name}"));
+    // SAFETY: valid NUL-terminated names; failure (already gone) is fine.
+    unsafe {
+        libc::shm_unlink(c.as_ptr());
+        let f = cstr(&fifo_path(name));
+        libc::unlink(f.as_ptr());
+    }
+}
+
+/// Removes every stale segment of `prefix` (of this user); returns how many.
+pub fn remove_stale_segments(prefix: &str) -> usize {
+    let lead = format!("{prefix}-{}-", uid());
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return 0 };
+    let mut n = 0;
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with(&lead) && !name.ends_with(".fifo") && is_stale(&name) {
+            unlink_segment(&name);
+            n += 1;
+        }
+    }
+    n
+}
+
+/// A peer's segment as mapped by this endpoint.
+struct Peer {
+    map: Mapping,
+    shape: Shape,
+    epid: u32,
+    connid: u32,
+    pid: u32,
+    start: u64,
+    lost: bool,
+    fifo: Option<RawFd>,
+    name: String,
+}
+
+/// One endpoint's shared-memory device.
+pub struct ShmDevice {
+    map: Mapping,
+    shape: Shape,
+    name: String,
+    fifo: RawFd,
+    epid: u32,
+    connid: u32,
+    gid: [u8; 16],
+    head: u64,
+    cma: bool,
+    cfg: ShmConfig,
+    peers: Vec<Option<Peer>>,
+    by_id: FxHashMap<(u32, u32), Ah>,
+    events: Vec<DevEvent>,
+    mrs: FxHashMap<u64, usize>,
+    last_check: Instant,
+}
+
+fn cma_works() -> bool {
+    let src = [0x5Au8; 8];
+    let mut dst = [0u8; 8];
+    let local = libc::iovec { iov_base: dst.as_mut_ptr().cast(), iov_len: 8 };
+    let remote = libc::iovec { iov_base: src.as_ptr() as *mut _, iov_len: 8 };
+    // SAFETY: both iovecs name 8 valid bytes of this process.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    n == 8 && dst == src
+}
+
+impl ShmDevice {
+    /// Opens an endpoint with the settings of the environment.
+    pub fn open() -> Result<ShmDevice, Status> {
+        ShmDevice::open_with(ShmConfig::from_env())
+    }
+
+    /// Opens an endpoint: creates its segment, removing a stale one in the way.
+    pub fn open_with(cfg: ShmConfig) -> Result<ShmDevice, Status> {
+        if cfg.slots == 0 || cfg.mtu < 256 || cfg.mtu % 64 != 0 || cfg.prefix.contains('/') {
+            return Err(Status::Inval);
+        }
+        let ids: Vec<u32> = match cfg.epid {
+            Some(id) if id <= u32::from(u16::MAX) => vec![id],
+            Some(_) => return Err(Status::Inval),
+            None => (0..EPID_SCAN).collect(),
+        };
+        for epid in ids {
+            let name = seg_name(&cfg.prefix, epid);
+            match Self::create(&cfg, &name, epid) {
+                Ok(dev) => return Ok(dev),
+                Err(Status::Busy) if is_stale(&name) => {
+                    unlink_segment(&name);
+                    if let Ok(dev) = Self::create(&cfg, &name, epid) {
+                        return Ok(dev);
+                    }
+                }
+                Err(Status::Busy) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Status::Busy)
+    }
+
+    fn create(cfg: &ShmConfig, name: &str, epid: u32) -> Result<ShmDevice, Status> {
+        let c = cstr(&format!("/{name}"));
+        // SAFETY: valid name; exclusive creation.
+        let fd = unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_EXCL, 0o600) };
+        if fd < 0 {
+            return Err(if std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST) {
+                Status::Busy
+            } else {
+                Status::Io
+            });
+        }
+        let shape = Shape { slots: cfg.slots as usize, slot_size: SLOT_HDR + cfg.mtu as usize, mtu: cfg.mtu as usize };
+        // SAFETY: sizing the descriptor we created.
+        let sized = unsafe { libc::ftruncate(fd, shape.total() as libc::off_t) } == 0;
+        let map = if sized { Mapping::map(fd, shape.total()) } else { Err(Status::NoMem) };
+        // SAFETY: closing our descriptor; the mapping keeps the memory.
+        unsafe { libc::close(fd) };
+        let map = match map {
+            Ok(m) => m,
+            Err(e) => {
+                unlink_segment(name);
+                return Err(e);
+            }
+        };
+        let pid = std::process::id();
+        let connid = random_u64() as u32;
+        let set32 = |o, v| map.u32_at(o).store(v, Ordering::Relaxed);
+        set32(off::VERSION, LAYOUT_VERSION);
+        set32(off::SLOTS, cfg.slots);
+        set32(off::SLOT_SIZE, shape.slot_size as u32);
+        set32(off::MTU, cfg.mtu);
+        set32(off::PID, pid);
+        set32(off::EPID, epid);
+        set32(off::CONNID, connid);
+        map.u64_at(off::START).store(start_time(pid).unwrap_or(0), Ordering::Relaxed);
+        for i in 0..shape.slots as u64 {
+            map.u64_at(shape.slot(i)).store(i, Ordering::Relaxed);
+        }
+        // The FIFO for wake-ups.
+        let fpath = cstr(&fifo_path(name));
+        // SAFETY: valid path; a leftover FIFO of a dead owner is replaced.
+        let fifo = unsafe {
+            libc::unlink(fpath.as_ptr());
+            libc::mkfifo(fpath.as_ptr(), 0o600);
+            libc::open(fpath.as_ptr(), libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        };
+        if fifo < 0 {
+            unlink_segment(name);
+            return Err(Status::Io);
+        }
+        map.u64_at(off::MAGIC).store(MAGIC, Ordering::Release);
+        Ok(ShmDevice {
+            map,
+            shape,
+            name: name.to_string(),
+            fifo,
+            epid,
+            connid,
+            gid: host_gid(),
+            head: 0,
+            cma: cfg.cma && cma_works(),
+            cfg: cfg.clone(),
+            peers: Vec::new(),
+            by_id: FxHashMap::default(),
+            events: Vec::new(),
+            mrs: FxHashMap::default(),
+            last_check: Instant::now(),
+        })
+    }
+
+    /// This endpoint's id (its `qpn`).
+    pub fn epid(&self) -> u32 {
+        self.epid
+    }
+
+    /// The segment's name under `/dev/shm`.
+    pub fn segment_name(&self) -> &str {
+        &self.name
+    }
+
+    /// True when a packet waits in the ring.
+    fn ready(&self) -> bool {
+        let seq = self.map.u64_at(self.shape.slot(self.head)).load(Ordering::Acquire);
+        seq == self.head + 1
+    }
+
+    /// Blocks until a packet may be waiting or `timeout_ms` passed (negative:
+    /// forever). Returns true when woken (or data was already there).
+    pub fn wait(&mut self, timeout_ms: i32) -> bool {
+        let sleeping = self.map.u32_at(off::SLEEPING);
+        sleeping.store(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if self.ready() {
+            sleeping.store(0, Ordering::SeqCst);
+            return true;
+        }
+        let mut pfd = libc::pollfd { fd: self.fifo, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+        let mut sink = [0u8; 64];
+        // SAFETY: reading into a local buffer from our non-blocking FIFO.
+        while unsafe { libc::read(self.fifo, sink.as_mut_ptr().cast(), sink.len()) } > 0 {}
+        sleeping.store(0, Ordering::SeqCst);
+        n > 0 || self.ready()
+    }
+
+    /// A descriptor that polls readable when [`ShmDevice::wait`] would wake.
+    /// Set the sleeping flag with [`ShmDevice::arm`] before polling it.
+    pub fn fd(&self) -> RawFd {
+        self.fifo
+    }
+
+    /// Asks producers to signal the FIFO; returns false if a packet is already
+    /// waiting (then do not block).
+    pub fn arm(&mut self) -> bool {
+        self.map.u32_at(off::SLEEPING).store(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        !self.ready()
+    }
+
+    fn wake(peer: &mut Peer) {
+        if peer.map.u32_at(off::SLEEPING).load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        if peer.fifo.is_none() {
+            let p = cstr(&fifo_path(&peer.name));
+            // SAFETY: valid path; a FIFO with no reader fails with ENXIO, which is fine.
+            let fd = unsafe { libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_NONBLOCK | libc::O_CLOEXEC) };
+            if fd >= 0 {
+                peer.fifo = Some(fd);
+            }
+        }
+        if let Some(fd) = peer.fifo {
+            // SAFETY: writing one byte from a local; a full FIFO (EAGAIN) already wakes.
+            unsafe { libc::write(fd, [1u8].as_ptr().cast(), 1) };
+        }
+    }
+
+    fn check_peers(&mut self) {
+        if self.last_check.elapsed() < self.cfg.peer_check {
+            return;
+        }
+        self.last_check = Instant::now();
+        for (ah, slot) in self.peers.iter_mut().enumerate() {
+            let Some(p) = slot.as_mut().filter(|p| !p.lost) else { continue };
+            let closing = p.map.u32_at(off::CLOSING).load(Ordering::Acquire) != 0;
+            if closing || !alive(p.pid, p.start) {
+                p.lost = true;
+                self.events.push(DevEvent::PeerLost { ah: ah as Ah });
+            }
+        }
+    }
+
+    fn peer(&mut self, ah: Ah) -> Result<&mut Peer, DevError> {
+        match self.peers.get_mut(ah as usize).and_then(Option::as_mut) {
+            Some(p) if p.lost => Err(DevError::Failed(Status::PeerUnreachable)),
+            Some(p) => Ok(p),
+            None => Err(DevError::Failed(Status::NoAddr)),
+        }
+    }
+
+    /// Finds `key` in `map`'s registration table and checks access and
+    /// bounds; returns the (address, length) to access.
+    fn lookup_remote(map: &Mapping, shape: &Shape, key: u64, addr: u64, len: u64, need: Access) -> Option<u64> {
+        for i in 0..MR_ENTRIES {
+            let e = shape.mr_off() + i * MR_ENTRY_LEN;
+            if map.u64_at(e + 8).load(Ordering::Relaxed) != key || key == 0 {
+                continue;
+            }
+            for _ in 0..64 {
+                let s1 = map.u32_at(e).load(Ordering::Acquire);
+                if s1 % 2 == 1 {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                let k = map.u64_at(e + 8).load(Ordering::Relaxed);
+                let base = map.u64_at(e + 16).load(Ordering::Relaxed);
+                let mlen = map.u64_at(e + 24).load(Ordering::Relaxed);
+                let access = Access::from_bits_truncate(map.u32_at(e + 32).load(Ordering::Relaxed));
+                fence(Ordering::Acquire);
+                if map.u32_at(e).load(Ordering::Relaxed) != s1 {
+                    continue;
+                }
+                let ok = k == key
+                    && access.contains(need)
+                    && addr >= base
+                    && addr.checked_add(len).is_some_and(|end| base.checked_add(mlen).is_some_and(|mend| end <= mend));
+                return ok.then_some(addr);
+            }
+            return None;
+        }
+        None
+    }
+
+    fn rdma(
+        &mut self,
+        ah: Ah,
+        local: UserBuf,
+        remote_addr: u64,
+        key: u64,
+        wr_id: u64,
+        write: bool,
+    ) -> Result<(), DevError> {
+        if !self.cma {
+            return Err(DevError::Failed(Status::NotSup));
+        }
+        let p = self.peer(ah)?;
+        let need = if write { Access::REMOTE_WRITE } else { Access::REMOTE_READ };
+        let status = match Self::lookup_remote(&p.map, &p.shape, key, remote_addr, local.len() as u64, need) {
+            None => Err(Status::RemoteAccess),
+            Some(addr) => {
+                let pid = p.pid as libc::pid_t;
+                local.with_slice_mut(|buf| {
+                    let mut done = 0usize;
+                    while done < buf.len() {
+                        let liov = libc::iovec { iov_base: buf[done..].as_mut_ptr().cast(), iov_len: buf.len() - done };
+                        let riov =
+                            libc::iovec { iov_base: (addr as usize + done) as *mut _, iov_len: buf.len() - done };
+                        // SAFETY: `liov` names the rest of a buffer lent to us;
+                        // `riov` names memory the peer registered for this
+                        // access (checked above); the kernel validates it again.
+                        let n = unsafe {
+                            if write {
+                                libc::process_vm_writev(pid, &liov, 1, &riov, 1, 0)
+                            } else {
+                                libc::process_vm_readv(pid, &liov, 1, &riov, 1, 0)
+                            }
+                        };
+                        if n <= 0 {
+                            let e = std::io::Error::last_os_error().raw_os_error();
+                            return Err(if e == Some(libc::ESRCH) {
+                                Status::PeerUnreachable
+                            } else {
+                                Status::RemoteAccess
+                            });
+                        }
+                        done += n as usize;
+                    }
+                    Ok(())
+                })
+            }
+        };
+        self.events.push(DevEvent::SendDone { wr_id, ah, status });
+        Ok(())
+    }
+}
+
+impl Drop for ShmDevice {
+    fn drop(&mut self) {
+        self.map.u32_at(off::CLOSING).store(1, Ordering::Release);
+        unlink_segment(&self.name);
+        // SAFETY: closing descriptors we own.
+        unsafe {
+            libc::close(self.fifo);
+            for p in self.peers.iter().flatten() {
+                if let Some(fd) = p.fifo {
+                    libc::close(fd);
+                }
+            }
+        }
+    }
+}
+
+impl Device for ShmDevice {
+    fn caps(&self) -> Caps {
+        Caps {
+            mtu: self.shape.mtu,
+            max_rdma_size: if self.cma { 1 << 30 } else { 0 },
+            rdma_read: self.cma,
+            rdma_write: self.cma,
+            sync_send: true,
+        }
+    }
+
+    fn local_addr(&self) -> RawAddr {
+        RawAddr::new(self.gid, self.epid as u16, self.connid)
+    }
+
+    fn insert(&mut self, addr: &RawAddr) -> Result<Ah, Status> {
+        if addr.gid != self.gid {
+            return Err(Status::NoAddr); // another host: not reachable by shared memory
+        }
+        let key = (u32::from(addr.qpn()), addr.connid());
+        if let Some(&ah) = self.by_id.get(&key) {
+            return Ok(ah);
+        }
+        let name = seg_name(&self.cfg.prefix, key.0);
+        let (map, shape) = open_existing(&name)?;
+        if map.u32_at(off::CONNID).load(Ordering::Relaxed) != key.1 {
+            return Err(Status::NoAddr); // that endpoint id belongs to another process now
+        }
+        if shape.mtu < self.shape.mtu {
+            return Err(Status::NotSup);
+        }
+        let pid = map.u32_at(off::PID).load(Ordering::Relaxed);
+        let start = map.u64_at(off::START).load(Ordering::Relaxed);
+        let ah = self.peers.len() as Ah;
+        self.peers.push(Some(Peer {
+            map,
+            shape,
+            epid: key.0,
+            connid: key.1,
+            pid,
+            start,
+            lost: false,
+            fifo: None,
+            name,
+        }));
+        self.by_id.insert(key, ah);
+        Ok(ah)
+    }
+
+    fn remove(&mut self, ah: Ah) {
+        if let Some(p) = self.peers.get_mut(ah as usize).and_then(Option::take) {
+            self.by_id.remove(&(p.epid, p.connid));
+            if let Some(fd) = p.fifo {
+                // SAFETY: closing a descriptor we own.
+                unsafe { libc::close(fd) };
+            }
+        }
+    }
+
+    fn send_with(&mut self, ah: Ah, _wr_id: u64, build: &mut dyn FnMut(&mut [u8]) -> usize) -> Result<Sent, DevError> {
+        let (me, connid, mtu) = (self.epid, self.connid, self.shape.mtu);
+        let p = self.peer(ah)?;
+        let tail = p.map.u64_at(off::TAIL);
+        let mut pos = tail.load(Ordering::Relaxed);
+        let slot = loop {
+            let slot = p.shape.slot(pos);
+            let seq = p.map.u64_at(slot).load(Ordering::Acquire);
+            match seq.cmp(&pos) {
+                std::cmp::Ordering::Equal => {
+                    match tail.compare_exchange_weak(pos, pos + 1, Ordering::Relaxed, Ordering::Relaxed) {
+                        Ok(_) => break slot,
+                        Err(now) => pos = now,
+                    }
+                }
+                std::cmp::Ordering::Less => return Err(DevError::Again), // ring full
+                std::cmp::Ordering::Greater => pos = tail.load(Ordering::Relaxed),
+            }
+        };
+        // The slot is ours until we publish it.
+        let len = build(p.map.bytes(slot + SLOT_HDR, mtu)).min(mtu);
+        p.map.u32_at(slot + 8).store(me, Ordering::Relaxed);
+        p.map.u32_at(slot + 12).store(connid, Ordering::Relaxed);
+        p.map.u32_at(slot + 16).store(len as u32, Ordering::Relaxed);
+        p.map.u64_at(slot).store(pos + 1, Ordering::Release);
+        fence(Ordering::SeqCst);
+        Self::wake(p);
+        Ok(Sent::Done)
+    }
+
+    fn recv(&mut self, max: usize, f: &mut dyn FnMut(Option<Ah>, &[u8])) -> usize {
+        let mut n = 0;
+        while n < max {
+            let slot = self.shape.slot(self.head);
+            if self.map.u64_at(slot).load(Ordering::Acquire) != self.head + 1 {
+                break;
+            }
+            let from = self.map.u32_at(slot + 8).load(Ordering::Relaxed);
+            let connid = self.map.u32_at(slot + 12).load(Ordering::Relaxed);
+            let len = self.map.u32_at(slot + 16).load(Ordering::Relaxed) as usize;
+            if len > 0 && len <= self.shape.mtu {
+                let ah = self.by_id.get(&(from, connid)).copied();
+                f(ah, self.map.bytes(slot + SLOT_HDR, len));
+            }
+            // Hand the slot back to the producers, one lap later.
+            self.map.u64_at(slot).store(self.head + self.shape.slots as u64, Ordering::Release);
+            self.head += 1;
+            n += 1;
+        }
+        if n > 0 {
+            self.map.u64_at(off::HEAD).store(self.head, Ordering::Relaxed);
+        }
+        n
+    }
+
+    fn events(&mut self, out: &mut Vec<DevEvent>) {
+        self.check_peers();
+        out.append(&mut self.events);
+    }
+
+    fn reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {
+        let base = self.shape.mr_off();
+        let idx = (0..MR_ENTRIES)
+            .find(|i| self.map.u64_at(base + i * MR_ENTRY_LEN + 8).load(Ordering::Relaxed) == 0)
+            .ok_or(Status::NoMem)?;
+        let mut key = random_u64();
+        while key == 0 || self.mrs.contains_key(&key) {
+            key = random_u64();
+        }
+        let e = base + idx * MR_ENTRY_LEN;
+        let seq = self.map.u32_at(e);
+        let s = seq.load(Ordering::Relaxed);
+        seq.store(s + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        self.map.u64_at(e + 16).store(buf.addr(), Ordering::Relaxed);
+        self.map.u64_at(e + 24).store(buf.len() as u64, Ordering::Relaxed);
+        self.map.u32_at(e + 32).store(access.bits(), Ordering::Relaxed);
+        self.map.u64_at(e + 8).store(key, Ordering::Relaxed);
+        seq.store(s + 2, Ordering::Release);
+        self.mrs.insert(key, idx);
+        Ok(key)
+    }
+
+    fn dereg(&mut self, key: u64) -> Result<(), Status> {
+        let idx = self.mrs.remove(&key).ok_or(Status::Inval)?;
+        let e = self.shape.mr_off() + idx * MR_ENTRY_LEN;
+        let seq = self.map.u32_at(e);
+        let s = seq.load(Ordering::Relaxed);
+        seq.store(s + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        self.map.u64_at(e + 8).store(0, Ordering::Relaxed);
+        self.map.u64_at(e + 24).store(0, Ordering::Relaxed);
+        seq.store(s + 2, Ordering::Release);
+        Ok(())
+    }
+
+    fn rdma_read(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
+        self.rdma(ah, local, remote_addr, key, wr_id, false)
+    }
+
+    fn rdma_write(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
+        self.rdma(ah, local, remote_addr, key, wr_id, true)
+    }
+
+    fn wait(&mut self, timeout_ms: i32) -> bool {
+        ShmDevice::wait(self, timeout_ms)
+    }
+
+    fn wait_fd(&self) -> Option<RawFd> {
+        Some(self.fifo)
+    }
+}
