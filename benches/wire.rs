@@ -137,6 +137,14 @@ fn bench_wire(c: &mut Criterion) {
     }
     g.finish();
 
+    let mut g = c.benchmark_group("parse_view");
+    for (name, p) in &cases {
+        let buf = bytes_of(p);
+        assert_ne!(view_and_use(&buf), u64::MAX);
+        g.bench_function(*name, |b| b.iter(|| view_and_use(black_box(&buf))));
+    }
+    g.finish();
+
     // Emit through the typed values (what the engine calls), not `Packet::emit`.
     let mut out = vec![0u8; 16 * 1024];
     for (group, header_only) in [("emit", false), ("emit_header", true)] {

@@ -611,7 +611,7 @@ fn direct_read_and_write_use_the_device_rdma_when_both_sides_offer_it() {
         let st: Vec<_> = c.cqs[0].iter().map(|e| (e.context, e.status)).collect();
         assert_eq!(st, vec![(1, Status::Success), (2, Status::Success), (3, Status::RemoteAccess)]);
         assert!(back.bytes() == data);
-        assert!(&region.bytes()[100..300_100] == &data[..]);
+        assert!(region.bytes()[100..300_100] == data[..]);
         // Only the handshake went over packets.
         let mut types = c.all_types();
         types.sort();

@@ -364,7 +364,10 @@ fn the_eager_fast_view_agrees_with_the_full_parse_on_every_vector() {
             (Some(e), Packet::Req(r)) => {
                 seen += 1;
                 assert!(r.raw_addr.is_none());
-                assert_eq!((e.msg_id, e.tag, e.cq_data, e.connid, e.data), (r.fields.msg_id, r.fields.tag, r.cq_data, r.connid, r.data));
+                assert_eq!(
+                    (e.msg_id, e.tag, e.cq_data, e.connid, e.data),
+                    (r.fields.msg_id, r.fields.tag, r.cq_data, r.connid, r.data)
+                );
                 assert_eq!(e.tagged, r.ptype == PacketType::EagerTagRtm);
             }
             (Some(_), other) => panic!("fast view accepted {other:?}"),

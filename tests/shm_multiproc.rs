@@ -457,4 +457,44 @@ fn an_open_endpoint_id_is_not_taken_twice_and_wait_wakes_on_a_packet() {
     drop(handle.join().unwrap());
     drop(b);
     assert_eq!(leftovers(&prefix), Vec::<String>::new());
+    let _ = std::fs::remove_dir_all(_dir);
+}
+
+#[test]
+fn packets_of_an_earlier_process_at_the_same_id_are_never_given_to_its_successor() {
+    if !env("RDM4_CHILD_ROLE").is_empty() {
+        return;
+    }
+    let (dir, prefix) = scratch("reuse");
+    let cfg = |epid| ShmConfig { prefix: prefix.clone(), epid: Some(epid), ..ShmConfig::default() };
+    let mut a = Ep { ep: Endpoint::new(ShmDevice::open_with(cfg(1)).unwrap(), Config::default()), cq: Vec::new() };
+    let mut b = Ep { ep: Endpoint::new(ShmDevice::open_with(cfg(2)).unwrap(), Config::default()), cq: Vec::new() };
+    let a_to_b = a.ep.av_insert(&b.ep.addr()).unwrap();
+    let b_to_a = b.ep.av_insert(&a.ep.addr()).unwrap();
+    let mut r = OwnedBuf::zeroed(16);
+    a.ep.recv(r.buf(), RecvOpts::default()).unwrap();
+    let mut hello = OwnedBuf::from_slice(b"first");
+    b.ep.send(b_to_a, hello.buf(), SendOpts::default()).unwrap();
+    a.until(1, "first message");
+    b.progress();
+    // The old B sends once more and closes before A reads it.
+    let mut stale = OwnedBuf::from_slice(b"stale");
+    b.ep.send(b_to_a, stale.buf(), SendOpts::default()).unwrap();
+    drop(b);
+    // B' opens at the same endpoint id with a new connid.
+    let mut b2 = Ep { ep: Endpoint::new(ShmDevice::open_with(cfg(2)).unwrap(), Config::default()), cq: Vec::new() };
+    let a_to_b2 = a.ep.av_insert(&b2.ep.addr()).unwrap();
+    assert_ne!(a_to_b, a_to_b2);
+    let b2_to_a = b2.ep.av_insert(&a.ep.addr()).unwrap();
+    a.cq.clear();
+    let mut r2 = OwnedBuf::zeroed(16);
+    a.ep.recv(r2.buf(), RecvOpts::default()).unwrap();
+    let mut fresh = OwnedBuf::from_slice(b"fresh");
+    b2.ep.send(b2_to_a, fresh.buf(), SendOpts::default()).unwrap();
+    a.until(1, "message from the successor");
+    assert_eq!(&r2.bytes()[..5], b"fresh");
+    assert_eq!(a.cq[0].src, a_to_b2);
+    drop((a, b2));
+    assert_eq!(leftovers(&prefix), Vec::<String>::new());
+    let _ = std::fs::remove_dir_all(&dir);
 }

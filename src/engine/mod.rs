@@ -431,6 +431,22 @@ impl<D: Device> Endpoint<D> {
         core.flush(dev);
     }
 
+    /// Blocks until the device may have a packet or `timeout_ms` passed
+    /// (negative: no limit); returns at once when completions are waiting.
+    /// False when the device cannot block (then busy-poll with `progress`).
+    pub fn wait(&mut self, timeout_ms: i32) -> bool {
+        if !self.core.cq.is_empty() {
+            return true;
+        }
+        self.dev.wait(timeout_ms)
+    }
+
+    /// A descriptor that polls readable when a packet may have arrived
+    /// (for epoll/poll loops), if the device has one.
+    pub fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.dev.wait_fd()
+    }
+
     /// Moves up to `max` completions into `out`; returns how many.
     pub fn poll_cq(&mut self, out: &mut Vec<Cqe>, max: usize) -> usize {
         let n = max.min(self.core.cq.len());
