@@ -69,7 +69,429 @@
 #define RDM4_EINTERNAL (-17)
 /** The remote side reported an error while executing the operation. (rdm4_strerror: "remote error") */
 #define RDM4_EREMOTE (-18)
+/** A caller's buffer is too small for the result; the needed size is reported. (rdm4_strerror: "buffer too small") */
+#define RDM4_ETOOSMALL (-19)
 
+
+/**
+ * Length of a raw endpoint address (`rdm4_ep_getname`).
+ */
+#define RDM4_ADDR_LEN 32
+
+/**
+ * Device: the default (shared memory today; `RDM4_DEVICE` overrides).
+ */
+#define RDM4_DEVICE_DEFAULT 0
+
+/**
+ * Device: shared memory between processes of one host.
+ */
+#define RDM4_DEVICE_SHM 1
+
+/**
+ * Device: UDP between hosts (not available yet: `RDM4_ENOTSUP`).
+ */
+#define RDM4_DEVICE_UDP 2
+
+/**
+ * Progress: the application drives everything through `rdm4_poll` / `rdm4_wait`.
+ */
+#define RDM4_PROGRESS_MANUAL 0
+
+/**
+ * Progress: a thread of the library also progresses the endpoint, so
+ * one-sided operations complete while the target does not call in.
+ */
+#define RDM4_PROGRESS_AUTO 1
+
+/**
+ * Memory access: local use.
+ */
+#define RDM4_ACCESS_LOCAL (1 << 0)
+
+/**
+ * Memory access: peers may read.
+ */
+#define RDM4_ACCESS_REMOTE_READ (1 << 1)
+
+/**
+ * Memory access: peers may write and run atomics.
+ */
+#define RDM4_ACCESS_REMOTE_WRITE (1 << 2)
+
+/**
+ * Completion flag: a send.
+ */
+#define RDM4_CQ_SEND (1 << 0)
+
+/**
+ * Completion flag: a receive.
+ */
+#define RDM4_CQ_RECV (1 << 1)
+
+/**
+ * Completion flag: an untagged message.
+ */
+#define RDM4_CQ_MSG (1 << 2)
+
+/**
+ * Completion flag: a tagged message.
+ */
+#define RDM4_CQ_TAGGED (1 << 3)
+
+/**
+ * Completion flag: an RMA operation.
+ */
+#define RDM4_CQ_RMA (1 << 4)
+
+/**
+ * Completion flag: a read (RMA read, or an atomic that returned values).
+ */
+#define RDM4_CQ_READ (1 << 5)
+
+/**
+ * Completion flag: a write (RMA write or atomic).
+ */
+#define RDM4_CQ_WRITE (1 << 6)
+
+/**
+ * Completion flag: an atomic.
+ */
+#define RDM4_CQ_ATOMIC (1 << 7)
+
+/**
+ * Completion flag: `data` holds remote CQ data.
+ */
+#define RDM4_CQ_REMOTE_CQ_DATA (1 << 8)
+
+/**
+ * Completion flag: a peer wrote into this endpoint's memory (with CQ data).
+ */
+#define RDM4_CQ_REMOTE_WRITE (1 << 9)
+
+/**
+ * `rdm4_msg` flag: tagged (use `tag`, and `ignore` on receives).
+ */
+#define RDM4_MSG_TAGGED (1 << 0)
+
+/**
+ * `rdm4_msg` flag: send `data` as remote CQ data.
+ */
+#define RDM4_MSG_REMOTE_CQ_DATA (1 << 1)
+
+/**
+ * Atomic datatypes: libfabric's `enum fi_datatype` values.
+ */
+#define RDM4_INT8 0
+
+/**
+ * See `RDM4_INT8`.
+ */
+#define RDM4_UINT8 1
+
+/**
+ * See `RDM4_INT8`.
+ */
+#define RDM4_INT16 2
+
+/**
+ * See `RDM4_INT8`.
+ */
+#define RDM4_UINT16 3
+
+/**
+ * See `RDM4_INT8`.
+ */
+#define RDM4_INT32 4
+
+/**
+ * See `RDM4_INT8`.
+ */
+#define RDM4_UINT32 5
+
+/**
+ * See `RDM4_INT8`.
+ */
+#define RDM4_INT64 6
+
+/**
+ * See `RDM4_INT8`.
+ */
+#define RDM4_UINT64 7
+
+/**
+ * See `RDM4_INT8`.
+ */
+#define RDM4_FLOAT 8
+
+/**
+ * See `RDM4_INT8`.
+ */
+#define RDM4_DOUBLE 9
+
+/**
+ * See `RDM4_INT8`.
+ */
+#define RDM4_FLOAT_COMPLEX 10
+
+/**
+ * See `RDM4_INT8`.
+ */
+#define RDM4_DOUBLE_COMPLEX 11
+
+/**
+ * See `RDM4_INT8` (refused: `RDM4_ENOTSUP`).
+ */
+#define RDM4_LONG_DOUBLE 12
+
+/**
+ * See `RDM4_INT8` (refused: `RDM4_ENOTSUP`).
+ */
+#define RDM4_LONG_DOUBLE_COMPLEX 13
+
+/**
+ * See `RDM4_INT8`.
+ */
+#define RDM4_INT128 14
+
+/**
+ * See `RDM4_INT8`.
+ */
+#define RDM4_UINT128 15
+
+/**
+ * Atomic operations: libfabric's `enum fi_op` values.
+ */
+#define RDM4_MIN 0
+
+/**
+ * See `RDM4_MIN`.
+ */
+#define RDM4_MAX 1
+
+/**
+ * See `RDM4_MIN`.
+ */
+#define RDM4_SUM 2
+
+/**
+ * See `RDM4_MIN`.
+ */
+#define RDM4_PROD 3
+
+/**
+ * See `RDM4_MIN`.
+ */
+#define RDM4_LOR 4
+
+/**
+ * See `RDM4_MIN`.
+ */
+#define RDM4_LAND 5
+
+/**
+ * See `RDM4_MIN`.
+ */
+#define RDM4_BOR 6
+
+/**
+ * See `RDM4_MIN`.
+ */
+#define RDM4_BAND 7
+
+/**
+ * See `RDM4_MIN`.
+ */
+#define RDM4_LXOR 8
+
+/**
+ * See `RDM4_MIN`.
+ */
+#define RDM4_BXOR 9
+
+/**
+ * See `RDM4_MIN`.
+ */
+#define RDM4_ATOMIC_READ 10
+
+/**
+ * See `RDM4_MIN`.
+ */
+#define RDM4_ATOMIC_WRITE 11
+
+/**
+ * See `RDM4_MIN`.
+ */
+#define RDM4_CSWAP 12
+
+/**
+ * See `RDM4_MIN`.
+ */
+#define RDM4_CSWAP_NE 13
+
+/**
+ * See `RDM4_MIN`.
+ */
+#define RDM4_CSWAP_LE 14
+
+/**
+ * See `RDM4_MIN`.
+ */
+#define RDM4_CSWAP_LT 15
+
+/**
+ * See `RDM4_MIN`.
+ */
+#define RDM4_CSWAP_GE 16
+
+/**
+ * See `RDM4_MIN`.
+ */
+#define RDM4_CSWAP_GT 17
+
+/**
+ * See `RDM4_MIN`.
+ */
+#define RDM4_MSWAP 18
+
+/**
+ * An open endpoint (opaque).
+ */
+typedef struct rdm4_ep rdm4_ep;
+
+/**
+ * An address handle returned by `rdm4_av_insert`.
+ */
+typedef uint64_t rdm4_addr;
+
+/**
+ * A message for `rdm4_sendmsg` / `rdm4_recvmsg`.
+ */
+typedef struct rdm4_msg {
+  /**
+   * The buffers; rdm4 0.1 accepts 0 or 1 entry.
+   */
+  const struct iovec *iov;
+  /**
+   * Entries in `iov`.
+   */
+  size_t iov_count;
+  /**
+   * Destination (send) or source filter (receive; `RDM4_ADDR_UNSPEC` = any).
+   */
+  rdm4_addr addr;
+  /**
+   * Tag (with `RDM4_MSG_TAGGED`).
+   */
+  uint64_t tag;
+  /**
+   * Tag bits to ignore (receives with `RDM4_MSG_TAGGED`).
+   */
+  uint64_t ignore;
+  /**
+   * Remote CQ data (sends with `RDM4_MSG_REMOTE_CQ_DATA`).
+   */
+  uint64_t data;
+  /**
+   * Returned in the completion.
+   */
+  void *context;
+} rdm4_msg;
+
+/**
+ * Endpoint attributes. Initialise with `rdm4_ep_attr_init`, which sets
+ * `size`; fields added in later versions go at the end, and the library
+ * reads only the first `size` bytes.
+ */
+typedef struct rdm4_ep_attr {
+  /**
+   * `sizeof(rdm4_ep_attr)` as the caller compiled it.
+   */
+  size_t size;
+  /**
+   * `RDM4_DEVICE_*`.
+   */
+  uint32_t device;
+  /**
+   * `RDM4_PROGRESS_*`.
+   */
+  uint32_t progress;
+  /**
+   * Messages up to this many bytes use the medium protocol (0: default 64 KiB).
+   */
+  size_t medium_max;
+  /**
+   * Bytes of unexpected messages held before senders are held back (0: default 64 MiB).
+   */
+  size_t unexpected_limit;
+  /**
+   * Long-CTS window in packets (0: default 64).
+   */
+  uint32_t max_credits;
+  /**
+   * Reserved, must be zero.
+   */
+  uint32_t reserved0;
+  /**
+   * Reserved for later fields, must be zero.
+   */
+  uint64_t reserved[8];
+} rdm4_ep_attr;
+
+/**
+ * One completion (`rdm4_poll`).
+ */
+typedef struct rdm4_cqe {
+  /**
+   * The `context` given to the operation (NULL for target-side entries).
+   */
+  void *context;
+  /**
+   * `RDM4_CQ_*` flags.
+   */
+  uint64_t flags;
+  /**
+   * Bytes transferred (for receives: bytes placed in the buffer).
+   */
+  uint64_t len;
+  /**
+   * Receive buffer the data went to (receives), else NULL.
+   */
+  void *buf;
+  /**
+   * Remote CQ data when `RDM4_CQ_REMOTE_CQ_DATA` is set.
+   */
+  uint64_t data;
+  /**
+   * Tag of a tagged receive.
+   */
+  uint64_t tag;
+  /**
+   * Source address of a receive, or `RDM4_ADDR_UNSPEC`.
+   */
+  rdm4_addr src;
+  /**
+   * `RDM4_SUCCESS` or the failure (`RDM4_ETRUNC`, `RDM4_EREMOTEACCESS`, `RDM4_EPEER`, ...).
+   */
+  int32_t status;
+  /**
+   * Reserved.
+   */
+  uint32_t reserved0;
+  /**
+   * With `RDM4_ETRUNC`: the full message length.
+   */
+  uint64_t olen;
+  /**
+   * Reserved for later fields.
+   */
+  uint64_t reserved[2];
+} rdm4_cqe;
+
+/**
+ * `rdm4_cqe.src` when the source is not known; also "any source" for receives.
+ */
+#define RDM4_ADDR_UNSPEC UINT64_MAX
 
 #ifdef __cplusplus
 extern "C" {
@@ -99,6 +521,334 @@ const char *rdm4_version_string(void);
  * returns NULL; callable from any thread at any time.
  */
 const char *rdm4_strerror(int32_t status);
+
+/**
+ * Sends `len` bytes at `buf` to `dest` (untagged); one completion with
+ * `RDM4_CQ_SEND | RDM4_CQ_MSG` follows.
+ *
+ * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `buf`
+ * with `len > 0`); `RDM4_ENOADDR` (unknown `dest`); `RDM4_EPEER` (the peer
+ * is known to be gone); `RDM4_EAGAIN`. Buffer: the library's until the
+ * completion is polled. Thread safety: any thread.
+ */
+int32_t rdm4_send(struct rdm4_ep *ep, const void *buf, size_t len, rdm4_addr dest, void *context);
+
+/**
+ * Sends a tagged message; the receiver matches `tag` (see `rdm4_trecv`).
+ * Completion: `RDM4_CQ_SEND | RDM4_CQ_TAGGED`. Returns as `rdm4_send`.
+ */
+int32_t rdm4_tsend(struct rdm4_ep *ep,
+                   const void *buf,
+                   size_t len,
+                   rdm4_addr dest,
+                   uint64_t tag,
+                   void *context);
+
+/**
+ * Sends an untagged message carrying remote CQ data: the receiver's
+ * completion has `RDM4_CQ_REMOTE_CQ_DATA` and `data`. Returns as `rdm4_send`.
+ */
+int32_t rdm4_senddata(struct rdm4_ep *ep,
+                      const void *buf,
+                      size_t len,
+                      uint64_t data,
+                      rdm4_addr dest,
+                      void *context);
+
+/**
+ * Sends a copy of `len` bytes at `buf`: the buffer is the caller's again
+ * when the call returns, and no completion is written (a failure of the
+ * transfer is not reported). At most 64 KiB.
+ *
+ * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `buf`
+ * with `len > 0`, or `len` over 64 KiB); `RDM4_ENOADDR`; `RDM4_EPEER`;
+ * `RDM4_EAGAIN`. Thread safety: any thread.
+ */
+int32_t rdm4_inject(struct rdm4_ep *ep, const void *buf, size_t len, rdm4_addr dest);
+
+/**
+ * Sends the message described by `msg` with `RDM4_MSG_*` `flags` (tagged,
+ * remote CQ data). `msg` itself is only read during the call; its buffer
+ * is the library's until the completion is polled. rdm4 0.1 accepts at
+ * most one iovec.
+ *
+ * Returns as `rdm4_send`, and `RDM4_EINVAL` (NULL `msg`, unknown flags,
+ * NULL `iov` with `iov_count` 1), `RDM4_ENOTSUP` (`iov_count` > 1).
+ */
+int32_t rdm4_sendmsg(struct rdm4_ep *ep, const struct rdm4_msg *msg, uint64_t flags);
+
+/**
+ * Posts a receive of an untagged message from `src` (`RDM4_ADDR_UNSPEC`:
+ * any source) into `len` bytes at `buf`. Messages match receives in the
+ * order both were posted/sent. A longer message fills the buffer and
+ * completes with `RDM4_ETRUNC` (`olen` = its length); nothing is written
+ * past the buffer.
+ *
+ * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `buf` with
+ * `len > 0`); `RDM4_ENOADDR` (unknown `src`); `RDM4_EAGAIN`. Buffer: the
+ * library's until the completion is polled. Thread safety: any thread.
+ */
+int32_t rdm4_recv(struct rdm4_ep *ep, void *buf, size_t len, rdm4_addr src, void *context);
+
+/**
+ * Posts a tagged receive: it takes the first message whose tag equals
+ * `tag` in every bit not set in `ignore`. Returns as `rdm4_recv`.
+ */
+int32_t rdm4_trecv(struct rdm4_ep *ep,
+                   void *buf,
+                   size_t len,
+                   rdm4_addr src,
+                   uint64_t tag,
+                   uint64_t ignore,
+                   void *context);
+
+/**
+ * Posts the receive described by `msg` (`addr` is the source filter;
+ * `RDM4_MSG_TAGGED` uses `tag` and `ignore`). Returns as `rdm4_recv`, and
+ * `RDM4_EINVAL` / `RDM4_ENOTSUP` as `rdm4_sendmsg`.
+ */
+int32_t rdm4_recvmsg(struct rdm4_ep *ep, const struct rdm4_msg *msg, uint64_t flags);
+
+/**
+ * Writes `len` bytes at `buf` to the peer's memory at `raddr`, registered
+ * with `key` and `RDM4_ACCESS_REMOTE_WRITE`. The completion
+ * (`RDM4_CQ_RMA | RDM4_CQ_WRITE`) says the data is in the target's memory
+ * (towards rdm4 peers); a bad key, range or access completes with
+ * `RDM4_EREMOTEACCESS` and the target's memory unchanged.
+ *
+ * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL`; `RDM4_ENOADDR`;
+ * `RDM4_EPEER`; `RDM4_EAGAIN`. Buffer: the library's until the completion
+ * is polled. Thread safety: any thread.
+ */
+int32_t rdm4_write(struct rdm4_ep *ep,
+                   const void *buf,
+                   size_t len,
+                   rdm4_addr dest,
+                   uint64_t raddr,
+                   uint64_t key,
+                   void *context);
+
+/**
+ * `rdm4_write` that also gives the target a completion
+ * (`RDM4_CQ_REMOTE_WRITE | RDM4_CQ_REMOTE_CQ_DATA`) with `data`.
+ * Returns as `rdm4_write`.
+ */
+int32_t rdm4_writedata(struct rdm4_ep *ep,
+                       const void *buf,
+                       size_t len,
+                       uint64_t data,
+                       rdm4_addr dest,
+                       uint64_t raddr,
+                       uint64_t key,
+                       void *context);
+
+/**
+ * Reads `len` bytes of the peer's memory at `raddr` (registered with `key`
+ * and `RDM4_ACCESS_REMOTE_READ`) into `buf`. Completion:
+ * `RDM4_CQ_RMA | RDM4_CQ_READ`, or `RDM4_EREMOTEACCESS`.
+ * Returns as `rdm4_write`.
+ */
+int32_t rdm4_read(struct rdm4_ep *ep,
+                  void *buf,
+                  size_t len,
+                  rdm4_addr dest,
+                  uint64_t raddr,
+                  uint64_t key,
+                  void *context);
+
+/**
+ * Applies `op` (`RDM4_MIN` ... `RDM4_ATOMIC_WRITE`) with the `count`
+ * elements of `datatype` at `buf` to the peer's memory at `raddr`
+ * (registered with `key` and `RDM4_ACCESS_REMOTE_WRITE`). Atomics towards
+ * one peer are applied in the order they were posted. The payload must
+ * fit one packet (about 8 KiB).
+ *
+ * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `buf`
+ * with `count > 0`, `count` 0); `RDM4_ENOTSUP` (the op does not apply to
+ * the datatype, or `long double`); `RDM4_EOVERFLOW` (payload too large);
+ * `RDM4_ENOADDR`; `RDM4_EPEER`; `RDM4_EAGAIN`. Completion:
+ * `RDM4_CQ_ATOMIC | RDM4_CQ_WRITE`, or `RDM4_EREMOTEACCESS`.
+ * Buffer: the library's until the completion is polled.
+ */
+int32_t rdm4_atomic(struct rdm4_ep *ep,
+                    const void *buf,
+                    size_t count,
+                    uint32_t datatype,
+                    uint32_t op,
+                    rdm4_addr dest,
+                    uint64_t raddr,
+                    uint64_t key,
+                    void *context);
+
+/**
+ * Like `rdm4_atomic`, and writes the target's previous values to `result`
+ * (`count` elements). With `RDM4_ATOMIC_READ`, `buf` may be NULL. The
+ * memory also needs `RDM4_ACCESS_REMOTE_READ`. Completion adds
+ * `RDM4_CQ_READ`. Returns as `rdm4_atomic`; `RDM4_EINVAL` also for a NULL
+ * `result`.
+ */
+int32_t rdm4_fetch_atomic(struct rdm4_ep *ep,
+                          const void *buf,
+                          size_t count,
+                          void *result,
+                          uint32_t datatype,
+                          uint32_t op,
+                          rdm4_addr dest,
+                          uint64_t raddr,
+                          uint64_t key,
+                          void *context);
+
+/**
+ * A compare atomic (`RDM4_CSWAP` ... `RDM4_MSWAP`): each element of the
+ * target is replaced by `buf`'s when the condition on `compare`'s holds
+ * (MSWAP: `compare` is the bit mask); `result` receives the previous
+ * values. Returns as `rdm4_fetch_atomic`; `RDM4_EINVAL` also for a NULL
+ * `compare`.
+ */
+int32_t rdm4_compare_atomic(struct rdm4_ep *ep,
+                            const void *buf,
+                            size_t count,
+                            const void *compare,
+                            void *result,
+                            uint32_t datatype,
+                            uint32_t op,
+                            rdm4_addr dest,
+                            uint64_t raddr,
+                            uint64_t key,
+                            void *context);
+
+/**
+ * Fills `attr` with the defaults (shared memory device, manual progress)
+ * and sets `attr->size`.
+ *
+ * Returns `RDM4_SUCCESS`, or `RDM4_EINVAL` when `attr` is NULL.
+ * Thread safety: any thread; `attr` is the caller's and is only written.
+ */
+int32_t rdm4_ep_attr_init(struct rdm4_ep_attr *attr);
+
+/**
+ * Opens an endpoint.
+ *
+ * `attr` may be NULL for the defaults; its device may be overridden with
+ * `RDM4_DEVICE=shm|udp` and the device's own `RDM4_SHM_*` variables. On
+ * success `*ep` is the new endpoint, owned by the caller until
+ * `rdm4_ep_close`.
+ *
+ * Returns `RDM4_SUCCESS`; `RDM4_EINVAL` (NULL `ep`, bad attributes or
+ * `RDM4_DEVICE` value), `RDM4_ENOTSUP` (the UDP device is not available in
+ * this version), `RDM4_EBUSY` (no free shared-memory endpoint id),
+ * `RDM4_EIO` / `RDM4_ENOMEM` (the device could not be created).
+ * Thread safety: any thread.
+ */
+int32_t rdm4_ep_open(const struct rdm4_ep_attr *attr, struct rdm4_ep **ep);
+
+/**
+ * Closes an endpoint: stops its progress thread, cancels its operations
+ * (their buffers are no longer used by the library when this returns),
+ * removes its device resources. The handle is invalid afterwards.
+ *
+ * Returns `RDM4_SUCCESS` or `RDM4_EBADHANDLE` (NULL, unknown or already
+ * closed). Thread safety: any thread, but no other call may use `ep`
+ * concurrently or afterwards.
+ */
+int32_t rdm4_ep_close(struct rdm4_ep *ep);
+
+/**
+ * Copies the endpoint's raw address (`RDM4_ADDR_LEN` bytes) into `addr`.
+ * `*len` holds the buffer size on entry and the address length on return.
+ *
+ * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `addr` or
+ * `len`); `RDM4_ETOOSMALL` when `*len < RDM4_ADDR_LEN` (then `*len` is set
+ * and nothing is copied). Thread safety: any thread.
+ */
+int32_t rdm4_ep_getname(struct rdm4_ep *ep, void *addr, size_t *len);
+
+/**
+ * Inserts `count` raw addresses (`count * RDM4_ADDR_LEN` bytes at `addrs`)
+ * and writes their handles to `out[0..count]`. Inserting an address twice
+ * gives the same handle. All or nothing: on failure no address stays inserted.
+ *
+ * Returns the number inserted (`count`); `RDM4_EBADHANDLE`; `RDM4_EINVAL`
+ * (NULL `addrs` or `out` with `count > 0`); `RDM4_ENOADDR` (an address no
+ * device of this endpoint can reach, e.g. another host's shared memory or a
+ * closed endpoint). Thread safety: any thread.
+ */
+int32_t rdm4_av_insert(struct rdm4_ep *ep, const void *addrs, size_t count, rdm4_addr *out);
+
+/**
+ * Removes `count` address handles. Operations towards them complete with
+ * `RDM4_ECANCELED`. All handles are checked first: nothing is removed when
+ * one is unknown.
+ *
+ * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `addrs`
+ * with `count > 0`); `RDM4_ENOADDR` (an unknown handle).
+ * Thread safety: any thread.
+ */
+int32_t rdm4_av_remove(struct rdm4_ep *ep, const rdm4_addr *addrs, size_t count);
+
+/**
+ * Writes a readable form of a raw address (`RDM4_ADDR_LEN` bytes at `addr`)
+ * as a NUL-terminated string into `buf`; `*len` holds the buffer size on
+ * entry and the needed size (NUL included) on return.
+ *
+ * Returns `RDM4_SUCCESS`; `RDM4_EINVAL` (NULL `addr` or `len`, or NULL `buf`
+ * with a non-zero `*len`); `RDM4_ETOOSMALL` (nothing written, `*len` set).
+ * Thread safety: any thread; no endpoint needed.
+ */
+int32_t rdm4_av_straddr(const void *addr, char *buf, size_t *len);
+
+/**
+ * Registers `len` bytes at `buf` with `RDM4_ACCESS_*` rights; `*key` is the
+ * key peers use for RMA and atomics on it. The memory must stay valid until
+ * `rdm4_mr_close`.
+ *
+ * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `key`,
+ * NULL `buf` with `len > 0`, unknown access bits); `RDM4_ENOMEM` (the
+ * registration table is full). Thread safety: any thread.
+ */
+int32_t rdm4_mr_reg(struct rdm4_ep *ep, void *buf, size_t len, uint64_t access, uint64_t *key);
+
+/**
+ * Removes a registration.
+ *
+ * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (unknown key);
+ * `RDM4_EBUSY` (a peer's emulated long read or write on it is in progress;
+ * try again after progress). Thread safety: any thread.
+ */
+int32_t rdm4_mr_close(struct rdm4_ep *ep, uint64_t key);
+
+/**
+ * Makes progress (sends, receives, serves peers' remote operations) and
+ * moves up to `max` completions into `entries`. Failed operations are
+ * entries too, with a non-zero `status`. A buffer of an operation belongs
+ * to the caller again once its completion has been returned here.
+ *
+ * Returns the number of entries written (0 when none); `RDM4_EBADHANDLE`;
+ * `RDM4_EINVAL` (NULL `entries` with `max > 0`). Thread safety: any
+ * thread; concurrent callers each get distinct entries.
+ */
+int32_t rdm4_poll(struct rdm4_ep *ep, struct rdm4_cqe *entries, size_t max);
+
+/**
+ * Waits until a completion is available or `timeout_ms` milliseconds pass
+ * (negative: no limit), making progress meanwhile. Entries are then
+ * collected with `rdm4_poll`.
+ *
+ * Returns `RDM4_SUCCESS` (completions available); `RDM4_ETIMEDOUT`;
+ * `RDM4_EBADHANDLE`. Thread safety: any thread; while one thread waits,
+ * others' calls on the endpoint wait for at most one millisecond slice.
+ */
+int32_t rdm4_wait(struct rdm4_ep *ep, int timeout_ms);
+
+/**
+ * A file descriptor that polls readable (poll/epoll) when a packet may have
+ * arrived for the endpoint; then call `rdm4_poll`. The descriptor belongs to
+ * the endpoint: do not close it.
+ *
+ * Returns the descriptor (>= 0); `RDM4_EBADHANDLE`; `RDM4_ENOTSUP` (the
+ * device has none). Thread safety: any thread.
+ */
+int32_t rdm4_ep_fd(struct rdm4_ep *ep);
 
 #ifdef __cplusplus
 }  // extern "C"

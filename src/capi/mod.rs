@@ -1,8 +1,148 @@
 //! The C API: opaque handles, status codes, no protocol logic (DESIGN §4).
+//!
+//! Every exported function runs inside [`boundary`]: a Rust panic becomes
+//! `RDM4_EINTERNAL` and never unwinds into C. Endpoint handles are checked
+//! against a registry of open endpoints before use, so NULL, unknown and
+//! closed handles give `RDM4_EBADHANDLE` instead of a crash. Each endpoint
+//! sits behind a mutex: every call is safe from any thread.
 
-use std::ffi::c_char;
+#![allow(non_camel_case_types)]
 
-use crate::status;
+mod data;
+mod ep;
+mod types;
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use once_cell::sync::Lazy;
+
+pub use data::*;
+pub use ep::*;
+pub use types::*;
+
+use crate::device::Device;
+use crate::engine::{Cqe, Endpoint};
+use crate::mem::UserBuf;
+use crate::status::{self, Status};
+
+/// Runs an exported function's body: `Ok(n)` returns `n`, `Err(s)` the
+/// status code, a panic `RDM4_EINTERNAL`.
+pub(crate) fn boundary(f: impl FnOnce() -> Result<i32, Status>) -> i32 {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(n)) => n,
+        Ok(Err(s)) => s.code(),
+        Err(_) => Status::Internal.code(),
+    }
+}
+
+/// Completions of injected sends carry this bit in their context; they are
+/// the library's own and never reach the application.
+const INJECT_BIT: u64 = 1 << 63;
+
+/// What the C handle stands for.
+pub(crate) struct EpHandle {
+    inner: Mutex<EpInner>,
+    pub(crate) stop: AtomicBool,
+    pub(crate) thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl EpHandle {
+    fn new(inner: EpInner) -> EpHandle {
+        EpHandle { inner: Mutex::new(inner), stop: AtomicBool::new(false), thread: Mutex::new(None) }
+    }
+
+    /// The endpoint, locked (a panic in another call does not poison it for good).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, EpInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// An endpoint and the library-owned copies of injected messages.
+pub(crate) struct EpInner {
+    pub(crate) ep: Endpoint<Box<dyn Device + Send>>,
+    injected: HashMap<u64, Box<[u8]>>,
+    next_inject: u64,
+    ready: Vec<Cqe>,
+}
+
+impl EpInner {
+    fn new(ep: Endpoint<Box<dyn Device + Send>>) -> EpInner {
+        EpInner { ep, injected: HashMap::new(), next_inject: 0, ready: Vec::new() }
+    }
+
+    /// One progress call; true when it produced completions.
+    pub(crate) fn progress_once(&mut self) -> bool {
+        let before = self.ep.cq_len();
+        self.ep.progress(0);
+        self.ep.cq_len() > before
+    }
+
+    /// Pulls the engine's completions, dropping those of injected sends.
+    fn collect(&mut self) {
+        let mut fresh = Vec::new();
+        self.ep.poll_cq(&mut fresh, usize::MAX);
+        for e in fresh {
+            if e.context & INJECT_BIT != 0 {
+                self.injected.remove(&e.context);
+            } else {
+                self.ready.push(e);
+            }
+        }
+    }
+
+    pub(crate) fn has_completions(&mut self) -> bool {
+        self.collect();
+        !self.ready.is_empty()
+    }
+
+    pub(crate) fn take_completions(&mut self, max: usize) -> Vec<Cqe> {
+        self.collect();
+        let n = max.min(self.ready.len());
+        self.ready.drain(..n).collect()
+    }
+
+    /// Forgets an injected copy whose send was refused.
+    pub(crate) fn take_injected(&mut self, ctx: u64) {
+        self.injected.remove(&ctx);
+    }
+
+    /// Keeps a copy of `data` for an injected send; returns its buffer and context.
+    pub(crate) fn inject_copy(&mut self, data: &[u8]) -> (UserBuf, u64) {
+        let mut copy: Box<[u8]> = data.into();
+        // SAFETY: the box lives in `injected` until the send's completion removes it.
+        let buf = unsafe { UserBuf::from_raw(copy.as_mut_ptr(), copy.len()) }.unwrap_or(UserBuf::empty());
+        let ctx = INJECT_BIT | self.next_inject;
+        self.next_inject = (self.next_inject + 1) & !INJECT_BIT;
+        self.injected.insert(ctx, copy);
+        (buf, ctx)
+    }
+}
+
+/// Open endpoints by handle value.
+pub(crate) fn registry() -> MutexGuard<'static, HashMap<usize, Arc<EpHandle>>> {
+    static REG: Lazy<Mutex<HashMap<usize, Arc<EpHandle>>>> = Lazy::new(|| Mutex::new(HashMap::new()));
+    REG.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The endpoint behind a C handle, if it is open.
+pub(crate) fn lookup(ep: *mut rdm4_ep) -> Result<Arc<EpHandle>, Status> {
+    registry().get(&(ep as usize)).cloned().ok_or(Status::BadHandle)
+}
+
+/// A lent buffer from a C pointer and length (NULL only with length 0).
+pub(crate) fn c_buf(ptr: *mut c_void, len: usize) -> Result<UserBuf, Status> {
+    if len > isize::MAX as usize {
+        return Err(Status::Inval);
+    }
+    // SAFETY: the C contract: `len` bytes at `ptr` belong to the library until
+    // the operation's completion has been polled.
+    unsafe { UserBuf::from_raw(ptr.cast(), len) }.ok_or(Status::Inval)
+}
 
 /// The version of the library that is loaded, as `(major << 16) | (minor << 8) | patch`.
 ///

@@ -147,11 +147,55 @@ pub trait Device {
         false
     }
 
-    /// A descriptor that polls readable when a packet may have arrived.
-    fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+    /// A descriptor that polls readable when a packet may have arrived. The
+    /// device signals it from then on (which costs senders a syscall).
+    fn wait_fd(&mut self) -> Option<std::os::fd::RawFd> {
         None
     }
 
     /// RDMA-writes `local` to the peer's `(remote_addr, key)`.
     fn rdma_write(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError>;
+}
+
+/// A boxed device is a device (the C API picks the device at run time).
+impl Device for Box<dyn Device + Send> {
+    fn caps(&self) -> Caps {
+        (**self).caps()
+    }
+    fn local_addr(&self) -> RawAddr {
+        (**self).local_addr()
+    }
+    fn insert(&mut self, addr: &RawAddr) -> Result<Ah, Status> {
+        (**self).insert(addr)
+    }
+    fn remove(&mut self, ah: Ah) {
+        (**self).remove(ah)
+    }
+    fn send_with(&mut self, ah: Ah, wr_id: u64, build: &mut dyn FnMut(&mut [u8]) -> usize) -> Result<Sent, DevError> {
+        (**self).send_with(ah, wr_id, build)
+    }
+    fn recv(&mut self, max: usize, f: &mut dyn FnMut(Option<Ah>, &[u8])) -> usize {
+        (**self).recv(max, f)
+    }
+    fn events(&mut self, out: &mut Vec<DevEvent>) {
+        (**self).events(out)
+    }
+    fn reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {
+        (**self).reg(buf, access)
+    }
+    fn dereg(&mut self, key: u64) -> Result<(), Status> {
+        (**self).dereg(key)
+    }
+    fn wait(&mut self, timeout_ms: i32) -> bool {
+        (**self).wait(timeout_ms)
+    }
+    fn wait_fd(&mut self) -> Option<std::os::fd::RawFd> {
+        (**self).wait_fd()
+    }
+    fn rdma_read(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
+        (**self).rdma_read(ah, local, remote_addr, key, wr_id)
+    }
+    fn rdma_write(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
+        (**self).rdma_write(ah, local, remote_addr, key, wr_id)
+    }
 }

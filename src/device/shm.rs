@@ -383,6 +383,8 @@ pub struct ShmDevice {
     events: Vec<DevEvent>,
     mrs: FxHashMap<u64, usize>,
     last_check: Instant,
+    /// The FIFO was handed out for polling: keep it signalled.
+    fd_mode: bool,
 }
 
 /// Cross-memory attach is usable: the syscall works here, and the ptrace
@@ -514,6 +516,7 @@ impl ShmDevice {
             events: Vec::new(),
             mrs: FxHashMap::default(),
             last_check: Instant::now(),
+            fd_mode: false,
         })
     }
 
@@ -540,17 +543,25 @@ impl ShmDevice {
         sleeping.store(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         if self.ready() {
-            sleeping.store(0, Ordering::SeqCst);
+            if !self.fd_mode {
+                sleeping.store(0, Ordering::SeqCst);
+            }
             return true;
         }
         let mut pfd = libc::pollfd { fd: self.fifo, events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd.
         let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+        self.drain_fifo();
+        if !self.fd_mode {
+            self.map.u32_at(off::SLEEPING).store(0, Ordering::SeqCst);
+        }
+        n > 0 || self.ready()
+    }
+
+    fn drain_fifo(&self) {
         let mut sink = [0u8; 64];
         // SAFETY: reading into a local buffer from our non-blocking FIFO.
         while unsafe { libc::read(self.fifo, sink.as_mut_ptr().cast(), sink.len()) } > 0 {}
-        sleeping.store(0, Ordering::SeqCst);
-        n > 0 || self.ready()
     }
 
     /// A descriptor that polls readable when [`ShmDevice::wait`] would wake.
@@ -830,6 +841,9 @@ impl Device for ShmDevice {
         }
         if n > 0 {
             self.map.u64_at(off::HEAD).store(self.head, Ordering::Relaxed);
+            if self.fd_mode {
+                self.drain_fifo();
+            }
         }
         n
     }
@@ -887,7 +901,10 @@ impl Device for ShmDevice {
         ShmDevice::wait(self, timeout_ms)
     }
 
-    fn wait_fd(&self) -> Option<RawFd> {
+    fn wait_fd(&mut self) -> Option<RawFd> {
+        // From now on producers always signal the FIFO, and receiving drains it.
+        self.fd_mode = true;
+        self.map.u32_at(off::SLEEPING).store(1, Ordering::SeqCst);
         Some(self.fifo)
     }
 }

@@ -443,7 +443,7 @@ impl<D: Device> Endpoint<D> {
 
     /// A descriptor that polls readable when a packet may have arrived
     /// (for epoll/poll loops), if the device has one.
-    pub fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+    pub fn wait_fd(&mut self) -> Option<std::os::fd::RawFd> {
         self.dev.wait_fd()
     }
 

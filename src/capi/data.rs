@@ -1,0 +1,425 @@
+//! Data operations: two-sided messages, RMA and atomics.
+//!
+//! Common rules (also at the top of the header): an operation's buffers
+//! belong to the library from the call until its completion is returned by
+//! `rdm4_poll`; the call itself never blocks; `RDM4_EAGAIN` means too many
+//! operations are outstanding — poll, then try again. Local buffers need no
+//! registration. A failed call posts nothing.
+
+use std::ffi::c_void;
+
+use super::types::*;
+use super::{boundary, c_buf, lookup, rdm4_ep};
+use crate::engine::atomic_ops;
+use crate::engine::{Addr, RecvOpts, RemoteBuf, SendOpts};
+use crate::mem::UserBuf;
+use crate::status::Status;
+
+fn addr(a: rdm4_addr) -> Result<Addr, Status> {
+    u32::try_from(a).map_err(|_| Status::NoAddr)
+}
+
+fn src_filter(a: rdm4_addr) -> Result<Option<Addr>, Status> {
+    if a == RDM4_ADDR_UNSPEC {
+        Ok(None)
+    } else {
+        addr(a).map(Some)
+    }
+}
+
+fn send_common(ep: *mut rdm4_ep, buf: *const c_void, len: usize, dest: rdm4_addr, opts: SendOpts) -> i32 {
+    boundary(|| {
+        let h = lookup(ep)?;
+        let b = c_buf(buf as *mut c_void, len)?;
+        h.lock().ep.send(addr(dest)?, b, opts)?;
+        Ok(0)
+    })
+}
+
+/// Sends `len` bytes at `buf` to `dest` (untagged); one completion with
+/// `RDM4_CQ_SEND | RDM4_CQ_MSG` follows.
+///
+/// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `buf`
+/// with `len > 0`); `RDM4_ENOADDR` (unknown `dest`); `RDM4_EPEER` (the peer
+/// is known to be gone); `RDM4_EAGAIN`. Buffer: the library's until the
+/// completion is polled. Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn rdm4_send(
+    ep: *mut rdm4_ep,
+    buf: *const c_void,
+    len: usize,
+    dest: rdm4_addr,
+    context: *mut c_void,
+) -> i32 {
+    send_common(ep, buf, len, dest, SendOpts { tag: None, cq_data: None, context: context as u64 })
+}
+
+/// Sends a tagged message; the receiver matches `tag` (see `rdm4_trecv`).
+/// Completion: `RDM4_CQ_SEND | RDM4_CQ_TAGGED`. Returns as `rdm4_send`.
+#[no_mangle]
+pub extern "C" fn rdm4_tsend(
+    ep: *mut rdm4_ep,
+    buf: *const c_void,
+    len: usize,
+    dest: rdm4_addr,
+    tag: u64,
+    context: *mut c_void,
+) -> i32 {
+    send_common(ep, buf, len, dest, SendOpts { tag: Some(tag), cq_data: None, context: context as u64 })
+}
+
+/// Sends an untagged message carrying remote CQ data: the receiver's
+/// completion has `RDM4_CQ_REMOTE_CQ_DATA` and `data`. Returns as `rdm4_send`.
+#[no_mangle]
+pub extern "C" fn rdm4_senddata(
+    ep: *mut rdm4_ep,
+    buf: *const c_void,
+    len: usize,
+    data: u64,
+    dest: rdm4_addr,
+    context: *mut c_void,
+) -> i32 {
+    send_common(ep, buf, len, dest, SendOpts { tag: None, cq_data: Some(data), context: context as u64 })
+}
+
+/// Sends a copy of `len` bytes at `buf`: the buffer is the caller's again
+/// when the call returns, and no completion is written (a failure of the
+/// transfer is not reported). At most 64 KiB.
+///
+/// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `buf`
+/// with `len > 0`, or `len` over 64 KiB); `RDM4_ENOADDR`; `RDM4_EPEER`;
+/// `RDM4_EAGAIN`. Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn rdm4_inject(ep: *mut rdm4_ep, buf: *const c_void, len: usize, dest: rdm4_addr) -> i32 {
+    boundary(|| {
+        let h = lookup(ep)?;
+        if len > 64 * 1024 {
+            return Err(Status::Inval);
+        }
+        let src = c_buf(buf as *mut c_void, len)?;
+        let mut g = h.lock();
+        let bytes = src.with_slice(|s| s.to_vec());
+        let (copy, ctx) = g.inject_copy(&bytes);
+        if let Err(e) = g.ep.send(addr(dest)?, copy, SendOpts { tag: None, cq_data: None, context: ctx }) {
+            g.take_injected(ctx);
+            return Err(e);
+        }
+        Ok(0)
+    })
+}
+
+/// The single buffer of an `rdm4_msg` (rdm4 0.1 supports 0 or 1 iovec).
+fn msg_buf(msg: &rdm4_msg) -> Result<UserBuf, Status> {
+    match msg.iov_count {
+        0 => Ok(UserBuf::empty()),
+        1 if !msg.iov.is_null() => {
+            // SAFETY: one iovec at `msg.iov`.
+            let iov = unsafe { msg.iov.read() };
+            c_buf(iov.iov_base, iov.iov_len)
+        }
+        1 => Err(Status::Inval),
+        _ => Err(Status::NotSup),
+    }
+}
+
+fn read_msg(msg: *const rdm4_msg, flags: u64, allowed: u64) -> Result<rdm4_msg, Status> {
+    if msg.is_null() || flags & !allowed != 0 {
+        return Err(Status::Inval);
+    }
+    // SAFETY: non-NULL, points to an rdm4_msg by the contract.
+    Ok(unsafe { msg.read() })
+}
+
+/// Sends the message described by `msg` with `RDM4_MSG_*` `flags` (tagged,
+/// remote CQ data). `msg` itself is only read during the call; its buffer
+/// is the library's until the completion is polled. rdm4 0.1 accepts at
+/// most one iovec.
+///
+/// Returns as `rdm4_send`, and `RDM4_EINVAL` (NULL `msg`, unknown flags,
+/// NULL `iov` with `iov_count` 1), `RDM4_ENOTSUP` (`iov_count` > 1).
+#[no_mangle]
+pub extern "C" fn rdm4_sendmsg(ep: *mut rdm4_ep, msg: *const rdm4_msg, flags: u64) -> i32 {
+    boundary(|| {
+        let h = lookup(ep)?;
+        let m = read_msg(msg, flags, RDM4_MSG_TAGGED | RDM4_MSG_REMOTE_CQ_DATA)?;
+        let b = msg_buf(&m)?;
+        let opts = SendOpts {
+            tag: (flags & RDM4_MSG_TAGGED != 0).then_some(m.tag),
+            cq_data: (flags & RDM4_MSG_REMOTE_CQ_DATA != 0).then_some(m.data),
+            context: m.context as u64,
+        };
+        h.lock().ep.send(addr(m.addr)?, b, opts)?;
+        Ok(0)
+    })
+}
+
+fn recv_common(
+    ep: *mut rdm4_ep,
+    buf: *mut c_void,
+    len: usize,
+    src: rdm4_addr,
+    tag: Option<(u64, u64)>,
+    ctx: u64,
+) -> i32 {
+    boundary(|| {
+        let h = lookup(ep)?;
+        let b = c_buf(buf, len)?;
+        h.lock().ep.recv(b, RecvOpts { tag, src: src_filter(src)?, context: ctx })?;
+        Ok(0)
+    })
+}
+
+/// Posts a receive of an untagged message from `src` (`RDM4_ADDR_UNSPEC`:
+/// any source) into `len` bytes at `buf`. Messages match receives in the
+/// order both were posted/sent. A longer message fills the buffer and
+/// completes with `RDM4_ETRUNC` (`olen` = its length); nothing is written
+/// past the buffer.
+///
+/// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `buf` with
+/// `len > 0`); `RDM4_ENOADDR` (unknown `src`); `RDM4_EAGAIN`. Buffer: the
+/// library's until the completion is polled. Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn rdm4_recv(
+    ep: *mut rdm4_ep,
+    buf: *mut c_void,
+    len: usize,
+    src: rdm4_addr,
+    context: *mut c_void,
+) -> i32 {
+    recv_common(ep, buf, len, src, None, context as u64)
+}
+
+/// Posts a tagged receive: it takes the first message whose tag equals
+/// `tag` in every bit not set in `ignore`. Returns as `rdm4_recv`.
+#[no_mangle]
+pub extern "C" fn rdm4_trecv(
+    ep: *mut rdm4_ep,
+    buf: *mut c_void,
+    len: usize,
+    src: rdm4_addr,
+    tag: u64,
+    ignore: u64,
+    context: *mut c_void,
+) -> i32 {
+    recv_common(ep, buf, len, src, Some((tag, ignore)), context as u64)
+}
+
+/// Posts the receive described by `msg` (`addr` is the source filter;
+/// `RDM4_MSG_TAGGED` uses `tag` and `ignore`). Returns as `rdm4_recv`, and
+/// `RDM4_EINVAL` / `RDM4_ENOTSUP` as `rdm4_sendmsg`.
+#[no_mangle]
+pub extern "C" fn rdm4_recvmsg(ep: *mut rdm4_ep, msg: *const rdm4_msg, flags: u64) -> i32 {
+    boundary(|| {
+        let h = lookup(ep)?;
+        let m = read_msg(msg, flags, RDM4_MSG_TAGGED)?;
+        let b = msg_buf(&m)?;
+        let tag = (flags & RDM4_MSG_TAGGED != 0).then_some((m.tag, m.ignore));
+        h.lock().ep.recv(b, RecvOpts { tag, src: src_filter(m.addr)?, context: m.context as u64 })?;
+        Ok(0)
+    })
+}
+
+fn write_common(
+    ep: *mut rdm4_ep,
+    buf: *const c_void,
+    len: usize,
+    data: Option<u64>,
+    dest: rdm4_addr,
+    raddr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> i32 {
+    boundary(|| {
+        let h = lookup(ep)?;
+        let b = c_buf(buf as *mut c_void, len)?;
+        h.lock().ep.write(addr(dest)?, b, RemoteBuf { addr: raddr, key }, data, context as u64)?;
+        Ok(0)
+    })
+}
+
+/// Writes `len` bytes at `buf` to the peer's memory at `raddr`, registered
+/// with `key` and `RDM4_ACCESS_REMOTE_WRITE`. The completion
+/// (`RDM4_CQ_RMA | RDM4_CQ_WRITE`) says the data is in the target's memory
+/// (towards rdm4 peers); a bad key, range or access completes with
+/// `RDM4_EREMOTEACCESS` and the target's memory unchanged.
+///
+/// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL`; `RDM4_ENOADDR`;
+/// `RDM4_EPEER`; `RDM4_EAGAIN`. Buffer: the library's until the completion
+/// is polled. Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn rdm4_write(
+    ep: *mut rdm4_ep,
+    buf: *const c_void,
+    len: usize,
+    dest: rdm4_addr,
+    raddr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> i32 {
+    write_common(ep, buf, len, None, dest, raddr, key, context)
+}
+
+/// `rdm4_write` that also gives the target a completion
+/// (`RDM4_CQ_REMOTE_WRITE | RDM4_CQ_REMOTE_CQ_DATA`) with `data`.
+/// Returns as `rdm4_write`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn rdm4_writedata(
+    ep: *mut rdm4_ep,
+    buf: *const c_void,
+    len: usize,
+    data: u64,
+    dest: rdm4_addr,
+    raddr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> i32 {
+    write_common(ep, buf, len, Some(data), dest, raddr, key, context)
+}
+
+/// Reads `len` bytes of the peer's memory at `raddr` (registered with `key`
+/// and `RDM4_ACCESS_REMOTE_READ`) into `buf`. Completion:
+/// `RDM4_CQ_RMA | RDM4_CQ_READ`, or `RDM4_EREMOTEACCESS`.
+/// Returns as `rdm4_write`.
+#[no_mangle]
+pub extern "C" fn rdm4_read(
+    ep: *mut rdm4_ep,
+    buf: *mut c_void,
+    len: usize,
+    dest: rdm4_addr,
+    raddr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> i32 {
+    boundary(|| {
+        let h = lookup(ep)?;
+        let b = c_buf(buf, len)?;
+        h.lock().ep.read(addr(dest)?, b, RemoteBuf { addr: raddr, key }, context as u64)?;
+        Ok(0)
+    })
+}
+
+/// The byte length of `count` elements of `datatype`.
+fn elems(count: usize, datatype: u32) -> Result<usize, Status> {
+    count.checked_mul(atomic_ops::type_size(datatype)?).ok_or(Status::Overflow)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn atomic_common(
+    ep: *mut rdm4_ep,
+    operand: (*const c_void, usize),
+    compare: (*const c_void, usize),
+    result: (*mut c_void, usize),
+    datatype: u32,
+    op: u32,
+    dest: rdm4_addr,
+    raddr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> i32 {
+    boundary(|| {
+        let h = lookup(ep)?;
+        let o = c_buf(operand.0 as *mut c_void, elems(operand.1, datatype)?)?;
+        let c = c_buf(compare.0 as *mut c_void, elems(compare.1, datatype)?)?;
+        let r = c_buf(result.0, elems(result.1, datatype)?)?;
+        let remote = RemoteBuf { addr: raddr, key };
+        h.lock().ep.atomic(addr(dest)?, datatype, op, o, c, r, remote, context as u64)?;
+        Ok(0)
+    })
+}
+
+/// Applies `op` (`RDM4_MIN` ... `RDM4_ATOMIC_WRITE`) with the `count`
+/// elements of `datatype` at `buf` to the peer's memory at `raddr`
+/// (registered with `key` and `RDM4_ACCESS_REMOTE_WRITE`). Atomics towards
+/// one peer are applied in the order they were posted. The payload must
+/// fit one packet (about 8 KiB).
+///
+/// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `buf`
+/// with `count > 0`, `count` 0); `RDM4_ENOTSUP` (the op does not apply to
+/// the datatype, or `long double`); `RDM4_EOVERFLOW` (payload too large);
+/// `RDM4_ENOADDR`; `RDM4_EPEER`; `RDM4_EAGAIN`. Completion:
+/// `RDM4_CQ_ATOMIC | RDM4_CQ_WRITE`, or `RDM4_EREMOTEACCESS`.
+/// Buffer: the library's until the completion is polled.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn rdm4_atomic(
+    ep: *mut rdm4_ep,
+    buf: *const c_void,
+    count: usize,
+    datatype: u32,
+    op: u32,
+    dest: rdm4_addr,
+    raddr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> i32 {
+    atomic_common(
+        ep,
+        (buf, count),
+        (std::ptr::null(), 0),
+        (std::ptr::null_mut(), 0),
+        datatype,
+        op,
+        dest,
+        raddr,
+        key,
+        context,
+    )
+}
+
+/// Like `rdm4_atomic`, and writes the target's previous values to `result`
+/// (`count` elements). With `RDM4_ATOMIC_READ`, `buf` may be NULL. The
+/// memory also needs `RDM4_ACCESS_REMOTE_READ`. Completion adds
+/// `RDM4_CQ_READ`. Returns as `rdm4_atomic`; `RDM4_EINVAL` also for a NULL
+/// `result`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn rdm4_fetch_atomic(
+    ep: *mut rdm4_ep,
+    buf: *const c_void,
+    count: usize,
+    result: *mut c_void,
+    datatype: u32,
+    op: u32,
+    dest: rdm4_addr,
+    raddr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> i32 {
+    let operand_count = if op == RDM4_ATOMIC_READ && buf.is_null() { 0 } else { count };
+    atomic_common(
+        ep,
+        (buf, operand_count),
+        (std::ptr::null(), 0),
+        (result, count),
+        datatype,
+        op,
+        dest,
+        raddr,
+        key,
+        context,
+    )
+}
+
+/// A compare atomic (`RDM4_CSWAP` ... `RDM4_MSWAP`): each element of the
+/// target is replaced by `buf`'s when the condition on `compare`'s holds
+/// (MSWAP: `compare` is the bit mask); `result` receives the previous
+/// values. Returns as `rdm4_fetch_atomic`; `RDM4_EINVAL` also for a NULL
+/// `compare`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn rdm4_compare_atomic(
+    ep: *mut rdm4_ep,
+    buf: *const c_void,
+    count: usize,
+    compare: *const c_void,
+    result: *mut c_void,
+    datatype: u32,
+    op: u32,
+    dest: rdm4_addr,
+    raddr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> i32 {
+    atomic_common(ep, (buf, count), (compare, count), (result, count), datatype, op, dest, raddr, key, context)
+}

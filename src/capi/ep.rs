@@ -1,0 +1,441 @@
+//! Endpoints, address vector, memory registration and completions.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::types::*;
+use super::{boundary, c_buf, lookup, registry, EpHandle, EpInner};
+use crate::device::shm::ShmDevice;
+use crate::device::{Access, Device};
+use crate::engine::{Config, CqFlags, Cqe, Endpoint, ADDR_UNSPEC};
+use crate::status::Status;
+use crate::wire::RawAddr;
+
+/// An open endpoint (opaque).
+pub struct rdm4_ep {
+    _opaque: [u8; 0],
+}
+
+/// Fills `attr` with the defaults (shared memory device, manual progress)
+/// and sets `attr->size`.
+///
+/// Returns `RDM4_SUCCESS`, or `RDM4_EINVAL` when `attr` is NULL.
+/// Thread safety: any thread; `attr` is the caller's and is only written.
+#[no_mangle]
+pub extern "C" fn rdm4_ep_attr_init(attr: *mut rdm4_ep_attr) -> i32 {
+    boundary(|| {
+        if attr.is_null() {
+            return Err(Status::Inval);
+        }
+        let a = rdm4_ep_attr {
+            size: std::mem::size_of::<rdm4_ep_attr>(),
+            device: RDM4_DEVICE_DEFAULT,
+            progress: RDM4_PROGRESS_MANUAL,
+            medium_max: 0,
+            unexpected_limit: 0,
+            max_credits: 0,
+            reserved0: 0,
+            reserved: [0; 8],
+        };
+        // SAFETY: non-NULL and, by the contract, points to an rdm4_ep_attr.
+        unsafe { attr.write(a) };
+        Ok(0)
+    })
+}
+
+/// Reads the caller's attributes, honouring its `size`.
+fn read_attr(attr: *const rdm4_ep_attr) -> Result<rdm4_ep_attr, Status> {
+    let mut a = rdm4_ep_attr {
+        size: std::mem::size_of::<rdm4_ep_attr>(),
+        device: RDM4_DEVICE_DEFAULT,
+        progress: RDM4_PROGRESS_MANUAL,
+        medium_max: 0,
+        unexpected_limit: 0,
+        max_credits: 0,
+        reserved0: 0,
+        reserved: [0; 8],
+    };
+    if attr.is_null() {
+        return Ok(a);
+    }
+    // SAFETY: non-NULL; the first field is the size the caller compiled.
+    let size = unsafe { attr.cast::<usize>().read_unaligned() };
+    let min = std::mem::offset_of!(rdm4_ep_attr, device) + 4;
+    if size < min {
+        return Err(Status::Inval);
+    }
+    let n = size.min(std::mem::size_of::<rdm4_ep_attr>());
+    // SAFETY: the caller's struct has at least `size` readable bytes; we copy
+    // the prefix we both know into our default-initialised struct.
+    unsafe { std::ptr::copy_nonoverlapping(attr.cast::<u8>(), (&mut a as *mut rdm4_ep_attr).cast::<u8>(), n) };
+    a.size = n;
+    if a.progress > RDM4_PROGRESS_AUTO || a.reserved0 != 0 || a.reserved.iter().any(|&r| r != 0) {
+        return Err(Status::Inval);
+    }
+    Ok(a)
+}
+
+fn open_device(attr: &rdm4_ep_attr) -> Result<Box<dyn Device + Send>, Status> {
+    let kind = match std::env::var("RDM4_DEVICE").ok().as_deref() {
+        Some("shm") => RDM4_DEVICE_SHM,
+        Some("udp") => RDM4_DEVICE_UDP,
+        Some("") | None => attr.device,
+        Some(_) => return Err(Status::Inval),
+    };
+    match kind {
+        RDM4_DEVICE_DEFAULT | RDM4_DEVICE_SHM => Ok(Box::new(ShmDevice::open()?)),
+        RDM4_DEVICE_UDP => Err(Status::NotSup),
+        _ => Err(Status::Inval),
+    }
+}
+
+/// Opens an endpoint.
+///
+/// `attr` may be NULL for the defaults; its device may be overridden with
+/// `RDM4_DEVICE=shm|udp` and the device's own `RDM4_SHM_*` variables. On
+/// success `*ep` is the new endpoint, owned by the caller until
+/// `rdm4_ep_close`.
+///
+/// Returns `RDM4_SUCCESS`; `RDM4_EINVAL` (NULL `ep`, bad attributes or
+/// `RDM4_DEVICE` value), `RDM4_ENOTSUP` (the UDP device is not available in
+/// this version), `RDM4_EBUSY` (no free shared-memory endpoint id),
+/// `RDM4_EIO` / `RDM4_ENOMEM` (the device could not be created).
+/// Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep) -> i32 {
+    boundary(|| {
+        if ep.is_null() {
+            return Err(Status::Inval);
+        }
+        let a = read_attr(attr)?;
+        let dev = open_device(&a)?;
+        let mut cfg = Config::default();
+        if a.medium_max != 0 {
+            cfg.medium_max = a.medium_max;
+        }
+        if a.unexpected_limit != 0 {
+            cfg.unexpected_limit = a.unexpected_limit;
+        }
+        if a.max_credits != 0 {
+            cfg.max_credits = a.max_credits;
+        }
+        let inner = EpInner::new(Endpoint::new(dev, cfg));
+        let h = Arc::new(EpHandle::new(inner));
+        if a.progress == RDM4_PROGRESS_AUTO {
+            let t = Arc::clone(&h);
+            let thread = std::thread::Builder::new()
+                .name("rdm4-progress".into())
+                .spawn(move || {
+                    while !t.stop.load(Ordering::Acquire) {
+                        let busy = t.lock().progress_once();
+                        if !busy {
+                            std::thread::sleep(Duration::from_micros(20));
+                        }
+                    }
+                })
+                .map_err(|_| Status::NoMem)?;
+            *h.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(thread);
+        }
+        let ptr = Arc::as_ptr(&h) as *mut rdm4_ep;
+        registry().insert(ptr as usize, h);
+        // SAFETY: non-NULL out-pointer.
+        unsafe { ep.write(ptr) };
+        Ok(0)
+    })
+}
+
+/// Closes an endpoint: stops its progress thread, cancels its operations
+/// (their buffers are no longer used by the library when this returns),
+/// removes its device resources. The handle is invalid afterwards.
+///
+/// Returns `RDM4_SUCCESS` or `RDM4_EBADHANDLE` (NULL, unknown or already
+/// closed). Thread safety: any thread, but no other call may use `ep`
+/// concurrently or afterwards.
+#[no_mangle]
+pub extern "C" fn rdm4_ep_close(ep: *mut rdm4_ep) -> i32 {
+    boundary(|| {
+        let h = registry().remove(&(ep as usize)).ok_or(Status::BadHandle)?;
+        h.stop.store(true, Ordering::Release);
+        let thread = h.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = thread {
+            let _ = t.join();
+        }
+        drop(h);
+        Ok(0)
+    })
+}
+
+/// Copies the endpoint's raw address (`RDM4_ADDR_LEN` bytes) into `addr`.
+/// `*len` holds the buffer size on entry and the address length on return.
+///
+/// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `addr` or
+/// `len`); `RDM4_ETOOSMALL` when `*len < RDM4_ADDR_LEN` (then `*len` is set
+/// and nothing is copied). Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn rdm4_ep_getname(ep: *mut rdm4_ep, addr: *mut c_void, len: *mut usize) -> i32 {
+    boundary(|| {
+        let h = lookup(ep)?;
+        if addr.is_null() || len.is_null() {
+            return Err(Status::Inval);
+        }
+        let raw = h.lock().ep.addr().to_bytes();
+        // SAFETY: non-NULL pointers per the contract.
+        unsafe {
+            let have = len.read();
+            len.write(RDM4_ADDR_LEN);
+            if have < RDM4_ADDR_LEN {
+                return Err(Status::TooSmall);
+            }
+            std::ptr::copy_nonoverlapping(raw.as_ptr(), addr.cast::<u8>(), RDM4_ADDR_LEN);
+        }
+        Ok(0)
+    })
+}
+
+/// Inserts `count` raw addresses (`count * RDM4_ADDR_LEN` bytes at `addrs`)
+/// and writes their handles to `out[0..count]`. Inserting an address twice
+/// gives the same handle. All or nothing: on failure no address stays inserted.
+///
+/// Returns the number inserted (`count`); `RDM4_EBADHANDLE`; `RDM4_EINVAL`
+/// (NULL `addrs` or `out` with `count > 0`); `RDM4_ENOADDR` (an address no
+/// device of this endpoint can reach, e.g. another host's shared memory or a
+/// closed endpoint). Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn rdm4_av_insert(ep: *mut rdm4_ep, addrs: *const c_void, count: usize, out: *mut rdm4_addr) -> i32 {
+    boundary(|| {
+        let h = lookup(ep)?;
+        if count == 0 {
+            return Ok(0);
+        }
+        if addrs.is_null() || out.is_null() || count > i32::MAX as usize / RDM4_ADDR_LEN {
+            return Err(Status::Inval);
+        }
+        // SAFETY: the caller gives `count` addresses of RDM4_ADDR_LEN bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(addrs.cast::<u8>(), count * RDM4_ADDR_LEN) };
+        let mut g = h.lock();
+        let mut done: Vec<u32> = Vec::with_capacity(count);
+        for chunk in bytes.chunks(RDM4_ADDR_LEN) {
+            let raw = RawAddr::from_bytes(chunk).ok_or(Status::Inval)?;
+            match g.ep.av_insert(&raw) {
+                Ok(a) => done.push(a),
+                Err(e) => {
+                    for a in done {
+                        let _ = g.ep.av_remove(a);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        for (i, a) in done.iter().enumerate() {
+            // SAFETY: `out` has room for `count` handles.
+            unsafe { out.add(i).write(u64::from(*a)) };
+        }
+        Ok(count as i32)
+    })
+}
+
+/// Removes `count` address handles. Operations towards them complete with
+/// `RDM4_ECANCELED`. All handles are checked first: nothing is removed when
+/// one is unknown.
+///
+/// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `addrs`
+/// with `count > 0`); `RDM4_ENOADDR` (an unknown handle).
+/// Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn rdm4_av_remove(ep: *mut rdm4_ep, addrs: *const rdm4_addr, count: usize) -> i32 {
+    boundary(|| {
+        let h = lookup(ep)?;
+        if count == 0 {
+            return Ok(0);
+        }
+        if addrs.is_null() {
+            return Err(Status::Inval);
+        }
+        // SAFETY: `count` handles at `addrs`.
+        let list = unsafe { std::slice::from_raw_parts(addrs, count) };
+        let mut g = h.lock();
+        let handles: Result<Vec<u32>, Status> = list
+            .iter()
+            .map(|&a| u32::try_from(a).ok().filter(|&a| g.ep.av_lookup(a).is_ok()).ok_or(Status::NoAddr))
+            .collect();
+        for a in handles? {
+            g.ep.av_remove(a)?;
+        }
+        Ok(0)
+    })
+}
+
+/// Writes a readable form of a raw address (`RDM4_ADDR_LEN` bytes at `addr`)
+/// as a NUL-terminated string into `buf`; `*len` holds the buffer size on
+/// entry and the needed size (NUL included) on return.
+///
+/// Returns `RDM4_SUCCESS`; `RDM4_EINVAL` (NULL `addr` or `len`, or NULL `buf`
+/// with a non-zero `*len`); `RDM4_ETOOSMALL` (nothing written, `*len` set).
+/// Thread safety: any thread; no endpoint needed.
+#[no_mangle]
+pub extern "C" fn rdm4_av_straddr(addr: *const c_void, buf: *mut c_char, len: *mut usize) -> i32 {
+    boundary(|| {
+        if addr.is_null() || len.is_null() {
+            return Err(Status::Inval);
+        }
+        // SAFETY: RDM4_ADDR_LEN readable bytes at `addr`.
+        let bytes = unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), RDM4_ADDR_LEN) };
+        let raw = RawAddr::from_bytes(bytes).ok_or(Status::Inval)?;
+        let gid: Vec<String> = raw.gid.chunks(2).map(|p| format!("{:02x}{:02x}", p[0], p[1])).collect();
+        let text = format!("rdm4://[{}]:{}/{:#010x}", gid.join(":"), raw.qpn(), raw.connid());
+        // SAFETY: `len` is non-NULL.
+        let have = unsafe { len.read() };
+        unsafe { len.write(text.len() + 1) };
+        if have < text.len() + 1 {
+            return Err(Status::TooSmall);
+        }
+        if buf.is_null() {
+            return Err(Status::Inval);
+        }
+        // SAFETY: `buf` has `have` >= text.len() + 1 bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), text.len());
+            buf.add(text.len()).write(0);
+        }
+        Ok(0)
+    })
+}
+
+/// Registers `len` bytes at `buf` with `RDM4_ACCESS_*` rights; `*key` is the
+/// key peers use for RMA and atomics on it. The memory must stay valid until
+/// `rdm4_mr_close`.
+///
+/// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `key`,
+/// NULL `buf` with `len > 0`, unknown access bits); `RDM4_ENOMEM` (the
+/// registration table is full). Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn rdm4_mr_reg(ep: *mut rdm4_ep, buf: *mut c_void, len: usize, access: u64, key: *mut u64) -> i32 {
+    boundary(|| {
+        let h = lookup(ep)?;
+        if key.is_null() || access & !(RDM4_ACCESS_LOCAL | RDM4_ACCESS_REMOTE_READ | RDM4_ACCESS_REMOTE_WRITE) != 0 {
+            return Err(Status::Inval);
+        }
+        let b = c_buf(buf, len)?;
+        let k = h.lock().ep.mr_reg(b, Access::from_bits_truncate(access as u32))?;
+        // SAFETY: non-NULL out-pointer.
+        unsafe { key.write(k) };
+        Ok(0)
+    })
+}
+
+/// Removes a registration.
+///
+/// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (unknown key);
+/// `RDM4_EBUSY` (a peer's emulated long read or write on it is in progress;
+/// try again after progress). Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn rdm4_mr_close(ep: *mut rdm4_ep, key: u64) -> i32 {
+    boundary(|| {
+        let h = lookup(ep)?;
+        h.lock().ep.mr_dereg(key)?;
+        Ok(0)
+    })
+}
+
+fn to_c(e: &Cqe) -> rdm4_cqe {
+    let f = e.flags;
+    let map = [
+        (CqFlags::SEND, RDM4_CQ_SEND),
+        (CqFlags::RECV, RDM4_CQ_RECV),
+        (CqFlags::MSG, RDM4_CQ_MSG),
+        (CqFlags::TAGGED, RDM4_CQ_TAGGED),
+        (CqFlags::RMA, RDM4_CQ_RMA),
+        (CqFlags::READ, RDM4_CQ_READ),
+        (CqFlags::WRITE, RDM4_CQ_WRITE),
+        (CqFlags::ATOMIC, RDM4_CQ_ATOMIC),
+        (CqFlags::REMOTE_CQ_DATA, RDM4_CQ_REMOTE_CQ_DATA),
+        (CqFlags::REMOTE_WRITE, RDM4_CQ_REMOTE_WRITE),
+    ];
+    rdm4_cqe {
+        context: e.context as usize as *mut c_void,
+        flags: map.iter().filter(|(r, _)| f.contains(*r)).fold(0, |a, (_, c)| a | c),
+        len: e.len,
+        buf: e.buf as usize as *mut c_void,
+        data: e.data,
+        tag: e.tag,
+        src: if e.src == ADDR_UNSPEC { RDM4_ADDR_UNSPEC } else { u64::from(e.src) },
+        status: e.status.code(),
+        reserved0: 0,
+        olen: e.olen,
+        reserved: [0; 2],
+    }
+}
+
+/// Makes progress (sends, receives, serves peers' remote operations) and
+/// moves up to `max` completions into `entries`. Failed operations are
+/// entries too, with a non-zero `status`. A buffer of an operation belongs
+/// to the caller again once its completion has been returned here.
+///
+/// Returns the number of entries written (0 when none); `RDM4_EBADHANDLE`;
+/// `RDM4_EINVAL` (NULL `entries` with `max > 0`). Thread safety: any
+/// thread; concurrent callers each get distinct entries.
+#[no_mangle]
+pub extern "C" fn rdm4_poll(ep: *mut rdm4_ep, entries: *mut rdm4_cqe, max: usize) -> i32 {
+    boundary(|| {
+        let h = lookup(ep)?;
+        if entries.is_null() && max > 0 {
+            return Err(Status::Inval);
+        }
+        let mut g = h.lock();
+        g.progress_once();
+        let max = max.min(i32::MAX as usize);
+        let got = g.take_completions(max);
+        for (i, e) in got.iter().enumerate() {
+            // SAFETY: `entries` has room for `max` entries.
+            unsafe { entries.add(i).write(to_c(e)) };
+        }
+        Ok(got.len() as i32)
+    })
+}
+
+/// Waits until a completion is available or `timeout_ms` milliseconds pass
+/// (negative: no limit), making progress meanwhile. Entries are then
+/// collected with `rdm4_poll`.
+///
+/// Returns `RDM4_SUCCESS` (completions available); `RDM4_ETIMEDOUT`;
+/// `RDM4_EBADHANDLE`. Thread safety: any thread; while one thread waits,
+/// others' calls on the endpoint wait for at most one millisecond slice.
+#[no_mangle]
+pub extern "C" fn rdm4_wait(ep: *mut rdm4_ep, timeout_ms: c_int) -> i32 {
+    boundary(|| {
+        let h = lookup(ep)?;
+        let start = std::time::Instant::now();
+        let limit = (timeout_ms >= 0).then(|| Duration::from_millis(timeout_ms as u64));
+        loop {
+            {
+                let mut g = h.lock();
+                g.progress_once();
+                if g.has_completions() {
+                    return Ok(0);
+                }
+                // Block in slices so other threads get the endpoint between them.
+                g.ep.wait(1);
+            }
+            if limit.is_some_and(|l| start.elapsed() >= l) {
+                return Err(Status::TimedOut);
+            }
+        }
+    })
+}
+
+/// A file descriptor that polls readable (poll/epoll) when a packet may have
+/// arrived for the endpoint; then call `rdm4_poll`. The descriptor belongs to
+/// the endpoint: do not close it.
+///
+/// Returns the descriptor (>= 0); `RDM4_EBADHANDLE`; `RDM4_ENOTSUP` (the
+/// device has none). Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn rdm4_ep_fd(ep: *mut rdm4_ep) -> i32 {
+    boundary(|| {
+        let h = lookup(ep)?;
+        let fd = h.lock().ep.wait_fd().ok_or(Status::NotSup)?;
+        Ok(fd)
+    })
+}

@@ -1,0 +1,204 @@
+//! The C types and constants of the API (their layout is ABI: structs only
+//! grow at the end, and constants are never renumbered).
+
+use std::ffi::c_void;
+
+/// An address handle returned by `rdm4_av_insert`.
+#[allow(non_camel_case_types)]
+pub type rdm4_addr = u64;
+
+/// `rdm4_cqe.src` when the source is not known; also "any source" for receives.
+pub const RDM4_ADDR_UNSPEC: rdm4_addr = u64::MAX;
+
+/// Length of a raw endpoint address (`rdm4_ep_getname`).
+pub const RDM4_ADDR_LEN: usize = 32;
+
+/// Device: the default (shared memory today; `RDM4_DEVICE` overrides).
+pub const RDM4_DEVICE_DEFAULT: u32 = 0;
+/// Device: shared memory between processes of one host.
+pub const RDM4_DEVICE_SHM: u32 = 1;
+/// Device: UDP between hosts (not available yet: `RDM4_ENOTSUP`).
+pub const RDM4_DEVICE_UDP: u32 = 2;
+
+/// Progress: the application drives everything through `rdm4_poll` / `rdm4_wait`.
+pub const RDM4_PROGRESS_MANUAL: u32 = 0;
+/// Progress: a thread of the library also progresses the endpoint, so
+/// one-sided operations complete while the target does not call in.
+pub const RDM4_PROGRESS_AUTO: u32 = 1;
+
+/// Memory access: local use.
+pub const RDM4_ACCESS_LOCAL: u64 = 1 << 0;
+/// Memory access: peers may read.
+pub const RDM4_ACCESS_REMOTE_READ: u64 = 1 << 1;
+/// Memory access: peers may write and run atomics.
+pub const RDM4_ACCESS_REMOTE_WRITE: u64 = 1 << 2;
+
+/// Completion flag: a send.
+pub const RDM4_CQ_SEND: u64 = 1 << 0;
+/// Completion flag: a receive.
+pub const RDM4_CQ_RECV: u64 = 1 << 1;
+/// Completion flag: an untagged message.
+pub const RDM4_CQ_MSG: u64 = 1 << 2;
+/// Completion flag: a tagged message.
+pub const RDM4_CQ_TAGGED: u64 = 1 << 3;
+/// Completion flag: an RMA operation.
+pub const RDM4_CQ_RMA: u64 = 1 << 4;
+/// Completion flag: a read (RMA read, or an atomic that returned values).
+pub const RDM4_CQ_READ: u64 = 1 << 5;
+/// Completion flag: a write (RMA write or atomic).
+pub const RDM4_CQ_WRITE: u64 = 1 << 6;
+/// Completion flag: an atomic.
+pub const RDM4_CQ_ATOMIC: u64 = 1 << 7;
+/// Completion flag: `data` holds remote CQ data.
+pub const RDM4_CQ_REMOTE_CQ_DATA: u64 = 1 << 8;
+/// Completion flag: a peer wrote into this endpoint's memory (with CQ data).
+pub const RDM4_CQ_REMOTE_WRITE: u64 = 1 << 9;
+
+/// `rdm4_msg` flag: tagged (use `tag`, and `ignore` on receives).
+pub const RDM4_MSG_TAGGED: u64 = 1 << 0;
+/// `rdm4_msg` flag: send `data` as remote CQ data.
+pub const RDM4_MSG_REMOTE_CQ_DATA: u64 = 1 << 1;
+
+/// Atomic datatypes: libfabric's `enum fi_datatype` values.
+pub const RDM4_INT8: u32 = 0;
+/// See `RDM4_INT8`.
+pub const RDM4_UINT8: u32 = 1;
+/// See `RDM4_INT8`.
+pub const RDM4_INT16: u32 = 2;
+/// See `RDM4_INT8`.
+pub const RDM4_UINT16: u32 = 3;
+/// See `RDM4_INT8`.
+pub const RDM4_INT32: u32 = 4;
+/// See `RDM4_INT8`.
+pub const RDM4_UINT32: u32 = 5;
+/// See `RDM4_INT8`.
+pub const RDM4_INT64: u32 = 6;
+/// See `RDM4_INT8`.
+pub const RDM4_UINT64: u32 = 7;
+/// See `RDM4_INT8`.
+pub const RDM4_FLOAT: u32 = 8;
+/// See `RDM4_INT8`.
+pub const RDM4_DOUBLE: u32 = 9;
+/// See `RDM4_INT8`.
+pub const RDM4_FLOAT_COMPLEX: u32 = 10;
+/// See `RDM4_INT8`.
+pub const RDM4_DOUBLE_COMPLEX: u32 = 11;
+/// See `RDM4_INT8` (refused: `RDM4_ENOTSUP`).
+pub const RDM4_LONG_DOUBLE: u32 = 12;
+/// See `RDM4_INT8` (refused: `RDM4_ENOTSUP`).
+pub const RDM4_LONG_DOUBLE_COMPLEX: u32 = 13;
+/// See `RDM4_INT8`.
+pub const RDM4_INT128: u32 = 14;
+/// See `RDM4_INT8`.
+pub const RDM4_UINT128: u32 = 15;
+
+/// Atomic operations: libfabric's `enum fi_op` values.
+pub const RDM4_MIN: u32 = 0;
+/// See `RDM4_MIN`.
+pub const RDM4_MAX: u32 = 1;
+/// See `RDM4_MIN`.
+pub const RDM4_SUM: u32 = 2;
+/// See `RDM4_MIN`.
+pub const RDM4_PROD: u32 = 3;
+/// See `RDM4_MIN`.
+pub const RDM4_LOR: u32 = 4;
+/// See `RDM4_MIN`.
+pub const RDM4_LAND: u32 = 5;
+/// See `RDM4_MIN`.
+pub const RDM4_BOR: u32 = 6;
+/// See `RDM4_MIN`.
+pub const RDM4_BAND: u32 = 7;
+/// See `RDM4_MIN`.
+pub const RDM4_LXOR: u32 = 8;
+/// See `RDM4_MIN`.
+pub const RDM4_BXOR: u32 = 9;
+/// See `RDM4_MIN`.
+pub const RDM4_ATOMIC_READ: u32 = 10;
+/// See `RDM4_MIN`.
+pub const RDM4_ATOMIC_WRITE: u32 = 11;
+/// See `RDM4_MIN`.
+pub const RDM4_CSWAP: u32 = 12;
+/// See `RDM4_MIN`.
+pub const RDM4_CSWAP_NE: u32 = 13;
+/// See `RDM4_MIN`.
+pub const RDM4_CSWAP_LE: u32 = 14;
+/// See `RDM4_MIN`.
+pub const RDM4_CSWAP_LT: u32 = 15;
+/// See `RDM4_MIN`.
+pub const RDM4_CSWAP_GE: u32 = 16;
+/// See `RDM4_MIN`.
+pub const RDM4_CSWAP_GT: u32 = 17;
+/// See `RDM4_MIN`.
+pub const RDM4_MSWAP: u32 = 18;
+
+/// Endpoint attributes. Initialise with `rdm4_ep_attr_init`, which sets
+/// `size`; fields added in later versions go at the end, and the library
+/// reads only the first `size` bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct rdm4_ep_attr {
+    /// `sizeof(rdm4_ep_attr)` as the caller compiled it.
+    pub size: usize,
+    /// `RDM4_DEVICE_*`.
+    pub device: u32,
+    /// `RDM4_PROGRESS_*`.
+    pub progress: u32,
+    /// Messages up to this many bytes use the medium protocol (0: default 64 KiB).
+    pub medium_max: usize,
+    /// Bytes of unexpected messages held before senders are held back (0: default 64 MiB).
+    pub unexpected_limit: usize,
+    /// Long-CTS window in packets (0: default 64).
+    pub max_credits: u32,
+    /// Reserved, must be zero.
+    pub reserved0: u32,
+    /// Reserved for later fields, must be zero.
+    pub reserved: [u64; 8],
+}
+
+/// One completion (`rdm4_poll`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct rdm4_cqe {
+    /// The `context` given to the operation (NULL for target-side entries).
+    pub context: *mut c_void,
+    /// `RDM4_CQ_*` flags.
+    pub flags: u64,
+    /// Bytes transferred (for receives: bytes placed in the buffer).
+    pub len: u64,
+    /// Receive buffer the data went to (receives), else NULL.
+    pub buf: *mut c_void,
+    /// Remote CQ data when `RDM4_CQ_REMOTE_CQ_DATA` is set.
+    pub data: u64,
+    /// Tag of a tagged receive.
+    pub tag: u64,
+    /// Source address of a receive, or `RDM4_ADDR_UNSPEC`.
+    pub src: rdm4_addr,
+    /// `RDM4_SUCCESS` or the failure (`RDM4_ETRUNC`, `RDM4_EREMOTEACCESS`, `RDM4_EPEER`, ...).
+    pub status: i32,
+    /// Reserved.
+    pub reserved0: u32,
+    /// With `RDM4_ETRUNC`: the full message length.
+    pub olen: u64,
+    /// Reserved for later fields.
+    pub reserved: [u64; 2],
+}
+
+/// A message for `rdm4_sendmsg` / `rdm4_recvmsg`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct rdm4_msg {
+    /// The buffers; rdm4 0.1 accepts 0 or 1 entry.
+    pub iov: *const libc::iovec,
+    /// Entries in `iov`.
+    pub iov_count: usize,
+    /// Destination (send) or source filter (receive; `RDM4_ADDR_UNSPEC` = any).
+    pub addr: rdm4_addr,
+    /// Tag (with `RDM4_MSG_TAGGED`).
+    pub tag: u64,
+    /// Tag bits to ignore (receives with `RDM4_MSG_TAGGED`).
+    pub ignore: u64,
+    /// Remote CQ data (sends with `RDM4_MSG_REMOTE_CQ_DATA`).
+    pub data: u64,
+    /// Returned in the completion.
+    pub context: *mut c_void,
+}
