@@ -219,6 +219,7 @@ pub extern "C" fn rdm4_recvmsg(ep: *mut rdm4_ep, msg: *const rdm4_msg, flags: u6
     })
 }
 
+#[allow(clippy::too_many_arguments)]
 fn write_common(
     ep: *mut rdm4_ep,
     buf: *const c_void,
