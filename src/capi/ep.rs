@@ -29,25 +29,15 @@ pub extern "C" fn rdm4_ep_attr_init(attr: *mut rdm4_ep_attr) -> i32 {
         if attr.is_null() {
             return Err(Status::Inval);
         }
-        let a = rdm4_ep_attr {
-            size: std::mem::size_of::<rdm4_ep_attr>(),
-            device: RDM4_DEVICE_DEFAULT,
-            progress: RDM4_PROGRESS_MANUAL,
-            medium_max: 0,
-            unexpected_limit: 0,
-            max_credits: 0,
-            reserved0: 0,
-            reserved: [0; 8],
-        };
         // SAFETY: non-NULL and, by the contract, points to an rdm4_ep_attr.
-        unsafe { attr.write(a) };
+        unsafe { attr.write(default_attr()) };
         Ok(0)
     })
 }
 
-/// Reads the caller's attributes, honouring its `size`.
-fn read_attr(attr: *const rdm4_ep_attr) -> Result<rdm4_ep_attr, Status> {
-    let mut a = rdm4_ep_attr {
+/// The default attributes (what `rdm4_ep_attr_init` writes).
+fn default_attr() -> rdm4_ep_attr {
+    rdm4_ep_attr {
         size: std::mem::size_of::<rdm4_ep_attr>(),
         device: RDM4_DEVICE_DEFAULT,
         progress: RDM4_PROGRESS_MANUAL,
@@ -56,7 +46,12 @@ fn read_attr(attr: *const rdm4_ep_attr) -> Result<rdm4_ep_attr, Status> {
         max_credits: 0,
         reserved0: 0,
         reserved: [0; 8],
-    };
+    }
+}
+
+/// Reads the caller's attributes, honouring its `size`.
+fn read_attr(attr: *const rdm4_ep_attr) -> Result<rdm4_ep_attr, Status> {
+    let mut a = default_attr();
     if attr.is_null() {
         return Ok(a);
     }

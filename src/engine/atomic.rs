@@ -26,10 +26,7 @@ impl Core {
         remote: RemoteBuf,
         context: u64,
     ) -> Result<(), Status> {
-        let peer = self.live_peer(dest)?;
-        if peer.lost {
-            return Err(Status::PeerUnreachable);
-        }
+        let peer = self.reachable_peer(dest)?;
         let size = atomic_ops::type_size(datatype)?;
         let class = atomic_ops::classify(datatype, op_code, !result.is_empty())?;
         let len = if op_code == atomic_ops::op::ATOMIC_READ { result.len() } else { operand.len() };

@@ -532,6 +532,15 @@ impl Core {
         Ok(p)
     }
 
+    /// A peer an operation may be posted to: in the address vector and not lost.
+    fn reachable_peer(&self, addr: Addr) -> Result<&Peer, Status> {
+        let p = self.live_peer(addr)?;
+        if p.lost {
+            return Err(Status::PeerUnreachable);
+        }
+        Ok(p)
+    }
+
     /// Puts an operation in the transmit queue (once).
     fn enqueue(&mut self, key: u32) {
         if let Some(op) = self.ops.get_mut(key) {

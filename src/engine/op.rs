@@ -122,9 +122,19 @@ impl Op {
         }
     }
 
-    /// Writes `data` at message offset `off` into `buf`, dropping what lies
-    /// beyond the buffer (truncation); counts it as received.
+    /// Writes `data` at message offset `off` into `buf` (or, for an
+    /// unexpected message, its bounce buffer), dropping what lies beyond the
+    /// buffer (truncation); counts it as received.
     pub fn place(&mut self, off: u64, data: &[u8]) {
+        if self.kind == OpKind::Unexpected {
+            // Not matched yet: into the bounce buffer (sized for the message).
+            let at = off as usize;
+            if let Some(dst) = self.bounce.get_mut(at..at + data.len()) {
+                dst.copy_from_slice(data);
+            }
+            self.received += data.len() as u64;
+            return;
+        }
         let cap = self.buf.len() as u64;
         if off < cap {
             let n = (cap - off).min(data.len() as u64) as usize;

@@ -22,10 +22,7 @@ impl Core {
         cq_data: Option<u64>,
         context: u64,
     ) -> Result<(), Status> {
-        let peer = self.live_peer(dest)?;
-        if peer.lost {
-            return Err(Status::PeerUnreachable);
-        }
+        self.reachable_peer(dest)?;
         let mut op = Op::new(OpKind::Write, dest, context, buf);
         op.rma = RmaIov::new(remote.addr, buf.len() as u64, remote.key);
         op.len = buf.len() as u64;
@@ -103,10 +100,7 @@ impl Core {
         remote: RemoteBuf,
         context: u64,
     ) -> Result<(), Status> {
-        let peer = self.live_peer(dest)?;
-        if peer.lost {
-            return Err(Status::PeerUnreachable);
-        }
+        self.reachable_peer(dest)?;
         let mut op = Op::new(OpKind::Read, dest, context, buf);
         op.rma = RmaIov::new(remote.addr, buf.len() as u64, remote.key);
         op.len = buf.len() as u64;

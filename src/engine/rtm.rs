@@ -24,10 +24,7 @@ pub(crate) fn accepts(op: &Op, peer: u32, tag: u64) -> bool {
 impl Core {
     /// Queues a send; see [`super::Endpoint::send`].
     pub(crate) fn post_send(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<(), Status> {
-        let peer = self.live_peer(dest)?;
-        if peer.lost {
-            return Err(Status::PeerUnreachable);
-        }
+        let peer = self.reachable_peer(dest)?;
         let tagged = opts.tag.is_some();
         let len = buf.len();
         let proto = if len <= self.eager_cap[usize::from(tagged)] {
@@ -155,15 +152,7 @@ impl Core {
         op.msg_id = r.fields.msg_id;
         op.dc = info.dc;
         op.credits = credits;
-        if op.kind == OpKind::Unexpected {
-            let at = offset as usize;
-            if let Some(dst) = op.bounce.get_mut(at..at + r.data.len()) {
-                dst.copy_from_slice(r.data);
-            }
-            op.received += r.data.len() as u64;
-        } else {
-            op.place(offset, r.data);
-        }
+        op.place(offset, r.data);
         let kind = op.kind;
         let incomplete = op.received < op.len;
         if info.proto == Subprotocol::Medium && incomplete {
@@ -191,15 +180,7 @@ impl Core {
             self.stats.protocol_errors += 1;
             return;
         }
-        if op.kind == OpKind::Unexpected {
-            let at = off as usize;
-            if let Some(dst) = op.bounce.get_mut(at..at + r.data.len()) {
-                dst.copy_from_slice(r.data);
-            }
-            op.received += r.data.len() as u64;
-        } else {
-            op.place(off, r.data);
-        }
+        op.place(off, r.data);
         if op.received >= op.len {
             self.medium_rx.remove(&(peer, r.fields.msg_id));
         }
