@@ -1,30 +1,652 @@
-//! rdm4-perf: the demo and benchmark tool.
+//! rdm4-perf: the demo and benchmark tool, in the spirit of `ucx_perftest`
+//! and `fi_pingpong`. It drives rdm4 through its public C API, so it
+//! measures what C programs get.
 //!
-//! Until the engine and devices exist this prints the library version and
-//! decodes a sample packet built by the wire layer, so the README's first
-//! command shows the library working.
+//! With no arguments it starts a second process itself, runs a short sweep
+//! of every test over the default device and prints a table. The two
+//! processes exchange their addresses over a TCP socket (loopback when it
+//! spawns its peer; `--server` / `--client HOST` across hosts) and are pinned
+//! to different CPUs unless `--no-pin`.
+//!
+//! Honesty rules: data is verified on the last iteration of every size;
+//! ping-pong latency is half the round trip; bandwidth counts completed
+//! operations only; one-sided latencies (put, get, atomic) are the time from
+//! post to local completion.
 
-use rdm4::wire::{Packet, PacketType, RawAddr, Req};
+use std::ffi::{c_void, CStr};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use rdm4::capi::*;
+use rdm4::status::codes::RDM4_EAGAIN;
+
+const USAGE: &str = "usage: rdm4-perf [--device shm|udp] [--test NAME[,NAME...]] [--sizes N,N,...]
+                 [--iters N] [--warmup N] [--window N] [--json] [--no-pin]
+                 [--server [--oob-port P] | --client HOST [--oob-port P]]
+tests: tag_lat msg_lat tag_bw msg_rate put_lat put_bw get_lat get_bw atomic_lat";
+
+const TESTS: [&str; 9] = ["tag_lat", "msg_lat", "tag_bw", "msg_rate", "put_lat", "put_bw", "get_lat", "get_bw", "atomic_lat"];
+const DEFAULT_SIZES: [usize; 8] = [8, 64, 512, 4096, 32768, 262_144, 1 << 20, 4 << 20];
+
+#[derive(Debug, Clone)]
+struct Opts {
+    device: String,
+    tests: Vec<String>,
+    sizes: Vec<usize>,
+    iters: usize,
+    warmup: usize,
+    window: usize,
+    json: bool,
+    pin: bool,
+    role: Role,
+    port: u16,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Role {
+    /// Spawn the peer and drive the tests.
+    Local,
+    /// Wait for a client (another host, or the spawned peer).
+    Server,
+    /// Connect to a server.
+    Client(String),
+}
+
+fn fail(msg: &str) -> ! {
+    eprintln!("rdm4-perf: {msg}\n{USAGE}");
+    std::process::exit(2);
+}
+
+fn parse_args() -> Opts {
+    let mut o = Opts {
+        device: "shm".into(),
+        tests: TESTS.iter().map(|s| s.to_string()).collect(),
+        sizes: DEFAULT_SIZES.to_vec(),
+        iters: 0,
+        warmup: 0,
+        window: 64,
+        json: false,
+        pin: true,
+        role: Role::Local,
+        port: 0,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut val = |name: &str| args.next().unwrap_or_else(|| fail(&format!("{name} needs a value")));
+        match a.as_str() {
+            "--device" => o.device = val("--device"),
+            "--test" => {
+                o.tests = val("--test").split(',').map(str::to_string).collect();
+                if let Some(t) = o.tests.iter().find(|t| !TESTS.contains(&t.as_str())) {
+                    fail(&format!("unknown test {t}"));
+                }
+            }
+            "--sizes" => {
+                o.sizes = val("--sizes")
+                    .split(',')
+                    .map(|s| s.parse().unwrap_or_else(|_| fail(&format!("bad size {s}"))))
+                    .collect();
+            }
+            "--iters" => o.iters = val("--iters").parse().unwrap_or_else(|_| fail("bad --iters")),
+            "--warmup" => o.warmup = val("--warmup").parse().unwrap_or_else(|_| fail("bad --warmup")),
+            "--window" => o.window = val("--window").parse().unwrap_or_else(|_| fail("bad --window")),
+            "--oob-port" => o.port = val("--oob-port").parse().unwrap_or_else(|_| fail("bad --oob-port")),
+            "--json" => o.json = true,
+            "--no-pin" => o.pin = false,
+            "--server" => o.role = Role::Server,
+            "--client" => o.role = Role::Client(val("--client")),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => fail(&format!("unknown argument {other}")),
+        }
+    }
+    if o.window == 0 || o.sizes.is_empty() {
+        fail("--window and --sizes must not be empty");
+    }
+    if !["shm", "udp"].contains(&o.device.as_str()) {
+        fail(&format!("unknown device {}", o.device));
+    }
+    o
+}
+
+/// Checks a C API status; reports it with `rdm4_strerror` and exits on failure.
+fn ok(what: &str, rc: i32) -> i32 {
+    if rc < 0 {
+        // SAFETY: rdm4_strerror returns a static NUL-terminated string.
+        let text = unsafe { CStr::from_ptr(rdm4_strerror(rc)) }.to_string_lossy();
+        eprintln!("rdm4-perf: {what} failed: {text} ({rc})");
+        std::process::exit(1);
+    }
+    rc
+}
+
+fn pin(cpu: usize) {
+    // SAFETY: sysconf has no preconditions; the cpu set is a zeroed local.
+    unsafe {
+        let n = libc::sysconf(libc::_SC_NPROCESSORS_ONLN).max(1) as usize;
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu % n, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// The endpoint, its peer and a registered region.
+struct Ctx {
+    ep: *mut rdm4_ep,
+    peer: rdm4_addr,
+    region: Vec<u8>,
+    peer_region: u64,
+    peer_key: u64,
+    /// Offset of the atomic counter in both regions (after the largest size).
+    counter: usize,
+    cq: Vec<rdm4_cqe>,
+}
+
+impl Ctx {
+    /// Polls until `n` completions arrived; checks they succeeded.
+    fn complete(&mut self, n: usize) -> Vec<rdm4_cqe> {
+        let mut got = Vec::with_capacity(n);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while got.len() < n {
+            let k = ok("rdm4_poll", rdm4_poll(self.ep, self.cq.as_mut_ptr(), self.cq.len()));
+            for e in &self.cq[..k as usize] {
+                if e.status != 0 {
+                    ok("operation", e.status);
+                }
+                got.push(*e);
+            }
+            if Instant::now() > deadline {
+                eprintln!("rdm4-perf: timed out waiting for completions");
+                std::process::exit(1);
+            }
+        }
+        got
+    }
+}
+
+fn pattern(buf: &mut [u8], seed: u8) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(31).wrapping_add(seed);
+    }
+}
+
+fn check(buf: &[u8], seed: u8, what: &str) {
+    let mut want = vec![0u8; buf.len()];
+    pattern(&mut want, seed);
+    if buf != want.as_slice() {
+        eprintln!("rdm4-perf: data check failed: {what}");
+        std::process::exit(1);
+    }
+}
+
+/// Iterations and warm-up for a size (defaults shrink with size).
+fn counts(o: &Opts, size: usize) -> (usize, usize) {
+    let iters = if o.iters > 0 { o.iters } else { (20_000_000 / (size + 2000)).clamp(20, 20_000) };
+    let warmup = if o.warmup > 0 || o.iters > 0 { o.warmup } else { iters / 10 };
+    (iters, warmup)
+}
+
+#[derive(Default)]
+struct Result {
+    lat: Vec<f64>,
+    bw_bytes: f64,
+    secs: f64,
+    msgs: usize,
+}
+
+/// Two-sided ping-pong; `tag` picks tsend/trecv.
+fn pingpong(c: &mut Ctx, client: bool, size: usize, iters: usize, warmup: usize, tag: bool) -> Result {
+    let mut s = vec![0u8; size];
+    let mut r = vec![0u8; size];
+    let mut res = Result::default();
+    for i in 0..warmup + iters {
+        let last = i + 1 == warmup + iters;
+        pattern(&mut s, i as u8);
+        let post_recv = |c: &mut Ctx, r: &mut Vec<u8>| {
+            let rc = if tag {
+                rdm4_trecv(c.ep, r.as_mut_ptr().cast(), size, c.peer, 7, 0, std::ptr::null_mut())
+            } else {
+                rdm4_recv(c.ep, r.as_mut_ptr().cast(), size, c.peer, std::ptr::null_mut())
+            };
+            ok("recv", rc);
+        };
+        let send = |c: &mut Ctx, s: &Vec<u8>| {
+            let rc = if tag {
+                rdm4_tsend(c.ep, s.as_ptr().cast(), size, c.peer, 7, std::ptr::null_mut())
+            } else {
+                rdm4_send(c.ep, s.as_ptr().cast(), size, c.peer, std::ptr::null_mut())
+            };
+            ok("send", rc);
+        };
+        let t = Instant::now();
+        post_recv(c, &mut r);
+        if client {
+            send(c, &s);
+            c.complete(2);
+        } else {
+            c.complete(1);
+            send(c, &r);
+            c.complete(1);
+        }
+        if client && i >= warmup {
+            res.lat.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+        if last {
+            check(&r, i as u8, "ping-pong payload");
+        }
+    }
+    res
+}
+
+/// Streaming: the client keeps `window` sends in flight, the server as many
+/// receives; the server acknowledges the end.
+fn stream(c: &mut Ctx, client: bool, size: usize, iters: usize, window: usize) -> Result {
+    let bufs: Vec<Vec<u8>> = (0..window)
+        .map(|i| {
+            let mut b = vec![0u8; size];
+            if client {
+                pattern(&mut b, i as u8);
+            }
+            b
+        })
+        .collect();
+    let mut bufs = bufs;
+    let mut ack = [0u8; 1];
+    let t = Instant::now();
+    let (mut posted, mut done) = (0usize, 0usize);
+    while done < iters {
+        while posted < iters && posted - done < window {
+            let b = &mut bufs[posted % window];
+            let ctx = (posted % window) as *mut c_void;
+            let rc = if client {
+                rdm4_tsend(c.ep, b.as_ptr().cast(), size, c.peer, 9, ctx)
+            } else {
+                rdm4_trecv(c.ep, b.as_mut_ptr().cast(), size, c.peer, 9, 0, ctx)
+            };
+            if rc == RDM4_EAGAIN {
+                break;
+            }
+            ok("stream post", rc);
+            posted += 1;
+        }
+        let k = ok("rdm4_poll", rdm4_poll(c.ep, c.cq.as_mut_ptr(), c.cq.len())) as usize;
+        for e in &c.cq[..k] {
+            ok("stream operation", e.status);
+        }
+        done += k;
+    }
+    if client {
+        ok("ack recv", rdm4_recv(c.ep, ack.as_mut_ptr().cast(), 1, c.peer, std::ptr::null_mut()));
+        c.complete(1);
+    } else {
+        for (i, b) in bufs.iter().enumerate().take(iters.min(window)) {
+            check(b, i as u8, "streamed payload");
+        }
+        ok("ack send", rdm4_send(c.ep, ack.as_ptr().cast(), 1, c.peer, std::ptr::null_mut()));
+        c.complete(1);
+    }
+    let secs = t.elapsed().as_secs_f64();
+    Result { lat: Vec::new(), bw_bytes: (size * iters) as f64, secs, msgs: iters }
+}
+
+/// One-sided tests run by the client; the server keeps progressing until the
+/// client's end-of-test message.
+fn one_sided(c: &mut Ctx, test: &str, size: usize, iters: usize, warmup: usize, window: usize) -> Result {
+    let mut local = vec![0u8; size.max(8)];
+    let mut res = Result::default();
+    let windowed = test.ends_with("_bw");
+    let total = if windowed { iters } else { warmup + iters };
+    let t0 = Instant::now();
+    let (mut posted, mut done) = (0usize, 0usize);
+    while done < total {
+        while posted < total && (posted - done < if windowed { window } else { 1 }) {
+            let t = posted as u8;
+            let rc = match test {
+                "put_lat" | "put_bw" => {
+                    pattern(&mut local[..size], t);
+                    rdm4_write(c.ep, local.as_ptr().cast(), size, c.peer, c.peer_region, c.peer_key, std::ptr::null_mut())
+                }
+                "get_lat" | "get_bw" => {
+                    rdm4_read(c.ep, local.as_mut_ptr().cast(), size, c.peer, c.peer_region, c.peer_key, std::ptr::null_mut())
+                }
+                _ => {
+                    let one = 1u64.to_le_bytes();
+                    let result = local.as_mut_ptr().cast();
+                    rdm4_fetch_atomic(
+                        c.ep,
+                        one.as_ptr().cast(),
+                        1,
+                        result,
+                        RDM4_UINT64,
+                        RDM4_SUM,
+                        c.peer,
+                        c.peer_region + c.counter as u64,
+                        c.peer_key,
+                        std::ptr::null_mut(),
+                    )
+                }
+            };
+            if rc == RDM4_EAGAIN {
+                break;
+            }
+            ok(test, rc);
+            posted += 1;
+        }
+        let t = Instant::now();
+        let k = ok("rdm4_poll", rdm4_poll(c.ep, c.cq.as_mut_ptr(), c.cq.len())) as usize;
+        for e in &c.cq[..k] {
+            ok(test, e.status);
+        }
+        if !windowed && k > 0 && done >= warmup {
+            res.lat.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        done += k;
+    }
+    res.secs = t0.elapsed().as_secs_f64();
+    res.bw_bytes = (size * iters) as f64;
+    res.msgs = iters;
+    res
+}
+
+/// Latency of one-sided operations: post to completion, one at a time.
+fn one_sided_lat(c: &mut Ctx, test: &str, size: usize, iters: usize, warmup: usize) -> Result {
+    let mut local = vec![0u8; size.max(8)];
+    let mut res = Result::default();
+    for i in 0..warmup + iters {
+        let t = Instant::now();
+        let rc = match test {
+            "put_lat" => {
+                pattern(&mut local[..size], i as u8);
+                rdm4_write(c.ep, local.as_ptr().cast(), size, c.peer, c.peer_region, c.peer_key, std::ptr::null_mut())
+            }
+            "get_lat" => rdm4_read(c.ep, local.as_mut_ptr().cast(), size, c.peer, c.peer_region, c.peer_key, std::ptr::null_mut()),
+            _ => {
+                let one = 1u64.to_le_bytes();
+                rdm4_fetch_atomic(
+                    c.ep,
+                    one.as_ptr().cast(),
+                    1,
+                    local.as_mut_ptr().cast(),
+                    RDM4_UINT64,
+                    RDM4_SUM,
+                    c.peer,
+                    c.peer_region + c.counter as u64,
+                    c.peer_key,
+                    std::ptr::null_mut(),
+                )
+            }
+        };
+        ok(test, rc);
+        c.complete(1);
+        if i >= warmup {
+            res.lat.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    res
+}
+
+/// A two-way barrier over tagged messages: the client sends and then waits
+/// for the answer; the server waits, runs `between` (checks and resets its
+/// region; it progresses meanwhile, serving emulated RMA), then answers.
+fn barrier(c: &mut Ctx, client: bool, between: impl FnOnce(&mut Ctx)) {
+    let mut v = [0u8; 8];
+    let recv = |c: &mut Ctx, v: &mut [u8; 8]| {
+        ok("barrier recv", rdm4_trecv(c.ep, v.as_mut_ptr().cast(), 8, c.peer, 0xFFFF, 0, std::ptr::null_mut()));
+        c.complete(1);
+    };
+    let send = |c: &mut Ctx, v: &[u8; 8]| {
+        ok("barrier send", rdm4_tsend(c.ep, v.as_ptr().cast(), 8, c.peer, 0xFFFF, std::ptr::null_mut()));
+        c.complete(1);
+    };
+    if client {
+        send(c, &v);
+        recv(c, &mut v);
+    } else {
+        recv(c, &mut v);
+        between(c);
+        send(c, &v);
+    }
+}
+
+fn stats(lat: &mut [f64]) -> (f64, f64, f64) {
+    if lat.is_empty() {
+        return (0.0, 0.0, 0.0);
+    }
+    lat.sort_by(|a, b| a.total_cmp(b));
+    let med = lat[lat.len() / 2];
+    let avg = lat.iter().sum::<f64>() / lat.len() as f64;
+    let p99 = lat[((lat.len() as f64 * 0.99) as usize).min(lat.len() - 1)];
+    (med, avg, p99)
+}
+
+fn run_test(c: &mut Ctx, o: &Opts, client: bool, test: &str, size: usize) -> Option<String> {
+    let (iters, warmup) = counts(o, size);
+    let size = if test == "atomic_lat" { 8 } else { size };
+    let mut res = match test {
+        "tag_lat" => pingpong(c, client, size, iters, warmup, true),
+        "msg_lat" => pingpong(c, client, size, iters, warmup, false),
+        "tag_bw" | "msg_rate" => stream(c, client, size, iters, o.window),
+        _ if client && test.ends_with("_lat") => one_sided_lat(c, test, size, iters, warmup),
+        _ if client => one_sided(c, test, size, iters, warmup, o.window),
+        _ => Result::default(),
+    };
+    if test.starts_with("put") || test.starts_with("get") || test == "atomic_lat" {
+        // Verify the last iteration: the client reads back the server's
+        // pattern, or writes one last known pattern that the server checks.
+        if client && test.starts_with("get") {
+            check(&read_back(c, size), 0xA5, "read data");
+        }
+        if client && test.starts_with("put") {
+            let mut b = vec![0u8; size];
+            pattern(&mut b, 0xC3);
+            ok("verify write", rdm4_write(c.ep, b.as_ptr().cast(), size, c.peer, c.peer_region, c.peer_key, std::ptr::null_mut()));
+            c.complete(1);
+        }
+        barrier(c, client, |c| {
+            if test.starts_with("put") {
+                check(&c.region[..size], 0xC3, "written data");
+            }
+            if test == "atomic_lat" {
+                let v = u64::from_le_bytes(c.region[c.counter..c.counter + 8].try_into().unwrap_or([0; 8]));
+                if v != (iters + warmup) as u64 {
+                    eprintln!("rdm4-perf: atomic total {v} != {}", iters + warmup);
+                    std::process::exit(1);
+                }
+            }
+            reset_region(c);
+        });
+    }
+    if !client {
+        return None;
+    }
+    let (med, avg, p99) = stats(&mut res.lat);
+    let bw = if res.secs > 0.0 { res.bw_bytes / res.secs / 1e6 } else if med > 0.0 { size as f64 / (2.0 * med) } else { 0.0 };
+    let rate = if res.secs > 0.0 { res.msgs as f64 / res.secs } else if avg > 0.0 { 1e6 / (2.0 * avg) } else { 0.0 };
+    Some(format!(
+        "{{\"device\":\"{}\",\"test\":\"{test}\",\"size\":{size},\"iters\":{iters},\"lat_us_median\":{med:.3},\"lat_us_avg\":{avg:.3},\"lat_us_p99\":{p99:.3},\"bw_mbps\":{bw:.1},\"msg_rate\":{rate:.0}}}",
+        o.device
+    ))
+}
+
+/// Reads the server's region pattern back with one more read (verification).
+fn read_back(c: &mut Ctx, size: usize) -> Vec<u8> {
+    let mut b = vec![0u8; size];
+    ok("verify read", rdm4_read(c.ep, b.as_mut_ptr().cast(), size, c.peer, c.peer_region, c.peer_key, std::ptr::null_mut()));
+    c.complete(1);
+    b
+}
+
+/// The region: the pattern 0xA5 for reads, then the atomic counter at 0.
+fn reset_region(c: &mut Ctx) {
+    let counter = c.counter;
+    pattern(&mut c.region[..counter], 0xA5);
+    c.region[counter..counter + 8].copy_from_slice(&0u64.to_le_bytes());
+}
+
+fn exchange(sock: &mut TcpStream, mine: &[u8; 48]) -> [u8; 48] {
+    sock.write_all(mine).unwrap_or_else(|e| fail(&format!("address exchange: {e}")));
+    let mut theirs = [0u8; 48];
+    sock.read_exact(&mut theirs).unwrap_or_else(|e| fail(&format!("address exchange: {e}")));
+    theirs
+}
+
+fn open(o: &Opts, sock: &mut TcpStream, max_size: usize) -> Ctx {
+    std::env::set_var("RDM4_DEVICE", &o.device);
+    let mut attr = std::mem::MaybeUninit::<rdm4_ep_attr>::uninit();
+    ok("rdm4_ep_attr_init", rdm4_ep_attr_init(attr.as_mut_ptr()));
+    // SAFETY: initialised by rdm4_ep_attr_init.
+    let mut attr = unsafe { attr.assume_init() };
+    attr.progress = RDM4_PROGRESS_MANUAL;
+    let mut ep = std::ptr::null_mut();
+    ok("rdm4_ep_open", rdm4_ep_open(&attr, &mut ep));
+    let counter = max_size.div_ceil(8) * 8;
+    let mut region = vec![0u8; counter + 8];
+    let mut key = 0u64;
+    let access = RDM4_ACCESS_REMOTE_READ | RDM4_ACCESS_REMOTE_WRITE;
+    ok("rdm4_mr_reg", rdm4_mr_reg(ep, region.as_mut_ptr().cast(), region.len(), access, &mut key));
+    let mut mine = [0u8; 48];
+    let mut len = 32usize;
+    ok("rdm4_ep_getname", rdm4_ep_getname(ep, mine.as_mut_ptr().cast(), &mut len));
+    mine[32..40].copy_from_slice(&(region.as_ptr() as u64).to_le_bytes());
+    mine[40..48].copy_from_slice(&key.to_le_bytes());
+    let theirs = exchange(sock, &mine);
+    let mut peer = 0;
+    ok("rdm4_av_insert", rdm4_av_insert(ep, theirs.as_ptr().cast(), 1, &mut peer));
+    let mut c = Ctx {
+        ep,
+        peer,
+        region,
+        peer_region: u64::from_le_bytes(theirs[32..40].try_into().unwrap_or([0; 8])),
+        peer_key: u64::from_le_bytes(theirs[40..48].try_into().unwrap_or([0; 8])),
+        counter,
+        cq: vec![unsafe { std::mem::zeroed() }; 64],
+    };
+    reset_region(&mut c);
+    c
+}
+
+fn run(o: &Opts, mut sock: TcpStream, client: bool) -> Vec<String> {
+    let max = o.sizes.iter().copied().max().unwrap_or(8);
+    let mut c = open(o, &mut sock, max);
+    barrier(&mut c, client, |_| {}); // both sides ready (and handshaken)
+    let mut out = Vec::new();
+    for test in &o.tests {
+        let sizes: Vec<usize> = if test == "atomic_lat" { vec![8] } else { o.sizes.clone() };
+        for &size in &sizes {
+            if client && !o.json {
+                eprint!("\r  running {test} {size} B ...        ");
+            }
+            if let Some(line) = run_test(&mut c, o, client, test, size) {
+                out.push(line);
+            }
+        }
+    }
+    if client && !o.json {
+        eprint!("\r{:40}\r", "");
+    }
+    barrier(&mut c, client, |_| {});
+    ok("rdm4_ep_close", rdm4_ep_close(c.ep));
+    out
+}
+
+fn spawn_peer(o: &Opts, port: u16) -> Child {
+    let exe = std::env::current_exe().unwrap_or_else(|e| fail(&format!("cannot find myself: {e}")));
+    let mut args: Vec<String> = vec!["--client".into(), "127.0.0.1".into(), "--oob-port".into(), port.to_string()];
+    args.extend(["--device".into(), o.device.clone(), "--window".into(), o.window.to_string()]);
+    args.extend(["--test".into(), o.tests.join(","), "--sizes".into(), o.sizes.iter().map(usize::to_string).collect::<Vec<_>>().join(",")]);
+    if o.iters > 0 {
+        args.extend(["--iters".into(), o.iters.to_string()]);
+    }
+    if o.warmup > 0 {
+        args.extend(["--warmup".into(), o.warmup.to_string()]);
+    }
+    if !o.pin {
+        args.push("--no-pin".into());
+    }
+    args.push("--json".into());
+    Command::new(exe)
+        .args(args)
+        .env("RDM4_PERF_SPAWNED", "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| fail(&format!("cannot start the peer process: {e}")))
+}
+
+fn print_table(lines: &[String]) {
+    println!("{:<11} {:>9} {:>10} {:>10} {:>10} {:>11} {:>12}", "test", "size", "lat med", "lat avg", "lat p99", "bw MB/s", "msg/s");
+    for l in lines {
+        let get = |k: &str| -> String {
+            let at = l.find(&format!("\"{k}\":")).map(|i| i + k.len() + 3).unwrap_or(0);
+            l[at..].split([',', '}']).next().unwrap_or("").trim_matches('"').to_string()
+        };
+        println!(
+            "{:<11} {:>9} {:>10} {:>10} {:>10} {:>11} {:>12}",
+            get("test"),
+            get("size"),
+            get("lat_us_median"),
+            get("lat_us_avg"),
+            get("lat_us_p99"),
+            get("bw_mbps"),
+            get("msg_rate")
+        );
+    }
+    println!("(latencies in microseconds; ping-pong latency is half the round trip)");
+}
 
 fn main() {
-    println!("rdm4 {} (EFA RDM protocol v{})", rdm4::VERSION, rdm4::wire::PROTOCOL_VERSION);
-    let addr = RawAddr::new([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 2, 0x11, 0x22, 0xff, 0xfe, 0x33, 0x44, 0x55], 7, 0xc0dec0de);
-    let body = addr.to_req_hdr_body();
-    let mut req = Req::new(PacketType::EagerTagRtm);
-    req.fields.msg_id = 1;
-    req.fields.tag = 0x1234;
-    req.raw_addr = Some(rdm4::wire::RawAddrHdr::new(&body).expect("36-byte body"));
-    req.cq_data = Some(0xcafe);
-    req.data = b"hello, rdm4";
-    let mut buf = [0u8; 256];
-    let n = req.emit(&mut buf).expect("fits");
-    let hex: String = buf[..n].iter().map(|b| format!("{b:02x}")).collect();
-    println!("sample {} packet, {n} bytes: {hex}", req.ptype.name());
-    match Packet::parse(&buf[..n]) {
-        Ok(p) => println!("decoded: {p:#?}"),
-        Err(e) => {
-            eprintln!("decode failed: {e}");
-            std::process::exit(1);
+    let o = parse_args();
+    let spawned = std::env::var_os("RDM4_PERF_SPAWNED").is_some();
+    match &o.role {
+        Role::Client(host) => {
+            if o.pin && spawned {
+                pin(1);
+            }
+            let sock = TcpStream::connect((host.as_str(), o.port)).unwrap_or_else(|e| fail(&format!("connect: {e}")));
+            let lines = run(&o, sock, true);
+            for l in &lines {
+                println!("{l}");
+            }
+            if !o.json && !spawned {
+                print_table(&lines);
+            }
+        }
+        Role::Server => {
+            let l = TcpListener::bind(("0.0.0.0", o.port)).unwrap_or_else(|e| fail(&format!("listen: {e}")));
+            eprintln!("rdm4-perf: waiting for a client on port {}", l.local_addr().map(|a| a.port()).unwrap_or(0));
+            let (sock, _) = l.accept().unwrap_or_else(|e| fail(&format!("accept: {e}")));
+            run(&o, sock, false);
+        }
+        Role::Local => {
+            // SAFETY: rdm4_version_string returns a static string.
+            let v = unsafe { CStr::from_ptr(rdm4_version_string()) }.to_string_lossy();
+            if !o.json {
+                println!("rdm4 {v}: {} device, two processes{}", o.device, if o.pin { ", pinned to CPUs 0 and 1" } else { "" });
+            }
+            if o.pin {
+                pin(0);
+            }
+            let l = TcpListener::bind(("127.0.0.1", 0)).unwrap_or_else(|e| fail(&format!("listen: {e}")));
+            let port = l.local_addr().map(|a| a.port()).unwrap_or(0);
+            let child = spawn_peer(&o, port);
+            let (sock, _) = l.accept().unwrap_or_else(|e| fail(&format!("accept: {e}")));
+            run(&o, sock, false);
+            let out = child.wait_with_output().unwrap_or_else(|e| fail(&format!("peer: {e}")));
+            if !out.status.success() {
+                eprintln!("rdm4-perf: the peer process failed ({})", out.status);
+                std::process::exit(1);
+            }
+            let lines: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
+            if o.json {
+                for l in &lines {
+                    println!("{l}");
+                }
+            } else {
+                print_table(&lines);
+            }
         }
     }
 }

@@ -1,0 +1,87 @@
+//! rdm4-perf: every test mode on every device that exists, with tiny sizes
+//! and iteration counts, and the JSON contract `shared/bench/peers.py` reads.
+
+use std::process::Command;
+
+const TESTS: [&str; 9] = ["tag_lat", "msg_lat", "tag_bw", "msg_rate", "put_lat", "put_bw", "get_lat", "get_bw", "atomic_lat"];
+
+fn field<'a>(line: &'a str, key: &str) -> &'a str {
+    let at = line.find(&format!("\"{key}\":")).unwrap_or_else(|| panic!("no {key} in {line}")) + key.len() + 3;
+    line[at..].split([',', '}']).next().unwrap().trim_matches('"')
+}
+
+fn run(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rdm4-perf"));
+    cmd.args(args).env("RDM4_SHM_PREFIX", format!("rdm4perf{}", std::process::id()));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+#[test]
+fn every_test_mode_on_shm_prints_the_json_contract() {
+    for cma in ["1", "0"] {
+        let out = run(
+            &["--device", "shm", "--sizes", "8,5000", "--iters", "20", "--warmup", "2", "--window", "4", "--json", "--no-pin"],
+            &[("RDM4_SHM_CMA", cma)],
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "cma={cma}\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        let lines: Vec<&str> = stdout.lines().collect();
+        // Every test at every size (atomics at 8 bytes only).
+        assert_eq!(lines.len(), 8 * 2 + 1, "{stdout}");
+        for t in TESTS {
+            assert!(lines.iter().any(|l| field(l, "test") == t), "missing {t}");
+        }
+        for l in &lines {
+            assert!(l.starts_with('{') && l.ends_with('}'), "{l}");
+            assert_eq!(field(l, "device"), "shm");
+            let size: usize = field(l, "size").parse().unwrap();
+            assert!(size == 8 || size == 5000);
+            for k in ["lat_us_median", "lat_us_avg", "bw_mbps", "msg_rate"] {
+                let v: f64 = field(l, k).parse().unwrap_or_else(|_| panic!("{k} not a number in {l}"));
+                assert!(v >= 0.0 && v.is_finite(), "{k} in {l}");
+            }
+            let t = field(l, "test");
+            let lat: f64 = field(l, "lat_us_median").parse().unwrap();
+            let bw: f64 = field(l, "bw_mbps").parse().unwrap();
+            if t.ends_with("_lat") {
+                assert!(lat > 0.0, "{l}");
+            } else {
+                assert!(bw > 0.0, "{l}");
+            }
+        }
+    }
+    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("rdm4perf{}-", std::process::id())))
+        .collect();
+    assert!(left.is_empty(), "segments left behind");
+}
+
+#[test]
+fn the_default_run_prints_a_table() {
+    let out = run(&["--sizes", "8,64", "--iters", "10", "--warmup", "1", "--test", "tag_lat,tag_bw", "--no-pin"], &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(s.contains("test") && s.contains("lat med") && s.contains("tag_bw"), "{s}");
+}
+
+#[test]
+fn bad_arguments_get_usage_and_a_non_zero_exit() {
+    for args in [&["--test", "nope"][..], &["--sizes", "x"], &["--bogus"], &["--window", "0"], &["--device", "ib"]] {
+        let out = run(args, &[]);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("usage"), "{args:?}");
+    }
+}
+
+#[test]
+fn a_library_failure_is_reported_with_strerror() {
+    let out = run(&["--device", "udp", "--sizes", "8", "--iters", "2", "--test", "tag_lat"], &[]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("operation not supported"), "{err}");
+}
