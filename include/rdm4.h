@@ -568,12 +568,14 @@ int32_t rdm4_inject(struct rdm4_ep *ep, const void *buf, size_t len, rdm4_addr d
 
 /**
  * Sends the message described by `msg` with `RDM4_MSG_*` `flags` (tagged,
- * remote CQ data). `msg` itself is only read during the call; its buffer
- * is the library's until the completion is polled. rdm4 0.1 accepts at
- * most one iovec.
+ * remote CQ data): the concatenation of its `iov_count` buffers (at most
+ * 1024). `msg` and the iovec array are only read during the call; the
+ * buffers are the library's until the completion is polled (with more
+ * than one buffer the library sends a copy).
  *
  * Returns as `rdm4_send`, and `RDM4_EINVAL` (NULL `msg`, unknown flags,
- * NULL `iov` with `iov_count` 1), `RDM4_ENOTSUP` (`iov_count` > 1).
+ * NULL `iov` with `iov_count` > 0, more than 1024 buffers, a NULL buffer
+ * with a non-zero length), `RDM4_EOVERFLOW` (total length too large).
  */
 int32_t rdm4_sendmsg(struct rdm4_ep *ep, const struct rdm4_msg *msg, uint64_t flags);
 
@@ -604,8 +606,10 @@ int32_t rdm4_trecv(struct rdm4_ep *ep,
 
 /**
  * Posts the receive described by `msg` (`addr` is the source filter;
- * `RDM4_MSG_TAGGED` uses `tag` and `ignore`). Returns as `rdm4_recv`, and
- * `RDM4_EINVAL` / `RDM4_ENOTSUP` as `rdm4_sendmsg`.
+ * `RDM4_MSG_TAGGED` uses `tag` and `ignore`): the message fills the
+ * buffers in order. With more than one buffer the completion's `buf` is
+ * NULL. Returns as `rdm4_recv`, and `RDM4_EINVAL` / `RDM4_EOVERFLOW` as
+ * `rdm4_sendmsg`.
  */
 int32_t rdm4_recvmsg(struct rdm4_ep *ep, const struct rdm4_msg *msg, uint64_t flags);
 

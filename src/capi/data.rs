@@ -108,18 +108,20 @@ pub extern "C" fn rdm4_inject(ep: *mut rdm4_ep, buf: *const c_void, len: usize, 
     })
 }
 
-/// The single buffer of an `rdm4_msg` (rdm4 0.1 supports 0 or 1 iovec).
-fn msg_buf(msg: &rdm4_msg) -> Result<UserBuf, Status> {
-    match msg.iov_count {
-        0 => Ok(UserBuf::empty()),
-        1 if !msg.iov.is_null() => {
-            // SAFETY: one iovec at `msg.iov`.
-            let iov = unsafe { msg.iov.read() };
-            c_buf(iov.iov_base, iov.iov_len)
-        }
-        1 => Err(Status::Inval),
-        _ => Err(Status::NotSup),
+/// The buffers of an `rdm4_msg`, checked.
+fn msg_iovs(msg: &rdm4_msg) -> Result<Vec<UserBuf>, Status> {
+    if msg.iov_count == 0 {
+        return Ok(Vec::new());
     }
+    if msg.iov.is_null() || msg.iov_count > 1024 {
+        return Err(Status::Inval);
+    }
+    // SAFETY: `iov_count` iovecs at `iov`, per the contract.
+    let iovs = unsafe { std::slice::from_raw_parts(msg.iov, msg.iov_count) };
+    let bufs: Result<Vec<UserBuf>, Status> = iovs.iter().map(|v| c_buf(v.iov_base, v.iov_len)).collect();
+    let bufs = bufs?;
+    bufs.iter().try_fold(0usize, |t, b| t.checked_add(b.len())).filter(|&t| t <= isize::MAX as usize).ok_or(Status::Overflow)?;
+    Ok(bufs)
 }
 
 fn read_msg(msg: *const rdm4_msg, flags: u64, allowed: u64) -> Result<rdm4_msg, Status> {
@@ -131,24 +133,40 @@ fn read_msg(msg: *const rdm4_msg, flags: u64, allowed: u64) -> Result<rdm4_msg, 
 }
 
 /// Sends the message described by `msg` with `RDM4_MSG_*` `flags` (tagged,
-/// remote CQ data). `msg` itself is only read during the call; its buffer
-/// is the library's until the completion is polled. rdm4 0.1 accepts at
-/// most one iovec.
+/// remote CQ data): the concatenation of its `iov_count` buffers (at most
+/// 1024). `msg` and the iovec array are only read during the call; the
+/// buffers are the library's until the completion is polled (with more
+/// than one buffer the library sends a copy).
 ///
 /// Returns as `rdm4_send`, and `RDM4_EINVAL` (NULL `msg`, unknown flags,
-/// NULL `iov` with `iov_count` 1), `RDM4_ENOTSUP` (`iov_count` > 1).
+/// NULL `iov` with `iov_count` > 0, more than 1024 buffers, a NULL buffer
+/// with a non-zero length), `RDM4_EOVERFLOW` (total length too large).
 #[no_mangle]
 pub extern "C" fn rdm4_sendmsg(ep: *mut rdm4_ep, msg: *const rdm4_msg, flags: u64) -> i32 {
     boundary(|| {
         let h = lookup(ep)?;
         let m = read_msg(msg, flags, RDM4_MSG_TAGGED | RDM4_MSG_REMOTE_CQ_DATA)?;
-        let b = msg_buf(&m)?;
-        let opts = SendOpts {
+        let iovs = msg_iovs(&m)?;
+        let dest = addr(m.addr)?;
+        let mut opts = SendOpts {
             tag: (flags & RDM4_MSG_TAGGED != 0).then_some(m.tag),
             cq_data: (flags & RDM4_MSG_REMOTE_CQ_DATA != 0).then_some(m.data),
             context: m.context as u64,
         };
-        h.lock().ep.send(addr(m.addr)?, b, opts)?;
+        let mut g = h.lock();
+        match iovs.as_slice() {
+            [] => g.ep.send(dest, UserBuf::empty(), opts)?,
+            [one] => g.ep.send(dest, *one, opts)?,
+            many => {
+                // Several buffers: gathered into one library-owned copy.
+                let (buf, ctx) = g.bounce_gather(many, opts.context);
+                opts.context = ctx;
+                if let Err(e) = g.ep.send(dest, buf, opts) {
+                    g.drop_bounce(ctx);
+                    return Err(e);
+                }
+            }
+        }
         Ok(0)
     })
 }
@@ -205,16 +223,31 @@ pub extern "C" fn rdm4_trecv(
 }
 
 /// Posts the receive described by `msg` (`addr` is the source filter;
-/// `RDM4_MSG_TAGGED` uses `tag` and `ignore`). Returns as `rdm4_recv`, and
-/// `RDM4_EINVAL` / `RDM4_ENOTSUP` as `rdm4_sendmsg`.
+/// `RDM4_MSG_TAGGED` uses `tag` and `ignore`): the message fills the
+/// buffers in order. With more than one buffer the completion's `buf` is
+/// NULL. Returns as `rdm4_recv`, and `RDM4_EINVAL` / `RDM4_EOVERFLOW` as
+/// `rdm4_sendmsg`.
 #[no_mangle]
 pub extern "C" fn rdm4_recvmsg(ep: *mut rdm4_ep, msg: *const rdm4_msg, flags: u64) -> i32 {
     boundary(|| {
         let h = lookup(ep)?;
         let m = read_msg(msg, flags, RDM4_MSG_TAGGED)?;
-        let b = msg_buf(&m)?;
+        let iovs = msg_iovs(&m)?;
         let tag = (flags & RDM4_MSG_TAGGED != 0).then_some((m.tag, m.ignore));
-        h.lock().ep.recv(b, RecvOpts { tag, src: src_filter(m.addr)?, context: m.context as u64 })?;
+        let src = src_filter(m.addr)?;
+        let mut g = h.lock();
+        match iovs.as_slice() {
+            [] => g.ep.recv(UserBuf::empty(), RecvOpts { tag, src, context: m.context as u64 })?,
+            [one] => g.ep.recv(*one, RecvOpts { tag, src, context: m.context as u64 })?,
+            many => {
+                // Several buffers: received into one copy, scattered on completion.
+                let (buf, ctx) = g.bounce_scatter(many, m.context as u64);
+                if let Err(e) = g.ep.recv(buf, RecvOpts { tag, src, context: ctx }) {
+                    g.drop_bounce(ctx);
+                    return Err(e);
+                }
+            }
+        }
         Ok(0)
     })
 }

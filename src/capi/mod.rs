@@ -46,6 +46,17 @@ pub(crate) fn boundary(f: impl FnOnce() -> Result<i32, Status>) -> i32 {
 /// Completions of injected sends carry this bit in their context; they are
 /// the library's own and never reach the application.
 const INJECT_BIT: u64 = 1 << 63;
+/// Completions of operations on a library copy of several buffers
+/// (`rdm4_sendmsg` / `rdm4_recvmsg` with more than one iovec).
+const BOUNCE_BIT: u64 = 1 << 62;
+
+/// A library copy standing for the application's buffers.
+struct Bounce {
+    user_context: u64,
+    copy: Box<[u8]>,
+    /// Receive: where the copy goes on completion.
+    scatter: Vec<UserBuf>,
+}
 
 /// What the C handle stands for.
 pub(crate) struct EpHandle {
@@ -70,12 +81,13 @@ pub(crate) struct EpInner {
     pub(crate) ep: Endpoint<Box<dyn Device + Send>>,
     injected: HashMap<u64, Box<[u8]>>,
     next_inject: u64,
+    bounces: HashMap<u64, Bounce>,
     ready: Vec<Cqe>,
 }
 
 impl EpInner {
     fn new(ep: Endpoint<Box<dyn Device + Send>>) -> EpInner {
-        EpInner { ep, injected: HashMap::new(), next_inject: 0, ready: Vec::new() }
+        EpInner { ep, injected: HashMap::new(), next_inject: 0, bounces: HashMap::new(), ready: Vec::new() }
     }
 
     /// One progress call; true when it produced completions.
@@ -89,12 +101,24 @@ impl EpInner {
     fn collect(&mut self) {
         let mut fresh = Vec::new();
         self.ep.poll_cq(&mut fresh, usize::MAX);
-        for e in fresh {
+        for mut e in fresh {
             if e.context & INJECT_BIT != 0 {
                 self.injected.remove(&e.context);
-            } else {
-                self.ready.push(e);
+                continue;
             }
+            if e.context & BOUNCE_BIT != 0 {
+                let Some(b) = self.bounces.remove(&e.context) else { continue };
+                let mut at = 0usize;
+                let got = e.len as usize;
+                for dst in &b.scatter {
+                    let n = dst.len().min(got.saturating_sub(at));
+                    dst.write_at(0, &b.copy[at..at + n]);
+                    at += n;
+                }
+                e.context = b.user_context;
+                e.buf = 0;
+            }
+            self.ready.push(e);
         }
     }
 
@@ -109,6 +133,36 @@ impl EpInner {
         self.ready.drain(..n).collect()
     }
 
+    fn bounce(&mut self, copy: Box<[u8]>, user_context: u64, scatter: Vec<UserBuf>) -> (UserBuf, u64) {
+        let ctx = BOUNCE_BIT | self.next_inject;
+        self.next_inject = (self.next_inject + 1) & !(INJECT_BIT | BOUNCE_BIT);
+        let mut b = Bounce { user_context, copy, scatter };
+        // SAFETY: the box lives in `bounces` until the completion removes it.
+        let buf = unsafe { UserBuf::from_raw(b.copy.as_mut_ptr(), b.copy.len()) }.unwrap_or(UserBuf::empty());
+        self.bounces.insert(ctx, b);
+        (buf, ctx)
+    }
+
+    /// A copy of the concatenated `bufs` for a send.
+    pub(crate) fn bounce_gather(&mut self, bufs: &[UserBuf], user_context: u64) -> (UserBuf, u64) {
+        let mut copy = Vec::with_capacity(bufs.iter().map(UserBuf::len).sum());
+        for b in bufs {
+            b.with_slice(|s| copy.extend_from_slice(s));
+        }
+        self.bounce(copy.into_boxed_slice(), user_context, Vec::new())
+    }
+
+    /// A buffer as long as `bufs` together, scattered into them on completion.
+    pub(crate) fn bounce_scatter(&mut self, bufs: &[UserBuf], user_context: u64) -> (UserBuf, u64) {
+        let total = bufs.iter().map(UserBuf::len).sum();
+        self.bounce(vec![0u8; total].into_boxed_slice(), user_context, bufs.to_vec())
+    }
+
+    /// Forgets a copy whose operation was refused.
+    pub(crate) fn drop_bounce(&mut self, ctx: u64) {
+        self.bounces.remove(&ctx);
+    }
+
     /// Forgets an injected copy whose send was refused.
     pub(crate) fn take_injected(&mut self, ctx: u64) {
         self.injected.remove(&ctx);
@@ -120,7 +174,7 @@ impl EpInner {
         // SAFETY: the box lives in `injected` until the send's completion removes it.
         let buf = unsafe { UserBuf::from_raw(copy.as_mut_ptr(), copy.len()) }.unwrap_or(UserBuf::empty());
         let ctx = INJECT_BIT | self.next_inject;
-        self.next_inject = (self.next_inject + 1) & !INJECT_BIT;
+        self.next_inject = (self.next_inject + 1) & !(INJECT_BIT | BOUNCE_BIT);
         self.injected.insert(ctx, copy);
         (buf, ctx)
     }

@@ -248,8 +248,42 @@ fn start_time(pid: u32) -> Option<u64> {
     after.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// The owner `pid` started at `start` still runs (a zombie does not count).
 fn alive(pid: u32, start: u64) -> bool {
-    pid != 0 && start_time(pid) == Some(start)
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return false };
+    let mut fields = after.split_whitespace();
+    let state = fields.next();
+    pid != 0 && state != Some("Z") && fields.nth(18).and_then(|t| t.parse().ok()) == Some(start)
+}
+
+/// Serialises endpoint creation and stale-segment removal between processes
+/// (two opens that meet the same stale segment must not both remove it: the
+/// second would remove the first's new segment). Held while open.
+struct OpenLock(RawFd);
+
+impl OpenLock {
+    fn take() -> OpenLock {
+        let dir = cstr("/dev/shm");
+        // SAFETY: valid path; flock on the directory descriptor; failures
+        // leave the lock untaken (creation is then only as safe as O_EXCL).
+        unsafe {
+            let fd = libc::open(dir.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC);
+            if fd >= 0 {
+                libc::flock(fd, libc::LOCK_EX);
+            }
+            OpenLock(fd)
+        }
+    }
+}
+
+impl Drop for OpenLock {
+    fn drop(&mut self) {
+        if self.0 >= 0 {
+            // SAFETY: closing our descriptor releases the lock.
+            unsafe { libc::close(self.0) };
+        }
+    }
 }
 
 fn random_u64() -> u64 {
@@ -340,6 +374,7 @@ fn unlink_segment(name: &str) {
 
 /// Removes every stale segment of `prefix` (of this user); returns how many.
 pub fn remove_stale_segments(prefix: &str) -> usize {
+    let _lock = OpenLock::take();
     let lead = format!("{prefix}-{}-", uid());
     let Ok(dir) = std::fs::read_dir("/dev/shm") else { return 0 };
     let mut n = 0;
@@ -432,6 +467,7 @@ impl ShmDevice {
             Some(_) => return Err(Status::Inval),
             None => (0..EPID_SCAN).collect(),
         };
+        let _lock = OpenLock::take();
         for epid in ids {
             let name = seg_name(&cfg.prefix, epid);
             match Self::create(&cfg, &name, epid) {
