@@ -369,7 +369,7 @@ typedef uint64_t rdm4_addr;
  */
 typedef struct rdm4_msg {
   /**
-   * The buffers; rdm4 0.1 accepts 0 or 1 entry.
+   * The buffers (up to 1024).
    */
   const struct iovec *iov;
   /**
@@ -661,14 +661,15 @@ int32_t rdm4_read(struct rdm4_ep *ep,
                   void *context);
 
 /**
- * Applies `op` (`RDM4_MIN` ... `RDM4_ATOMIC_WRITE`) with the `count`
+ * Applies `op` (`RDM4_MIN` ... `RDM4_BXOR`, `RDM4_ATOMIC_WRITE`) with the `count`
  * elements of `datatype` at `buf` to the peer's memory at `raddr`
  * (registered with `key` and `RDM4_ACCESS_REMOTE_WRITE`). Atomics towards
  * one peer are applied in the order they were posted. The payload must
  * fit one packet (about 8 KiB).
  *
  * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `buf`
- * with `count > 0`, `count` 0); `RDM4_ENOTSUP` (the op does not apply to
+ * with `count > 0`, `count` 0, an op of another call: `RDM4_ATOMIC_READ`
+ * or a compare op); `RDM4_ENOTSUP` (the op does not apply to
  * the datatype, or `long double`); `RDM4_EOVERFLOW` (payload too large);
  * `RDM4_ENOADDR`; `RDM4_EPEER`; `RDM4_EAGAIN`. Completion:
  * `RDM4_CQ_ATOMIC | RDM4_CQ_WRITE`, or `RDM4_EREMOTEACCESS`.
@@ -689,7 +690,7 @@ int32_t rdm4_atomic(struct rdm4_ep *ep,
  * (`count` elements). With `RDM4_ATOMIC_READ`, `buf` may be NULL. The
  * memory also needs `RDM4_ACCESS_REMOTE_READ`. Completion adds
  * `RDM4_CQ_READ`. Returns as `rdm4_atomic`; `RDM4_EINVAL` also for a NULL
- * `result`.
+ * `result` or a compare op.
  */
 int32_t rdm4_fetch_atomic(struct rdm4_ep *ep,
                           const void *buf,
@@ -707,7 +708,7 @@ int32_t rdm4_fetch_atomic(struct rdm4_ep *ep,
  * target is replaced by `buf`'s when the condition on `compare`'s holds
  * (MSWAP: `compare` is the bit mask); `result` receives the previous
  * values. Returns as `rdm4_fetch_atomic`; `RDM4_EINVAL` also for a NULL
- * `compare`.
+ * `compare` or an op outside the compare family.
  */
 int32_t rdm4_compare_atomic(struct rdm4_ep *ep,
                             const void *buf,

@@ -3,7 +3,8 @@
 
 use std::process::Command;
 
-const TESTS: [&str; 9] = ["tag_lat", "msg_lat", "tag_bw", "msg_rate", "put_lat", "put_bw", "get_lat", "get_bw", "atomic_lat"];
+const TESTS: [&str; 9] =
+    ["tag_lat", "msg_lat", "tag_bw", "msg_rate", "put_lat", "put_bw", "get_lat", "get_bw", "atomic_lat"];
 
 fn field<'a>(line: &'a str, key: &str) -> &'a str {
     let at = line.find(&format!("\"{key}\":")).unwrap_or_else(|| panic!("no {key} in {line}")) + key.len() + 3;
@@ -23,7 +24,10 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
 fn every_test_mode_on_shm_prints_the_json_contract() {
     for cma in ["1", "0"] {
         let out = run(
-            &["--device", "shm", "--sizes", "8,5000", "--iters", "20", "--warmup", "2", "--window", "4", "--json", "--no-pin"],
+            &[
+                "--device", "shm", "--sizes", "8,5000", "--iters", "20", "--warmup", "2", "--window", "4", "--json",
+                "--no-pin",
+            ],
             &[("RDM4_SHM_CMA", cma)],
         );
         let stdout = String::from_utf8_lossy(&out.stdout);

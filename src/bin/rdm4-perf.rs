@@ -27,7 +27,8 @@ const USAGE: &str = "usage: rdm4-perf [--device shm|udp] [--test NAME[,NAME...]]
                  [--server [--oob-port P] | --client HOST [--oob-port P]]
 tests: tag_lat msg_lat tag_bw msg_rate put_lat put_bw get_lat get_bw atomic_lat";
 
-const TESTS: [&str; 9] = ["tag_lat", "msg_lat", "tag_bw", "msg_rate", "put_lat", "put_bw", "get_lat", "get_bw", "atomic_lat"];
+const TESTS: [&str; 9] =
+    ["tag_lat", "msg_lat", "tag_bw", "msg_rate", "put_lat", "put_bw", "get_lat", "get_bw", "atomic_lat"];
 const DEFAULT_SIZES: [usize; 8] = [8, 64, 512, 4096, 32768, 262_144, 1 << 20, 4 << 20];
 
 #[derive(Debug, Clone)]
@@ -308,11 +309,25 @@ fn one_sided(c: &mut Ctx, test: &str, size: usize, iters: usize, warmup: usize, 
             let rc = match test {
                 "put_lat" | "put_bw" => {
                     pattern(&mut local[..size], t);
-                    rdm4_write(c.ep, local.as_ptr().cast(), size, c.peer, c.peer_region, c.peer_key, std::ptr::null_mut())
+                    rdm4_write(
+                        c.ep,
+                        local.as_ptr().cast(),
+                        size,
+                        c.peer,
+                        c.peer_region,
+                        c.peer_key,
+                        std::ptr::null_mut(),
+                    )
                 }
-                "get_lat" | "get_bw" => {
-                    rdm4_read(c.ep, local.as_mut_ptr().cast(), size, c.peer, c.peer_region, c.peer_key, std::ptr::null_mut())
-                }
+                "get_lat" | "get_bw" => rdm4_read(
+                    c.ep,
+                    local.as_mut_ptr().cast(),
+                    size,
+                    c.peer,
+                    c.peer_region,
+                    c.peer_key,
+                    std::ptr::null_mut(),
+                ),
                 _ => {
                     let one = 1u64.to_le_bytes();
                     let result = local.as_mut_ptr().cast();
@@ -363,7 +378,15 @@ fn one_sided_lat(c: &mut Ctx, test: &str, size: usize, iters: usize, warmup: usi
                 pattern(&mut local[..size], i as u8);
                 rdm4_write(c.ep, local.as_ptr().cast(), size, c.peer, c.peer_region, c.peer_key, std::ptr::null_mut())
             }
-            "get_lat" => rdm4_read(c.ep, local.as_mut_ptr().cast(), size, c.peer, c.peer_region, c.peer_key, std::ptr::null_mut()),
+            "get_lat" => rdm4_read(
+                c.ep,
+                local.as_mut_ptr().cast(),
+                size,
+                c.peer,
+                c.peer_region,
+                c.peer_key,
+                std::ptr::null_mut(),
+            ),
             _ => {
                 let one = 1u64.to_le_bytes();
                 rdm4_fetch_atomic(
@@ -443,7 +466,10 @@ fn run_test(c: &mut Ctx, o: &Opts, client: bool, test: &str, size: usize) -> Opt
         if client && test.starts_with("put") {
             let mut b = vec![0u8; size];
             pattern(&mut b, 0xC3);
-            ok("verify write", rdm4_write(c.ep, b.as_ptr().cast(), size, c.peer, c.peer_region, c.peer_key, std::ptr::null_mut()));
+            ok(
+                "verify write",
+                rdm4_write(c.ep, b.as_ptr().cast(), size, c.peer, c.peer_region, c.peer_key, std::ptr::null_mut()),
+            );
             c.complete(1);
         }
         barrier(c, client, |c| {
@@ -464,8 +490,20 @@ fn run_test(c: &mut Ctx, o: &Opts, client: bool, test: &str, size: usize) -> Opt
         return None;
     }
     let (med, avg, p99) = stats(&mut res.lat);
-    let bw = if res.secs > 0.0 { res.bw_bytes / res.secs / 1e6 } else if med > 0.0 { size as f64 / (2.0 * med) } else { 0.0 };
-    let rate = if res.secs > 0.0 { res.msgs as f64 / res.secs } else if avg > 0.0 { 1e6 / (2.0 * avg) } else { 0.0 };
+    let bw = if res.secs > 0.0 {
+        res.bw_bytes / res.secs / 1e6
+    } else if med > 0.0 {
+        size as f64 / (2.0 * med)
+    } else {
+        0.0
+    };
+    let rate = if res.secs > 0.0 {
+        res.msgs as f64 / res.secs
+    } else if avg > 0.0 {
+        1e6 / (2.0 * avg)
+    } else {
+        0.0
+    };
     Some(format!(
         "{{\"device\":\"{}\",\"test\":\"{test}\",\"size\":{size},\"iters\":{iters},\"lat_us_median\":{med:.3},\"lat_us_avg\":{avg:.3},\"lat_us_p99\":{p99:.3},\"bw_mbps\":{bw:.1},\"msg_rate\":{rate:.0}}}",
         o.device
@@ -475,7 +513,10 @@ fn run_test(c: &mut Ctx, o: &Opts, client: bool, test: &str, size: usize) -> Opt
 /// Reads the server's region pattern back with one more read (verification).
 fn read_back(c: &mut Ctx, size: usize) -> Vec<u8> {
     let mut b = vec![0u8; size];
-    ok("verify read", rdm4_read(c.ep, b.as_mut_ptr().cast(), size, c.peer, c.peer_region, c.peer_key, std::ptr::null_mut()));
+    ok(
+        "verify read",
+        rdm4_read(c.ep, b.as_mut_ptr().cast(), size, c.peer, c.peer_region, c.peer_key, std::ptr::null_mut()),
+    );
     c.complete(1);
     b
 }
@@ -557,7 +598,12 @@ fn spawn_peer(o: &Opts, port: u16) -> Child {
     let exe = std::env::current_exe().unwrap_or_else(|e| fail(&format!("cannot find myself: {e}")));
     let mut args: Vec<String> = vec!["--client".into(), "127.0.0.1".into(), "--oob-port".into(), port.to_string()];
     args.extend(["--device".into(), o.device.clone(), "--window".into(), o.window.to_string()]);
-    args.extend(["--test".into(), o.tests.join(","), "--sizes".into(), o.sizes.iter().map(usize::to_string).collect::<Vec<_>>().join(",")]);
+    args.extend([
+        "--test".into(),
+        o.tests.join(","),
+        "--sizes".into(),
+        o.sizes.iter().map(usize::to_string).collect::<Vec<_>>().join(","),
+    ]);
     if o.iters > 0 {
         args.extend(["--iters".into(), o.iters.to_string()]);
     }
@@ -577,7 +623,10 @@ fn spawn_peer(o: &Opts, port: u16) -> Child {
 }
 
 fn print_table(lines: &[String]) {
-    println!("{:<11} {:>9} {:>10} {:>10} {:>10} {:>11} {:>12}", "test", "size", "lat med", "lat avg", "lat p99", "bw MB/s", "msg/s");
+    println!(
+        "{:<11} {:>9} {:>10} {:>10} {:>10} {:>11} {:>12}",
+        "test", "size", "lat med", "lat avg", "lat p99", "bw MB/s", "msg/s"
+    );
     for l in lines {
         let get = |k: &str| -> String {
             let at = l.find(&format!("\"{k}\":")).map(|i| i + k.len() + 3).unwrap_or(0);
@@ -624,7 +673,11 @@ fn main() {
             // SAFETY: rdm4_version_string returns a static string.
             let v = unsafe { CStr::from_ptr(rdm4_version_string()) }.to_string_lossy();
             if !o.json {
-                println!("rdm4 {v}: {} device, two processes{}", o.device, if o.pin { ", pinned to CPUs 0 and 1" } else { "" });
+                println!(
+                    "rdm4 {v}: {} device, two processes{}",
+                    o.device,
+                    if o.pin { ", pinned to CPUs 0 and 1" } else { "" }
+                );
             }
             if o.pin {
                 pin(0);

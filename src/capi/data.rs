@@ -120,7 +120,10 @@ fn msg_iovs(msg: &rdm4_msg) -> Result<Vec<UserBuf>, Status> {
     let iovs = unsafe { std::slice::from_raw_parts(msg.iov, msg.iov_count) };
     let bufs: Result<Vec<UserBuf>, Status> = iovs.iter().map(|v| c_buf(v.iov_base, v.iov_len)).collect();
     let bufs = bufs?;
-    bufs.iter().try_fold(0usize, |t, b| t.checked_add(b.len())).filter(|&t| t <= isize::MAX as usize).ok_or(Status::Overflow)?;
+    bufs.iter()
+        .try_fold(0usize, |t, b| t.checked_add(b.len()))
+        .filter(|&t| t <= isize::MAX as usize)
+        .ok_or(Status::Overflow)?;
     Ok(bufs)
 }
 
@@ -340,6 +343,7 @@ fn elems(count: usize, datatype: u32) -> Result<usize, Status> {
 
 #[allow(clippy::too_many_arguments)]
 fn atomic_common(
+    want: atomic_ops::AtomicClass,
     ep: *mut rdm4_ep,
     operand: (*const c_void, usize),
     compare: (*const c_void, usize),
@@ -353,6 +357,11 @@ fn atomic_common(
 ) -> i32 {
     boundary(|| {
         let h = lookup(ep)?;
+        // The op must be of the call's kind: rdm4_atomic takes write ops,
+        // rdm4_fetch_atomic fetch ops, rdm4_compare_atomic the CSWAP family.
+        if atomic_ops::classify(datatype, op, want != atomic_ops::AtomicClass::Write)? != want {
+            return Err(Status::Inval);
+        }
         let o = c_buf(operand.0 as *mut c_void, elems(operand.1, datatype)?)?;
         let c = c_buf(compare.0 as *mut c_void, elems(compare.1, datatype)?)?;
         let r = c_buf(result.0, elems(result.1, datatype)?)?;
@@ -362,14 +371,15 @@ fn atomic_common(
     })
 }
 
-/// Applies `op` (`RDM4_MIN` ... `RDM4_ATOMIC_WRITE`) with the `count`
+/// Applies `op` (`RDM4_MIN` ... `RDM4_BXOR`, `RDM4_ATOMIC_WRITE`) with the `count`
 /// elements of `datatype` at `buf` to the peer's memory at `raddr`
 /// (registered with `key` and `RDM4_ACCESS_REMOTE_WRITE`). Atomics towards
 /// one peer are applied in the order they were posted. The payload must
 /// fit one packet (about 8 KiB).
 ///
 /// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `buf`
-/// with `count > 0`, `count` 0); `RDM4_ENOTSUP` (the op does not apply to
+/// with `count > 0`, `count` 0, an op of another call: `RDM4_ATOMIC_READ`
+/// or a compare op); `RDM4_ENOTSUP` (the op does not apply to
 /// the datatype, or `long double`); `RDM4_EOVERFLOW` (payload too large);
 /// `RDM4_ENOADDR`; `RDM4_EPEER`; `RDM4_EAGAIN`. Completion:
 /// `RDM4_CQ_ATOMIC | RDM4_CQ_WRITE`, or `RDM4_EREMOTEACCESS`.
@@ -388,6 +398,7 @@ pub extern "C" fn rdm4_atomic(
     context: *mut c_void,
 ) -> i32 {
     atomic_common(
+        atomic_ops::AtomicClass::Write,
         ep,
         (buf, count),
         (std::ptr::null(), 0),
@@ -405,7 +416,7 @@ pub extern "C" fn rdm4_atomic(
 /// (`count` elements). With `RDM4_ATOMIC_READ`, `buf` may be NULL. The
 /// memory also needs `RDM4_ACCESS_REMOTE_READ`. Completion adds
 /// `RDM4_CQ_READ`. Returns as `rdm4_atomic`; `RDM4_EINVAL` also for a NULL
-/// `result`.
+/// `result` or a compare op.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub extern "C" fn rdm4_fetch_atomic(
@@ -422,6 +433,7 @@ pub extern "C" fn rdm4_fetch_atomic(
 ) -> i32 {
     let operand_count = if op == RDM4_ATOMIC_READ && buf.is_null() { 0 } else { count };
     atomic_common(
+        atomic_ops::AtomicClass::Fetch,
         ep,
         (buf, operand_count),
         (std::ptr::null(), 0),
@@ -439,7 +451,7 @@ pub extern "C" fn rdm4_fetch_atomic(
 /// target is replaced by `buf`'s when the condition on `compare`'s holds
 /// (MSWAP: `compare` is the bit mask); `result` receives the previous
 /// values. Returns as `rdm4_fetch_atomic`; `RDM4_EINVAL` also for a NULL
-/// `compare`.
+/// `compare` or an op outside the compare family.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub extern "C" fn rdm4_compare_atomic(
@@ -455,5 +467,6 @@ pub extern "C" fn rdm4_compare_atomic(
     key: u64,
     context: *mut c_void,
 ) -> i32 {
-    atomic_common(ep, (buf, count), (compare, count), (result, count), datatype, op, dest, raddr, key, context)
+    let class = atomic_ops::AtomicClass::Compare;
+    atomic_common(class, ep, (buf, count), (compare, count), (result, count), datatype, op, dest, raddr, key, context)
 }

@@ -133,7 +133,7 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
                 .map_err(|_| Status::NoMem)?;
             *h.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(thread);
         }
-        let ptr = Arc::as_ptr(&h) as *mut rdm4_ep;
+        let ptr = super::new_handle();
         registry().insert(ptr as usize, h);
         // SAFETY: non-NULL out-pointer.
         unsafe { ep.write(ptr) };
@@ -211,12 +211,20 @@ pub extern "C" fn rdm4_av_insert(ep: *mut rdm4_ep, addrs: *const c_void, count: 
         let bytes = unsafe { std::slice::from_raw_parts(addrs.cast::<u8>(), count * RDM4_ADDR_LEN) };
         let mut g = h.lock();
         let mut done: Vec<u32> = Vec::with_capacity(count);
+        let mut fresh: Vec<u32> = Vec::new();
         for chunk in bytes.chunks(RDM4_ADDR_LEN) {
             let raw = RawAddr::from_bytes(chunk).ok_or(Status::Inval)?;
+            let known = g.ep.av_contains(&raw);
             match g.ep.av_insert(&raw) {
-                Ok(a) => done.push(a),
+                Ok(a) => {
+                    done.push(a);
+                    if !known {
+                        fresh.push(a);
+                    }
+                }
                 Err(e) => {
-                    for a in done {
+                    // Undo only what this call added.
+                    for a in fresh {
                         let _ = g.ep.av_remove(a);
                     }
                     return Err(e);
@@ -282,13 +290,16 @@ pub extern "C" fn rdm4_av_straddr(addr: *const c_void, buf: *mut c_char, len: *m
         let text = format!("rdm4://[{}]:{}/{:#010x}", gid.join(":"), raw.qpn(), raw.connid());
         // SAFETY: `len` is non-NULL.
         let have = unsafe { len.read() };
-        unsafe { len.write(text.len() + 1) };
         if have < text.len() + 1 {
+            // SAFETY: as above.
+            unsafe { len.write(text.len() + 1) };
             return Err(Status::TooSmall);
         }
         if buf.is_null() {
             return Err(Status::Inval);
         }
+        // SAFETY: as above.
+        unsafe { len.write(text.len() + 1) };
         // SAFETY: `buf` has `have` >= text.len() + 1 bytes.
         unsafe {
             std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), text.len());

@@ -43,12 +43,10 @@ pub(crate) fn boundary(f: impl FnOnce() -> Result<i32, Status>) -> i32 {
     }
 }
 
-/// Completions of injected sends carry this bit in their context; they are
-/// the library's own and never reach the application.
-const INJECT_BIT: u64 = 1 << 63;
-/// Completions of operations on a library copy of several buffers
-/// (`rdm4_sendmsg` / `rdm4_recvmsg` with more than one iovec).
-const BOUNCE_BIT: u64 = 1 << 62;
+// Operations on a library-owned copy (injected sends, messages of several
+// buffers) use the copy's address as their engine context: no application
+// context can equal it (it would have to point into the library's own
+// allocation), so the completions are told apart by looking them up.
 
 /// A library copy standing for the application's buffers.
 struct Bounce {
@@ -80,14 +78,13 @@ impl EpHandle {
 pub(crate) struct EpInner {
     pub(crate) ep: Endpoint<Box<dyn Device + Send>>,
     injected: HashMap<u64, Box<[u8]>>,
-    next_inject: u64,
     bounces: HashMap<u64, Bounce>,
     ready: Vec<Cqe>,
 }
 
 impl EpInner {
     fn new(ep: Endpoint<Box<dyn Device + Send>>) -> EpInner {
-        EpInner { ep, injected: HashMap::new(), next_inject: 0, bounces: HashMap::new(), ready: Vec::new() }
+        EpInner { ep, injected: HashMap::new(), bounces: HashMap::new(), ready: Vec::new() }
     }
 
     /// One progress call; true when it produced completions.
@@ -102,12 +99,10 @@ impl EpInner {
         let mut fresh = Vec::new();
         self.ep.poll_cq(&mut fresh, usize::MAX);
         for mut e in fresh {
-            if e.context & INJECT_BIT != 0 {
-                self.injected.remove(&e.context);
+            if self.injected.remove(&e.context).is_some() {
                 continue;
             }
-            if e.context & BOUNCE_BIT != 0 {
-                let Some(b) = self.bounces.remove(&e.context) else { continue };
+            if let Some(b) = self.bounces.remove(&e.context) {
                 let mut at = 0usize;
                 let got = e.len as usize;
                 for dst in &b.scatter {
@@ -134,12 +129,8 @@ impl EpInner {
     }
 
     fn bounce(&mut self, copy: Box<[u8]>, user_context: u64, scatter: Vec<UserBuf>) -> (UserBuf, u64) {
-        let ctx = BOUNCE_BIT | self.next_inject;
-        self.next_inject = (self.next_inject + 1) & !(INJECT_BIT | BOUNCE_BIT);
-        let mut b = Bounce { user_context, copy, scatter };
-        // SAFETY: the box lives in `bounces` until the completion removes it.
-        let buf = unsafe { UserBuf::from_raw(b.copy.as_mut_ptr(), b.copy.len()) }.unwrap_or(UserBuf::empty());
-        self.bounces.insert(ctx, b);
+        let (copy, buf, ctx) = owned_copy(copy);
+        self.bounces.insert(ctx, Bounce { user_context, copy, scatter });
         (buf, ctx)
     }
 
@@ -170,14 +161,31 @@ impl EpInner {
 
     /// Keeps a copy of `data` for an injected send; returns its buffer and context.
     pub(crate) fn inject_copy(&mut self, data: &[u8]) -> (UserBuf, u64) {
-        let mut copy: Box<[u8]> = data.into();
-        // SAFETY: the box lives in `injected` until the send's completion removes it.
-        let buf = unsafe { UserBuf::from_raw(copy.as_mut_ptr(), copy.len()) }.unwrap_or(UserBuf::empty());
-        let ctx = INJECT_BIT | self.next_inject;
-        self.next_inject = (self.next_inject + 1) & !(INJECT_BIT | BOUNCE_BIT);
+        let (copy, buf, ctx) = owned_copy(data.into());
         self.injected.insert(ctx, copy);
         (buf, ctx)
     }
+}
+
+/// A library-owned copy lent to the engine: the copy (at least one byte, so
+/// its address is unique), the buffer over its first `len` bytes, and the
+/// context naming it.
+fn owned_copy(copy: Box<[u8]>) -> (Box<[u8]>, UserBuf, u64) {
+    let len = copy.len();
+    let mut copy = if len == 0 { vec![0u8; 1].into_boxed_slice() } else { copy };
+    // SAFETY: the box is kept (in `injected` or `bounces`) until the
+    // operation's completion removes it; only the engine uses these bytes.
+    let buf = unsafe { UserBuf::from_raw(copy.as_mut_ptr(), len) }.unwrap_or(UserBuf::empty());
+    let ctx = copy.as_ptr() as usize as u64;
+    (copy, buf, ctx)
+}
+
+/// A fresh handle value: a counter, never reused, so a stale handle can
+/// never name a newer endpoint. Multiples of 16, so they look like (and are
+/// as opaque as) pointers.
+pub(crate) fn new_handle() -> *mut rdm4_ep {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+    (NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) << 4) as *mut rdm4_ep
 }
 
 /// Open endpoints by handle value.

@@ -187,7 +187,7 @@ pub struct rdm4_cqe {
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct rdm4_msg {
-    /// The buffers; rdm4 0.1 accepts 0 or 1 entry.
+    /// The buffers (up to 1024).
     pub iov: *const libc::iovec,
     /// Entries in `iov`.
     pub iov_count: usize,

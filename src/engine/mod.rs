@@ -322,18 +322,21 @@ impl<D: Device> Endpoint<D> {
         Ok(p)
     }
 
-    /// Removes an address. Operations towards it fail with `Canceled`.
+    /// Removes an address. Operations towards it fail with `Canceled`. The
+    /// peer's protocol state (message IDs, handshake) is kept: inserting the
+    /// address again resumes the same stream, as its other end expects.
     pub fn av_remove(&mut self, addr: Addr) -> Result<(), Status> {
-        let peer = self.core.peers.get(addr).ok_or(Status::NoAddr)?;
-        let (raw, ah) = (peer.raw, peer.ah);
-        self.core.fail_peer(addr, Status::Canceled);
-        self.core.peers.remove(addr);
-        self.core.by_raw.remove(&raw_key(&raw));
-        if let Some(ah) = ah {
-            self.core.by_ah.remove(&ah);
-            self.dev.remove(ah);
+        self.core.live_peer(addr)?;
+        self.core.cancel_ops_of(addr, Status::Canceled);
+        if let Some(p) = self.core.peers.get_mut(addr) {
+            p.in_av = false;
         }
         Ok(())
+    }
+
+    /// True when `raw` is in the address vector.
+    pub fn av_contains(&self, raw: &RawAddr) -> bool {
+        self.core.by_raw.get(&raw_key(raw)).and_then(|&p| self.core.peers.get(p)).is_some_and(|p| p.in_av)
     }
 
     /// The raw address of a handle.
@@ -501,13 +504,19 @@ impl Core {
         self.events.clear();
     }
 
-    /// Fails every operation towards or from `peer`.
-    fn fail_peer(&mut self, peer: u32, status: Status) {
+    /// Completes every operation towards or from `peer` (posted receives
+    /// excepted) with `status`.
+    fn cancel_ops_of(&mut self, peer: u32, status: Status) {
         for key in self.ops.keys() {
             if self.ops.get(key).is_some_and(|o| o.peer == peer && o.kind != OpKind::Recv) {
                 self.complete(key, status);
             }
         }
+    }
+
+    /// Fails every operation towards or from a lost `peer` and drops what it held.
+    fn fail_peer(&mut self, peer: u32, status: Status) {
+        self.cancel_ops_of(peer, status);
         if let Some(p) = self.peers.get_mut(peer) {
             p.reorder.clear();
             self.reorder_bytes -= p.reorder_bytes.min(self.reorder_bytes);

@@ -63,14 +63,6 @@ impl<T> Slab<T> {
         slot.val.as_mut()
     }
 
-    /// Removes and returns the entry of `key`; the key is dead afterwards.
-    pub fn remove(&mut self, key: u32) -> Option<T> {
-        let slot = self.live_slot(key)?;
-        let val = slot.val.take();
-        self.retire(key);
-        val
-    }
-
     /// Removes the entry of `key` after handing it to `f`; dropped in place,
     /// never moved (entries can be large).
     pub fn remove_with<R>(&mut self, key: u32, f: impl FnOnce(&mut T) -> R) -> Option<R> {
@@ -123,7 +115,7 @@ mod tests {
         let mut s = Slab::default();
         let a = s.insert(1).unwrap();
         assert_eq!(s.get(a), Some(&1));
-        assert_eq!(s.remove(a), Some(1));
+        assert_eq!(s.remove_with(a, |v| *v), Some(1));
         let b = s.insert(2).unwrap();
         assert_eq!(a & INDEX_MASK, b & INDEX_MASK, "slot reused");
         assert_eq!(s.get(a), None, "stale key");

@@ -1,0 +1,270 @@
+/*
+ * test_util.h: helpers shared by the C programs in c_tests/ (not a program:
+ * the harness ignores *.h files). Everything is `static inline` so a program
+ * that uses only part of it still compiles with -Wall -Wextra -Werror.
+ *
+ * Needs _POSIX_C_SOURCE >= 200809L (or _GNU_SOURCE) defined before any include.
+ */
+#ifndef RDM4_TEST_UTIL_H
+#define RDM4_TEST_UTIL_H
+
+#include <dirent.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rdm4.h"
+
+/* Checks that fail count and continue; the program exits 1 at the end. */
+static int tu_failures;
+
+#define CHECK(cond, ...)                                                                   \
+    do {                                                                                   \
+        if (cond) {                                                                        \
+            printf("ok - %s", tu_role);                                                    \
+            printf(__VA_ARGS__);                                                           \
+            printf("\n");                                                                  \
+        } else {                                                                           \
+            fprintf(stderr, "FAIL %s%s:%d: `%s`: ", tu_role, __FILE__, __LINE__, #cond);   \
+            fprintf(stderr, __VA_ARGS__);                                                  \
+            fprintf(stderr, "\n");                                                         \
+            fflush(stderr);                                                                \
+            tu_failures++;                                                                 \
+        }                                                                                  \
+    } while (0)
+
+/* A failure after which going on makes no sense: message, then exit 1. */
+#define FATAL(...)                                                                  \
+    do {                                                                            \
+        fprintf(stderr, "FATAL %s%s:%d: ", tu_role, __FILE__, __LINE__);            \
+        fprintf(stderr, __VA_ARGS__);                                               \
+        fprintf(stderr, "\n");                                                      \
+        fflush(stderr);                                                             \
+        tu_fatal_hook();                                                            \
+        exit(EXIT_FAILURE);                                                         \
+    } while (0)
+
+/* Printed before every check and failure message (e.g. "[child] "). */
+static const char *tu_role = "";
+/* Called by FATAL before exiting (e.g. to kill a child, remove segments). */
+static void (*tu_fatal_cleanup)(void);
+
+static inline void tu_fatal_hook(void)
+{
+    if (tu_fatal_cleanup) {
+        void (*f)(void) = tu_fatal_cleanup;
+        tu_fatal_cleanup = NULL;
+        f();
+    }
+}
+
+/* The name of a status code ("RDM4_EINVAL"), or "?" for an unknown one. */
+static inline const char *tu_status(int32_t s)
+{
+    static const char *const names[] = {
+        "RDM4_SUCCESS",   "RDM4_EAGAIN",    "RDM4_EINVAL",    "RDM4_ENOMEM",   "RDM4_EBADHANDLE",
+        "RDM4_ENOADDR",   "RDM4_ETRUNC",    "RDM4_EREMOTEACCESS", "RDM4_ENOREG", "RDM4_EBUSY",
+        "RDM4_ENOTSUP",   "RDM4_EPEER",     "RDM4_ETIMEDOUT", "RDM4_ECANCELED", "RDM4_EPROTO",
+        "RDM4_EOVERFLOW", "RDM4_EIO",       "RDM4_EINTERNAL", "RDM4_EREMOTE",  "RDM4_ETOOSMALL",
+    };
+    if (s > 0) {
+        return "(positive)";
+    }
+    if (s < -19) {
+        return "?";
+    }
+    return names[-s];
+}
+
+/* Monotonic milliseconds. */
+static inline double tu_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Sleeps `us` microseconds. */
+static inline void tu_sleep_us(long us)
+{
+    struct timespec ts = { us / 1000000, (us % 1000000) * 1000 };
+    nanosleep(&ts, NULL);
+}
+
+/* Sets RDM4_SHM_PREFIX to "rdm4t-<name>-<pid>" (written to `out`). */
+static inline void tu_set_prefix(const char *name, char *out, size_t outlen)
+{
+    snprintf(out, outlen, "rdm4t-%s-%ld", name, (long)getpid());
+    if (setenv("RDM4_SHM_PREFIX", out, 1) != 0) {
+        perror("setenv");
+        exit(EXIT_FAILURE);
+    }
+}
+
+/* Files in /dev/shm whose name starts with "<prefix>-"; removes them when
+ * `remove` is set. Returns how many there were (-1 if /dev/shm is unreadable). */
+static inline int tu_shm_files(const char *prefix, int remove, int print)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d) {
+        return -1;
+    }
+    char want[128];
+    snprintf(want, sizeof want, "%s-", prefix);
+    size_t wl = strlen(want);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, want, wl) == 0) {
+            n++;
+            if (print) {
+                fprintf(stderr, "  left in /dev/shm: %s\n", e->d_name);
+            }
+            if (remove) {
+                char path[512];
+                snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+                unlink(path);
+            }
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+/* A deterministic byte pattern: stream `seed`, built from 64-bit words so
+ * that filling and checking megabytes stays cheap (also under valgrind). */
+static inline uint64_t tu_word(uint64_t k, uint32_t seed)
+{
+    uint64_t z = k + (uint64_t)(seed + 1) * 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static inline void tu_fill(void *buf, size_t len, uint32_t seed)
+{
+    uint8_t *b = buf;
+    for (size_t k = 0; k * 8 < len; k++) {
+        uint64_t w = tu_word(k, seed);
+        size_t n = len - k * 8 < 8 ? len - k * 8 : 8;
+        memcpy(b + k * 8, &w, n);
+    }
+}
+
+/* Index of the first byte that differs from the pattern, or -1. */
+static inline long tu_verify(const void *buf, size_t len, uint32_t seed)
+{
+    const uint8_t *b = buf;
+    for (size_t k = 0; k * 8 < len; k++) {
+        uint64_t w = tu_word(k, seed);
+        size_t n = len - k * 8 < 8 ? len - k * 8 : 8;
+        if (memcmp(b + k * 8, &w, n) != 0) {
+            const uint8_t *e = (const uint8_t *)&w;
+            for (size_t i = 0; i < n; i++) {
+                if (b[k * 8 + i] != e[i]) {
+                    return (long)(k * 8 + i);
+                }
+            }
+        }
+    }
+    return -1;
+}
+
+/* True when `len` bytes at `p` all equal `v`. */
+static inline int tu_all(const void *p, size_t len, uint8_t v)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < len; i++) {
+        if (b[i] != v) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Completion store: entries polled from an endpoint, taken out by match.  */
+/* ---------------------------------------------------------------------- */
+
+#define TU_CQ_MAX 256
+
+struct tu_cq {
+    rdm4_ep *ep;
+    rdm4_cqe e[TU_CQ_MAX];
+    size_t n;
+};
+
+/* One rdm4_poll into the store; returns the number of new entries. */
+static inline int tu_cq_poll(struct tu_cq *q)
+{
+    if (q->n >= TU_CQ_MAX) {
+        FATAL("completion store full (%d entries never taken)", TU_CQ_MAX);
+    }
+    int32_t rc = rdm4_poll(q->ep, &q->e[q->n], TU_CQ_MAX - q->n);
+    if (rc < 0) {
+        FATAL("rdm4_poll: %s (%d)", tu_status(rc), (int)rc);
+    }
+    if ((size_t)rc > TU_CQ_MAX - q->n) {
+        FATAL("rdm4_poll returned %d entries for a room of %zu", (int)rc, TU_CQ_MAX - q->n);
+    }
+    q->n += (size_t)rc;
+    return rc;
+}
+
+/* Takes out the oldest entry with this context, if any. */
+static inline int tu_cq_take(struct tu_cq *q, void *ctx, rdm4_cqe *out)
+{
+    for (size_t i = 0; i < q->n; i++) {
+        if (q->e[i].context == ctx) {
+            *out = q->e[i];
+            memmove(&q->e[i], &q->e[i + 1], (q->n - i - 1) * sizeof q->e[0]);
+            q->n--;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Polls the stores in `qs` (progressing every endpoint) until `q` has an
+ * entry with context `ctx` (then 1, the entry in *out), or `timeout_ms`
+ * passed (then 0). */
+static inline int tu_cq_wait(struct tu_cq *q, void *ctx, struct tu_cq **qs, size_t nq, double timeout_ms,
+                             rdm4_cqe *out)
+{
+    double start = tu_now_ms();
+    for (;;) {
+        if (tu_cq_take(q, ctx, out)) {
+            return 1;
+        }
+        int got = 0;
+        for (size_t i = 0; i < nq; i++) {
+            got += tu_cq_poll(qs[i]);
+        }
+        if (got == 0) {
+            if (tu_now_ms() - start > timeout_ms) {
+                return 0;
+            }
+            if (nq == 1) {
+                (void)rdm4_wait(q->ep, 1);
+            } else {
+                tu_sleep_us(50);
+            }
+        }
+    }
+}
+
+/* tu_cq_wait, FATAL on timeout. */
+static inline rdm4_cqe tu_cq_expect(struct tu_cq *q, void *ctx, struct tu_cq **qs, size_t nq, double timeout_ms,
+                                    const char *what)
+{
+    rdm4_cqe c;
+    if (!tu_cq_wait(q, ctx, qs, nq, timeout_ms, &c)) {
+        FATAL("no completion for %s after %.0f ms", what, timeout_ms);
+    }
+    return c;
+}
+
+#endif /* RDM4_TEST_UTIL_H */
