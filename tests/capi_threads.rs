@@ -1,0 +1,109 @@
+//! The C API from many threads at once: every call is safe from any thread.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdm4::capi::*;
+
+const THREADS: usize = 4;
+const PER_THREAD: usize = 200;
+
+#[derive(Clone, Copy)]
+struct Ep(*mut rdm4_ep);
+// SAFETY: the handle is an opaque value; the library serialises its use.
+unsafe impl Send for Ep {}
+unsafe impl Sync for Ep {}
+
+impl Ep {
+    /// The handle (a method, so closures capture the whole `Ep`).
+    fn h(self) -> *mut rdm4_ep {
+        self.0
+    }
+}
+
+fn open() -> Ep {
+    let mut ep = std::ptr::null_mut();
+    assert_eq!(rdm4_ep_open(std::ptr::null(), &mut ep), 0);
+    Ep(ep)
+}
+
+#[test]
+fn many_threads_send_receive_and_poll_on_shared_endpoints() {
+    std::env::set_var("RDM4_SHM_PREFIX", format!("rdm4thr{}", std::process::id()));
+    let (a, b) = (open(), open());
+    let mut name = [0u8; 32];
+    let mut len = 32;
+    assert_eq!(rdm4_ep_getname(b.0, name.as_mut_ptr().cast(), &mut len), 0);
+    let mut to_b = 0;
+    assert_eq!(rdm4_av_insert(a.0, name.as_ptr().cast(), 1, &mut to_b), 1);
+    let received = Arc::new(AtomicUsize::new(0));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let mut handles = Vec::new();
+    for t in 0..THREADS {
+        // Receivers: each thread posts its own tagged receives and polls b.
+        let received = received.clone();
+        handles.push(std::thread::spawn(move || {
+            let mut bufs: Vec<Box<[u8; 64]>> = (0..PER_THREAD).map(|_| Box::new([0u8; 64])).collect();
+            for (i, buf) in bufs.iter_mut().enumerate() {
+                let tag = (t << 16 | i) as u64;
+                let rc =
+                    rdm4_trecv(b.h(), buf.as_mut_ptr().cast(), 64, RDM4_ADDR_UNSPEC, tag, 0, buf.as_mut_ptr().cast());
+                assert_eq!(rc, 0);
+            }
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let mut cq = [unsafe { std::mem::zeroed::<rdm4_cqe>() }; 16];
+            while received.load(Ordering::SeqCst) < THREADS * PER_THREAD {
+                let n = rdm4_poll(b.h(), cq.as_mut_ptr(), cq.len());
+                assert!(n >= 0);
+                for e in &cq[..n as usize] {
+                    assert_eq!(e.status, 0);
+                    // The payload names its tag: it landed in the right buffer.
+                    let got = unsafe { std::slice::from_raw_parts(e.context as *const u8, 8) };
+                    assert_eq!(u64::from_le_bytes(got.try_into().unwrap()), e.tag);
+                    received.fetch_add(1, Ordering::SeqCst);
+                }
+                assert!(Instant::now() < deadline, "receives timed out");
+            }
+            drop(bufs);
+        }));
+        // Senders: each thread sends its tags and polls a.
+        let sent = sent.clone();
+        handles.push(std::thread::spawn(move || {
+            let msgs: Vec<[u8; 64]> = (0..PER_THREAD)
+                .map(|i| {
+                    let mut m = [0u8; 64];
+                    m[..8].copy_from_slice(&((t << 16 | i) as u64).to_le_bytes());
+                    m
+                })
+                .collect();
+            let mut cq = [unsafe { std::mem::zeroed::<rdm4_cqe>() }; 16];
+            let mut mine = 0;
+            for (i, m) in msgs.iter().enumerate() {
+                let tag = (t << 16 | i) as u64;
+                while rdm4_tsend(a.h(), m.as_ptr().cast(), 64, to_b, tag, std::ptr::null_mut::<c_void>()) != 0 {
+                    rdm4_poll(a.h(), cq.as_mut_ptr(), cq.len());
+                }
+            }
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while sent.load(Ordering::SeqCst) < THREADS * PER_THREAD {
+                let n = rdm4_poll(a.h(), cq.as_mut_ptr(), cq.len());
+                assert!(n >= 0);
+                mine += n as usize;
+                sent.fetch_add(n as usize, Ordering::SeqCst);
+                assert!(Instant::now() < deadline, "sends timed out");
+            }
+            let _ = mine;
+        }));
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(received.load(Ordering::SeqCst), THREADS * PER_THREAD);
+    assert_eq!(sent.load(Ordering::SeqCst), THREADS * PER_THREAD);
+    assert_eq!(rdm4_ep_close(a.0), 0);
+    assert_eq!(rdm4_ep_close(b.0), 0);
+    // Closed handles are refused from any thread.
+    std::thread::spawn(move || assert_eq!(rdm4_ep_close(a.h()), rdm4::status::codes::RDM4_EBADHANDLE)).join().unwrap();
+}
