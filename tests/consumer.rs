@@ -252,7 +252,7 @@ fn install_layout() {
         assert!(!text.contains("@VERSION@") && !text.contains("@PREFIX@"), "{f} has unfilled placeholders");
     }
 
-    // The .pc's private libraries are c_programs.rs's list (less -lc, which
+    // The .pc's private libraries are tests/common_c's list (less -lc, which
     // the compiler driver adds): the two must move together.
     let pc = read(&env.prefix.join("lib/pkgconfig/rdm4.pc"));
     assert!(pc.contains(&format!("\nVersion: {VERSION}\n")), "rdm4.pc has Version: {VERSION}\n{pc}");
@@ -262,14 +262,14 @@ fn install_layout() {
         .expect("rdm4.pc has Libs.private")
         .split_whitespace()
         .collect();
-    let harness = read(&Path::new(MANIFEST_DIR).join("tests/c_programs.rs"));
+    let harness = read(&Path::new(MANIFEST_DIR).join("tests/common_c/mod.rs"));
     let list = harness
         .lines()
-        .find(|l| l.starts_with("const NATIVE_STATIC_LIBS"))
-        .expect("tests/c_programs.rs defines NATIVE_STATIC_LIBS");
+        .find(|l| l.starts_with("pub const NATIVE_STATIC_LIBS"))
+        .expect("tests/common_c/mod.rs defines NATIVE_STATIC_LIBS");
     let expected: Vec<&str> =
         list.split('"').skip(1).step_by(2).filter(|l| l.starts_with("-l") && *l != "-lc").collect();
-    assert_eq!(private, expected, "rdm4.pc Libs.private vs NATIVE_STATIC_LIBS in tests/c_programs.rs");
+    assert_eq!(private, expected, "rdm4.pc Libs.private vs NATIVE_STATIC_LIBS in tests/common_c/mod.rs");
 }
 
 #[test]
