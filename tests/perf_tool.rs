@@ -11,9 +11,14 @@ fn field<'a>(line: &'a str, key: &str) -> &'a str {
     line[at..].split([',', '}']).next().unwrap().trim_matches('"')
 }
 
-fn run(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+/// Segment prefix of one test (tests run in parallel: each has its own).
+fn prefix(test: &str) -> String {
+    format!("rdm4perf{}{test}", std::process::id())
+}
+
+fn run(test: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rdm4-perf"));
-    cmd.args(args).env("RDM4_SHM_PREFIX", format!("rdm4perf{}", std::process::id()));
+    cmd.args(args).env("RDM4_SHM_PREFIX", prefix(test));
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -60,14 +65,18 @@ fn every_test_mode_on_shm_prints_the_json_contract() {
     let left: Vec<_> = std::fs::read_dir("/dev/shm")
         .unwrap()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("rdm4perf{}-", std::process::id())))
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("{}-", prefix("json"))))
         .collect();
     assert!(left.is_empty(), "segments left behind");
 }
 
 #[test]
 fn the_default_run_prints_a_table() {
-    let out = run(&["--sizes", "8,64", "--iters", "10", "--warmup", "1", "--test", "tag_lat,tag_bw", "--no-pin"], &[]);
+    let out = run(
+        "table",
+        &["--sizes", "8,64", "--iters", "10", "--warmup", "1", "--test", "tag_lat,tag_bw", "--no-pin"],
+        &[],
+    );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let s = String::from_utf8_lossy(&out.stdout);
     assert!(s.contains("test") && s.contains("lat med") && s.contains("tag_bw"), "{s}");
@@ -76,7 +85,7 @@ fn the_default_run_prints_a_table() {
 #[test]
 fn bad_arguments_get_usage_and_a_non_zero_exit() {
     for args in [&["--test", "nope"][..], &["--sizes", "x"], &["--bogus"], &["--window", "0"], &["--device", "ib"]] {
-        let out = run(args, &[]);
+        let out = run("usage", args, &[]);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(String::from_utf8_lossy(&out.stderr).contains("usage"), "{args:?}");
     }
@@ -84,7 +93,7 @@ fn bad_arguments_get_usage_and_a_non_zero_exit() {
 
 #[test]
 fn a_library_failure_is_reported_with_strerror() {
-    let out = run(&["--device", "udp", "--sizes", "8", "--iters", "2", "--test", "tag_lat"], &[]);
+    let out = run("udp", &["--device", "udp", "--sizes", "8", "--iters", "2", "--test", "tag_lat"], &[]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("operation not supported"), "{err}");

@@ -461,7 +461,7 @@ fn an_open_endpoint_id_is_not_taken_twice_and_wait_wakes_on_a_packet() {
 }
 
 #[test]
-fn packets_of_an_earlier_process_at_the_same_id_are_never_given_to_its_successor() {
+fn packets_of_an_earlier_process_at_the_same_id_are_never_attributed_to_its_successor() {
     if !env("RDM4_CHILD_ROLE").is_empty() {
         return;
     }
@@ -487,13 +487,20 @@ fn packets_of_an_earlier_process_at_the_same_id_are_never_given_to_its_successor
     assert_ne!(a_to_b, a_to_b2);
     let b2_to_a = b2.ep.av_insert(&a.ep.addr()).unwrap();
     a.cq.clear();
+    // A receive for B' only, then one for anyone: B' gets "fresh"; the old
+    // B's last message is still delivered, but as the old B's.
     let mut r2 = OwnedBuf::zeroed(16);
-    a.ep.recv(r2.buf(), RecvOpts::default()).unwrap();
+    a.ep.recv(r2.buf(), RecvOpts { tag: None, src: Some(a_to_b2), context: 2 }).unwrap();
+    let mut r3 = OwnedBuf::zeroed(16);
+    a.ep.recv(r3.buf(), RecvOpts { tag: None, src: None, context: 3 }).unwrap();
     let mut fresh = OwnedBuf::from_slice(b"fresh");
     b2.ep.send(b2_to_a, fresh.buf(), SendOpts::default()).unwrap();
-    a.until(1, "message from the successor");
+    a.until(2, "messages of both incarnations");
     assert_eq!(&r2.bytes()[..5], b"fresh");
-    assert_eq!(a.cq[0].src, a_to_b2);
+    assert_eq!(&r3.bytes()[..5], b"stale");
+    let by_ctx = |c| a.cq.iter().find(|e| e.context == c).unwrap().src;
+    assert_eq!(by_ctx(2), a_to_b2);
+    assert_eq!(by_ctx(3), a_to_b);
     drop((a, b2));
     assert_eq!(leftovers(&prefix), Vec::<String>::new());
     let _ = std::fs::remove_dir_all(&dir);

@@ -856,18 +856,10 @@ impl Device for ShmDevice {
             let from = self.map.u32_at(slot + 8).load(Ordering::Relaxed);
             let connid = self.map.u32_at(slot + 12).load(Ordering::Relaxed);
             let len = self.map.u32_at(slot + 16).load(Ordering::Relaxed) as usize;
-            let ah = self.by_id.get(&(from, connid)).copied();
-            // A peer that closed is gone: what it left in the ring is dropped.
-            let gone = match ah.and_then(|a| self.peers.get_mut(a as usize)).and_then(Option::as_mut) {
-                Some(p) if p.lost => true,
-                Some(p) if p.map.u32_at(off::CLOSING).load(Ordering::Acquire) != 0 => {
-                    p.lost = true;
-                    self.events.push(DevEvent::PeerLost { ah: ah.unwrap_or_default() });
-                    true
-                }
-                _ => false,
-            };
-            if len > 0 && len <= self.shape.mtu && !gone {
+            // Packets are delivered even when their sender has closed since:
+            // they were sent while it was open (the device is reliable).
+            if len > 0 && len <= self.shape.mtu {
+                let ah = self.by_id.get(&(from, connid)).copied();
                 f(ah, self.map.bytes(slot + SLOT_HDR, len));
             }
             // Hand the slot back to the producers, one lap later.

@@ -83,11 +83,7 @@ impl Core {
             _ => None,
         };
         if let Some(p) = from.and_then(|ah| self.by_ah.get(&ah).copied()) {
-            let peer = self.peers.get(p)?;
-            if peer.lost {
-                return None; // the device gave up on it: late packets are dropped
-            }
-            let known = peer.raw;
+            let known = self.peers.get(p)?.raw;
             match (pkt.sender_connid(), raw) {
                 // A new incarnation at the same device address: a new peer.
                 (Some(c), Some(r)) if c != known.connid() => return self.learn(r),

@@ -425,12 +425,14 @@ impl<D: Device> Endpoint<D> {
     /// what is queued. `now` is the caller's clock in nanoseconds.
     pub fn progress(&mut self, _now: u64) {
         let Endpoint { dev, core } = self;
-        dev.events(&mut core.events);
-        core.handle_events();
+        // Packets first: what a peer sent before the device reports it lost
+        // is still handled.
         if core.rx_allowed() {
             let batch = core.cfg.rx_batch;
             dev.recv(batch, &mut |from, pkt| core.handle_packet(from, pkt));
         }
+        dev.events(&mut core.events);
+        core.handle_events();
         core.flush(dev);
     }
 
