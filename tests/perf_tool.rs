@@ -29,6 +29,7 @@ fn run(test: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Output 
 fn every_test_mode_on_shm_prints_the_json_contract() {
     for cma in ["1", "0"] {
         let out = run(
+            "json",
             &[
                 "--device", "shm", "--sizes", "8,5000", "--iters", "20", "--warmup", "2", "--window", "4", "--json",
                 "--no-pin",
