@@ -85,7 +85,7 @@ PIN_FIELD(rdm4_cqe, data, 32, 8, uint64_t);
 PIN_FIELD(rdm4_cqe, tag, 40, 8, uint64_t);
 PIN_FIELD(rdm4_cqe, src, 48, 8, rdm4_addr);
 PIN_FIELD(rdm4_cqe, status, 56, 4, int32_t);
-PIN_FIELD(rdm4_cqe, reserved0, 60, 4, uint32_t);
+PIN_FIELD(rdm4_cqe, detail, 60, 4, uint32_t);
 PIN_FIELD(rdm4_cqe, olen, 64, 8, uint64_t);
 PIN_ARRAY(rdm4_cqe, reserved, 72, 16, uint64_t, 2);
 

@@ -475,9 +475,10 @@ typedef struct rdm4_cqe {
    */
   int32_t status;
   /**
-   * Reserved.
+   * Detail of a failure: when the peer reported it, the peer's own error
+   * number (an rdm4 peer sends the magnitude of its `RDM4_E*` code); else 0.
    */
-  uint32_t reserved0;
+  uint32_t detail;
   /**
    * With `RDM4_ETRUNC`: the full message length.
    */

@@ -415,6 +415,8 @@ fn remote_access_violations_fail_the_requester_and_touch_nothing() {
                 c.run_until(1_000_000, |c| !c.cqs[0].is_empty());
                 let e = c.take_cq(0);
                 assert_eq!(e[0].status, Status::RemoteAccess, "{what} case {i} len {len}");
+                // The target reported it: its own error number is the detail.
+                assert_eq!(e[0].detail, Status::RemoteAccess.code().unsigned_abs(), "{what} case {i}");
             }
             assert!(region.bytes() == before, "{what}: target memory changed");
             assert!(c.cqs[1].is_empty());

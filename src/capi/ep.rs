@@ -368,7 +368,7 @@ fn to_c(e: &Cqe) -> rdm4_cqe {
         tag: e.tag,
         src: if e.src == ADDR_UNSPEC { RDM4_ADDR_UNSPEC } else { u64::from(e.src) },
         status: e.status.code(),
-        reserved0: 0,
+        detail: e.detail,
         olen: e.olen,
         reserved: [0; 2],
     }

@@ -175,8 +175,9 @@ pub struct rdm4_cqe {
     pub src: rdm4_addr,
     /// `RDM4_SUCCESS` or the failure (`RDM4_ETRUNC`, `RDM4_EREMOTEACCESS`, `RDM4_EPEER`, ...).
     pub status: i32,
-    /// Reserved.
-    pub reserved0: u32,
+    /// Detail of a failure: when the peer reported it, the peer's own error
+    /// number (an rdm4 peer sends the magnitude of its `RDM4_E*` code); else 0.
+    pub detail: u32,
     /// With `RDM4_ETRUNC`: the full message length.
     pub olen: u64,
     /// Reserved for later fields.

@@ -52,6 +52,9 @@ pub struct Cqe {
     pub status: Status,
     /// For truncation: the full message length (`len` is what fitted).
     pub olen: u64,
+    /// For an error the peer reported (PEER_ERROR): its error number
+    /// (`prov_errno`); else 0.
+    pub detail: u32,
 }
 
 /// `Cqe::src` of an entry with no known source.

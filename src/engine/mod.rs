@@ -2,7 +2,7 @@
 //!
 //! The engine owns peers, operations, matching, protocol selection, the
 //! responders of emulated RMA and atomics, memory registrations and the
-//! completion queue. It has no `unsafe`, reads no clock (time comes in
+//! completion queue. It is safe Rust only (`forbid(unsafe_code)`), reads no clock (time comes in
 //! through [`Endpoint::progress`]) and touches the outside only through the
 //! [`Device`] trait — so every path runs deterministically over the sim
 //! device.
@@ -795,6 +795,7 @@ impl Core {
             src: ADDR_UNSPEC,
             status,
             olen: 0,
+            detail: op.detail,
         };
         match op.kind {
             OpKind::Send => {
@@ -862,6 +863,7 @@ impl Core {
             src: if self.peers.get(peer).is_some() { peer } else { ADDR_UNSPEC },
             status: Status::Success,
             olen: 0,
+            detail: 0,
         });
     }
 

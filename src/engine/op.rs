@@ -82,6 +82,8 @@ pub(crate) struct Op {
     pub mr_key: Option<u64>,
     /// First failure.
     pub status: Status,
+    /// The peer's error number when the peer reported the failure.
+    pub detail: u32,
     /// In the transmit queue.
     pub queued: bool,
     /// Direct read or write: the device's RDMA moves the bytes.
@@ -117,6 +119,7 @@ impl Op {
             bounce: Vec::new(),
             mr_key: None,
             status: Status::Success,
+            detail: 0,
             queued: false,
             direct: false,
         }
@@ -163,6 +166,7 @@ pub(crate) struct Finished {
     pub bounce_cap: usize,
     pub mr_key: Option<u64>,
     pub status: Status,
+    pub detail: u32,
 }
 
 impl From<&mut Op> for Finished {
@@ -183,6 +187,7 @@ impl From<&mut Op> for Finished {
             bounce_cap: op.bounce.capacity(),
             mr_key: op.mr_key,
             status: op.status,
+            detail: op.detail,
         }
     }
 }

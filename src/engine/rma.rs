@@ -303,6 +303,9 @@ impl Core {
         }
         let code = i32::try_from(e.prov_errno).map_or(i32::MIN, |c| -c);
         let status = Status::from_code(code).filter(|s| *s != Status::Success).unwrap_or(Status::Remote);
+        if let Some(op) = self.ops.get_mut(e.op_id) {
+            op.detail = e.prov_errno;
+        }
         self.complete(e.op_id, status);
     }
 }

@@ -287,6 +287,7 @@ impl Core {
             src: ADDR_UNSPEC,
             status: Status::Success,
             olen: 0,
+            detail: 0,
         });
         Some(Ok(()))
     }
