@@ -138,18 +138,38 @@ trait Elem: Copy {
     fn mswap(dst: Self, x: Self, mask: Self) -> Self;
 }
 
+/// `SIZE`, `load` and `store` of a primitive number, little-endian.
+macro_rules! le_codec {
+    ($t:ty) => {
+        const SIZE: usize = std::mem::size_of::<$t>();
+        fn load(b: &[u8]) -> Self {
+            let mut a = [0u8; std::mem::size_of::<$t>()];
+            a.copy_from_slice(&b[..Self::SIZE]);
+            <$t>::from_le_bytes(a)
+        }
+        fn store(self, b: &mut [u8]) {
+            b[..Self::SIZE].copy_from_slice(&self.to_le_bytes());
+        }
+    };
+}
+
+/// `compare OP dst` of the CSWAP family for ordered types (integers, floats).
+fn ordered_test<T: PartialOrd>(o: u32, c: T, d: T) -> bool {
+    match o {
+        op::CSWAP => c == d,
+        op::CSWAP_NE => c != d,
+        op::CSWAP_LE => c <= d,
+        op::CSWAP_LT => c < d,
+        op::CSWAP_GE => c >= d,
+        op::CSWAP_GT => c > d,
+        _ => false,
+    }
+}
+
 macro_rules! int_elem {
     ($($t:ty),*) => {$(
         impl Elem for $t {
-            const SIZE: usize = std::mem::size_of::<$t>();
-            fn load(b: &[u8]) -> Self {
-                let mut a = [0u8; std::mem::size_of::<$t>()];
-                a.copy_from_slice(&b[..Self::SIZE]);
-                <$t>::from_le_bytes(a)
-            }
-            fn store(self, b: &mut [u8]) {
-                b[..Self::SIZE].copy_from_slice(&self.to_le_bytes());
-            }
+            le_codec!($t);
             fn apply(o: u32, d: Self, x: Self) -> Option<Self> {
                 Some(match o {
                     op::MIN => d.min(x),
@@ -167,15 +187,7 @@ macro_rules! int_elem {
                 })
             }
             fn test(o: u32, c: Self, d: Self) -> bool {
-                match o {
-                    op::CSWAP => c == d,
-                    op::CSWAP_NE => c != d,
-                    op::CSWAP_LE => c <= d,
-                    op::CSWAP_LT => c < d,
-                    op::CSWAP_GE => c >= d,
-                    op::CSWAP_GT => c > d,
-                    _ => false,
-                }
+                ordered_test(o, c, d)
             }
             fn mswap(d: Self, x: Self, m: Self) -> Self {
                 (x & m) | (d & !m)
@@ -188,15 +200,7 @@ int_elem!(i8, u8, i16, u16, i32, u32, i64, u64, i128, u128);
 macro_rules! float_elem {
     ($($t:ty),*) => {$(
         impl Elem for $t {
-            const SIZE: usize = std::mem::size_of::<$t>();
-            fn load(b: &[u8]) -> Self {
-                let mut a = [0u8; std::mem::size_of::<$t>()];
-                a.copy_from_slice(&b[..Self::SIZE]);
-                <$t>::from_le_bytes(a)
-            }
-            fn store(self, b: &mut [u8]) {
-                b[..Self::SIZE].copy_from_slice(&self.to_le_bytes());
-            }
+            le_codec!($t);
             fn apply(o: u32, d: Self, x: Self) -> Option<Self> {
                 Some(match o {
                     op::MIN => if x < d { x } else { d },
@@ -211,15 +215,7 @@ macro_rules! float_elem {
                 })
             }
             fn test(o: u32, c: Self, d: Self) -> bool {
-                match o {
-                    op::CSWAP => c == d,
-                    op::CSWAP_NE => c != d,
-                    op::CSWAP_LE => c <= d,
-                    op::CSWAP_LT => c < d,
-                    op::CSWAP_GE => c >= d,
-                    op::CSWAP_GT => c > d,
-                    _ => false,
-                }
+                ordered_test(o, c, d)
             }
             fn mswap(d: Self, _: Self, _: Self) -> Self {
                 d

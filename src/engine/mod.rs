@@ -773,7 +773,7 @@ impl Core {
             self.unexpected_bytes -= op.bounce_cap.min(self.unexpected_bytes);
         }
         if matches!(op.kind, OpKind::Recv | OpKind::Unexpected) {
-            if self.medium_rx.get(&(op.peer, op.msg_id)) == Some(&key) {
+            if op.medium && self.medium_rx.get(&(op.peer, op.msg_id)) == Some(&key) {
                 self.medium_rx.remove(&(op.peer, op.msg_id));
             }
             if status != Status::Success {

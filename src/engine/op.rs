@@ -164,6 +164,8 @@ pub(crate) struct Finished {
     pub remote_id: u32,
     pub dc: bool,
     pub bounce_cap: usize,
+    /// A medium message (it may have an entry in the segment map).
+    pub medium: bool,
     pub mr_key: Option<u64>,
     pub status: Status,
     pub detail: u32,
@@ -185,6 +187,7 @@ impl From<&mut Op> for Finished {
             remote_id: op.remote_id,
             dc: op.dc,
             bounce_cap: op.bounce.capacity(),
+            medium: op.ptype.and_then(|t| t.req_info()).is_some_and(|i| i.proto == crate::wire::Subprotocol::Medium),
             mr_key: op.mr_key,
             status: op.status,
             detail: op.detail,
