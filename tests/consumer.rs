@@ -23,6 +23,11 @@
 
 #![cfg(target_os = "linux")]
 
+#[allow(dead_code)]
+mod common_c;
+
+use common_c::command_line;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -124,21 +129,6 @@ fn run_ok(cmd: &mut Command, what: &str) -> String {
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "FAILED {what}: {}\ncommand: {}\n{text}", out.status, command_line(cmd));
     text
-}
-
-fn command_line(cmd: &Command) -> String {
-    std::iter::once(cmd.get_program())
-        .chain(cmd.get_args())
-        .map(|a| {
-            let a = a.to_string_lossy();
-            if !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_=+,./:@".contains(c)) {
-                a.into_owned()
-            } else {
-                format!("'{}'", a.replace('\'', "'\\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 fn read(path: &Path) -> String {
@@ -262,13 +252,7 @@ fn install_layout() {
         .expect("rdm4.pc has Libs.private")
         .split_whitespace()
         .collect();
-    let harness = read(&Path::new(MANIFEST_DIR).join("tests/common_c/mod.rs"));
-    let list = harness
-        .lines()
-        .find(|l| l.starts_with("pub const NATIVE_STATIC_LIBS"))
-        .expect("tests/common_c/mod.rs defines NATIVE_STATIC_LIBS");
-    let expected: Vec<&str> =
-        list.split('"').skip(1).step_by(2).filter(|l| l.starts_with("-l") && *l != "-lc").collect();
+    let expected: Vec<&str> = common_c::NATIVE_STATIC_LIBS.iter().copied().filter(|l| *l != "-lc").collect();
     assert_eq!(private, expected, "rdm4.pc Libs.private vs NATIVE_STATIC_LIBS in tests/common_c/mod.rs");
 }
 
