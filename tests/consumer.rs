@@ -23,7 +23,6 @@
 
 #![cfg(target_os = "linux")]
 
-#[allow(dead_code)]
 mod common_c;
 
 use common_c::command_line;
