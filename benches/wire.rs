@@ -5,7 +5,12 @@
 //!   field and the data length, so the validated result is used.
 //! - `emit/*`: `emit` of the typed value into a preallocated buffer, data
 //!   payload copy included.
-//! - `emit_header/*`: the same values with empty data: the per-header cost.
+//! - `parse_view/*`: the general checked view (`ReqView`) of any REQ.
+//! - `rx_path/*`: what the engine runs on a received packet: the
+//!   fixed-offset `DataRtm` view for eager and medium RTMs, the general
+//!   parsers for the rest.
+//! - `emit_header/*`: the same values with empty data: the per-header cost;
+//!   `*/datapath` is the engine's fixed-offset writer for eager and medium.
 //!
 //! Each measured operation sits in an `#[inline(never)]` function, as it
 //! would behind the engine's call, so that callgrind can count its
@@ -26,7 +31,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use rdm4::wire::{
-    parse_base, req_flags, Category, CtsData, NonReqKind, Packet, PacketType, ReadRsp, Req, ReqFields, ReqView,
+    parse_base, req_flags, Category, CtsData, DataRtm, NonReqKind, Packet, PacketType, ReadRsp, Req, ReqFields, ReqView,
 };
 
 const CONNID: u32 = 0xC1D2_E3F4;
@@ -101,6 +106,21 @@ fn view_and_use(buf: &[u8]) -> u64 {
     }
 }
 
+/// The engine's receive path: the fixed-offset view for eager and medium
+/// RTMs, the general parsers for the rest.
+#[inline(never)]
+fn rx_path_and_use(buf: &[u8]) -> u64 {
+    if let Some(d) = DataRtm::parse(buf) {
+        return d.tag ^ d.data.len() as u64 ^ u64::from(d.connid.unwrap_or(0));
+    }
+    view_and_use(buf)
+}
+
+#[inline(never)]
+fn emit_data_rtm(d: &DataRtm, out: &mut [u8]) -> usize {
+    d.emit(out).unwrap_or(0)
+}
+
 #[inline(never)]
 fn emit_req(r: &Req, out: &mut [u8]) -> usize {
     r.emit(out).unwrap_or(0)
@@ -145,6 +165,14 @@ fn bench_wire(c: &mut Criterion) {
     }
     g.finish();
 
+    let mut g = c.benchmark_group("rx_path");
+    for (name, p) in &cases {
+        let buf = bytes_of(p);
+        assert_eq!(rx_path_and_use(&buf), view_and_use(&buf));
+        g.bench_function(*name, |b| b.iter(|| rx_path_and_use(black_box(&buf))));
+    }
+    g.finish();
+
     // Emit through the typed values (what the engine calls), not `Packet::emit`.
     let mut out = vec![0u8; 16 * 1024];
     for (group, header_only) in [("emit", false), ("emit_header", true)] {
@@ -159,6 +187,31 @@ fn bench_wire(c: &mut Criterion) {
         g.bench_function(name("MEDIUM_TAGRTM+connid", "1KiB"), |b| {
             b.iter(|| emit_req(black_box(&r), black_box(&mut out)))
         });
+        if header_only {
+            // The engine's writer for eager and medium RTMs.
+            for (n, r) in [
+                ("EAGER_TAGRTM+connid/datapath", eager_tagrtm(&[])),
+                ("MEDIUM_TAGRTM+connid/datapath", medium_tagrtm(&[])),
+            ] {
+                let f = &r.fields;
+                let d = DataRtm {
+                    ptype: r.ptype,
+                    flags: r.flags,
+                    msg_id: f.msg_id,
+                    tag: f.tag,
+                    msg_length: f.msg_length,
+                    seg_offset: f.seg_offset,
+                    cq_data: r.cq_data,
+                    connid: r.connid,
+                    data: r.data,
+                };
+                let mut want = vec![0u8; r.buffer_len()];
+                r.emit(&mut want).expect("emit");
+                assert_eq!(emit_data_rtm(&d, &mut out), want.len());
+                assert_eq!(&out[..want.len()], &want[..]);
+                g.bench_function(n, |b| b.iter(|| emit_data_rtm(black_box(&d), black_box(&mut out))));
+            }
+        }
         let cd = ctsdata(data(&D8K));
         g.bench_function(name("CTSDATA+connid", "8KiB"), |b| {
             b.iter(|| emit_ctsdata(black_box(&cd), black_box(&mut out)))

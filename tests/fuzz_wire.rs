@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use bolero::check;
 use rdm4::wire::{
-    AtomRsp, Category, Cts, CtsData, Handshake, IdsHdr, LeU64, NonReqKind, Packet, PacketType, PeerError, RawAddrHdr,
-    ReadRsp, Receipt, Req, ReqFamily, ReqFields, RmaIov, Subprotocol, UserRecvQp, WireError,
+    AtomRsp, Category, Cts, CtsData, DataRtm, Handshake, IdsHdr, LeU64, NonReqKind, Packet, PacketType, PeerError,
+    RawAddrHdr, ReadRsp, Receipt, Req, ReqFamily, ReqFields, RmaIov, Subprotocol, UserRecvQp, WireError,
 };
 
 /// Upper bound on the inputs one target runs under `cargo test`.
@@ -96,9 +96,29 @@ fn check_round_trip(input: &[u8], p: &Packet) {
 
 /// Parses `input` as a whole packet and checks the invariant when it parses.
 fn parse_and_check(input: &[u8]) -> Option<Packet<'_>> {
+    check_data_path_view(input);
     let p = Packet::parse(input).ok()?;
     check_round_trip(input, &p);
     Some(p)
+}
+
+/// The engine's fixed-offset view of eager and medium RTMs accepts exactly
+/// the packets the general parser accepts for those types (less those with a
+/// raw address header, which it leaves to the general path), with the same
+/// values.
+fn check_data_path_view(input: &[u8]) {
+    let data_path = |t: PacketType| {
+        matches!(
+            t,
+            PacketType::EagerMsgRtm | PacketType::EagerTagRtm | PacketType::MediumMsgRtm | PacketType::MediumTagRtm
+        )
+    };
+    match (DataRtm::parse(input), Packet::parse(input)) {
+        (Some(d), Ok(Packet::Req(r))) => assert_eq!(d.to_req(), r),
+        (None, Ok(Packet::Req(r))) => assert!(!data_path(r.ptype) || r.raw_addr.is_some(), "view refused {r:?}"),
+        (Some(d), other) => panic!("view accepted {d:?}, general parse gave {other:?}"),
+        (None, _) => {}
+    }
 }
 
 /// Base header of type `ptype`, version 4, `flags`, then `body`.

@@ -13,8 +13,9 @@
 //! failure names the case (type, options, iteration) that reproduces it.
 
 use rdm4::wire::{
-    self, handshake_flags as hf, req_flags, AtomRsp, Cts, CtsData, Handshake, IdsHdr, LeU64, Packet, PacketType,
-    PeerError, RawAddrHdr, ReadRsp, Receipt, Req, ReqFields, RmaIov, UserRecvQp, WireError, CONNID_HDR, CTS_READ_REQ,
+    self, handshake_flags as hf, req_flags, AtomRsp, Cts, CtsData, DataRtm, Handshake, IdsHdr, LeU64, Packet,
+    PacketType, PeerError, RawAddrHdr, ReadRsp, Receipt, Req, ReqFields, RmaIov, UserRecvQp, WireError, CONNID_HDR,
+    CTS_READ_REQ,
 };
 
 // ---------------------------------------------------------------------------
@@ -588,6 +589,7 @@ fn check_req(o: &OwnedReq, check_prefixes: bool, ctx: &dyn Fn() -> String) {
         None => o.connid,
     };
     assert_eq!(parsed.sender_connid(), sender, "sender_connid, {}", ctx());
+    check_data_path_view(&want, &bytes, ctx);
 
     if check_prefixes {
         // A REQ's data is "the rest of the packet": a prefix that still holds
@@ -601,6 +603,26 @@ fn check_req(o: &OwnedReq, check_prefixes: bool, ctx: &dyn Fn() -> String) {
                 other => panic!("prefix of {n} bytes (data at {off}) gave {other:?}, {}", ctx()),
             }
         }
+    }
+}
+
+/// The fixed-offset eager/medium view and writer agree with the general
+/// parser and emitter; every other REQ is left to the general path.
+fn check_data_path_view(want: &Req, bytes: &[u8], ctx: &dyn Fn() -> String) {
+    let data_path = matches!(
+        want.ptype,
+        PacketType::EagerMsgRtm | PacketType::EagerTagRtm | PacketType::MediumMsgRtm | PacketType::MediumTagRtm
+    ) && want.raw_addr.is_none();
+    match DataRtm::parse(bytes) {
+        Some(d) => {
+            assert!(data_path, "view accepted a {}, {}", want.ptype.name(), ctx());
+            assert_eq!(d.to_req(), *want, "view, {}", ctx());
+            let mut out = vec![0u8; d.buffer_len()];
+            assert_eq!(d.emit(&mut out), Ok(bytes.len()), "view emit, {}", ctx());
+            assert_eq!(out, bytes, "view emit bytes, {}", ctx());
+            assert!(d.emit(&mut out[..bytes.len() - 1]).is_err(), "view emit into too small a buffer, {}", ctx());
+        }
+        None => assert!(!data_path, "view refused, {}", ctx()),
     }
 }
 

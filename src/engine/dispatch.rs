@@ -13,17 +13,21 @@ impl Core {
     /// Handles one packet as received from the device.
     pub(crate) fn handle_packet(&mut self, from: Option<Ah>, bytes: &[u8]) {
         self.stats.rx_packets += 1;
-        if let (Some(ah), Some(e)) = (from, wire::EagerRtm::parse(bytes)) {
-            if self.eager_fast(ah, &e) {
+        let fast = wire::DataRtm::parse(bytes);
+        if let (Some(ah), Some(e)) = (from, &fast) {
+            if !e.medium() && self.eager_fast(ah, e) {
                 return;
             }
         }
-        let pkt = match Packet::parse(bytes) {
-            Ok(p) => p,
-            Err(_) => {
-                self.stats.malformed += 1;
-                return;
-            }
+        let pkt = match fast {
+            Some(d) => Packet::Req(d.to_req()),
+            None => match Packet::parse(bytes) {
+                Ok(p) => p,
+                Err(_) => {
+                    self.stats.malformed += 1;
+                    return;
+                }
+            },
         };
         let Some(peer) = self.sender(from, &pkt) else {
             return;
@@ -47,13 +51,13 @@ impl Core {
     /// The common eager case, handled without the general machinery: a known
     /// sender that already has our HANDSHAKE, its next `msg_id`, and the oldest
     /// posted receive takes it. False: nothing done, take the general path.
-    fn eager_fast(&mut self, ah: Ah, e: &wire::EagerRtm<'_>) -> bool {
+    fn eager_fast(&mut self, ah: Ah, e: &wire::DataRtm<'_>) -> bool {
         let Some(&p) = self.by_ah.get(&ah) else { return false };
         let Some(peer) = self.peers.get_mut(p) else { return false };
         if !peer.hs_sent || e.msg_id != peer.rx_msg_id || e.connid.is_some_and(|c| c != peer.raw.connid()) {
             return false;
         }
-        let qi = usize::from(e.tagged);
+        let qi = usize::from(e.tagged());
         let Some(&key) = self.posted[qi].front() else { return false };
         let Some(op) = self.ops.get_mut(key) else { return false };
         if !accepts(op, p, e.tag) {

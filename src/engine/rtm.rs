@@ -9,7 +9,7 @@ use super::{Addr, Core, CqFlags, Cqe, RecvOpts, SendOpts, ADDR_UNSPEC};
 use crate::device::{Device, Sent};
 use crate::mem::UserBuf;
 use crate::status::Status;
-use crate::wire::{self, PacketType, ReqInfo, Subprotocol};
+use crate::wire::{self, PacketType, ReqFamily, ReqInfo, Subprotocol};
 
 /// Index of the posted/unexpected queue for tagged or untagged messages.
 fn q(tagged: bool) -> usize {
@@ -213,6 +213,11 @@ impl Core {
     /// Builds an RTM carrying the message bytes from `a.sent` on (as many as fit).
     fn rtm_packet(&self, a: &RtmArgs, peer: &Peer, out: &mut [u8]) -> Option<(usize, u64)> {
         let (raw_addr, connid) = self.req_opts(peer);
+        if raw_addr.is_none()
+            && matches!(a.ptype.req_info(), Some(i) if i.family == ReqFamily::Rtm && !i.dc && matches!(i.proto, Subprotocol::Eager | Subprotocol::Medium))
+        {
+            return self.data_rtm_packet(a, connid, out);
+        }
         let mut r = wire::Req::new(a.ptype);
         r.raw_addr = raw_addr;
         r.connid = connid;
@@ -228,6 +233,28 @@ impl Core {
         a.buf.with_slice(|s| {
             let data = s.get(a.sent as usize..a.sent as usize + chunk)?;
             wire::Req { data, ..r }.emit(out).ok().map(|n| (n, chunk as u64))
+        })
+    }
+
+    /// [`Self::rtm_packet`] for an eager or medium RTM after the handshake:
+    /// the fixed-offset header writer.
+    fn data_rtm_packet(&self, a: &RtmArgs, connid: Option<u32>, out: &mut [u8]) -> Option<(usize, u64)> {
+        let d = wire::DataRtm {
+            ptype: a.ptype,
+            flags: a.ptype.default_req_flags(),
+            msg_id: a.msg_id,
+            tag: a.tag,
+            msg_length: a.len,
+            seg_offset: a.sent,
+            cq_data: a.cq_data,
+            connid,
+            data: &[],
+        };
+        let room = self.caps.mtu.saturating_sub(d.buffer_len()) as u64;
+        let chunk = (a.len - a.sent).min(room) as usize;
+        a.buf.with_slice(|s| {
+            let data = s.get(a.sent as usize..a.sent as usize + chunk)?;
+            wire::DataRtm { data, ..d }.emit(out).ok().map(|n| (n, chunk as u64))
         })
     }
 

@@ -31,7 +31,7 @@ mod types;
 pub use addr::{RawAddr, RmaIov};
 pub use handshake::{Handshake, UserRecvQp};
 pub use nonreq::{AtomRsp, Cts, CtsData, Eor, IdsHdr, PeerError, ReadNack, ReadRsp, Receipt};
-pub use req::{EagerRtm, RawAddrHdr, Req, ReqFields, ReqView};
+pub use req::{DataRtm, RawAddrHdr, Req, ReqFields, ReqView};
 pub use types::{Category, NonReqKind, PacketType, ReqFamily, ReqInfo, Subprotocol};
 pub use zerocopy::little_endian::U64 as LeU64;
 

@@ -147,9 +147,37 @@ macro_rules! layouts {
             }
         }
 
-        fn write_fixed(id: LayoutId, buf: &mut [u8], fields: &ReqFields, rma: u32, read: u32) {
+        /// `ReqView::parse` and `Req::emit` specialised for each layout: one
+        /// function per layout, in which every offset, length and layout
+        /// property is a constant. (Kept out of line so that the optimiser
+        /// cannot fold the copies back into one body reading the table.)
+        #[allow(non_snake_case)]
+        mod specialised {
+            use super::*;
+            $(
+                pub(super) mod $name {
+                    use super::*;
+                    #[inline(never)]
+                    pub(in super::super) fn parse(ptype: PacketType, buf: &[u8]) -> Result<ReqView<'_>> {
+                        parse_view_with(&layouts::$name, ptype, buf)
+                    }
+                    #[inline(never)]
+                    pub(in super::super) fn emit(req: &Req<'_>, buf: &mut [u8]) -> Result<usize> {
+                        emit_with(&layouts::$name, req, buf)
+                    }
+                }
+            )*
+        }
+
+        fn parse_view(ptype: PacketType, id: LayoutId, buf: &[u8]) -> Result<ReqView<'_>> {
             match id {
-                $( LayoutId::$name => write_with(&layouts::$name, buf, fields, rma, read), )*
+                $( LayoutId::$name => specialised::$name::parse(ptype, buf), )*
+            }
+        }
+
+        fn emit_req(id: LayoutId, req: &Req<'_>, buf: &mut [u8]) -> Result<usize> {
+            match id {
+                $( LayoutId::$name => specialised::$name::emit(req, buf), )*
             }
         }
     };
@@ -387,6 +415,120 @@ fn iovs_wrap(iovs: &[RmaIov]) -> bool {
     iovs.iter().any(|v| v.addr().checked_add(v.len()).is_none())
 }
 
+/// The body of [`ReqView::parse`] for one layout.
+#[inline(always)]
+fn parse_view_with<'a>(layout: &'static Layout, ptype: PacketType, buf: &'a [u8]) -> Result<ReqView<'a>> {
+    check_len(buf, layout.len, "REQ mandatory header")?;
+    if buf.len() > u32::MAX as usize {
+        return Err(WireError::LengthOverflow { what: "packet length" });
+    }
+    let flags = u16::from_le_bytes([buf[2], buf[3]]);
+    let read32 = |f: F| match layout.offs[f as usize] {
+        NONE => 0,
+        off => le_u32(&buf[off as usize..]),
+    };
+    let (rma_count, read_count) = (read32(F::RmaIovCount), read32(F::ReadIovCount));
+    let mut pos = layout.len;
+    let rma_iov = take_iovs(buf, &mut pos, rma_count.into(), "rma_iov")?;
+    let raw_at = pos as u32;
+    if flags & req_flags::RAW_ADDR_HDR != 0 {
+        let size = le_u32(take(buf, &mut pos, 4, "raw address header size")?);
+        if (size as usize) < RawAddr::LEN {
+            return Err(WireError::OptHeaderSize { what: "raw address", size });
+        }
+        take(buf, &mut pos, size as usize, "raw address header")?;
+    }
+    let cq_at = pos as u32;
+    if flags & req_flags::CQ_DATA_HDR != 0 {
+        take(buf, &mut pos, 8, "CQ data header")?;
+    }
+    let connid_at = pos as u32;
+    if flags & req_flags::CONNID_HDR != 0 {
+        take(buf, &mut pos, 4, "connid header")?;
+    }
+    let read_at = pos as u32;
+    let read_iov = take_iovs(buf, &mut pos, read_count.into(), "read_iov")?;
+    let v = ReqView {
+        buf,
+        ptype,
+        layout,
+        flags,
+        rma_count,
+        read_count,
+        raw_at,
+        cq_at,
+        connid_at,
+        read_at,
+        data_at: pos as u32,
+    };
+    if iovs_wrap(rma_iov) || iovs_wrap(read_iov) {
+        return Err(WireError::LengthOverflow { what: "efa_rma_iov addr + len" });
+    }
+    if layout.seg {
+        let end = v.get(F::SegOffset).checked_add((buf.len() - pos) as u64);
+        if !matches!(end, Some(e) if e <= v.get(F::MsgLength)) {
+            return Err(WireError::LengthOverflow { what: "seg_offset + data beyond msg_length" });
+        }
+    }
+    if layout.runt && v.get(F::RuntLength) > v.get(F::MsgLength) {
+        return Err(WireError::LengthOverflow { what: "runt_length beyond msg_length" });
+    }
+    Ok(v)
+}
+
+/// The body of [`Req::emit`] for one layout.
+#[inline(always)]
+fn emit_with(layout: &'static Layout, req: &Req<'_>, buf: &mut [u8]) -> Result<usize> {
+    if (!layout.rma && !req.rma_iov.is_empty()) || (!layout.read && !req.read_iov.is_empty()) {
+        return Err(WireError::BadField { what: "iov list on a type without one", value: 0 });
+    }
+    let rma = u32::try_from(req.rma_iov.len()).map_err(|_| WireError::LengthOverflow { what: "rma_iov_count" })?;
+    let read = u32::try_from(req.read_iov.len()).map_err(|_| WireError::LengthOverflow { what: "read_iov_count" })?;
+    // Build only what parse accepts (the same rules as `ReqView::parse`).
+    if iovs_wrap(req.rma_iov) || iovs_wrap(req.read_iov) {
+        return Err(WireError::LengthOverflow { what: "efa_rma_iov addr + len" });
+    }
+    let f = &req.fields;
+    if layout.seg && !matches!(f.seg_offset.checked_add(req.data.len() as u64), Some(e) if e <= f.msg_length) {
+        return Err(WireError::LengthOverflow { what: "seg_offset + data beyond msg_length" });
+    }
+    if layout.runt && f.runt_length > f.msg_length {
+        return Err(WireError::LengthOverflow { what: "runt_length beyond msg_length" });
+    }
+    let rma_bytes = req.rma_iov.as_bytes();
+    let read_bytes = req.read_iov.as_bytes();
+    let opt = req.opt_hdr_len();
+    let total = layout.len + rma_bytes.len() + opt + read_bytes.len() + req.data.len();
+    check_room(buf, total)?;
+    let buf = &mut buf[..total];
+    // The layouts leave no gaps (checked when they are built), so every
+    // header byte is written below.
+    put_base(buf, req.ptype, req.wire_flags());
+    write_with(layout, buf, &req.fields, rma, read);
+    let mut pos = layout.len;
+    buf[pos..pos + rma_bytes.len()].copy_from_slice(rma_bytes);
+    pos += rma_bytes.len();
+    if opt > 0 {
+        if let Some(r) = req.raw_addr {
+            buf[pos..pos + 4].copy_from_slice(&r.size().to_le_bytes());
+            buf[pos + 4..pos + 4 + r.bytes.len()].copy_from_slice(r.bytes);
+            pos += 4 + r.bytes.len();
+        }
+        if let Some(c) = req.cq_data {
+            buf[pos..pos + 8].copy_from_slice(&c.to_le_bytes());
+            pos += 8;
+        }
+        if let Some(c) = req.connid {
+            buf[pos..pos + 4].copy_from_slice(&c.to_le_bytes());
+            pos += 4;
+        }
+    }
+    buf[pos..pos + read_bytes.len()].copy_from_slice(read_bytes);
+    pos += read_bytes.len();
+    buf[pos..].copy_from_slice(req.data);
+    Ok(total)
+}
+
 /// A checked view of a REQ packet: `parse` validates everything
 /// [`Req::parse_as`] does — lengths, counts, optional header sizes, segment
 /// and iov bounds — but only records where things are; the accessors read
@@ -412,62 +554,7 @@ impl<'a> ReqView<'a> {
     #[inline]
     pub fn parse(ptype: PacketType, buf: &'a [u8]) -> Result<ReqView<'a>> {
         let layout = ptype.req_info().ok_or(WireError::UnknownType(ptype as u8))?.layout;
-        check_len(buf, layout.len, "REQ mandatory header")?;
-        if buf.len() > u32::MAX as usize {
-            return Err(WireError::LengthOverflow { what: "packet length" });
-        }
-        let flags = u16::from_le_bytes([buf[2], buf[3]]);
-        let read32 = |f: F| match layout.offs[f as usize] {
-            NONE => 0,
-            off => le_u32(&buf[off as usize..]),
-        };
-        let (rma_count, read_count) = (read32(F::RmaIovCount), read32(F::ReadIovCount));
-        let mut pos = layout.len;
-        let rma_iov = take_iovs(buf, &mut pos, rma_count.into(), "rma_iov")?;
-        let raw_at = pos as u32;
-        if flags & req_flags::RAW_ADDR_HDR != 0 {
-            let size = le_u32(take(buf, &mut pos, 4, "raw address header size")?);
-            if (size as usize) < RawAddr::LEN {
-                return Err(WireError::OptHeaderSize { what: "raw address", size });
-            }
-            take(buf, &mut pos, size as usize, "raw address header")?;
-        }
-        let cq_at = pos as u32;
-        if flags & req_flags::CQ_DATA_HDR != 0 {
-            take(buf, &mut pos, 8, "CQ data header")?;
-        }
-        let connid_at = pos as u32;
-        if flags & req_flags::CONNID_HDR != 0 {
-            take(buf, &mut pos, 4, "connid header")?;
-        }
-        let read_at = pos as u32;
-        let read_iov = take_iovs(buf, &mut pos, read_count.into(), "read_iov")?;
-        let v = ReqView {
-            buf,
-            ptype,
-            layout,
-            flags,
-            rma_count,
-            read_count,
-            raw_at,
-            cq_at,
-            connid_at,
-            read_at,
-            data_at: pos as u32,
-        };
-        if iovs_wrap(rma_iov) || iovs_wrap(read_iov) {
-            return Err(WireError::LengthOverflow { what: "efa_rma_iov addr + len" });
-        }
-        if layout.seg {
-            let end = v.get(F::SegOffset).checked_add((buf.len() - pos) as u64);
-            if !matches!(end, Some(e) if e <= v.get(F::MsgLength)) {
-                return Err(WireError::LengthOverflow { what: "seg_offset + data beyond msg_length" });
-            }
-        }
-        if layout.runt && v.get(F::RuntLength) > v.get(F::MsgLength) {
-            return Err(WireError::LengthOverflow { what: "runt_length beyond msg_length" });
-        }
-        Ok(v)
+        parse_view(ptype, layout.id, buf)
     }
 
     #[inline]
@@ -621,98 +708,74 @@ impl<'a> Req<'a> {
     }
 
     /// Writes the packet at the start of `buf`; returns its length.
+    #[inline]
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
-        let layout = self.layout()?;
-        if (!layout.rma && !self.rma_iov.is_empty()) || (!layout.read && !self.read_iov.is_empty()) {
-            return Err(WireError::BadField { what: "iov list on a type without one", value: 0 });
-        }
-        let rma = u32::try_from(self.rma_iov.len()).map_err(|_| WireError::LengthOverflow { what: "rma_iov_count" })?;
-        let read =
-            u32::try_from(self.read_iov.len()).map_err(|_| WireError::LengthOverflow { what: "read_iov_count" })?;
-        // Build only what parse accepts (the same rules as `ReqView::parse`).
-        if iovs_wrap(self.rma_iov) || iovs_wrap(self.read_iov) {
-            return Err(WireError::LengthOverflow { what: "efa_rma_iov addr + len" });
-        }
-        let f = &self.fields;
-        if layout.seg && !matches!(f.seg_offset.checked_add(self.data.len() as u64), Some(e) if e <= f.msg_length) {
-            return Err(WireError::LengthOverflow { what: "seg_offset + data beyond msg_length" });
-        }
-        if layout.runt && f.runt_length > f.msg_length {
-            return Err(WireError::LengthOverflow { what: "runt_length beyond msg_length" });
-        }
-        let rma_bytes = self.rma_iov.as_bytes();
-        let read_bytes = self.read_iov.as_bytes();
-        let opt = self.opt_hdr_len();
-        let total = layout.len + rma_bytes.len() + opt + read_bytes.len() + self.data.len();
-        check_room(buf, total)?;
-        let buf = &mut buf[..total];
-        // The layouts leave no gaps (checked when they are built), so every
-        // header byte is written below.
-        put_base(buf, self.ptype, self.wire_flags());
-        write_fixed(layout.id, buf, &self.fields, rma, read);
-        let mut pos = layout.len;
-        buf[pos..pos + rma_bytes.len()].copy_from_slice(rma_bytes);
-        pos += rma_bytes.len();
-        if opt > 0 {
-            if let Some(r) = self.raw_addr {
-                buf[pos..pos + 4].copy_from_slice(&r.size().to_le_bytes());
-                buf[pos + 4..pos + 4 + r.bytes.len()].copy_from_slice(r.bytes);
-                pos += 4 + r.bytes.len();
-            }
-            if let Some(c) = self.cq_data {
-                buf[pos..pos + 8].copy_from_slice(&c.to_le_bytes());
-                pos += 8;
-            }
-            if let Some(c) = self.connid {
-                buf[pos..pos + 4].copy_from_slice(&c.to_le_bytes());
-                pos += 4;
-            }
-        }
-        buf[pos..pos + read_bytes.len()].copy_from_slice(read_bytes);
-        pos += read_bytes.len();
-        buf[pos..].copy_from_slice(self.data);
-        Ok(total)
+        emit_req(self.layout()?.id, self, buf)
     }
 }
 
-/// A plain eager RTM — EAGER_MSGRTM or EAGER_TAGRTM without a raw address
-/// header — read straight from the bytes: the receive hot path. Anything
-/// else (another type, a raw address header, a bad length) gives `None`, and
-/// the caller uses [`super::Packet::parse`], which says what is wrong.
+/// The data-path RTMs — EAGER and MEDIUM, untagged and tagged, without a
+/// raw address header — read and written at fixed offsets: the engine's
+/// hot path in both directions. It checks exactly what [`ReqView::parse`]
+/// checks for these types and agrees with it on every packet it accepts
+/// (tested on the golden vectors and by property tests). Anything else —
+/// another type, a raw address header, a malformed packet — parses to
+/// `None`, and the caller falls back to [`super::Packet::parse`], which says
+/// what is wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EagerRtm<'a> {
-    /// EAGER_TAGRTM.
-    pub tagged: bool,
-    /// The flags as received.
+pub struct DataRtm<'a> {
+    /// EAGER_MSGRTM, EAGER_TAGRTM, MEDIUM_MSGRTM or MEDIUM_TAGRTM.
+    pub ptype: PacketType,
+    /// The flags. On emit the CQ data and connid bits are recomputed from
+    /// the options below and the raw address bit is cleared.
     pub flags: u16,
     /// Message ID.
     pub msg_id: u32,
     /// Tag (0 when untagged).
     pub tag: u64,
+    /// Medium: the whole message length (eager: not on the wire; parse sets
+    /// it to the data length).
+    pub msg_length: u64,
+    /// Medium: this segment's offset (eager: 0).
+    pub seg_offset: u64,
     /// Remote CQ data.
     pub cq_data: Option<u64>,
-    /// Sender's connid.
+    /// Sender's connid header.
     pub connid: Option<u32>,
-    /// The message.
+    /// This packet's part of the message.
     pub data: &'a [u8],
 }
 
-impl<'a> EagerRtm<'a> {
-    /// Reads `buf` if it is a plain eager RTM.
+/// `(type, medium, tagged)` of a data-path RTM type byte.
+#[inline(always)]
+fn data_rtm_kind(t: u8) -> Option<(PacketType, bool, bool)> {
+    match t {
+        64 => Some((PacketType::EagerMsgRtm, false, false)),
+        65 => Some((PacketType::EagerTagRtm, false, true)),
+        66 => Some((PacketType::MediumMsgRtm, true, false)),
+        67 => Some((PacketType::MediumTagRtm, true, true)),
+        _ => None,
+    }
+}
+
+impl<'a> DataRtm<'a> {
+    /// Reads `buf` if it is a well-formed data-path RTM.
     #[inline]
-    pub fn parse(buf: &'a [u8]) -> Option<EagerRtm<'a>> {
+    pub fn parse(buf: &'a [u8]) -> Option<DataRtm<'a>> {
         let (&[t, version, f0, f1], rest) = buf.split_first_chunk::<4>()?;
-        let tagged = match t {
-            64 => false,
-            65 => true,
-            _ => return None,
-        };
+        let (ptype, medium, tagged) = data_rtm_kind(t)?;
         let flags = u16::from_le_bytes([f0, f1]);
-        if version < super::PROTOCOL_VERSION || flags & req_flags::RAW_ADDR_HDR != 0 {
+        if version < super::PROTOCOL_VERSION || flags & req_flags::RAW_ADDR_HDR != 0 || buf.len() > u32::MAX as usize {
             return None;
         }
         let (msg_id, mut rest) = rest.split_first_chunk::<4>()?;
-        let mut tag = 0;
+        let (mut msg_length, mut seg_offset, mut tag) = (0, 0, 0);
+        if medium {
+            let (m, r) = rest.split_first_chunk::<16>()?;
+            msg_length = le_u64(m);
+            seg_offset = le_u64(&m[8..]);
+            rest = r;
+        }
         if tagged {
             let (t, r) = rest.split_first_chunk::<8>()?;
             tag = u64::from_le_bytes(*t);
@@ -730,6 +793,110 @@ impl<'a> EagerRtm<'a> {
             connid = Some(u32::from_le_bytes(*c));
             rest = r;
         }
-        Some(EagerRtm { tagged, flags, msg_id: u32::from_le_bytes(*msg_id), tag, cq_data, connid, data: rest })
+        if !medium {
+            msg_length = rest.len() as u64;
+        } else if !matches!(seg_offset.checked_add(rest.len() as u64), Some(e) if e <= msg_length) {
+            return None;
+        }
+        Some(DataRtm {
+            ptype,
+            flags,
+            msg_id: u32::from_le_bytes(*msg_id),
+            tag,
+            msg_length,
+            seg_offset,
+            cq_data,
+            connid,
+            data: rest,
+        })
+    }
+
+    /// EAGER_TAGRTM or MEDIUM_TAGRTM.
+    pub fn tagged(&self) -> bool {
+        data_rtm_kind(self.ptype as u8).is_some_and(|(_, _, t)| t)
+    }
+
+    /// MEDIUM_MSGRTM or MEDIUM_TAGRTM.
+    pub fn medium(&self) -> bool {
+        data_rtm_kind(self.ptype as u8).is_some_and(|(_, m, _)| m)
+    }
+
+    /// Bytes `emit` writes.
+    pub fn buffer_len(&self) -> usize {
+        let (_, medium, tagged) = data_rtm_kind(self.ptype as u8).unwrap_or((self.ptype, false, false));
+        8 + 16 * usize::from(medium)
+            + 8 * usize::from(tagged)
+            + self.cq_data.map_or(0, |_| 8)
+            + self.connid.map_or(0, |_| 4)
+            + self.data.len()
+    }
+
+    /// Writes the packet at the start of `buf` — the same bytes
+    /// [`Req::emit`] writes for the same values — and returns its length.
+    /// Fails like `Req::emit` does: a type that is not a data-path RTM, a
+    /// medium segment beyond `msg_length`, or too small a buffer.
+    #[inline]
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
+        let t = self.ptype as u8;
+        let Some((_, medium, tagged)) = data_rtm_kind(t) else {
+            return Err(WireError::BadField { what: "data-path RTM type", value: t.into() });
+        };
+        if medium && !matches!(self.seg_offset.checked_add(self.data.len() as u64), Some(e) if e <= self.msg_length) {
+            return Err(WireError::LengthOverflow { what: "seg_offset + data beyond msg_length" });
+        }
+        let total = self.buffer_len();
+        check_room(buf, total)?;
+        let mut flags = self.flags & !req_flags::OPT_HDR_MASK;
+        // Fixed offsets: a header of at most 40 bytes, written in place.
+        let buf = &mut buf[..total];
+        let mut pos = 8;
+        let mut put8 = |buf: &mut [u8], v: u64| {
+            buf[pos..pos + 8].copy_from_slice(&v.to_le_bytes());
+            pos += 8;
+        };
+        if medium {
+            put8(buf, self.msg_length);
+            put8(buf, self.seg_offset);
+        }
+        if tagged {
+            put8(buf, self.tag);
+        }
+        if let Some(c) = self.cq_data {
+            flags |= req_flags::CQ_DATA_HDR;
+            put8(buf, c);
+        }
+        if let Some(c) = self.connid {
+            flags |= req_flags::CONNID_HDR;
+            buf[pos..pos + 4].copy_from_slice(&c.to_le_bytes());
+            pos += 4;
+        }
+        if !self.data.is_empty() {
+            buf[pos..].copy_from_slice(self.data);
+        }
+        let f = flags.to_le_bytes();
+        let m = self.msg_id.to_le_bytes();
+        buf[..8].copy_from_slice(&[t, super::PROTOCOL_VERSION, f[0], f[1], m[0], m[1], m[2], m[3]]);
+        Ok(total)
+    }
+
+    /// The general typed value.
+    pub fn to_req(&self) -> Req<'a> {
+        Req {
+            ptype: self.ptype,
+            flags: self.flags,
+            fields: ReqFields {
+                msg_id: self.msg_id,
+                tag: self.tag,
+                msg_length: if self.medium() { self.msg_length } else { 0 },
+                seg_offset: self.seg_offset,
+                ..ReqFields::default()
+            },
+            rma_iov: &[],
+            raw_addr: None,
+            cq_data: self.cq_data,
+            connid: self.connid,
+            read_iov: &[],
+            data: self.data,
+        }
     }
 }
