@@ -455,7 +455,12 @@ impl<D: Device> Endpoint<D> {
     /// Moves up to `max` completions into `out`; returns how many.
     pub fn poll_cq(&mut self, out: &mut Vec<Cqe>, max: usize) -> usize {
         let n = max.min(self.core.cq.len());
-        out.extend(self.core.cq.drain(..n));
+        out.reserve(n);
+        for _ in 0..n {
+            // `n` entries are there: the loop never ends early.
+            let Some(e) = self.core.cq.pop_front() else { break };
+            out.push(e);
+        }
         n
     }
 
@@ -471,6 +476,9 @@ impl Core {
     }
 
     fn handle_events(&mut self) {
+        if self.events.is_empty() {
+            return;
+        }
         let events = std::mem::take(&mut self.events);
         for ev in &events {
             match *ev {
@@ -891,6 +899,9 @@ impl Core {
 
     /// Inserts senders learnt from raw address headers into the device.
     fn resolve_inserts<D: Device>(&mut self, dev: &mut D) {
+        if self.pending_insert.is_empty() {
+            return;
+        }
         for p in std::mem::take(&mut self.pending_insert) {
             let Some(peer) = self.peers.get_mut(p) else {
                 continue;
