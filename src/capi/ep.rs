@@ -392,12 +392,11 @@ pub extern "C" fn rdm4_poll(ep: *mut rdm4_ep, entries: *mut rdm4_cqe, max: usize
         let mut g = h.lock();
         g.progress_once();
         let max = max.min(i32::MAX as usize);
-        let got = g.take_completions(max);
-        for (i, e) in got.iter().enumerate() {
+        let n = g.take_completions(max, |i, e| {
             // SAFETY: `entries` has room for `max` entries.
             unsafe { entries.add(i).write(to_c(e)) };
-        }
-        Ok(got.len() as i32)
+        });
+        Ok(n as i32)
     })
 }
 
@@ -411,7 +410,7 @@ pub extern "C" fn rdm4_poll(ep: *mut rdm4_ep, entries: *mut rdm4_cqe, max: usize
 #[no_mangle]
 pub extern "C" fn rdm4_wait(ep: *mut rdm4_ep, timeout_ms: c_int) -> i32 {
     boundary(|| {
-        let h = lookup(ep)?;
+        let h = super::lookup_shared(ep)?;
         let start = std::time::Instant::now();
         let limit = (timeout_ms >= 0).then(|| Duration::from_millis(timeout_ms as u64));
         loop {

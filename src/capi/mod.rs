@@ -5,6 +5,11 @@
 //! against a registry of open endpoints before use, so NULL, unknown and
 //! closed handles give `RDM4_EBADHANDLE` instead of a crash. Each endpoint
 //! sits behind a mutex: every call is safe from any thread.
+//!
+//! The registry is read-locked for the length of a call (a shared lock: calls
+//! on any endpoints from any threads run side by side); opening and closing
+//! take it exclusively. A call that may block for long (`rdm4_wait`) holds a
+//! counted reference instead, so that it never holds up opens and closes.
 
 #![allow(non_camel_case_types)]
 // C callers cannot be marked `unsafe`: every pointer is checked for NULL and
@@ -15,11 +20,11 @@ mod data;
 mod ep;
 mod types;
 
-use std::collections::HashMap;
 use std::ffi::{c_char, c_void};
+use std::ops::Deref;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::JoinHandle;
 
 use once_cell::sync::Lazy;
@@ -30,6 +35,7 @@ pub use types::*;
 
 use crate::device::Device;
 use crate::engine::{Cqe, Endpoint};
+use crate::fxhash::FxHashMap;
 use crate::mem::UserBuf;
 use crate::status::{self, Status};
 
@@ -77,14 +83,23 @@ impl EpHandle {
 /// An endpoint and the library-owned copies of injected messages.
 pub(crate) struct EpInner {
     pub(crate) ep: Endpoint<Box<dyn Device + Send>>,
-    injected: HashMap<u64, Box<[u8]>>,
-    bounces: HashMap<u64, Bounce>,
+    injected: FxHashMap<u64, Box<[u8]>>,
+    bounces: FxHashMap<u64, Bounce>,
+    /// Completions collected but not yet polled (`rdm4_wait` looks ahead).
     ready: Vec<Cqe>,
+    /// Reused buffer for the engine's completions.
+    scratch: Vec<Cqe>,
 }
 
 impl EpInner {
     fn new(ep: Endpoint<Box<dyn Device + Send>>) -> EpInner {
-        EpInner { ep, injected: HashMap::new(), bounces: HashMap::new(), ready: Vec::new() }
+        EpInner {
+            ep,
+            injected: FxHashMap::default(),
+            bounces: FxHashMap::default(),
+            ready: Vec::new(),
+            scratch: Vec::new(),
+        }
     }
 
     /// One progress call; true when it produced completions.
@@ -96,13 +111,16 @@ impl EpInner {
 
     /// Pulls the engine's completions, dropping those of injected sends.
     fn collect(&mut self) {
-        let mut fresh = Vec::new();
+        if self.ep.cq_len() == 0 {
+            return;
+        }
+        let mut fresh = std::mem::take(&mut self.scratch);
         self.ep.poll_cq(&mut fresh, usize::MAX);
-        for mut e in fresh {
-            if self.injected.remove(&e.context).is_some() {
+        for mut e in fresh.drain(..) {
+            if !self.injected.is_empty() && self.injected.remove(&e.context).is_some() {
                 continue;
             }
-            if let Some(b) = self.bounces.remove(&e.context) {
+            if let Some(b) = if self.bounces.is_empty() { None } else { self.bounces.remove(&e.context) } {
                 let mut at = 0usize;
                 let got = e.len as usize;
                 for dst in &b.scatter {
@@ -115,6 +133,7 @@ impl EpInner {
             }
             self.ready.push(e);
         }
+        self.scratch = fresh;
     }
 
     pub(crate) fn has_completions(&mut self) -> bool {
@@ -122,10 +141,14 @@ impl EpInner {
         !self.ready.is_empty()
     }
 
-    pub(crate) fn take_completions(&mut self, max: usize) -> Vec<Cqe> {
+    /// Hands up to `max` completions to `out` (with their index); returns how many.
+    pub(crate) fn take_completions(&mut self, max: usize, mut out: impl FnMut(usize, &Cqe)) -> usize {
         self.collect();
         let n = max.min(self.ready.len());
-        self.ready.drain(..n).collect()
+        for (i, e) in self.ready.drain(..n).enumerate() {
+            out(i, &e);
+        }
+        n
     }
 
     fn bounce(&mut self, copy: Box<[u8]>, user_context: u64, scatter: Vec<UserBuf>) -> (UserBuf, u64) {
@@ -189,14 +212,47 @@ pub(crate) fn new_handle() -> *mut rdm4_ep {
 }
 
 /// Open endpoints by handle value.
-pub(crate) fn registry() -> MutexGuard<'static, HashMap<usize, Arc<EpHandle>>> {
-    static REG: Lazy<Mutex<HashMap<usize, Arc<EpHandle>>>> = Lazy::new(|| Mutex::new(HashMap::new()));
-    REG.lock().unwrap_or_else(|e| e.into_inner())
+type Registry = FxHashMap<usize, Arc<EpHandle>>;
+
+fn registry_lock() -> &'static RwLock<Registry> {
+    static REG: Lazy<RwLock<Registry>> = Lazy::new(|| RwLock::new(FxHashMap::default()));
+    &REG
 }
 
-/// The endpoint behind a C handle, if it is open.
-pub(crate) fn lookup(ep: *mut rdm4_ep) -> Result<Arc<EpHandle>, Status> {
-    registry().get(&(ep as usize)).cloned().ok_or(Status::BadHandle)
+/// The registry, for opening and closing (exclusive).
+pub(crate) fn registry() -> RwLockWriteGuard<'static, Registry> {
+    registry_lock().write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// An open endpoint, kept open (the registry read-locked) while this lives.
+pub(crate) struct EpRef {
+    reg: RwLockReadGuard<'static, Registry>,
+    key: usize,
+}
+
+impl Deref for EpRef {
+    type Target = EpHandle;
+
+    fn deref(&self) -> &EpHandle {
+        // `lookup` found the key, and nothing can remove it while `reg` is held.
+        self.reg.get(&self.key).expect("endpoint removed under a read lock")
+    }
+}
+
+/// The endpoint behind a C handle, if it is open, for the length of a call.
+pub(crate) fn lookup(ep: *mut rdm4_ep) -> Result<EpRef, Status> {
+    let reg = registry_lock().read().unwrap_or_else(|e| e.into_inner());
+    let key = ep as usize;
+    if !reg.contains_key(&key) {
+        return Err(Status::BadHandle);
+    }
+    Ok(EpRef { reg, key })
+}
+
+/// The endpoint behind a C handle, as a counted reference: for calls that
+/// may block, which must not hold the registry.
+pub(crate) fn lookup_shared(ep: *mut rdm4_ep) -> Result<Arc<EpHandle>, Status> {
+    registry_lock().read().unwrap_or_else(|e| e.into_inner()).get(&(ep as usize)).cloned().ok_or(Status::BadHandle)
 }
 
 /// A lent buffer from a C pointer and length (NULL only with length 0).

@@ -54,7 +54,7 @@ use std::ffi::CString;
 use std::os::fd::RawFd;
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{Access, Ah, Caps, DevError, DevEvent, Device, Sent};
 use crate::fxhash::FxHashMap;
@@ -234,6 +234,15 @@ fn seg_name(prefix: &str, epid: u32) -> String {
 
 fn cstr(s: &str) -> CString {
     CString::new(s).unwrap_or_default()
+}
+
+/// `CLOCK_MONOTONIC_COARSE`: milliseconds-grained, and cheap enough to read
+/// on every poll.
+fn coarse_now() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid out-pointer; this clock exists on every Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 fn fifo_path(name: &str) -> String {
@@ -417,7 +426,8 @@ pub struct ShmDevice {
     by_id: FxHashMap<(u32, u32), Ah>,
     events: Vec<DevEvent>,
     mrs: FxHashMap<u64, usize>,
-    last_check: Instant,
+    /// When the peers were last checked (`coarse_now`).
+    last_check: Duration,
     /// The FIFO was handed out for polling: keep it signalled.
     fd_mode: bool,
 }
@@ -551,7 +561,7 @@ impl ShmDevice {
             by_id: FxHashMap::default(),
             events: Vec::new(),
             mrs: FxHashMap::default(),
-            last_check: Instant::now(),
+            last_check: coarse_now(),
             fd_mode: false,
         })
     }
@@ -633,10 +643,13 @@ impl ShmDevice {
     }
 
     fn check_peers(&mut self) {
-        if self.last_check.elapsed() < self.cfg.peer_check {
+        // The coarse clock: a plain read of the kernel's tick, where the
+        // precise clock would cost a timer read on every poll.
+        let now = coarse_now();
+        if now.saturating_sub(self.last_check) < self.cfg.peer_check {
             return;
         }
-        self.last_check = Instant::now();
+        self.last_check = now;
         for (ah, slot) in self.peers.iter_mut().enumerate() {
             let Some(p) = slot.as_mut().filter(|p| !p.lost) else { continue };
             let closing = p.map.u32_at(off::CLOSING).load(Ordering::Acquire) != 0;
