@@ -692,3 +692,12 @@ fn zero_length_read_waits_for_the_target() {
         }
     }
 }
+
+/// RDMA on the device: long messages go by long-read (and one-sided
+/// operations directly); a low threshold makes many of them.
+#[test]
+fn model_with_rdma_long_read() {
+    let sim = SimConfig { rdma: true, max_rdma_size: 40_000, ..small_sim(4) };
+    let cfg = Config { medium_max: 16 * 1024, ..Config::default() };
+    run_with(4, ops(), sim, cfg);
+}

@@ -33,6 +33,11 @@ pub struct SimConfig {
     pub inbox_capacity: usize,
     /// Offer RDMA read and write.
     pub rdma: bool,
+    /// With `rdma`: every RDMA read completes with a remote-access error
+    /// (as if the peer's registration were gone), for the nack paths.
+    pub fail_reads: bool,
+    /// With `rdma`: the largest single RDMA transfer.
+    pub max_rdma_size: u64,
     /// Record every packet in the log.
     pub capture: bool,
 }
@@ -47,6 +52,8 @@ impl Default for SimConfig {
             again_permille: 0,
             inbox_capacity: 1024,
             rdma: false,
+            fail_reads: false,
+            max_rdma_size: 1 << 30,
             capture: true,
         }
     }
@@ -139,6 +146,11 @@ pub struct SimNet {
 }
 
 impl SimNet {
+    /// Device memory registrations node `node` holds.
+    pub fn registrations(&self, node: usize) -> usize {
+        self.net.borrow().nodes.get(node).map_or(0, |n| n.mrs.len())
+    }
+
     /// An empty network.
     pub fn new(cfg: SimConfig) -> SimNet {
         let rng = cfg.seed ^ 0x5151_5151;
@@ -245,10 +257,15 @@ impl SimDevice {
         if !net.cfg.rdma {
             return Err(DevError::Failed(Status::NotSup));
         }
+        if local.len() as u64 > net.cfg.max_rdma_size {
+            return Err(DevError::Failed(Status::Inval));
+        }
         let me = self.me;
         let target = net.nodes[me].ahs.get(ah as usize).copied().flatten().ok_or(DevError::Failed(Status::NoAddr))?;
         let status = if !net.nodes[target].alive {
             Err(Status::PeerUnreachable)
+        } else if net.cfg.fail_reads && !write {
+            Err(Status::RemoteAccess)
         } else {
             let need = if write { Access::REMOTE_WRITE } else { Access::REMOTE_READ };
             match net.lookup_mr(target, remote_addr, local.len(), key, need) {
@@ -282,7 +299,7 @@ impl Device for SimDevice {
         let rdma = net.cfg.rdma;
         Caps {
             mtu: net.cfg.mtu,
-            max_rdma_size: if rdma { 1 << 30 } else { 0 },
+            max_rdma_size: if rdma { net.cfg.max_rdma_size } else { 0 },
             rdma_read: rdma,
             rdma_write: rdma,
             sync_send: true,

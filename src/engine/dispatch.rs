@@ -42,9 +42,8 @@ impl Core {
             Packet::AtomRsp(a) => self.handle_atomrsp(peer, &a),
             Packet::Receipt(r) => self.handle_receipt(peer, &r),
             Packet::PeerError(e) => self.handle_peer_error(peer, &e),
-            // rdm4 never starts long-read or runting read, so it never
-            // waits for an EOR or a READ_NACK.
-            Packet::Eor(_) | Packet::ReadNack(_) => self.stats.protocol_errors += 1,
+            Packet::Eor(e) => self.handle_eor(peer, &e),
+            Packet::ReadNack(e) => self.handle_read_nack(peer, &e),
         }
     }
 
@@ -152,6 +151,9 @@ impl Core {
                 p.reorder.entry(r.fields.msg_id).or_default().push(copy);
             }
             MsgOrder::Past if info.proto == Subprotocol::Medium => self.handle_medium_segment(peer, r),
+            MsgOrder::Past if info.proto == Subprotocol::Longcts && info.family == ReqFamily::Rtm => {
+                self.handle_nacked_longcts(peer, r)
+            }
             MsgOrder::Past | MsgOrder::TooFar => self.stats.protocol_errors += 1,
         }
     }

@@ -41,6 +41,7 @@ mod cq;
 mod dispatch;
 mod handshake;
 mod longcts;
+mod longread;
 mod mr;
 mod op;
 mod peer;
@@ -97,6 +98,10 @@ pub struct Config {
     /// Behave as a baseline-only peer: advertise no extra feature or request
     /// (for interoperability tests).
     pub legacy: bool,
+    /// Messages of at least this many bytes that would use long-CTS use
+    /// long-read instead when both sides can RDMA-read (one copy, by the
+    /// receiver's device).
+    pub longread_min: usize,
 }
 
 impl Default for Config {
@@ -112,6 +117,7 @@ impl Default for Config {
             rx_batch: 64,
             first_msg_id: 0,
             legacy: false,
+            longread_min: 0,
         }
     }
 }
@@ -205,6 +211,13 @@ pub(crate) struct Core {
     rtm_types: [[PacketType; 2]; 3],
     /// Largest eager message, [untagged, tagged].
     eager_cap: [usize; 2],
+    /// Long-read receives: the sender's buffers still to read.
+    lr_iovs: FxHashMap<u32, Vec<wire::RmaIov>>,
+    /// Long-read receives whose read failed: (peer, msg_id) → receive,
+    /// waiting for the sender's LONGCTS_RTM.
+    nacked: FxHashMap<(u32, u32), u32>,
+    /// Device registrations of finished long-read sends, to drop.
+    dereg: Vec<u64>,
 }
 
 /// One endpoint: the engine over a device.
@@ -248,6 +261,9 @@ impl<D: Device> Endpoint<D> {
             stats: Stats::default(),
             rtm_types: [[PacketType::EagerMsgRtm; 2]; 3],
             eager_cap: [0; 2],
+            lr_iovs: FxHashMap::default(),
+            nacked: FxHashMap::default(),
+            dereg: Vec::new(),
         };
         let mut core = core;
         for (i, proto) in [Subprotocol::Eager, Subprotocol::Medium, Subprotocol::Longcts].into_iter().enumerate() {
@@ -368,7 +384,9 @@ impl<D: Device> Endpoint<D> {
         if let Some(done) = self.core.send_now(&mut self.dev, dest, buf, opts) {
             return done;
         }
-        self.core.post_send(dest, buf, opts)?;
+        if let Some(key) = self.core.post_send(dest, buf, opts)? {
+            self.core.register_longread(&mut self.dev, key);
+        }
         self.core.flush(&mut self.dev);
         Ok(())
     }
@@ -490,6 +508,11 @@ impl Core {
                     let Some(op) = self.ops.get_mut(key) else {
                         continue;
                     };
+                    if op.kind == OpKind::Recv {
+                        // Only long-read receives post device work.
+                        self.longread_read_done(key, status.is_ok());
+                        continue;
+                    }
                     op.inflight = op.inflight.saturating_sub(1);
                     if op.direct && status.is_ok() {
                         op.received = op.len; // the RDMA moved every byte
@@ -624,6 +647,9 @@ impl Core {
     /// device pushes back.
     fn flush<D: Device>(&mut self, dev: &mut D) {
         self.resolve_inserts(dev);
+        if !self.dereg.is_empty() {
+            self.release_registrations(dev);
+        }
         while let Some((peer, pkt, len)) = self.ctrl.front() {
             let ah = self.peers.get(*peer).filter(|p| !p.lost).and_then(|p| p.ah);
             let sent = match ah {
@@ -657,6 +683,9 @@ impl Core {
             let Some(op) = self.ops.get_mut(key) else {
                 return true;
             };
+            if op.kind == OpKind::Recv {
+                return self.pump_longread(dev, key);
+            }
             if op.started && op.sent >= op.len {
                 op.queued = false; // everything handed to the device
                 return true;
@@ -772,6 +801,15 @@ impl Core {
         let Some(op) = self.ops.remove_with(key, |op| op::Finished::from(op)) else {
             return;
         };
+        if let Some(k) = op.lr_mr {
+            self.dereg.push(k);
+        }
+        if !self.lr_iovs.is_empty() {
+            self.lr_iovs.remove(&key);
+        }
+        if !self.nacked.is_empty() {
+            self.nacked.retain(|_, k| *k != key);
+        }
         if let Some(k) = op.mr_key {
             if let Some(mr) = self.mrs.get_mut(&k) {
                 mr.busy = mr.busy.saturating_sub(1);

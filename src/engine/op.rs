@@ -88,6 +88,10 @@ pub(crate) struct Op {
     pub queued: bool,
     /// Direct read or write: the device's RDMA moves the bytes.
     pub direct: bool,
+    /// Long-read send: the device registration of `buf`.
+    pub lr_mr: Option<u64>,
+    /// Long-CTS send after a READ_NACK: the RTM carries no data (spec §4.7).
+    pub nodata: bool,
 }
 
 impl Op {
@@ -122,6 +126,8 @@ impl Op {
             detail: 0,
             queued: false,
             direct: false,
+            lr_mr: None,
+            nodata: false,
         }
     }
 
@@ -167,6 +173,8 @@ pub(crate) struct Finished {
     /// A medium message (it may have an entry in the segment map).
     pub medium: bool,
     pub mr_key: Option<u64>,
+    /// Long-read send: the device registration to drop.
+    pub lr_mr: Option<u64>,
     pub status: Status,
     pub detail: u32,
 }
@@ -188,6 +196,7 @@ impl From<&mut Op> for Finished {
             dc: op.dc,
             bounce_cap: op.bounce.capacity(),
             medium: op.ptype.and_then(|t| t.req_info()).is_some_and(|i| i.proto == crate::wire::Subprotocol::Medium),
+            lr_mr: op.lr_mr,
             mr_key: op.mr_key,
             status: op.status,
             detail: op.detail,

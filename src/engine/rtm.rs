@@ -22,8 +22,9 @@ pub(crate) fn accepts(op: &Op, peer: u32, tag: u64) -> bool {
 }
 
 impl Core {
-    /// Queues a send; see [`super::Endpoint::send`].
-    pub(crate) fn post_send(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<(), Status> {
+    /// Queues a send; see [`super::Endpoint::send`]. `Some(key)`: a
+    /// long-read send whose buffer must be registered with the device.
+    pub(crate) fn post_send(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<Option<u32>, Status> {
         let peer = self.reachable_peer(dest)?;
         let tagged = opts.tag.is_some();
         let len = buf.len();
@@ -34,8 +35,12 @@ impl Core {
         } else {
             2
         };
+        let longread =
+            if proto == 2 && len >= self.cfg.longread_min { self.longread_type(dest, len, tagged) } else { None };
         let mut op = Op::new(OpKind::Send, dest, opts.context, buf);
-        op.ptype = Some(self.rtm_types[proto][usize::from(tagged)]);
+        op.ptype = Some(longread.unwrap_or(self.rtm_types[proto][usize::from(tagged)]));
+        // A long-read send ends with the receiver's EOR.
+        op.awaiting = longread.is_some();
         op.tagged = tagged;
         op.tag = opts.tag.unwrap_or(0);
         op.cq_data = opts.cq_data;
@@ -46,7 +51,7 @@ impl Core {
             p.tx_msg_id = p.tx_msg_id.wrapping_add(1);
         }
         self.enqueue(key);
-        Ok(())
+        Ok(longread.map(|_| key))
     }
 
     /// Posts a receive, matching the oldest acceptable unexpected message first.
@@ -84,9 +89,12 @@ impl Core {
         let n = bounce.len().min(buf.len());
         buf.write_at(0, &bounce[..n]);
         self.unexpected_bytes -= bounce.capacity().min(self.unexpected_bytes);
-        let longcts = u.ptype.and_then(|t| t.req_info()).is_some_and(|i| i.proto == Subprotocol::Longcts);
-        if longcts {
+        let proto = u.ptype.and_then(|t| t.req_info()).map(|i| i.proto);
+        if proto == Some(Subprotocol::Longcts) {
             self.grant(key);
+        }
+        if proto == Some(Subprotocol::Longread) && self.lr_iovs.contains_key(&key) {
+            self.enqueue(key); // the reads start now
         }
         self.check_done(key);
         Ok(())
@@ -97,6 +105,7 @@ impl Core {
         let msg_length = match info.proto {
             Subprotocol::Eager => r.data.len() as u64,
             Subprotocol::Medium | Subprotocol::Longcts => r.fields.msg_length,
+            Subprotocol::Longread if self.accept_read_iov(r) => r.fields.msg_length,
             // Never advertised, so never legitimately sent to rdm4.
             Subprotocol::Longread
             | Subprotocol::Runtread
@@ -155,6 +164,13 @@ impl Core {
         op.place(offset, r.data);
         let kind = op.kind;
         let incomplete = op.received < op.len;
+        if info.proto == Subprotocol::Longread {
+            self.lr_iovs.insert(key, r.read_iov.to_vec());
+            if kind == OpKind::Recv {
+                self.enqueue(key);
+            }
+            return;
+        }
         if info.proto == Subprotocol::Medium && incomplete {
             self.medium_rx.insert((peer, r.fields.msg_id), key);
         }
@@ -197,6 +213,9 @@ impl Core {
         if op.started && op.sent >= op.len {
             return None;
         }
+        if info.proto == Subprotocol::Longread {
+            return self.longread_rtm(key, op, peer, out);
+        }
         let args = RtmArgs {
             ptype,
             send_id: key,
@@ -206,6 +225,7 @@ impl Core {
             len: op.len,
             sent: op.sent,
             buf: op.buf,
+            nodata: op.nodata,
         };
         self.rtm_packet(&args, peer, out)
     }
@@ -229,7 +249,7 @@ impl Core {
         r.fields.send_id = a.send_id;
         r.fields.credit_request = self.cfg.credit_request;
         let room = self.caps.mtu.saturating_sub(r.hdr_len() + r.opt_hdr_len()) as u64;
-        let chunk = (a.len - a.sent).min(room) as usize;
+        let chunk = if a.nodata { 0 } else { (a.len - a.sent).min(room) as usize };
         a.buf.with_slice(|s| {
             let data = s.get(a.sent as usize..a.sent as usize + chunk)?;
             wire::Req { data, ..r }.emit(out).ok().map(|n| (n, chunk as u64))
@@ -287,6 +307,7 @@ impl Core {
             len: buf.len() as u64,
             sent: 0,
             buf,
+            nodata: false,
         };
         let mut built = false;
         let core: &Core = self;
@@ -330,4 +351,6 @@ struct RtmArgs {
     len: u64,
     sent: u64,
     buf: UserBuf,
+    /// The RTM carries no data (long-CTS after a READ_NACK).
+    nodata: bool,
 }

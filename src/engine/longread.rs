@@ -1,0 +1,261 @@
+//! The long-read message subprotocol (spec §4.1) and its nack fallback
+//! (spec §4.7): a large message moves in one RDMA read by the receiver,
+//! straight from the send buffer into the receive buffer.
+//!
+//! - Sender: chosen for messages of at least `Config::longread_min` bytes to
+//!   a peer whose HANDSHAKE offers RDMA read, when the device can read too.
+//!   The send buffer is registered with the device for remote read for the
+//!   life of the send; the LONGREAD_RTM carries its `read_iov` and no data.
+//!   The send completes on the receiver's EOR.
+//! - Receiver: once the RTM matches a receive (at once, or later from the
+//!   unexpected queue — it holds no data meanwhile), the reads are issued
+//!   into the receive buffer (at most its length: a shorter buffer completes
+//!   with a truncation error, like the other protocols). When they are done
+//!   the receive completes and the EOR goes out.
+//! - Nack: when a read fails (the device refuses, the key is stale, the
+//!   peer's memory is gone), the receiver sends READ_NACK and waits; the
+//!   sender answers with a LONGCTS_RTM without data (same `msg_id`), and the
+//!   message moves by long-CTS into the same receive. A sender that cannot
+//!   register its buffer uses long-CTS from the start.
+
+use super::op::OpKind;
+use super::{Core, Status};
+use crate::device::{Access, DevError, Device};
+use crate::wire::{self, IdsHdr, Packet, PacketType, ReqFamily, RmaIov, Subprotocol};
+
+impl Core {
+    /// The long-read RTM type for a send of `len` bytes to `peer`, if the
+    /// protocol applies.
+    pub(crate) fn longread_type(&self, peer: u32, len: usize, tagged: bool) -> Option<PacketType> {
+        let p = self.peers.get(peer)?;
+        let usable = !self.cfg.legacy
+            && self.caps.rdma_read
+            && p.hs_recv
+            && p.has(wire::extra::RDMA_READ)
+            && len >= self.cfg.longread_min.max(1)
+            && len as u64 <= u64::from(u32::MAX);
+        usable.then(|| PacketType::req_type(ReqFamily::Rtm, Subprotocol::Longread, tagged, false)).flatten()
+    }
+
+    /// Registers the buffer of long-read send `key` for remote read; on
+    /// failure the send falls back to long-CTS.
+    pub(crate) fn register_longread<D: Device>(&mut self, dev: &mut D, key: u32) {
+        let Some(op) = self.ops.get(key) else { return };
+        let reg = dev.reg(op.buf, Access::REMOTE_READ);
+        let fallback = self.rtm_types[2][usize::from(op.tagged)];
+        let Some(op) = self.ops.get_mut(key) else { return };
+        match reg {
+            Ok(k) => op.lr_mr = Some(k),
+            Err(_) => {
+                op.ptype = Some(fallback);
+                op.awaiting = false;
+            }
+        }
+    }
+
+    /// The LONGREAD_RTM of send `key`: the buffer's `read_iov`, no data.
+    pub(crate) fn longread_rtm(
+        &self,
+        key: u32,
+        op: &super::op::Op,
+        peer: &super::peer::Peer,
+        out: &mut [u8],
+    ) -> Option<(usize, u64)> {
+        let ptype = op.ptype?;
+        let mr = op.lr_mr?;
+        let (raw_addr, connid) = self.req_opts(peer);
+        let iov = [RmaIov::new(op.buf.addr(), op.len, mr)];
+        let mut r = wire::Req::new(ptype);
+        r.raw_addr = raw_addr;
+        r.connid = connid;
+        r.cq_data = op.cq_data;
+        r.fields.msg_id = op.msg_id;
+        r.fields.tag = op.tag;
+        r.fields.msg_length = op.len;
+        r.fields.send_id = key;
+        r.read_iov = &iov;
+        // The whole message is "sent" once the RTM is out; the EOR ends it.
+        r.emit(out).ok().map(|n| (n, op.len))
+    }
+
+    /// Checks a received LONGREAD_RTM's `read_iov` (lengths adding up to the
+    /// message, none wrapping) and keeps it for the reads.
+    pub(crate) fn accept_read_iov(&mut self, r: &wire::Req<'_>) -> bool {
+        let total = r.read_iov.iter().try_fold(0u64, |acc, v| acc.checked_add(v.len()));
+        if r.read_iov.is_empty() || total != Some(r.fields.msg_length) || !r.data.is_empty() {
+            self.stats.protocol_errors += 1;
+            return false;
+        }
+        true
+    }
+
+    /// Receiver: issues the reads of long-read receive `key` (from where it
+    /// stopped last time). False when the device pushed back.
+    pub(crate) fn pump_longread<D: Device>(&mut self, dev: &mut D, key: u32) -> bool {
+        let Some(op) = self.ops.get(key) else { return true };
+        let Some(iovs) = self.lr_iovs.get(&key) else { return true };
+        let Some(ah) = self.peers.get(op.peer).filter(|p| !p.lost).and_then(|p| p.ah) else {
+            self.complete(key, Status::PeerUnreachable);
+            return true;
+        };
+        let target = op.len.min(op.buf.len() as u64);
+        let max = self.caps.max_rdma_size.max(1);
+        let (buf, wr) = (op.buf, u64::from(key) + 1);
+        let mut sent = op.sent;
+        let mut issued = 0u32;
+        let mut failed = false;
+        let mut pushed_back = false;
+        let mut at = 0u64;
+        'iovs: for v in iovs {
+            let mut off = 0u64;
+            while off < v.len() && at + off < target {
+                let pos = at + off;
+                let n = (v.len() - off).min(target - pos).min(max);
+                if pos + n <= sent {
+                    off += n;
+                    continue;
+                }
+                let Some(local) = buf.slice(pos as usize, n as usize) else {
+                    failed = true;
+                    break 'iovs;
+                };
+                match dev.rdma_read(ah, local, v.addr() + off, v.key(), wr) {
+                    Ok(()) => {
+                        issued += 1;
+                        sent = pos + n;
+                    }
+                    Err(DevError::Again) => {
+                        pushed_back = true;
+                        break 'iovs;
+                    }
+                    Err(DevError::Failed(_)) => {
+                        failed = true;
+                        break 'iovs;
+                    }
+                }
+                off += n;
+            }
+            at += v.len();
+        }
+        if let Some(op) = self.ops.get_mut(key) {
+            op.sent = sent;
+            op.inflight += issued;
+            op.started = true;
+            op.queued = pushed_back;
+        }
+        if failed {
+            self.read_failed(key);
+        } else if !pushed_back {
+            self.longread_progress(key);
+        }
+        !pushed_back
+    }
+
+    /// Receiver: a read of long-read receive `key` completed.
+    pub(crate) fn longread_read_done(&mut self, key: u32, ok: bool) {
+        let Some(op) = self.ops.get_mut(key) else { return };
+        op.inflight = op.inflight.saturating_sub(1);
+        if !ok {
+            self.read_failed(key);
+        } else {
+            self.longread_progress(key);
+        }
+    }
+
+    /// Receiver: when every read is done, the EOR and the completion.
+    fn longread_progress(&mut self, key: u32) {
+        let Some(op) = self.ops.get_mut(key) else { return };
+        let target = op.len.min(op.buf.len() as u64);
+        if op.inflight > 0 || op.sent < target || !self.lr_iovs.contains_key(&key) {
+            return;
+        }
+        op.received = op.len;
+        let (peer, send_id) = (op.peer, op.remote_id);
+        let eor = IdsHdr { flags: 0, send_id, recv_id: key, connid: self.my_connid(), padding: 0 };
+        self.lr_iovs.remove(&key);
+        self.queue_ctrl(peer, &Packet::Eor(eor));
+        self.check_done(key);
+    }
+
+    /// Receiver: a read failed: READ_NACK, then wait for the sender's
+    /// LONGCTS_RTM (spec §4.7).
+    fn read_failed(&mut self, key: u32) {
+        if self.lr_iovs.remove(&key).is_none() {
+            return; // already nacked (several reads failed)
+        }
+        let longcts = self.ops.get(key).and_then(|op| self.rtm_types[2].get(usize::from(op.tagged)).copied());
+        let connid = self.my_connid();
+        let Some(op) = self.ops.get_mut(key) else { return };
+        let nack = IdsHdr { flags: 0, send_id: op.remote_id, recv_id: key, connid, padding: 0 };
+        op.ptype = longcts;
+        op.sent = 0;
+        op.received = 0;
+        op.window_end = 0;
+        let (peer, msg_id) = (op.peer, op.msg_id);
+        self.nacked.insert((peer, msg_id), key);
+        self.queue_ctrl(peer, &Packet::ReadNack(nack));
+    }
+
+    /// Receiver: the LONGCTS_RTM that answers our READ_NACK; the message
+    /// goes on by long-CTS into the same receive.
+    pub(crate) fn handle_nacked_longcts(&mut self, peer: u32, r: &wire::Req<'_>) {
+        let Some(key) = self.nacked.remove(&(peer, r.fields.msg_id)) else {
+            self.stats.protocol_errors += 1;
+            return;
+        };
+        let Some(op) = self.ops.get_mut(key) else { return };
+        if r.fields.msg_length != op.len || !r.data.is_empty() {
+            self.stats.protocol_errors += 1;
+            self.complete(key, Status::Proto);
+            return;
+        }
+        op.remote_id = r.fields.send_id;
+        op.credits = r.fields.credit_request;
+        op.ptype = Some(r.ptype);
+        self.grant(key);
+    }
+
+    /// Sender: the EOR of long-read send `send_id`.
+    pub(crate) fn handle_eor(&mut self, peer: u32, e: &IdsHdr) {
+        match self.ops.get_mut(e.send_id) {
+            Some(op) if op.peer == peer && op.kind == OpKind::Send && op.lr_mr.is_some() && op.awaiting => {
+                op.awaiting = false;
+                self.check_done(e.send_id);
+            }
+            _ => self.stats.protocol_errors += 1,
+        }
+    }
+
+    /// Sender: the receiver could not read; send again by long-CTS, the
+    /// LONGCTS_RTM without data.
+    pub(crate) fn handle_read_nack(&mut self, peer: u32, e: &IdsHdr) {
+        let key = e.send_id;
+        let longcts = match self.ops.get(key) {
+            Some(op) if op.peer == peer && op.kind == OpKind::Send && op.lr_mr.is_some() && op.awaiting => {
+                self.rtm_types[2][usize::from(op.tagged)]
+            }
+            _ => {
+                self.stats.protocol_errors += 1;
+                return;
+            }
+        };
+        let Some(op) = self.ops.get_mut(key) else { return };
+        if let Some(mr) = op.lr_mr.take() {
+            self.dereg.push(mr);
+        }
+        op.ptype = Some(longcts);
+        op.awaiting = false;
+        op.started = false;
+        op.sent = 0;
+        op.window_end = 0;
+        op.nodata = true;
+        self.enqueue(key);
+    }
+
+    /// Drops the registrations of finished long-read sends.
+    pub(crate) fn release_registrations<D: Device>(&mut self, dev: &mut D) {
+        for mr in self.dereg.drain(..) {
+            let _ = dev.dereg(mr);
+        }
+    }
+}
