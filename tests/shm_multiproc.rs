@@ -505,3 +505,79 @@ fn packets_of_an_earlier_process_at_the_same_id_are_never_attributed_to_its_succ
     assert_eq!(leftovers(&prefix), Vec::<String>::new());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Messages the wake-up test sends.
+const WAKE_MSGS: usize = 300;
+/// Each blocking wait of the wake-up test gives up after this long; a missed
+/// wake-up shows as a wait that runs to it.
+const WAKE_TIMEOUT_MS: i32 = 10_000;
+
+/// The sender of the wake-up test: one small message at a time, each after
+/// a short pause of varying length, so that it lands at every point of the
+/// receiver's way into and out of its sleep.
+fn wake_child() {
+    let dir = PathBuf::from(env("RDM4_CHILD_DIR"));
+    let dev = ShmDevice::open().expect("open");
+    let mut e = Ep { ep: Endpoint::new(dev, Config::default()), cq: Vec::new() };
+    publish(&dir, 1, &e.ep.addr(), 0, 0);
+    let t = Instant::now();
+    let peer = loop {
+        if let Some((addr, _, _)) = read_peer(&dir, 0) {
+            break addr;
+        }
+        assert!(t.elapsed() < LIMIT, "no receiver");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let to = e.ep.av_insert(&peer).unwrap();
+    let mut x = 12345u64;
+    for k in 0..WAKE_MSGS {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        std::thread::sleep(Duration::from_micros(x % 400));
+        let mut b = OwnedBuf::from_slice(&(k as u64).to_le_bytes());
+        e.ep.send(to, b.buf(), SendOpts::default()).unwrap();
+        e.until(k + 1, "send");
+    }
+}
+
+#[test]
+fn child_wake() {
+    if is_child("child_wake") {
+        wake_child();
+    }
+}
+
+#[test]
+fn a_receiver_blocked_in_wait_is_woken_by_each_packet_of_another_process() {
+    if !env("RDM4_CHILD_ROLE").is_empty() {
+        return;
+    }
+    let (dir, prefix) = scratch("wake");
+    std::env::set_var("RDM4_SHM_PREFIX", &prefix);
+    let dev = ShmDevice::open().expect("open");
+    std::env::remove_var("RDM4_SHM_PREFIX");
+    let mut e = Ep { ep: Endpoint::new(dev, Config::default()), cq: Vec::new() };
+    publish(&dir, 0, &e.ep.addr(), 0, 0);
+    let child = spawn("child_wake", 1, 2, &dir, &prefix, &[]);
+    for k in 0..WAKE_MSGS {
+        let mut b = OwnedBuf::zeroed(8);
+        e.ep.recv(b.buf(), RecvOpts::default()).unwrap();
+        let t = Instant::now();
+        while e.cq.len() < k + 1 {
+            // Blocks until a packet may have arrived.
+            e.ep.wait(WAKE_TIMEOUT_MS);
+            e.progress();
+            assert!(t.elapsed() < LIMIT, "message {k} never arrived");
+        }
+        // Liveness, not speed: the wait ended because the packet came, far
+        // before the timeout a missed wake-up would have run into.
+        let took = t.elapsed();
+        assert!(took < Duration::from_millis(WAKE_TIMEOUT_MS as u64 / 2), "message {k}: wake-up missed ({took:?})");
+        assert_eq!(b.bytes(), &(k as u64).to_le_bytes(), "message {k}");
+    }
+    wait_all(vec![child]);
+    drop(e);
+    assert_eq!(leftovers(&prefix), Vec::<String>::new());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -7,18 +7,25 @@
 //!             pid and start time, endpoint id, connid, closing and sleeping
 //!             flags; the ring's tail (producers) and head (consumer) on
 //!             their own cache lines
-//! 256         slot[i], i < slots: 64-byte slot header (sequence number,
-//!             sender endpoint id and connid, length) + MTU bytes of packet
+//! 256         slot[i], i < slots, each a whole number of cache lines: a
+//!             24-byte slot header (sequence number, sender endpoint id and
+//!             connid, length) + MTU bytes of packet; a small packet shares
+//!             the header's cache line
 //! after them  the registration table: entries (seqlock, key, address,
 //!             length, access) that peers read before cross-memory attach
 //! ```
 //!
-//! The ring is a bounded multi-producer, single-consumer queue (each slot's
-//! sequence number says whose turn it is): a peer claims a slot with one
-//! compare-and-swap on the tail, writes the packet in place and publishes it;
-//! the owner reads packets in place. No syscall and no allocation on that
-//! path. A full ring is "try again". Packets from one sender arrive in order,
-//! which the engine does not rely on.
+//! The ring is a bounded multi-producer, single-consumer queue: a peer
+//! claims position `pos` with one compare-and-swap on the tail, once the
+//! owner's head says slot `pos % slots` has been read (`pos < head + slots`;
+//! producers keep the last head they saw and reread it only when the ring
+//! looks full), writes the packet in place and publishes it by setting the
+//! slot's sequence number to `pos + 1`; the owner reads packets in place and
+//! advances the head after each batch. The owner never writes a slot, so a
+//! producer's next lap finds the slot's cache line without a transfer from
+//! the owner. No syscall and no allocation on that path. A full ring is "try
+//! again". Packets from one sender arrive in order, which the engine does not
+//! rely on.
 //!
 //! Raw address: `gid` = the host's boot ID (processes of one boot share
 //! memory), `qpn` = endpoint id, `connid` = random per open. A slot carries
@@ -63,9 +70,9 @@ use crate::status::Status;
 use crate::wire::RawAddr;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"rdm4shm1");
-const LAYOUT_VERSION: u32 = 1;
+const LAYOUT_VERSION: u32 = 2;
 const HDR_LEN: usize = 256;
-const SLOT_HDR: usize = 64;
+const SLOT_HDR: usize = 24;
 const MR_ENTRIES: usize = 1024;
 const MR_ENTRY_LEN: usize = 40;
 /// Endpoint ids scanned for a free one when none is asked for.
@@ -245,6 +252,47 @@ fn coarse_now() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
+// Wake-ups are a Dekker handshake: a producer publishes a packet, then reads
+// the owner's sleeping flag; an owner going to sleep sets the flag, then
+// rechecks its ring. Each side needs a store-load barrier. A full fence per
+// packet would stall every send until its slot's cache line arrives, so the
+// cost is moved to the sleeper where the kernel allows it: processes
+// register for `membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED)`, producers then
+// need only a compiler barrier, and a sleeper's membarrier call puts a full
+// barrier in every running registered thread before it rechecks its ring.
+// Where registration fails, producers use the full fence, and sleepers both
+// fence and call membarrier (which then covers the registered producers).
+
+const MEMBARRIER_CMD_GLOBAL_EXPEDITED: libc::c_int = 1 << 1;
+const MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED: libc::c_int = 1 << 2;
+
+/// This process is registered for expedited global membarrier.
+fn asymmetric_barriers() -> bool {
+    static REGISTERED: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
+        // SAFETY: membarrier takes no pointers; failure only returns -1.
+        unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0 }
+    });
+    *REGISTERED
+}
+
+/// The producer's barrier between publishing a packet and reading the
+/// owner's sleeping flag.
+fn producer_fence() {
+    if asymmetric_barriers() {
+        std::sync::atomic::compiler_fence(Ordering::SeqCst);
+    } else {
+        fence(Ordering::SeqCst);
+    }
+}
+
+/// The sleeper's barrier between setting its sleeping flag and rechecking its ring.
+fn sleeper_fence() {
+    fence(Ordering::SeqCst);
+    // SAFETY: as above. With no registered process it is a cheap no-op; an
+    // error (old kernel) means no producer relies on it (none registered).
+    unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) };
+}
+
 fn fifo_path(name: &str) -> String {
     format!("/dev/shm/{name}.fifo")
 }
@@ -408,6 +456,8 @@ struct Peer {
     lost: bool,
     fifo: Option<RawFd>,
     name: String,
+    /// The peer's ring head as last read (see the module docs).
+    head_seen: u64,
 }
 
 /// One endpoint's shared-memory device.
@@ -472,6 +522,7 @@ impl ShmDevice {
         if cfg.slots == 0 || cfg.mtu < 256 || cfg.mtu % 64 != 0 || cfg.prefix.contains('/') {
             return Err(Status::Inval);
         }
+        asymmetric_barriers(); // register now, not on the first send
         let ids: Vec<u32> = match cfg.epid {
             Some(id) if id <= u32::from(u16::MAX) => vec![id],
             Some(_) => return Err(Status::Inval),
@@ -506,7 +557,8 @@ impl ShmDevice {
                 Status::Io
             });
         }
-        let shape = Shape { slots: cfg.slots as usize, slot_size: SLOT_HDR + cfg.mtu as usize, mtu: cfg.mtu as usize };
+        let slot_size = (SLOT_HDR + cfg.mtu as usize).next_multiple_of(64);
+        let shape = Shape { slots: cfg.slots as usize, slot_size, mtu: cfg.mtu as usize };
         // SAFETY: sizing the descriptor we created.
         let sized = unsafe { libc::ftruncate(fd, shape.total() as libc::off_t) } == 0;
         let map = if sized { Mapping::map(fd, shape.total()) } else { Err(Status::NoMem) };
@@ -587,7 +639,7 @@ impl ShmDevice {
     pub fn wait(&mut self, timeout_ms: i32) -> bool {
         let sleeping = self.map.u32_at(off::SLEEPING);
         sleeping.store(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
+        sleeper_fence();
         if self.ready() {
             if !self.fd_mode {
                 sleeping.store(0, Ordering::SeqCst);
@@ -620,7 +672,7 @@ impl ShmDevice {
     /// waiting (then do not block).
     pub fn arm(&mut self) -> bool {
         self.map.u32_at(off::SLEEPING).store(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
+        sleeper_fence();
         !self.ready()
     }
 
@@ -813,6 +865,7 @@ impl Device for ShmDevice {
             start,
             lost: false,
             fifo: None,
+            head_seen: 0,
             name,
         }));
         self.by_id.insert(key, ah);
@@ -833,19 +886,19 @@ impl Device for ShmDevice {
         let (me, connid, mtu) = (self.epid, self.connid, self.shape.mtu);
         let p = self.peer(ah)?;
         let tail = p.map.u64_at(off::TAIL);
+        let slots = p.shape.slots as u64;
         let mut pos = tail.load(Ordering::Relaxed);
         let slot = loop {
-            let slot = p.shape.slot(pos);
-            let seq = p.map.u64_at(slot).load(Ordering::Acquire);
-            match seq.cmp(&pos) {
-                std::cmp::Ordering::Equal => {
-                    match tail.compare_exchange_weak(pos, pos + 1, Ordering::Relaxed, Ordering::Relaxed) {
-                        Ok(_) => break slot,
-                        Err(now) => pos = now,
-                    }
+            if pos >= p.head_seen + slots {
+                // Looks full: has the owner read further since?
+                p.head_seen = p.map.u64_at(off::HEAD).load(Ordering::Acquire);
+                if pos >= p.head_seen + slots {
+                    return Err(DevError::Again);
                 }
-                std::cmp::Ordering::Less => return Err(DevError::Again), // ring full
-                std::cmp::Ordering::Greater => pos = tail.load(Ordering::Relaxed),
+            }
+            match tail.compare_exchange_weak(pos, pos + 1, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => break p.shape.slot(pos),
+                Err(now) => pos = now,
             }
         };
         // The slot is ours until we publish it.
@@ -854,7 +907,7 @@ impl Device for ShmDevice {
         p.map.u32_at(slot + 12).store(connid, Ordering::Relaxed);
         p.map.u32_at(slot + 16).store(len as u32, Ordering::Relaxed);
         p.map.u64_at(slot).store(pos + 1, Ordering::Release);
-        fence(Ordering::SeqCst);
+        producer_fence();
         Self::wake(p);
         Ok(Sent::Done)
     }
@@ -875,13 +928,12 @@ impl Device for ShmDevice {
                 let ah = self.by_id.get(&(from, connid)).copied();
                 f(ah, self.map.bytes(slot + SLOT_HDR, len));
             }
-            // Hand the slot back to the producers, one lap later.
-            self.map.u64_at(slot).store(self.head + self.shape.slots as u64, Ordering::Release);
             self.head += 1;
             n += 1;
         }
         if n > 0 {
-            self.map.u64_at(off::HEAD).store(self.head, Ordering::Relaxed);
+            // Hands the slots read back to the producers.
+            self.map.u64_at(off::HEAD).store(self.head, Ordering::Release);
             if self.fd_mode {
                 self.drain_fifo();
             }
@@ -946,6 +998,7 @@ impl Device for ShmDevice {
         // From now on producers always signal the FIFO, and receiving drains it.
         self.fd_mode = true;
         self.map.u32_at(off::SLEEPING).store(1, Ordering::SeqCst);
+        sleeper_fence();
         Some(self.fifo)
     }
 }
