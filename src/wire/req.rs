@@ -837,45 +837,54 @@ impl<'a> DataRtm<'a> {
     /// medium segment beyond `msg_length`, or too small a buffer.
     #[inline]
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
-        let t = self.ptype as u8;
-        let Some((_, medium, tagged)) = data_rtm_kind(t) else {
-            return Err(WireError::BadField { what: "data-path RTM type", value: t.into() });
-        };
-        if medium && !matches!(self.seg_offset.checked_add(self.data.len() as u64), Some(e) if e <= self.msg_length) {
+        match self.ptype {
+            PacketType::EagerMsgRtm => self.emit_as::<false, false>(buf),
+            PacketType::EagerTagRtm => self.emit_as::<false, true>(buf),
+            PacketType::MediumMsgRtm => self.emit_as::<true, false>(buf),
+            PacketType::MediumTagRtm => self.emit_as::<true, true>(buf),
+            t => Err(WireError::BadField { what: "data-path RTM type", value: (t as u8).into() }),
+        }
+    }
+
+    /// `emit` for one type: every fixed offset is a constant.
+    #[inline(always)]
+    fn emit_as<const MEDIUM: bool, const TAGGED: bool>(&self, buf: &mut [u8]) -> Result<usize> {
+        const fn fixed(medium: bool, tagged: bool) -> usize {
+            8 + if medium { 16 } else { 0 } + if tagged { 8 } else { 0 }
+        }
+        let fixed_len = fixed(MEDIUM, TAGGED);
+        if MEDIUM && !matches!(self.seg_offset.checked_add(self.data.len() as u64), Some(e) if e <= self.msg_length) {
             return Err(WireError::LengthOverflow { what: "seg_offset + data beyond msg_length" });
         }
-        let total = self.buffer_len();
+        let (cq, connid) = (self.cq_data.is_some(), self.connid.is_some());
+        let hdr_len = fixed_len + 8 * usize::from(cq) + 4 * usize::from(connid);
+        let total = hdr_len + self.data.len();
         check_room(buf, total)?;
+        let (hdr, rest) = buf.split_at_mut(hdr_len);
         let mut flags = self.flags & !req_flags::OPT_HDR_MASK;
-        // Fixed offsets: a header of at most 40 bytes, written in place.
-        let buf = &mut buf[..total];
-        let mut pos = 8;
-        let mut put8 = |buf: &mut [u8], v: u64| {
-            buf[pos..pos + 8].copy_from_slice(&v.to_le_bytes());
-            pos += 8;
-        };
-        if medium {
-            put8(buf, self.msg_length);
-            put8(buf, self.seg_offset);
+        if MEDIUM {
+            hdr[8..16].copy_from_slice(&self.msg_length.to_le_bytes());
+            hdr[16..24].copy_from_slice(&self.seg_offset.to_le_bytes());
         }
-        if tagged {
-            put8(buf, self.tag);
+        if TAGGED {
+            hdr[fixed_len - 8..fixed_len].copy_from_slice(&self.tag.to_le_bytes());
         }
+        let mut pos = fixed_len;
         if let Some(c) = self.cq_data {
             flags |= req_flags::CQ_DATA_HDR;
-            put8(buf, c);
+            hdr[pos..pos + 8].copy_from_slice(&c.to_le_bytes());
+            pos += 8;
         }
         if let Some(c) = self.connid {
             flags |= req_flags::CONNID_HDR;
-            buf[pos..pos + 4].copy_from_slice(&c.to_le_bytes());
-            pos += 4;
+            hdr[pos..pos + 4].copy_from_slice(&c.to_le_bytes());
         }
         if !self.data.is_empty() {
-            buf[pos..].copy_from_slice(self.data);
+            rest[..self.data.len()].copy_from_slice(self.data);
         }
         let f = flags.to_le_bytes();
         let m = self.msg_id.to_le_bytes();
-        buf[..8].copy_from_slice(&[t, super::PROTOCOL_VERSION, f[0], f[1], m[0], m[1], m[2], m[3]]);
+        hdr[..8].copy_from_slice(&[self.ptype as u8, super::PROTOCOL_VERSION, f[0], f[1], m[0], m[1], m[2], m[3]]);
         Ok(total)
     }
 
