@@ -417,7 +417,10 @@ typedef struct rdm4_ep_attr {
    */
   uint32_t progress;
   /**
-   * Messages up to this many bytes use the medium protocol (0: default 64 KiB).
+   * Messages up to this many bytes use the medium protocol (0: default
+   * 64 KiB); longer ones use long-read — one copy, by the receiver's
+   * device — when both endpoints can RDMA-read (shm with cross-memory
+   * attach), else long-CTS.
    */
   size_t medium_max;
   /**

@@ -143,7 +143,10 @@ pub struct rdm4_ep_attr {
     pub device: u32,
     /// `RDM4_PROGRESS_*`.
     pub progress: u32,
-    /// Messages up to this many bytes use the medium protocol (0: default 64 KiB).
+    /// Messages up to this many bytes use the medium protocol (0: default
+    /// 64 KiB); longer ones use long-read — one copy, by the receiver's
+    /// device — when both endpoints can RDMA-read (shm with cross-memory
+    /// attach), else long-CTS.
     pub medium_max: usize,
     /// Bytes of unexpected messages held before senders are held back (0: default 64 MiB).
     pub unexpected_limit: usize,

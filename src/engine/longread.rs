@@ -19,6 +19,7 @@
 //!   register its buffer uses long-CTS from the start.
 
 use super::op::OpKind;
+use super::rtm::RtmArgs;
 use super::{Core, Status};
 use crate::device::{Access, DevError, Device};
 use crate::wire::{self, IdsHdr, Packet, PacketType, ReqFamily, RmaIov, Subprotocol};
@@ -61,18 +62,20 @@ impl Core {
         peer: &super::peer::Peer,
         out: &mut [u8],
     ) -> Option<(usize, u64)> {
-        let ptype = op.ptype?;
         let mr = op.lr_mr?;
-        let (raw_addr, connid) = self.req_opts(peer);
+        let args = RtmArgs {
+            ptype: op.ptype?,
+            send_id: key,
+            msg_id: op.msg_id,
+            tag: op.tag,
+            cq_data: op.cq_data,
+            len: op.len,
+            sent: 0,
+            buf: op.buf,
+            nodata: true,
+        };
         let iov = [RmaIov::new(op.buf.addr(), op.len, mr)];
-        let mut r = wire::Req::new(ptype);
-        r.raw_addr = raw_addr;
-        r.connid = connid;
-        r.cq_data = op.cq_data;
-        r.fields.msg_id = op.msg_id;
-        r.fields.tag = op.tag;
-        r.fields.msg_length = op.len;
-        r.fields.send_id = key;
+        let mut r = self.rtm_req(&args, peer);
         r.read_iov = &iov;
         // The whole message is "sent" once the RTM is out; the EOR ends it.
         r.emit(out).ok().map(|n| (n, op.len))

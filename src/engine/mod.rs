@@ -482,6 +482,17 @@ impl<D: Device> Endpoint<D> {
         n
     }
 
+    /// Hands up to `max` completions to `f`, oldest first; returns how many.
+    pub fn drain_cq(&mut self, max: usize, mut f: impl FnMut(usize, &Cqe)) -> usize {
+        let mut n = 0;
+        while n < max {
+            let Some(e) = self.core.cq.pop_front() else { break };
+            f(n, &e);
+            n += 1;
+        }
+        n
+    }
+
     /// Completions waiting to be polled.
     pub fn cq_len(&self) -> usize {
         self.core.cq.len()

@@ -238,6 +238,19 @@ impl Core {
         {
             return self.data_rtm_packet(a, connid, out);
         }
+        let r = self.rtm_req(a, peer);
+        let room = self.caps.mtu.saturating_sub(r.hdr_len() + r.opt_hdr_len()) as u64;
+        let chunk = if a.nodata { 0 } else { (a.len - a.sent).min(room) as usize };
+        a.buf.with_slice(|s| {
+            let data = s.get(a.sent as usize..a.sent as usize + chunk)?;
+            wire::Req { data, ..r }.emit(out).ok().map(|n| (n, chunk as u64))
+        })
+    }
+
+    /// The REQ of RTM `a` without data: the fields every RTM type draws
+    /// from (each type writes those its layout has).
+    pub(crate) fn rtm_req(&self, a: &RtmArgs, peer: &Peer) -> wire::Req<'_> {
+        let (raw_addr, connid) = self.req_opts(peer);
         let mut r = wire::Req::new(a.ptype);
         r.raw_addr = raw_addr;
         r.connid = connid;
@@ -248,12 +261,7 @@ impl Core {
         r.fields.seg_offset = a.sent;
         r.fields.send_id = a.send_id;
         r.fields.credit_request = self.cfg.credit_request;
-        let room = self.caps.mtu.saturating_sub(r.hdr_len() + r.opt_hdr_len()) as u64;
-        let chunk = if a.nodata { 0 } else { (a.len - a.sent).min(room) as usize };
-        a.buf.with_slice(|s| {
-            let data = s.get(a.sent as usize..a.sent as usize + chunk)?;
-            wire::Req { data, ..r }.emit(out).ok().map(|n| (n, chunk as u64))
-        })
+        r
     }
 
     /// [`Self::rtm_packet`] for an eager or medium RTM after the handshake:
@@ -342,15 +350,15 @@ impl Core {
 }
 
 /// What an RTM packet is built from.
-struct RtmArgs {
-    ptype: PacketType,
-    send_id: u32,
-    msg_id: u32,
-    tag: u64,
-    cq_data: Option<u64>,
-    len: u64,
-    sent: u64,
-    buf: UserBuf,
+pub(crate) struct RtmArgs {
+    pub ptype: PacketType,
+    pub send_id: u32,
+    pub msg_id: u32,
+    pub tag: u64,
+    pub cq_data: Option<u64>,
+    pub len: u64,
+    pub sent: u64,
+    pub buf: UserBuf,
     /// The RTM carries no data (long-CTS after a READ_NACK).
-    nodata: bool,
+    pub nodata: bool,
 }
