@@ -109,12 +109,15 @@ macro_rules! packet_types {
             /// All wire packet types in ID order.
             pub const ALL: &'static [PacketType] = &[$(PacketType::$var),*];
 
-            /// The type for an ID byte, if it is a wire type.
+            /// The type for an ID byte, if it is a wire type (one table load).
+            #[inline]
             pub const fn from_u8(id: u8) -> Option<PacketType> {
-                match id {
-                    $( $id => Some(PacketType::$var), )*
-                    _ => None,
-                }
+                const BY_ID: [Option<PacketType>; 256] = {
+                    let mut t = [None; 256];
+                    $( t[$id] = Some(PacketType::$var); )*
+                    t
+                };
+                BY_ID[id as usize]
             }
 
             /// The reference implementation's name (`EAGER_MSGRTM`, …).
@@ -206,6 +209,7 @@ impl PacketType {
     }
 
     /// The REQ facts, or `None` for a non-REQ type.
+    #[inline]
     pub const fn req_info(self) -> Option<ReqInfo> {
         match self.category() {
             Category::Req(info) => Some(info),
