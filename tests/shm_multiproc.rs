@@ -581,3 +581,61 @@ fn a_receiver_blocked_in_wait_is_woken_by_each_packet_of_another_process() {
     assert_eq!(leftovers(&prefix), Vec::<String>::new());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Cross-memory attach checks key, bounds and access in the owner's table
+/// before touching memory: every bad request fails with a remote-access
+/// error and moves no byte (two devices of this process: the checks are the
+/// same as between processes).
+#[test]
+fn rdma_with_a_bad_key_bounds_or_access_is_refused_and_moves_nothing() {
+    if !env("RDM4_CHILD_ROLE").is_empty() {
+        return;
+    }
+    let (dir, prefix) = scratch("keys");
+    let cfg = ShmConfig { prefix: prefix.clone(), ..ShmConfig::default() };
+    let mut owner = ShmDevice::open_with(cfg.clone()).unwrap();
+    let mut user = ShmDevice::open_with(cfg).unwrap();
+    if !user.caps().rdma_read {
+        eprintln!("cross-memory attach unavailable here; nothing to check");
+        return;
+    }
+    let mut region = OwnedBuf::from_slice(&pattern(4096, 1));
+    let mut other = OwnedBuf::from_slice(&pattern(4096, 2));
+    let key = owner.reg(region.buf(), Access::REMOTE_READ).unwrap();
+    let wkey = owner.reg(other.buf(), Access::REMOTE_WRITE).unwrap();
+    let gone = owner.reg(other.buf(), Access::REMOTE_READ).unwrap();
+    owner.dereg(gone).unwrap();
+    let base = region.buf().addr();
+    let ah = user.insert(&owner.local_addr()).unwrap();
+    let mut local = OwnedBuf::from_slice(&[0xEE; 4096]);
+    let lbuf = local.buf();
+    let mut events = Vec::new();
+    let mut read = |user: &mut ShmDevice, addr: u64, len: usize, key: u64| {
+        let buf = lbuf.slice(0, len).unwrap();
+        user.rdma_read(ah, buf, addr, key, 7).unwrap();
+        events.clear();
+        user.events(&mut events);
+        match events.as_slice() {
+            [rdm4::device::DevEvent::SendDone { status, .. }] => *status,
+            other => panic!("events {other:?}"),
+        }
+    };
+    let bad = [
+        ("another key in the same entry", base, 64, key ^ (1 << 40)),
+        ("the key of another entry", base, 64, key ^ 1),
+        ("a deregistered key", base, 64, gone),
+        ("a key without read access", other.buf().addr(), 64, wkey),
+        ("before the region", base - 1, 64, key),
+        ("past the region", base + 4000, 97, key),
+        ("zero key", base, 64, 0),
+    ];
+    for (what, addr, len, k) in bad {
+        assert_eq!(read(&mut user, addr, len, k), Err(Status::RemoteAccess), "{what}");
+    }
+    assert!(local.bytes().iter().all(|&b| b == 0xEE), "bytes moved by a refused read");
+    assert_eq!(read(&mut user, base + 100, 200, key), Ok(()));
+    assert_eq!(&local.bytes()[..200], &region.bytes()[100..300]);
+    drop((owner, user));
+    assert_eq!(leftovers(&prefix), Vec::<String>::new());
+    let _ = std::fs::remove_dir_all(dir);
+}

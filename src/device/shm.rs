@@ -12,7 +12,8 @@
 //!             connid, length) + MTU bytes of packet; a small packet shares
 //!             the header's cache line
 //! after them  the registration table: entries (seqlock, key, address,
-//!             length, access) that peers read before cross-memory attach
+//!             length, access) that peers read before cross-memory attach;
+//!             a key is random above its low 10 bits, which name its entry
 //! ```
 //!
 //! The ring is a bounded multi-producer, single-consumer queue: a peer
@@ -70,7 +71,7 @@ use crate::status::Status;
 use crate::wire::RawAddr;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"rdm4shm1");
-const LAYOUT_VERSION: u32 = 2;
+const LAYOUT_VERSION: u32 = 3;
 const HDR_LEN: usize = 256;
 const SLOT_HDR: usize = 24;
 const MR_ENTRIES: usize = 1024;
@@ -343,6 +344,23 @@ impl Drop for OpenLock {
     }
 }
 
+impl ShmDevice {
+    /// A fresh random registration key.
+    fn next_key(&mut self) -> u64 {
+        if self.keys.is_empty() {
+            let mut b = [0u8; 32 * 8];
+            // SAFETY: writes at most `b.len()` bytes into `b`.
+            let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+            if n == b.len() as isize {
+                self.keys.extend(b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))));
+            } else {
+                self.keys.push(random_u64());
+            }
+        }
+        self.keys.pop().unwrap_or_else(random_u64)
+    }
+}
+
 fn random_u64() -> u64 {
     let mut b = [0u8; 8];
     // SAFETY: writes at most 8 bytes into `b`.
@@ -480,6 +498,9 @@ pub struct ShmDevice {
     last_check: Duration,
     /// The FIFO was handed out for polling: keep it signalled.
     fd_mode: bool,
+    /// Random registration keys drawn ahead (one system call per 32: a
+    /// long-read send registers its buffer for every message).
+    keys: Vec<u64>,
 }
 
 /// Cross-memory attach is usable: the syscall works here, and the ptrace
@@ -615,6 +636,7 @@ impl ShmDevice {
             mrs: FxHashMap::default(),
             last_check: coarse_now(),
             fd_mode: false,
+            keys: Vec::new(),
         })
     }
 
@@ -723,10 +745,12 @@ impl ShmDevice {
     /// Finds `key` in `map`'s registration table and checks access and
     /// bounds; returns the (address, length) to access.
     fn lookup_remote(map: &Mapping, shape: &Shape, key: u64, addr: u64, len: u64, need: Access) -> Option<u64> {
-        for i in 0..MR_ENTRIES {
+        // The key's low bits name its entry (see `reg`); the whole key must match.
+        let i = (key % MR_ENTRIES as u64) as usize;
+        {
             let e = shape.mr_off() + i * MR_ENTRY_LEN;
             if map.u64_at(e + 8).load(Ordering::Relaxed) != key || key == 0 {
-                continue;
+                return None;
             }
             for _ in 0..64 {
                 let s1 = map.u32_at(e).load(Ordering::Acquire);
@@ -750,7 +774,6 @@ impl ShmDevice {
             }
             return None;
         }
-        None
     }
 
     fn rdma(
@@ -951,9 +974,11 @@ impl Device for ShmDevice {
         let idx = (0..MR_ENTRIES)
             .find(|i| self.map.u64_at(base + i * MR_ENTRY_LEN + 8).load(Ordering::Relaxed) == 0)
             .ok_or(Status::NoMem)?;
-        let mut key = random_u64();
+        // Random, with the entry's index in the low bits, so that a peer
+        // finds the entry without a search (`lookup_remote`).
+        let mut key = 0;
         while key == 0 || self.mrs.contains_key(&key) {
-            key = random_u64();
+            key = self.next_key().wrapping_mul(MR_ENTRIES as u64) | idx as u64;
         }
         let e = base + idx * MR_ENTRY_LEN;
         let seq = self.map.u32_at(e);
