@@ -747,33 +747,31 @@ impl ShmDevice {
     fn lookup_remote(map: &Mapping, shape: &Shape, key: u64, addr: u64, len: u64, need: Access) -> Option<u64> {
         // The key's low bits name its entry (see `reg`); the whole key must match.
         let i = (key % MR_ENTRIES as u64) as usize;
-        {
-            let e = shape.mr_off() + i * MR_ENTRY_LEN;
-            if map.u64_at(e + 8).load(Ordering::Relaxed) != key || key == 0 {
-                return None;
-            }
-            for _ in 0..64 {
-                let s1 = map.u32_at(e).load(Ordering::Acquire);
-                if s1 % 2 == 1 {
-                    std::hint::spin_loop();
-                    continue;
-                }
-                let k = map.u64_at(e + 8).load(Ordering::Relaxed);
-                let base = map.u64_at(e + 16).load(Ordering::Relaxed);
-                let mlen = map.u64_at(e + 24).load(Ordering::Relaxed);
-                let access = Access::from_bits_truncate(map.u32_at(e + 32).load(Ordering::Relaxed));
-                fence(Ordering::Acquire);
-                if map.u32_at(e).load(Ordering::Relaxed) != s1 {
-                    continue;
-                }
-                let ok = k == key
-                    && access.contains(need)
-                    && addr >= base
-                    && addr.checked_add(len).is_some_and(|end| base.checked_add(mlen).is_some_and(|mend| end <= mend));
-                return ok.then_some(addr);
-            }
+        let e = shape.mr_off() + i * MR_ENTRY_LEN;
+        if map.u64_at(e + 8).load(Ordering::Relaxed) != key || key == 0 {
             return None;
         }
+        for _ in 0..64 {
+            let s1 = map.u32_at(e).load(Ordering::Acquire);
+            if s1 % 2 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let k = map.u64_at(e + 8).load(Ordering::Relaxed);
+            let base = map.u64_at(e + 16).load(Ordering::Relaxed);
+            let mlen = map.u64_at(e + 24).load(Ordering::Relaxed);
+            let access = Access::from_bits_truncate(map.u32_at(e + 32).load(Ordering::Relaxed));
+            fence(Ordering::Acquire);
+            if map.u32_at(e).load(Ordering::Relaxed) != s1 {
+                continue;
+            }
+            let ok = k == key
+                && access.contains(need)
+                && addr >= base
+                && addr.checked_add(len).is_some_and(|end| base.checked_add(mlen).is_some_and(|mend| end <= mend));
+            return ok.then_some(addr);
+        }
+        None
     }
 
     fn rdma(
