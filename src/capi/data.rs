@@ -29,9 +29,9 @@ fn src_filter(a: rdm4_addr) -> Result<Option<Addr>, Status> {
 
 fn send_common(ep: *mut rdm4_ep, buf: *const c_void, len: usize, dest: rdm4_addr, opts: SendOpts) -> i32 {
     boundary(|| {
-        let h = lookup(ep)?;
+        let mut g = lookup(ep)?;
         let b = c_buf(buf as *mut c_void, len)?;
-        h.lock().ep.send(addr(dest)?, b, opts)?;
+        g.ep.send(addr(dest)?, b, opts)?;
         Ok(0)
     })
 }
@@ -92,12 +92,11 @@ pub extern "C" fn rdm4_senddata(
 #[no_mangle]
 pub extern "C" fn rdm4_inject(ep: *mut rdm4_ep, buf: *const c_void, len: usize, dest: rdm4_addr) -> i32 {
     boundary(|| {
-        let h = lookup(ep)?;
+        let mut g = lookup(ep)?;
         if len > 64 * 1024 {
             return Err(Status::Inval);
         }
         let src = c_buf(buf as *mut c_void, len)?;
-        let mut g = h.lock();
         let bytes = src.with_slice(|s| s.to_vec());
         let (copy, ctx) = g.inject_copy(&bytes);
         if let Err(e) = g.ep.send(addr(dest)?, copy, SendOpts { tag: None, cq_data: None, context: ctx }) {
@@ -147,7 +146,7 @@ fn read_msg(msg: *const rdm4_msg, flags: u64, allowed: u64) -> Result<rdm4_msg, 
 #[no_mangle]
 pub extern "C" fn rdm4_sendmsg(ep: *mut rdm4_ep, msg: *const rdm4_msg, flags: u64) -> i32 {
     boundary(|| {
-        let h = lookup(ep)?;
+        let mut g = lookup(ep)?;
         let m = read_msg(msg, flags, RDM4_MSG_TAGGED | RDM4_MSG_REMOTE_CQ_DATA)?;
         let iovs = msg_iovs(&m)?;
         let dest = addr(m.addr)?;
@@ -156,7 +155,6 @@ pub extern "C" fn rdm4_sendmsg(ep: *mut rdm4_ep, msg: *const rdm4_msg, flags: u6
             cq_data: (flags & RDM4_MSG_REMOTE_CQ_DATA != 0).then_some(m.data),
             context: m.context as u64,
         };
-        let mut g = h.lock();
         match iovs.as_slice() {
             [] => g.ep.send(dest, UserBuf::empty(), opts)?,
             [one] => g.ep.send(dest, *one, opts)?,
@@ -183,9 +181,9 @@ fn recv_common(
     ctx: u64,
 ) -> i32 {
     boundary(|| {
-        let h = lookup(ep)?;
+        let mut g = lookup(ep)?;
         let b = c_buf(buf, len)?;
-        h.lock().ep.recv(b, RecvOpts { tag, src: src_filter(src)?, context: ctx })?;
+        g.ep.recv(b, RecvOpts { tag, src: src_filter(src)?, context: ctx })?;
         Ok(0)
     })
 }
@@ -233,12 +231,11 @@ pub extern "C" fn rdm4_trecv(
 #[no_mangle]
 pub extern "C" fn rdm4_recvmsg(ep: *mut rdm4_ep, msg: *const rdm4_msg, flags: u64) -> i32 {
     boundary(|| {
-        let h = lookup(ep)?;
+        let mut g = lookup(ep)?;
         let m = read_msg(msg, flags, RDM4_MSG_TAGGED)?;
         let iovs = msg_iovs(&m)?;
         let tag = (flags & RDM4_MSG_TAGGED != 0).then_some((m.tag, m.ignore));
         let src = src_filter(m.addr)?;
-        let mut g = h.lock();
         match iovs.as_slice() {
             [] => g.ep.recv(UserBuf::empty(), RecvOpts { tag, src, context: m.context as u64 })?,
             [one] => g.ep.recv(*one, RecvOpts { tag, src, context: m.context as u64 })?,
@@ -267,9 +264,9 @@ fn write_common(
     context: *mut c_void,
 ) -> i32 {
     boundary(|| {
-        let h = lookup(ep)?;
+        let mut g = lookup(ep)?;
         let b = c_buf(buf as *mut c_void, len)?;
-        h.lock().ep.write(addr(dest)?, b, RemoteBuf { addr: raddr, key }, data, context as u64)?;
+        g.ep.write(addr(dest)?, b, RemoteBuf { addr: raddr, key }, data, context as u64)?;
         Ok(0)
     })
 }
@@ -329,9 +326,9 @@ pub extern "C" fn rdm4_read(
     context: *mut c_void,
 ) -> i32 {
     boundary(|| {
-        let h = lookup(ep)?;
+        let mut g = lookup(ep)?;
         let b = c_buf(buf, len)?;
-        h.lock().ep.read(addr(dest)?, b, RemoteBuf { addr: raddr, key }, context as u64)?;
+        g.ep.read(addr(dest)?, b, RemoteBuf { addr: raddr, key }, context as u64)?;
         Ok(0)
     })
 }
@@ -356,7 +353,7 @@ fn atomic_common(
     context: *mut c_void,
 ) -> i32 {
     boundary(|| {
-        let h = lookup(ep)?;
+        let mut g = lookup(ep)?;
         // The op must be of the call's kind: rdm4_atomic takes write ops,
         // rdm4_fetch_atomic fetch ops, rdm4_compare_atomic the CSWAP family.
         if atomic_ops::classify(datatype, op, want != atomic_ops::AtomicClass::Write)? != want {
@@ -366,7 +363,7 @@ fn atomic_common(
         let c = c_buf(compare.0 as *mut c_void, elems(compare.1, datatype)?)?;
         let r = c_buf(result.0, elems(result.1, datatype)?)?;
         let remote = RemoteBuf { addr: raddr, key };
-        h.lock().ep.atomic(addr(dest)?, datatype, op, o, c, r, remote, context as u64)?;
+        g.ep.atomic(addr(dest)?, datatype, op, o, c, r, remote, context as u64)?;
         Ok(0)
     })
 }

@@ -2,11 +2,10 @@
 
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::types::*;
-use super::{boundary, c_buf, lookup, registry, EpHandle, EpInner};
+use super::{boundary, c_buf, lookup, EpInner};
 use crate::device::shm::ShmDevice;
 use crate::device::{Access, Device};
 use crate::engine::{Config, CqFlags, Cqe, Endpoint, ADDR_UNSPEC};
@@ -117,26 +116,30 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
             cfg.max_credits = a.max_credits;
         }
         let inner = EpInner::new(Endpoint::new(dev, cfg));
-        let h = Arc::new(EpHandle::new(inner));
+        let (slot, gen, handle) = super::install(inner).ok_or(Status::NoMem)?;
         if a.progress == RDM4_PROGRESS_AUTO {
-            let t = Arc::clone(&h);
-            let thread = std::thread::Builder::new()
-                .name("rdm4-progress".into())
-                .spawn(move || {
-                    while !t.stop.load(Ordering::Acquire) {
-                        let busy = t.lock().progress_once();
-                        if !busy {
-                            std::thread::sleep(Duration::from_micros(20));
-                        }
+            let spawned = std::thread::Builder::new().name("rdm4-progress".into()).spawn(move || {
+                while !slot.stop.load(Ordering::Acquire) {
+                    // Ends when the endpoint is closed.
+                    let Some(mut g) = slot.lock(gen) else { break };
+                    let busy = g.progress_once();
+                    drop(g);
+                    if !busy {
+                        std::thread::sleep(Duration::from_micros(20));
                     }
-                })
-                .map_err(|_| Status::NoMem)?;
-            *h.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(thread);
+                }
+            });
+            match spawned {
+                Ok(t) => *slot.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(t),
+                Err(_) => {
+                    let _ = super::uninstall(handle);
+                    super::release_slot(handle);
+                    return Err(Status::NoMem);
+                }
+            }
         }
-        let ptr = super::new_handle();
-        registry().insert(ptr as usize, h);
         // SAFETY: non-NULL out-pointer.
-        unsafe { ep.write(ptr) };
+        unsafe { ep.write(handle) };
         Ok(0)
     })
 }
@@ -151,13 +154,12 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
 #[no_mangle]
 pub extern "C" fn rdm4_ep_close(ep: *mut rdm4_ep) -> i32 {
     boundary(|| {
-        let h = registry().remove(&(ep as usize)).ok_or(Status::BadHandle)?;
-        h.stop.store(true, Ordering::Release);
-        let thread = h.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let (inner, thread) = super::uninstall(ep)?;
         if let Some(t) = thread {
             let _ = t.join();
         }
-        drop(h);
+        drop(inner);
+        super::release_slot(ep);
         Ok(0)
     })
 }
@@ -171,11 +173,11 @@ pub extern "C" fn rdm4_ep_close(ep: *mut rdm4_ep) -> i32 {
 #[no_mangle]
 pub extern "C" fn rdm4_ep_getname(ep: *mut rdm4_ep, addr: *mut c_void, len: *mut usize) -> i32 {
     boundary(|| {
-        let h = lookup(ep)?;
+        let g = lookup(ep)?;
         if addr.is_null() || len.is_null() {
             return Err(Status::Inval);
         }
-        let raw = h.lock().ep.addr().to_bytes();
+        let raw = g.ep.addr().to_bytes();
         // SAFETY: non-NULL pointers per the contract.
         unsafe {
             let have = len.read();
@@ -200,7 +202,7 @@ pub extern "C" fn rdm4_ep_getname(ep: *mut rdm4_ep, addr: *mut c_void, len: *mut
 #[no_mangle]
 pub extern "C" fn rdm4_av_insert(ep: *mut rdm4_ep, addrs: *const c_void, count: usize, out: *mut rdm4_addr) -> i32 {
     boundary(|| {
-        let h = lookup(ep)?;
+        let mut g = lookup(ep)?;
         if count == 0 {
             return Ok(0);
         }
@@ -209,7 +211,6 @@ pub extern "C" fn rdm4_av_insert(ep: *mut rdm4_ep, addrs: *const c_void, count: 
         }
         // SAFETY: the caller gives `count` addresses of RDM4_ADDR_LEN bytes.
         let bytes = unsafe { std::slice::from_raw_parts(addrs.cast::<u8>(), count * RDM4_ADDR_LEN) };
-        let mut g = h.lock();
         let mut done: Vec<u32> = Vec::with_capacity(count);
         let mut fresh: Vec<u32> = Vec::new();
         for chunk in bytes.chunks(RDM4_ADDR_LEN) {
@@ -249,7 +250,7 @@ pub extern "C" fn rdm4_av_insert(ep: *mut rdm4_ep, addrs: *const c_void, count: 
 #[no_mangle]
 pub extern "C" fn rdm4_av_remove(ep: *mut rdm4_ep, addrs: *const rdm4_addr, count: usize) -> i32 {
     boundary(|| {
-        let h = lookup(ep)?;
+        let mut g = lookup(ep)?;
         if count == 0 {
             return Ok(0);
         }
@@ -258,7 +259,6 @@ pub extern "C" fn rdm4_av_remove(ep: *mut rdm4_ep, addrs: *const rdm4_addr, coun
         }
         // SAFETY: `count` handles at `addrs`.
         let list = unsafe { std::slice::from_raw_parts(addrs, count) };
-        let mut g = h.lock();
         let handles: Result<Vec<u32>, Status> = list
             .iter()
             .map(|&a| u32::try_from(a).ok().filter(|&a| g.ep.av_lookup(a).is_ok()).ok_or(Status::NoAddr))
@@ -319,12 +319,12 @@ pub extern "C" fn rdm4_av_straddr(addr: *const c_void, buf: *mut c_char, len: *m
 #[no_mangle]
 pub extern "C" fn rdm4_mr_reg(ep: *mut rdm4_ep, buf: *mut c_void, len: usize, access: u64, key: *mut u64) -> i32 {
     boundary(|| {
-        let h = lookup(ep)?;
+        let mut g = lookup(ep)?;
         if key.is_null() || access & !(RDM4_ACCESS_LOCAL | RDM4_ACCESS_REMOTE_READ | RDM4_ACCESS_REMOTE_WRITE) != 0 {
             return Err(Status::Inval);
         }
         let b = c_buf(buf, len)?;
-        let k = h.lock().ep.mr_reg(b, Access::from_bits_truncate(access as u32))?;
+        let k = g.ep.mr_reg(b, Access::from_bits_truncate(access as u32))?;
         // SAFETY: non-NULL out-pointer.
         unsafe { key.write(k) };
         Ok(0)
@@ -339,8 +339,8 @@ pub extern "C" fn rdm4_mr_reg(ep: *mut rdm4_ep, buf: *mut c_void, len: usize, ac
 #[no_mangle]
 pub extern "C" fn rdm4_mr_close(ep: *mut rdm4_ep, key: u64) -> i32 {
     boundary(|| {
-        let h = lookup(ep)?;
-        h.lock().ep.mr_dereg(key)?;
+        let mut g = lookup(ep)?;
+        g.ep.mr_dereg(key)?;
         Ok(0)
     })
 }
@@ -385,11 +385,10 @@ fn to_c(e: &Cqe) -> rdm4_cqe {
 #[no_mangle]
 pub extern "C" fn rdm4_poll(ep: *mut rdm4_ep, entries: *mut rdm4_cqe, max: usize) -> i32 {
     boundary(|| {
-        let h = lookup(ep)?;
+        let mut g = lookup(ep)?;
         if entries.is_null() && max > 0 {
             return Err(Status::Inval);
         }
-        let mut g = h.lock();
         g.progress_once();
         let max = max.min(i32::MAX as usize);
         let n = g.take_completions(max, |i, e| {
@@ -410,12 +409,12 @@ pub extern "C" fn rdm4_poll(ep: *mut rdm4_ep, entries: *mut rdm4_cqe, max: usize
 #[no_mangle]
 pub extern "C" fn rdm4_wait(ep: *mut rdm4_ep, timeout_ms: c_int) -> i32 {
     boundary(|| {
-        let h = super::lookup_shared(ep)?;
         let start = std::time::Instant::now();
         let limit = (timeout_ms >= 0).then(|| Duration::from_millis(timeout_ms as u64));
         loop {
             {
-                let mut g = h.lock();
+                // Looked up again for every slice: a close in between ends the wait.
+                let mut g = lookup(ep)?;
                 g.progress_once();
                 if g.has_completions() {
                     return Ok(0);
@@ -439,8 +438,8 @@ pub extern "C" fn rdm4_wait(ep: *mut rdm4_ep, timeout_ms: c_int) -> i32 {
 #[no_mangle]
 pub extern "C" fn rdm4_ep_fd(ep: *mut rdm4_ep) -> i32 {
     boundary(|| {
-        let h = lookup(ep)?;
-        let fd = h.lock().ep.wait_fd().ok_or(Status::NotSup)?;
+        let mut g = lookup(ep)?;
+        let fd = g.ep.wait_fd().ok_or(Status::NotSup)?;
         Ok(fd)
     })
 }

@@ -2,14 +2,18 @@
 //!
 //! Every exported function runs inside [`boundary`]: a Rust panic becomes
 //! `RDM4_EINTERNAL` and never unwinds into C. Endpoint handles are checked
-//! against a registry of open endpoints before use, so NULL, unknown and
-//! closed handles give `RDM4_EBADHANDLE` instead of a crash. Each endpoint
-//! sits behind a mutex: every call is safe from any thread.
+//! before use, so NULL, unknown and closed handles give `RDM4_EBADHANDLE`
+//! instead of a crash. Each endpoint sits behind a mutex: every call is safe
+//! from any thread.
 //!
-//! The registry is read-locked for the length of a call (a shared lock: calls
-//! on any endpoints from any threads run side by side); opening and closing
-//! take it exclusively. A call that may block for long (`rdm4_wait`) holds a
-//! counted reference instead, so that it never holds up opens and closes.
+//! Open endpoints live in a fixed table of [`MAX_EPS`] slots that is never
+//! freed. A handle names a slot and the generation of the open that filled
+//! it: (generation << 32 | slot + 1) << 4, so it is never NULL, never
+//! repeats (a slot's generation only grows) and looks as opaque as a
+//! pointer. A call checks the generation, locks the slot and checks it
+//! again under the lock: no shared lock, no reference count, no hash on the
+//! way in. Closing bumps the generation under the lock, so every later use
+//! of the old handle fails.
 
 #![allow(non_camel_case_types)]
 // C callers cannot be marked `unsafe`: every pointer is checked for NULL and
@@ -21,13 +25,11 @@ mod ep;
 mod types;
 
 use std::ffi::{c_char, c_void};
-use std::ops::Deref;
+use std::ops::{Deref, DerefMut};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::thread::JoinHandle;
-
-use once_cell::sync::Lazy;
 
 pub use data::*;
 pub use ep::*;
@@ -62,21 +64,131 @@ struct Bounce {
     scatter: Vec<UserBuf>,
 }
 
-/// What the C handle stands for.
-pub(crate) struct EpHandle {
-    inner: Mutex<EpInner>,
+/// Endpoints open at once at most.
+pub(crate) const MAX_EPS: usize = 4096;
+
+/// One slot of the endpoint table.
+pub(crate) struct EpSlot {
+    /// Generation of the open that fills the slot (0: never filled).
+    gen: AtomicU32,
+    inner: Mutex<Option<Box<EpInner>>>,
     pub(crate) stop: AtomicBool,
     pub(crate) thread: Mutex<Option<JoinHandle<()>>>,
 }
 
-impl EpHandle {
-    fn new(inner: EpInner) -> EpHandle {
-        EpHandle { inner: Mutex::new(inner), stop: AtomicBool::new(false), thread: Mutex::new(None) }
+impl EpSlot {
+    const fn new() -> EpSlot {
+        EpSlot {
+            gen: AtomicU32::new(0),
+            inner: Mutex::new(None),
+            stop: AtomicBool::new(false),
+            thread: Mutex::new(None),
+        }
     }
 
-    /// The endpoint, locked (a panic in another call does not poison it for good).
-    pub(crate) fn lock(&self) -> MutexGuard<'_, EpInner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    /// The endpoint of generation `gen`, locked; `None` once closed (a
+    /// panic in another call does not poison it for good).
+    pub(crate) fn lock(&self, gen: u32) -> Option<EpGuard<'_>> {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        (g.is_some() && self.gen.load(Ordering::Relaxed) == gen).then_some(EpGuard(g))
+    }
+}
+
+static SLOTS: [EpSlot; MAX_EPS] = [const { EpSlot::new() }; MAX_EPS];
+/// Slots to reuse, and the first never used.
+static FREE: Mutex<(Vec<u32>, u32)> = Mutex::new((Vec::new(), 0));
+
+/// A locked open endpoint.
+pub(crate) struct EpGuard<'a>(MutexGuard<'a, Option<Box<EpInner>>>);
+
+impl Deref for EpGuard<'_> {
+    type Target = EpInner;
+    fn deref(&self) -> &EpInner {
+        // `EpSlot::lock` hands out guards of filled slots only.
+        self.0.as_deref().expect("guard of an empty slot")
+    }
+}
+
+impl DerefMut for EpGuard<'_> {
+    fn deref_mut(&mut self) -> &mut EpInner {
+        self.0.as_deref_mut().expect("guard of an empty slot")
+    }
+}
+
+/// (slot index, generation) of a handle value, if it is well formed.
+fn decode(ep: *mut rdm4_ep) -> Option<(usize, u32)> {
+    let v = ep as usize as u64;
+    if v & 0xF != 0 {
+        return None;
+    }
+    let x = v >> 4;
+    let idx = (x & 0xFFFF_FFFF).checked_sub(1)? as usize;
+    let gen = u32::try_from(x >> 32).ok().filter(|&g| g != 0)?;
+    (idx < MAX_EPS).then_some((idx, gen))
+}
+
+/// The open endpoint behind a C handle, locked for the length of a call.
+pub(crate) fn lookup(ep: *mut rdm4_ep) -> Result<EpGuard<'static>, Status> {
+    let (idx, gen) = decode(ep).ok_or(Status::BadHandle)?;
+    let slot = &SLOTS[idx];
+    // A cheap first check, so that stale handles do not wait for the lock.
+    if slot.gen.load(Ordering::Acquire) != gen {
+        return Err(Status::BadHandle);
+    }
+    slot.lock(gen).ok_or(Status::BadHandle)
+}
+
+/// Fills a free slot with `inner`; returns the slot and the handle. `None`:
+/// the table is full.
+pub(crate) fn install(inner: EpInner) -> Option<(&'static EpSlot, u32, *mut rdm4_ep)> {
+    let idx = {
+        let mut f = FREE.lock().unwrap_or_else(|e| e.into_inner());
+        match f.0.pop() {
+            Some(i) => i,
+            None if (f.1 as usize) < MAX_EPS => {
+                f.1 += 1;
+                f.1 - 1
+            }
+            None => return None,
+        }
+    };
+    let slot = &SLOTS[idx as usize];
+    let mut g = slot.inner.lock().unwrap_or_else(|e| e.into_inner());
+    let gen = slot.gen.load(Ordering::Relaxed).checked_add(1)?;
+    *g = Some(Box::new(inner));
+    slot.stop.store(false, Ordering::Relaxed);
+    slot.gen.store(gen, Ordering::Release);
+    drop(g);
+    let handle = ((u64::from(gen) << 32 | (u64::from(idx) + 1)) << 4) as usize as *mut rdm4_ep;
+    Some((slot, gen, handle))
+}
+
+/// Empties the slot of `ep`: later uses of the handle fail. Returns the
+/// endpoint and the slot's progress thread (to join before dropping it).
+pub(crate) fn uninstall(ep: *mut rdm4_ep) -> Result<(Box<EpInner>, Option<JoinHandle<()>>), Status> {
+    let (idx, gen) = decode(ep).ok_or(Status::BadHandle)?;
+    let slot = &SLOTS[idx];
+    let inner = {
+        let mut g = slot.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if g.is_none() || slot.gen.load(Ordering::Relaxed) != gen {
+            return Err(Status::BadHandle);
+        }
+        // Under the lock: every call that checks after this fails.
+        slot.gen.store(gen.wrapping_add(1).max(1), Ordering::Release);
+        g.take()
+    };
+    slot.stop.store(true, Ordering::Release);
+    let thread = slot.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+    Ok((inner.ok_or(Status::BadHandle)?, thread))
+}
+
+/// Gives the slot of a closed endpoint back (after its thread has ended).
+/// A slot whose generation would wrap is retired instead.
+pub(crate) fn release_slot(ep: *mut rdm4_ep) {
+    if let Some((idx, _)) = decode(ep) {
+        if SLOTS[idx].gen.load(Ordering::Relaxed) < u32::MAX {
+            FREE.lock().unwrap_or_else(|e| e.into_inner()).0.push(idx as u32);
+        }
     }
 }
 
@@ -205,58 +317,6 @@ fn owned_copy(copy: Box<[u8]>) -> (Box<[u8]>, UserBuf, u64) {
     let buf = unsafe { UserBuf::from_raw(copy.as_mut_ptr(), len) }.unwrap_or(UserBuf::empty());
     let ctx = copy.as_ptr() as usize as u64;
     (copy, buf, ctx)
-}
-
-/// A fresh handle value: a counter, never reused, so a stale handle can
-/// never name a newer endpoint. Multiples of 16, so they look like (and are
-/// as opaque as) pointers.
-pub(crate) fn new_handle() -> *mut rdm4_ep {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
-    (NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) << 4) as *mut rdm4_ep
-}
-
-/// Open endpoints by handle value.
-type Registry = FxHashMap<usize, Arc<EpHandle>>;
-
-fn registry_lock() -> &'static RwLock<Registry> {
-    static REG: Lazy<RwLock<Registry>> = Lazy::new(|| RwLock::new(FxHashMap::default()));
-    &REG
-}
-
-/// The registry, for opening and closing (exclusive).
-pub(crate) fn registry() -> RwLockWriteGuard<'static, Registry> {
-    registry_lock().write().unwrap_or_else(|e| e.into_inner())
-}
-
-/// An open endpoint, kept open (the registry read-locked) while this lives.
-pub(crate) struct EpRef {
-    reg: RwLockReadGuard<'static, Registry>,
-    key: usize,
-}
-
-impl Deref for EpRef {
-    type Target = EpHandle;
-
-    fn deref(&self) -> &EpHandle {
-        // `lookup` found the key, and nothing can remove it while `reg` is held.
-        self.reg.get(&self.key).expect("endpoint removed under a read lock")
-    }
-}
-
-/// The endpoint behind a C handle, if it is open, for the length of a call.
-pub(crate) fn lookup(ep: *mut rdm4_ep) -> Result<EpRef, Status> {
-    let reg = registry_lock().read().unwrap_or_else(|e| e.into_inner());
-    let key = ep as usize;
-    if !reg.contains_key(&key) {
-        return Err(Status::BadHandle);
-    }
-    Ok(EpRef { reg, key })
-}
-
-/// The endpoint behind a C handle, as a counted reference: for calls that
-/// may block, which must not hold the registry.
-pub(crate) fn lookup_shared(ep: *mut rdm4_ep) -> Result<Arc<EpHandle>, Status> {
-    registry_lock().read().unwrap_or_else(|e| e.into_inner()).get(&(ep as usize)).cloned().ok_or(Status::BadHandle)
 }
 
 /// A lent buffer from a C pointer and length (NULL only with length 0).
