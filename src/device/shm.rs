@@ -86,7 +86,7 @@ pub struct ShmConfig {
     pub prefix: String,
     /// Open exactly this endpoint id (else the first free one).
     pub epid: Option<u32>,
-    /// Ring slots.
+    /// Ring slots (a power of two).
     pub slots: u32,
     /// Largest packet (a multiple of 64).
     pub mtu: u32,
@@ -227,7 +227,8 @@ impl Shape {
     }
 
     fn slot(&self, pos: u64) -> usize {
-        HDR_LEN + (pos % self.slots as u64) as usize * self.slot_size
+        // `slots` is a power of two (checked on open and on map).
+        HDR_LEN + (pos as usize & (self.slots - 1)) * self.slot_size
     }
 }
 
@@ -411,7 +412,7 @@ fn open_existing(name: &str) -> Result<(Mapping, Shape), Status> {
             slot_size: m.u32_at(off::SLOT_SIZE).load(Ordering::Relaxed) as usize,
             mtu: m.u32_at(off::MTU).load(Ordering::Relaxed) as usize,
         };
-        if shape.slots == 0 || shape.slot_size < SLOT_HDR + shape.mtu || shape.total() > m.len {
+        if !shape.slots.is_power_of_two() || shape.slot_size < SLOT_HDR + shape.mtu || shape.total() > m.len {
             return Err(Status::NoAddr);
         }
         Ok((m, shape))
@@ -498,6 +499,8 @@ pub struct ShmDevice {
     last_check: Duration,
     /// The FIFO was handed out for polling: keep it signalled.
     fd_mode: bool,
+    /// `events` calls, for `check_peers`.
+    polls: u32,
     /// Random registration keys drawn ahead (one system call per 32: a
     /// long-read send registers its buffer for every message).
     keys: Vec<u64>,
@@ -540,7 +543,7 @@ impl ShmDevice {
 
     /// Opens an endpoint: creates its segment, removing a stale one in the way.
     pub fn open_with(cfg: ShmConfig) -> Result<ShmDevice, Status> {
-        if cfg.slots == 0 || cfg.mtu < 256 || cfg.mtu % 64 != 0 || cfg.prefix.contains('/') {
+        if !cfg.slots.is_power_of_two() || cfg.mtu < 256 || cfg.mtu % 64 != 0 || cfg.prefix.contains('/') {
             return Err(Status::Inval);
         }
         asymmetric_barriers(); // register now, not on the first send
@@ -637,6 +640,7 @@ impl ShmDevice {
             last_check: coarse_now(),
             fd_mode: false,
             keys: Vec::new(),
+            polls: 0,
         })
     }
 
@@ -648,6 +652,38 @@ impl ShmDevice {
     /// The segment's name under `/dev/shm`.
     pub fn segment_name(&self) -> &str {
         &self.name
+    }
+
+    /// Hands up to `max` waiting packets to `f` (`Device::recv` after its
+    /// empty check).
+    #[inline(never)]
+    fn recv_batch(&mut self, max: usize, f: &mut dyn FnMut(Option<Ah>, &[u8])) -> usize {
+        let mut n = 0;
+        while n < max {
+            let slot = self.shape.slot(self.head);
+            if self.map.u64_at(slot).load(Ordering::Acquire) != self.head + 1 {
+                break;
+            }
+            let from = self.map.u32_at(slot + 8).load(Ordering::Relaxed);
+            let connid = self.map.u32_at(slot + 12).load(Ordering::Relaxed);
+            let len = self.map.u32_at(slot + 16).load(Ordering::Relaxed) as usize;
+            // Packets are delivered even when their sender has closed since:
+            // they were sent while it was open (the device is reliable).
+            if len > 0 && len <= self.shape.mtu {
+                let ah = self.by_id.get(&(from, connid)).copied();
+                f(ah, self.map.bytes(slot + SLOT_HDR, len));
+            }
+            self.head += 1;
+            n += 1;
+        }
+        if n > 0 {
+            // Hands the slots read back to the producers.
+            self.map.u64_at(off::HEAD).store(self.head, Ordering::Release);
+            if self.fd_mode {
+                self.drain_fifo();
+            }
+        }
+        n
     }
 
     /// True when a packet waits in the ring.
@@ -717,8 +753,13 @@ impl ShmDevice {
     }
 
     fn check_peers(&mut self) {
-        // The coarse clock: a plain read of the kernel's tick, where the
-        // precise clock would cost a timer read on every poll.
+        // Every 64th call looks at the coarse clock (a plain read of the
+        // kernel's tick): the precise clock would cost a timer read on
+        // every poll.
+        self.polls = self.polls.wrapping_add(1);
+        if self.polls % 64 != 0 {
+            return;
+        }
         let now = coarse_now();
         if now.saturating_sub(self.last_check) < self.cfg.peer_check {
             return;
@@ -934,37 +975,18 @@ impl Device for ShmDevice {
     }
 
     fn recv(&mut self, max: usize, f: &mut dyn FnMut(Option<Ah>, &[u8])) -> usize {
-        let mut n = 0;
-        while n < max {
-            let slot = self.shape.slot(self.head);
-            if self.map.u64_at(slot).load(Ordering::Acquire) != self.head + 1 {
-                break;
-            }
-            let from = self.map.u32_at(slot + 8).load(Ordering::Relaxed);
-            let connid = self.map.u32_at(slot + 12).load(Ordering::Relaxed);
-            let len = self.map.u32_at(slot + 16).load(Ordering::Relaxed) as usize;
-            // Packets are delivered even when their sender has closed since:
-            // they were sent while it was open (the device is reliable).
-            if len > 0 && len <= self.shape.mtu {
-                let ah = self.by_id.get(&(from, connid)).copied();
-                f(ah, self.map.bytes(slot + SLOT_HDR, len));
-            }
-            self.head += 1;
-            n += 1;
+        // The common empty poll stays small: one load, no register spills.
+        if max == 0 || !self.ready() {
+            return 0;
         }
-        if n > 0 {
-            // Hands the slots read back to the producers.
-            self.map.u64_at(off::HEAD).store(self.head, Ordering::Release);
-            if self.fd_mode {
-                self.drain_fifo();
-            }
-        }
-        n
+        self.recv_batch(max, f)
     }
 
     fn events(&mut self, out: &mut Vec<DevEvent>) {
         self.check_peers();
-        out.append(&mut self.events);
+        if !self.events.is_empty() {
+            out.append(&mut self.events);
+        }
     }
 
     fn reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {

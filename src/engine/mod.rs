@@ -484,6 +484,9 @@ impl<D: Device> Endpoint<D> {
 
     /// Hands up to `max` completions to `f`, oldest first; returns how many.
     pub fn drain_cq(&mut self, max: usize, mut f: impl FnMut(usize, &Cqe)) -> usize {
+        if self.core.cq.is_empty() {
+            return 0;
+        }
         let mut n = 0;
         while n < max {
             let Some(e) = self.core.cq.pop_front() else { break };
