@@ -283,6 +283,12 @@ fn leftovers(prefix: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Checks that nothing of `prefix` is left in /dev/shm, then removes the scratch folder.
+fn clean_up(prefix: &str, dir: &Path) {
+    assert_eq!(leftovers(prefix), Vec::<String>::new(), "segments left in /dev/shm");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 fn is_child(test: &str) -> bool {
     env("RDM4_CHILD_ROLE") == test
 }
@@ -385,8 +391,7 @@ fn a_peer_killed_mid_transfer_fails_operations_and_a_restart_at_its_id_works() {
     let out = again.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     drop(me);
-    assert_eq!(leftovers(&prefix), Vec::<String>::new());
-    let _ = std::fs::remove_dir_all(&dir);
+    clean_up(&prefix, &dir);
 }
 
 #[test]
@@ -421,8 +426,7 @@ fn a_segment_left_by_a_killed_process_is_removed_by_the_next_open() {
     child.kill().unwrap();
     let _ = child.wait();
     assert_eq!(remove_stale_segments(&prefix), 1);
-    assert_eq!(leftovers(&prefix), Vec::<String>::new());
-    let _ = std::fs::remove_dir_all(&dir);
+    clean_up(&prefix, &dir);
 }
 
 #[test]
@@ -461,8 +465,7 @@ fn an_open_endpoint_id_is_not_taken_twice_and_wait_wakes_on_a_packet() {
     assert_eq!(got, b"wake up");
     drop(handle.join().unwrap());
     drop(b);
-    assert_eq!(leftovers(&prefix), Vec::<String>::new());
-    let _ = std::fs::remove_dir_all(_dir);
+    clean_up(&prefix, &_dir);
 }
 
 #[test]
@@ -507,8 +510,7 @@ fn packets_of_an_earlier_process_at_the_same_id_are_never_attributed_to_its_succ
     assert_eq!(by_ctx(2), a_to_b2);
     assert_eq!(by_ctx(3), a_to_b);
     drop((a, b2));
-    assert_eq!(leftovers(&prefix), Vec::<String>::new());
-    let _ = std::fs::remove_dir_all(&dir);
+    clean_up(&prefix, &dir);
 }
 
 /// Messages the wake-up test sends.
@@ -583,8 +585,7 @@ fn a_receiver_blocked_in_wait_is_woken_by_each_packet_of_another_process() {
     }
     wait_all(vec![child]);
     drop(e);
-    assert_eq!(leftovers(&prefix), Vec::<String>::new());
-    let _ = std::fs::remove_dir_all(&dir);
+    clean_up(&prefix, &dir);
 }
 
 /// Cross-memory attach checks key, bounds and access in the owner's table
@@ -641,6 +642,5 @@ fn rdma_with_a_bad_key_bounds_or_access_is_refused_and_moves_nothing() {
     assert_eq!(read(&mut user, base + 100, 200, key), Ok(()));
     assert_eq!(&local.bytes()[..200], &region.bytes()[100..300]);
     drop((owner, user));
-    assert_eq!(leftovers(&prefix), Vec::<String>::new());
-    let _ = std::fs::remove_dir_all(dir);
+    clean_up(&prefix, &dir);
 }
