@@ -71,7 +71,7 @@ impl Core {
         op.cq_data = e.cq_data;
         op.msg_id = e.msg_id;
         op.place(0, e.data);
-        self.complete(key, crate::status::Status::Success);
+        self.complete_eager_recv(key, p);
         if drain {
             self.drain_reorder(p);
         }

@@ -220,6 +220,35 @@ pub(crate) struct Core {
     dereg: Vec<u64>,
 }
 
+/// What a receive's completion entry says beyond its context and status.
+struct RecvDone {
+    tagged: bool,
+    len: u64,
+    buf: UserBuf,
+    tag: u64,
+    cq_data: Option<u64>,
+}
+
+impl RecvDone {
+    /// Fills the receive part of `e`; a message longer than the buffer
+    /// turns a success into a truncation that reports both lengths.
+    fn fill(&self, e: &mut Cqe, src: Addr) {
+        e.flags = CqFlags::RECV | if self.tagged { CqFlags::TAGGED } else { CqFlags::MSG };
+        e.len = self.len.min(self.buf.len() as u64);
+        e.buf = self.buf.addr();
+        e.tag = self.tag;
+        e.src = src;
+        if let Some(d) = self.cq_data {
+            e.flags |= CqFlags::REMOTE_CQ_DATA;
+            e.data = d;
+        }
+        if e.status == Status::Success && self.len > self.buf.len() as u64 {
+            e.status = Status::Trunc;
+            e.olen = self.len;
+        }
+    }
+}
+
 /// One endpoint: the engine over a device.
 pub struct Endpoint<D: Device> {
     dev: D,
@@ -808,6 +837,33 @@ impl Core {
         }
     }
 
+    /// Completes receive `key` that an eager packet from `src` filled at
+    /// once (`dispatch::eager_fast`): such a receive holds nothing else to
+    /// release (no registration, no medium or long-read state, no receipt),
+    /// so its entry is built straight from the operation.
+    pub(crate) fn complete_eager_recv(&mut self, key: u32, src: u32) {
+        let e = self.ops.remove_with(key, |op| {
+            let mut e = Cqe {
+                context: op.context,
+                flags: CqFlags::empty(),
+                len: 0,
+                buf: 0,
+                data: 0,
+                tag: 0,
+                src: ADDR_UNSPEC,
+                status: Status::Success,
+                olen: 0,
+                detail: 0,
+            };
+            RecvDone { tagged: op.tagged, len: op.len, buf: op.buf, tag: op.tag, cq_data: op.cq_data }
+                .fill(&mut e, src);
+            e
+        });
+        if let Some(e) = e {
+            self.cq.push_back(e);
+        }
+    }
+
     /// Ends operation `key` with `status`: its completion entry (if the
     /// application owns it), RECEIPT for DC, registrations released.
     fn complete(&mut self, key: u32, status: Status) {
@@ -863,19 +919,8 @@ impl Core {
                 e.len = op.len;
             }
             OpKind::Recv => {
-                e.flags = CqFlags::RECV | if op.tagged { CqFlags::TAGGED } else { CqFlags::MSG };
-                e.len = op.len.min(op.buf.len() as u64);
-                e.buf = op.buf.addr();
-                e.tag = op.tag;
-                e.src = src;
-                if let Some(d) = op.cq_data {
-                    e.flags |= CqFlags::REMOTE_CQ_DATA;
-                    e.data = d;
-                }
-                if status == Status::Success && op.len > op.buf.len() as u64 {
-                    e.status = Status::Trunc;
-                    e.olen = op.len;
-                }
+                let done = RecvDone { tagged: op.tagged, len: op.len, buf: op.buf, tag: op.tag, cq_data: op.cq_data };
+                done.fill(&mut e, src);
                 if op.dc && status == Status::Success {
                     self.send_receipt(op.peer, op.remote_id, op.msg_id);
                 }
