@@ -746,7 +746,8 @@ int32_t rdm4_ep_attr_init(struct rdm4_ep_attr *attr);
  * Returns `RDM4_SUCCESS`; `RDM4_EINVAL` (NULL `ep`, bad attributes or
  * `RDM4_DEVICE` value), `RDM4_ENOTSUP` (the UDP device is not available in
  * this version), `RDM4_EBUSY` (no free shared-memory endpoint id),
- * `RDM4_EIO` / `RDM4_ENOMEM` (the device could not be created).
+ * `RDM4_EIO` / `RDM4_ENOMEM` (the device could not be created);
+ * `RDM4_ENOMEM` also when 4096 endpoints of the process are open.
  * Thread safety: any thread.
  */
 int32_t rdm4_ep_open(const struct rdm4_ep_attr *attr, struct rdm4_ep **ep);

@@ -95,7 +95,8 @@ fn open_device(attr: &rdm4_ep_attr) -> Result<Box<dyn Device + Send>, Status> {
 /// Returns `RDM4_SUCCESS`; `RDM4_EINVAL` (NULL `ep`, bad attributes or
 /// `RDM4_DEVICE` value), `RDM4_ENOTSUP` (the UDP device is not available in
 /// this version), `RDM4_EBUSY` (no free shared-memory endpoint id),
-/// `RDM4_EIO` / `RDM4_ENOMEM` (the device could not be created).
+/// `RDM4_EIO` / `RDM4_ENOMEM` (the device could not be created);
+/// `RDM4_ENOMEM` also when 4096 endpoints of the process are open.
 /// Thread safety: any thread.
 #[no_mangle]
 pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep) -> i32 {
