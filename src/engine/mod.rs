@@ -603,10 +603,15 @@ impl Core {
     }
 
     fn new_op(&mut self, op: Op) -> Result<u32, Status> {
+        self.new_op_with(|| op)
+    }
+
+    /// [`Self::new_op`] with the entry built in its slot.
+    fn new_op_with(&mut self, make: impl FnOnce() -> Op) -> Result<u32, Status> {
         if self.ops.len() >= self.cfg.max_ops {
             return Err(Status::Again);
         }
-        self.ops.insert(op).ok_or(Status::Again)
+        self.ops.insert_with(make).ok_or(Status::Again)
     }
 
     fn live_peer(&self, addr: Addr) -> Result<&Peer, Status> {

@@ -59,16 +59,26 @@ impl Core {
         if let Some(src) = opts.src {
             self.live_peer(src)?;
         }
-        let mut op = Op::new(OpKind::Recv, opts.src.unwrap_or(u32::MAX), opts.context, buf);
-        op.tagged = opts.tag.is_some();
-        (op.tag, op.ignore) = opts.tag.unwrap_or((0, 0));
-        op.src = opts.src;
-        let tagged = op.tagged;
-        let found = self.unexpected[q(tagged)]
-            .iter()
-            .position(|&k| self.ops.get(k).is_some_and(|u| accepts(&op, u.peer, u.tag)));
+        let tagged = opts.tag.is_some();
+        let (tag, ignore) = opts.tag.unwrap_or((0, 0));
+        let make = || {
+            let mut op = Op::new(OpKind::Recv, opts.src.unwrap_or(u32::MAX), opts.context, buf);
+            op.tagged = tagged;
+            (op.tag, op.ignore) = (tag, ignore);
+            op.src = opts.src;
+            op
+        };
+        let found = if self.unexpected[q(tagged)].is_empty() {
+            None
+        } else {
+            let probe = make();
+            self.unexpected[q(tagged)]
+                .iter()
+                .position(|&k| self.ops.get(k).is_some_and(|u| accepts(&probe, u.peer, u.tag)))
+        };
         let Some(pos) = found else {
-            let key = self.new_op(op)?;
+            // Built in its slot: no copy of the entry on the common path.
+            let key = self.new_op_with(make)?;
             self.posted[q(tagged)].push_back(key);
             return Ok(());
         };
@@ -85,7 +95,7 @@ impl Core {
         u.buf = buf;
         u.context = opts.context;
         u.src = opts.src;
-        u.ignore = op.ignore;
+        u.ignore = ignore;
         let n = bounce.len().min(buf.len());
         buf.write_at(0, &bounce[..n]);
         self.unexpected_bytes -= bounce.capacity().min(self.unexpected_bytes);

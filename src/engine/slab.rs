@@ -27,8 +27,10 @@ impl<T> Default for Slab<T> {
 }
 
 impl<T> Slab<T> {
-    /// Stores `val`; `None` when full.
-    pub fn insert(&mut self, val: T) -> Option<u32> {
+    /// Stores the value `make` builds (in place where the optimiser can);
+    /// `None` when full, and then `make` is not called.
+    #[inline]
+    pub fn insert_with(&mut self, make: impl FnOnce() -> T) -> Option<u32> {
         let idx = match self.free.pop() {
             Some(i) => i,
             None => {
@@ -40,9 +42,14 @@ impl<T> Slab<T> {
             }
         };
         let slot = &mut self.slots[idx as usize];
-        slot.val = Some(val);
+        slot.val = Some(make());
         self.len += 1;
         Some(slot.gen << INDEX_BITS | idx)
+    }
+
+    /// Stores `val`; `None` when full.
+    pub fn insert(&mut self, val: T) -> Option<u32> {
+        self.insert_with(|| val)
     }
 
     fn slot(&self, key: u32) -> Option<&Slot<T>> {
