@@ -220,3 +220,49 @@ fn dedup(mut v: Vec<&'static str>) -> Vec<&'static str> {
     v.dedup();
     v
 }
+
+#[test]
+fn a_forged_long_read_rtm_is_dropped_and_touches_nothing() {
+    use rdm4::device::Device;
+    use rdm4::wire::{PacketType, RawAddrHdr, Req, RmaIov};
+    let net = rdm4::device::sim::SimNet::new(SimConfig { rdma: true, ..SimConfig::default() });
+    let mut b = rdm4::engine::Endpoint::new(net.device(), Config::default());
+    let mut forger = net.device();
+    let to_b = forger.insert(&b.addr()).unwrap();
+    let mut dst = OwnedBuf::from_slice(&[0xEE; 1000]);
+    b.recv(dst.buf(), RecvOpts::default()).unwrap();
+    let body = forger.local_addr().to_req_hdr_body();
+    let forged = |msg_id: u32, len: u64, iov_len: u64| {
+        let iov = [RmaIov::new(0x1000, iov_len, 0x42)];
+        let mut r = Req::new(PacketType::LongreadMsgRtm);
+        r.raw_addr = Some(RawAddrHdr::new(&body).unwrap());
+        r.fields.msg_id = msg_id;
+        r.fields.msg_length = len;
+        r.fields.send_id = 1;
+        r.read_iov = &iov;
+        let mut out = vec![0u8; r.buffer_len()];
+        r.emit(&mut out).unwrap();
+        out
+    };
+    // read_iov shorter than the message: dropped, counted once.
+    forger.send(to_b, &forged(0, 1000, 999), 0).unwrap();
+    for _ in 0..100 {
+        b.progress(0);
+    }
+    assert_eq!(b.stats().protocol_errors, 1);
+    let mut cq = Vec::new();
+    assert_eq!(b.poll_cq(&mut cq, 8), 0, "no completion for a dropped packet");
+    assert!(dst.bytes().iter().all(|&x| x == 0xEE));
+    // A well-formed one naming memory the forger never registered: the read
+    // fails, the receiver nacks, and the receive still waits for the data.
+    forger.send(to_b, &forged(1, 1000, 1000), 0).unwrap();
+    for _ in 0..100 {
+        b.progress(0);
+    }
+    assert_eq!(b.stats().protocol_errors, 1);
+    assert_eq!(b.poll_cq(&mut cq, 8), 0);
+    assert!(dst.bytes().iter().all(|&x| x == 0xEE), "nothing written from a refused read");
+    let mut nack = false;
+    forger.recv(64, &mut |_, p| nack |= p.first() == Some(&(PacketType::ReadNack as u8)));
+    assert!(nack, "the receiver answers a failed read with READ_NACK");
+}

@@ -81,15 +81,11 @@ impl Core {
         r.emit(out).ok().map(|n| (n, op.len))
     }
 
-    /// Checks a received LONGREAD_RTM's `read_iov` (lengths adding up to the
-    /// message, none wrapping) and keeps it for the reads.
-    pub(crate) fn accept_read_iov(&mut self, r: &wire::Req<'_>) -> bool {
+    /// A received LONGREAD_RTM's `read_iov` is usable: not empty, its
+    /// lengths adding up to the message, no data beside it.
+    pub(crate) fn read_iov_ok(r: &wire::Req<'_>) -> bool {
         let total = r.read_iov.iter().try_fold(0u64, |acc, v| acc.checked_add(v.len()));
-        if r.read_iov.is_empty() || total != Some(r.fields.msg_length) || !r.data.is_empty() {
-            self.stats.protocol_errors += 1;
-            return false;
-        }
-        true
+        !r.read_iov.is_empty() && total == Some(r.fields.msg_length) && r.data.is_empty()
     }
 
     /// Receiver: issues the reads of long-read receive `key` (from where it

@@ -1,7 +1,8 @@
 //! Two-sided messages (spec §3.2): posting sends and receives, protocol
-//! selection (eager, medium, long-CTS), matching (tagged with ignore mask,
-//! untagged, directed or any source), unexpected messages, and the REQ
-//! packets of the sender. The long-CTS data phase is in `longcts.rs`.
+//! selection (eager, medium, long-CTS, long-read), matching (tagged with
+//! ignore mask, untagged, directed or any source), unexpected messages, and
+//! the REQ packets of the sender. The long-CTS data phase is in
+//! `longcts.rs`, the long-read one in `longread.rs`.
 
 use super::op::{Op, OpKind};
 use super::peer::Peer;
@@ -115,8 +116,9 @@ impl Core {
         let msg_length = match info.proto {
             Subprotocol::Eager => r.data.len() as u64,
             Subprotocol::Medium | Subprotocol::Longcts => r.fields.msg_length,
-            Subprotocol::Longread if self.accept_read_iov(r) => r.fields.msg_length,
-            // Never advertised, so never legitimately sent to rdm4.
+            Subprotocol::Longread if Core::read_iov_ok(r) => r.fields.msg_length,
+            // A malformed long-read RTM; the rest are not RTM protocols, or
+            // runting, which rdm4 never asks for.
             Subprotocol::Longread
             | Subprotocol::Runtread
             | Subprotocol::Runtcts
