@@ -356,6 +356,35 @@ fn stream(c: &mut Ctx, client: bool, size: usize, iters: usize, warmup: usize, w
     Result { lat: Vec::new(), bw_bytes: (size * iters) as f64, secs, msgs: iters }
 }
 
+/// Posts one operation of a one-sided test (`put_*`: write `local` filled
+/// with pattern `seed`; `get_*`: read into `local`; `atomic_lat`: fetch-add
+/// 1 to the peer's counter into `local`); returns the library's status.
+fn post_one_sided(c: &Ctx, test: &str, local: &mut [u8], size: usize, seed: u8) -> i32 {
+    let null = std::ptr::null_mut();
+    if test.starts_with("put_") {
+        pattern(&mut local[..size], seed);
+        rdm4_write(c.ep, local.as_ptr().cast(), size, c.peer, c.peer_region, c.peer_key, null)
+    } else if test.starts_with("get_") {
+        rdm4_read(c.ep, local.as_mut_ptr().cast(), size, c.peer, c.peer_region, c.peer_key, null)
+    } else {
+        let one = 1u64.to_le_bytes();
+        let counter = c.peer_region + c.counter as u64;
+        let result = local.as_mut_ptr().cast();
+        rdm4_fetch_atomic(
+            c.ep,
+            one.as_ptr().cast(),
+            1,
+            result,
+            RDM4_UINT64,
+            RDM4_SUM,
+            c.peer,
+            counter,
+            c.peer_key,
+            null,
+        )
+    }
+}
+
 /// One-sided bandwidth tests run by the client with `window` operations in
 /// flight; the server keeps progressing until the client's end-of-test
 /// message. The clock starts once `warmup` operations have completed.
@@ -367,46 +396,7 @@ fn one_sided(c: &mut Ctx, test: &str, size: usize, iters: usize, warmup: usize, 
     let (mut posted, mut done) = (0usize, 0usize);
     while done < total {
         while posted < total && posted - done < window {
-            let t = posted as u8;
-            let rc = match test {
-                "put_lat" | "put_bw" => {
-                    pattern(&mut local[..size], t);
-                    rdm4_write(
-                        c.ep,
-                        local.as_ptr().cast(),
-                        size,
-                        c.peer,
-                        c.peer_region,
-                        c.peer_key,
-                        std::ptr::null_mut(),
-                    )
-                }
-                "get_lat" | "get_bw" => rdm4_read(
-                    c.ep,
-                    local.as_mut_ptr().cast(),
-                    size,
-                    c.peer,
-                    c.peer_region,
-                    c.peer_key,
-                    std::ptr::null_mut(),
-                ),
-                _ => {
-                    let one = 1u64.to_le_bytes();
-                    let result = local.as_mut_ptr().cast();
-                    rdm4_fetch_atomic(
-                        c.ep,
-                        one.as_ptr().cast(),
-                        1,
-                        result,
-                        RDM4_UINT64,
-                        RDM4_SUM,
-                        c.peer,
-                        c.peer_region + c.counter as u64,
-                        c.peer_key,
-                        std::ptr::null_mut(),
-                    )
-                }
-            };
+            let rc = post_one_sided(c, test, &mut local, size, posted as u8);
             if rc == RDM4_EAGAIN {
                 break;
             }
@@ -435,36 +425,7 @@ fn one_sided_lat(c: &mut Ctx, test: &str, size: usize, iters: usize, warmup: usi
     let clock = Ticks::start();
     for i in 0..warmup + iters {
         let t = Ticks::now();
-        let rc = match test {
-            "put_lat" => {
-                pattern(&mut local[..size], i as u8);
-                rdm4_write(c.ep, local.as_ptr().cast(), size, c.peer, c.peer_region, c.peer_key, std::ptr::null_mut())
-            }
-            "get_lat" => rdm4_read(
-                c.ep,
-                local.as_mut_ptr().cast(),
-                size,
-                c.peer,
-                c.peer_region,
-                c.peer_key,
-                std::ptr::null_mut(),
-            ),
-            _ => {
-                let one = 1u64.to_le_bytes();
-                rdm4_fetch_atomic(
-                    c.ep,
-                    one.as_ptr().cast(),
-                    1,
-                    local.as_mut_ptr().cast(),
-                    RDM4_UINT64,
-                    RDM4_SUM,
-                    c.peer,
-                    c.peer_region + c.counter as u64,
-                    c.peer_key,
-                    std::ptr::null_mut(),
-                )
-            }
-        };
+        let rc = post_one_sided(c, test, &mut local, size, i as u8);
         ok(test, rc);
         c.complete(1);
         if i >= warmup {
