@@ -57,5 +57,12 @@ pub struct Cqe {
     pub detail: u32,
 }
 
+impl Cqe {
+    /// An entry with no buffer, data, tag, source, overflow or detail.
+    pub(crate) fn new(context: u64, flags: CqFlags, len: u64, status: Status) -> Cqe {
+        Cqe { context, flags, len, buf: 0, data: 0, tag: 0, src: ADDR_UNSPEC, status, olen: 0, detail: 0 }
+    }
+}
+
 /// `Cqe::src` of an entry with no known source.
 pub const ADDR_UNSPEC: u32 = u32::MAX;

@@ -848,18 +848,7 @@ impl Core {
     /// so its entry is built straight from the operation.
     pub(crate) fn complete_eager_recv(&mut self, key: u32, src: u32) {
         let e = self.ops.remove_with(key, |op| {
-            let mut e = Cqe {
-                context: op.context,
-                flags: CqFlags::empty(),
-                len: 0,
-                buf: 0,
-                data: 0,
-                tag: 0,
-                src: ADDR_UNSPEC,
-                status: Status::Success,
-                olen: 0,
-                detail: 0,
-            };
+            let mut e = Cqe::new(op.context, CqFlags::empty(), 0, Status::Success);
             RecvDone { tagged: op.tagged, len: op.len, buf: op.buf, tag: op.tag, cq_data: op.cq_data }
                 .fill(&mut e, src);
             e
@@ -906,18 +895,7 @@ impl Core {
         }
         let status = if op.status != Status::Success { op.status } else { status };
         let src = if self.peers.get(op.peer).is_some() { op.peer } else { ADDR_UNSPEC };
-        let mut e = Cqe {
-            context: op.context,
-            flags: CqFlags::empty(),
-            len: 0,
-            buf: 0,
-            data: 0,
-            tag: 0,
-            src: ADDR_UNSPEC,
-            status,
-            olen: 0,
-            detail: op.detail,
-        };
+        let mut e = Cqe { detail: op.detail, ..Cqe::new(op.context, CqFlags::empty(), 0, status) };
         match op.kind {
             OpKind::Send => {
                 e.flags = CqFlags::SEND | if op.tagged { CqFlags::TAGGED } else { CqFlags::MSG };
@@ -963,17 +941,11 @@ impl Core {
 
     /// The target-side completion of a write that carried CQ data.
     fn remote_write_cqe(&mut self, peer: u32, len: u64, data: u64) {
+        let flags = CqFlags::RMA | CqFlags::REMOTE_WRITE | CqFlags::REMOTE_CQ_DATA;
         self.cq.push_back(Cqe {
-            context: 0,
-            flags: CqFlags::RMA | CqFlags::REMOTE_WRITE | CqFlags::REMOTE_CQ_DATA,
-            len,
-            buf: 0,
             data,
-            tag: 0,
             src: if self.peers.get(peer).is_some() { peer } else { ADDR_UNSPEC },
-            status: Status::Success,
-            olen: 0,
-            detail: 0,
+            ..Cqe::new(0, flags, len, Status::Success)
         });
     }
 

@@ -6,7 +6,7 @@
 
 use super::op::{Op, OpKind};
 use super::peer::Peer;
-use super::{Addr, Core, CqFlags, Cqe, RecvOpts, SendOpts, ADDR_UNSPEC};
+use super::{Addr, Core, CqFlags, Cqe, RecvOpts, SendOpts};
 use crate::device::{Device, Sent};
 use crate::mem::UserBuf;
 use crate::status::Status;
@@ -345,18 +345,8 @@ impl Core {
         if let Some(p) = self.peers.get_mut(dest) {
             p.tx_msg_id = p.tx_msg_id.wrapping_add(1);
         }
-        self.cq.push_back(Cqe {
-            context: opts.context,
-            flags: CqFlags::SEND | if tagged { CqFlags::TAGGED } else { CqFlags::MSG },
-            len: args.len,
-            buf: 0,
-            data: 0,
-            tag: 0,
-            src: ADDR_UNSPEC,
-            status: Status::Success,
-            olen: 0,
-            detail: 0,
-        });
+        let flags = CqFlags::SEND | if tagged { CqFlags::TAGGED } else { CqFlags::MSG };
+        self.cq.push_back(Cqe::new(opts.context, flags, args.len, Status::Success));
         Some(Ok(()))
     }
 }
