@@ -437,7 +437,7 @@ fn an_open_endpoint_id_is_not_taken_twice_and_wait_wakes_on_a_packet() {
     let (_dir, prefix) = scratch("busy");
     let cfg = ShmConfig { prefix: prefix.clone(), epid: Some(9), ..ShmConfig::default() };
     // Ring sizes are powers of two.
-    for slots in [0, 3, 300] {
+    for slots in [0, 1, 3, 300] {
         let odd = ShmConfig { slots, epid: Some(10), ..cfg.clone() };
         assert!(matches!(ShmDevice::open_with(odd), Err(Status::Inval)), "{slots} slots");
     }

@@ -108,18 +108,27 @@ pub trait Device {
     fn remove(&mut self, ah: Ah);
 
     /// Queues a packet for `ah`, built by `build` directly in the device's
-    /// buffer (`mtu` bytes): `build` returns the packet's length, or 0 to send
-    /// nothing (then `Ok(Done)` and no event). The device checks for room
-    /// before calling `build`. With `Ok(Pending)`, `wr_id` comes back in
-    /// [`DevEvent::SendDone`]; a send that fails at once is `Err(Failed(..))`.
-    fn send_with(&mut self, ah: Ah, wr_id: u64, build: &mut dyn FnMut(&mut [u8]) -> usize) -> Result<Sent, DevError>;
+    /// buffer of `min(max_len, mtu)` bytes: `build` returns the packet's
+    /// length, or 0 to send nothing (then `Ok(Done)` and no event).
+    /// `max_len` is the caller's bound on the packet: a device may reserve
+    /// only that much (the shm ring packs small packets densely). The
+    /// device checks for room before calling `build`. With `Ok(Pending)`,
+    /// `wr_id` comes back in [`DevEvent::SendDone`]; a send that fails at
+    /// once is `Err(Failed(..))`.
+    fn send_with(
+        &mut self,
+        ah: Ah,
+        wr_id: u64,
+        max_len: usize,
+        build: &mut dyn FnMut(&mut [u8]) -> usize,
+    ) -> Result<Sent, DevError>;
 
     /// Queues `pkt` (at most `mtu` bytes) for `ah`: [`Device::send_with`] with a copy.
     fn send(&mut self, ah: Ah, pkt: &[u8], wr_id: u64) -> Result<Sent, DevError> {
         if pkt.len() > self.caps().mtu {
             return Err(DevError::Failed(Status::Inval));
         }
-        self.send_with(ah, wr_id, &mut |buf| {
+        self.send_with(ah, wr_id, pkt.len(), &mut |buf| {
             buf[..pkt.len()].copy_from_slice(pkt);
             pkt.len()
         })
@@ -171,8 +180,14 @@ impl Device for Box<dyn Device + Send> {
     fn remove(&mut self, ah: Ah) {
         (**self).remove(ah)
     }
-    fn send_with(&mut self, ah: Ah, wr_id: u64, build: &mut dyn FnMut(&mut [u8]) -> usize) -> Result<Sent, DevError> {
-        (**self).send_with(ah, wr_id, build)
+    fn send_with(
+        &mut self,
+        ah: Ah,
+        wr_id: u64,
+        max_len: usize,
+        build: &mut dyn FnMut(&mut [u8]) -> usize,
+    ) -> Result<Sent, DevError> {
+        (**self).send_with(ah, wr_id, max_len, build)
     }
     fn recv(&mut self, max: usize, f: &mut dyn FnMut(Option<Ah>, &[u8])) -> usize {
         (**self).recv(max, f)

@@ -3,30 +3,40 @@
 //! Each endpoint owns a POSIX shared-memory segment, `/dev/shm/<prefix>-<uid>-<epid>`:
 //!
 //! ```text
-//! offset 0    header: magic, layout version, slot count and size, MTU, owner
-//!             pid and start time, endpoint id, connid, closing and sleeping
-//!             flags; the ring's tail (producers) and head (consumer) on
-//!             their own cache lines
-//! 256         slot[i], i < slots, each a whole number of cache lines: a
-//!             24-byte slot header (sequence number, sender endpoint id and
-//!             connid, length) + MTU bytes of packet; a small packet shares
-//!             the header's cache line
-//! after them  the registration table: entries (seqlock, key, address,
+//! offset 0    header: magic, layout version, ring size, MTU, owner pid and
+//!             start time, endpoint id, connid, closing and sleeping flags,
+//!             the ring's seal; the ring's tail (producers) and head
+//!             (consumer) on their own cache lines
+//! 256         the ring: a power-of-two number of bytes holding entries
+//!             back to back, each a whole number of cache lines: a 24-byte
+//!             entry header (sealed position, sender endpoint id and connid,
+//!             packet length, entry length) + the packet; an 8-byte message
+//!             fits one cache line with its header
+//! after it    the registration table: entries (seqlock, key, address,
 //!             length, access) that peers read before cross-memory attach;
 //!             a key is random above its low 10 bits, which name its entry
 //! ```
 //!
-//! The ring is a bounded multi-producer, single-consumer queue: a peer
-//! claims position `pos` with one compare-and-swap on the tail, once the
-//! owner's head says slot `pos % slots` has been read (`pos < head + slots`;
-//! producers keep the last head they saw and reread it only when the ring
-//! looks full), writes the packet in place and publishes it by setting the
-//! slot's sequence number to `pos + 1`; the owner reads packets in place and
-//! advances the head after each batch. The owner never writes a slot, so a
-//! producer's next lap finds the slot's cache line without a transfer from
-//! the owner. No syscall and no allocation on that path. A full ring is "try
-//! again". Packets from one sender arrive in order, which the engine does not
-//! rely on.
+//! The ring is a bounded multi-producer, single-consumer queue of
+//! variable-length entries; positions count bytes and never wrap. A peer
+//! claims the bytes `[pos, pos + n)` with one compare-and-swap on the tail,
+//! once the owner's head says they have been read (`pos + n <= head +
+//! ring`; producers keep the last head they saw and reread it only when the
+//! ring looks full). `n` is the packet's upper bound, which the engine
+//! passes to `send_with`, rounded up to cache lines: small packets sit
+//! densely, so the owner reads consecutive cache lines that the hardware
+//! prefetches, where fixed MTU-sized slots cost every message a cold line
+//! of its own. An entry that would cross the ring's end is preceded by a
+//! padding entry up to the end and starts again at offset 0. The producer
+//! writes the packet in place and publishes the entry by storing its sealed
+//! position, `(pos + 1) ^ seal`, in the entry's first word; the owner reads
+//! packets in place and advances the head after each batch. The seal is a
+//! random word of the segment with the top bit set: neither zeroed memory
+//! nor stale words of earlier laps (positions or packet bytes) pass for a
+//! published entry. The owner never writes the ring, so a producer's next
+//! lap finds its cache lines without a transfer from the owner. No syscall
+//! and no allocation on that path. A full ring is "try again". Packets from
+//! one sender arrive in order, which the engine does not rely on.
 //!
 //! Raw address: `gid` = the host's boot ID (processes of one boot share
 //! memory), `qpn` = endpoint id, `connid` = random per open. A slot carries
@@ -54,7 +64,8 @@
 //! anyway; their packets are still parsed as untrusted input by the engine.
 //!
 //! Environment: `RDM4_SHM_PREFIX` (name prefix, default `rdm4`),
-//! `RDM4_SHM_EPID` (open this endpoint id), `RDM4_SHM_SLOTS` (default 256),
+//! `RDM4_SHM_EPID` (open this endpoint id), `RDM4_SHM_SLOTS` (default 256:
+//! the ring holds `slots` × `mtu` bytes, rounded up to a power of two),
 //! `RDM4_SHM_MTU` (default 8192), `RDM4_SHM_CMA` (0 disables),
 //! `RDM4_SHM_PEER_CHECK_MS` (default 100).
 
@@ -71,7 +82,7 @@ use crate::status::Status;
 use crate::wire::RawAddr;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"rdm4shm1");
-const LAYOUT_VERSION: u32 = 3;
+const LAYOUT_VERSION: u32 = 4;
 const HDR_LEN: usize = 256;
 const SLOT_HDR: usize = 24;
 const MR_ENTRIES: usize = 1024;
@@ -86,7 +97,8 @@ pub struct ShmConfig {
     pub prefix: String,
     /// Open exactly this endpoint id (else the first free one).
     pub epid: Option<u32>,
-    /// Ring slots (a power of two).
+    /// Ring size in full-size packets (a power of two, at least 2): the
+    /// ring holds `slots` × `mtu` bytes, rounded up to a power of two.
     pub slots: u32,
     /// Largest packet (a multiple of 64).
     pub mtu: u32,
@@ -196,8 +208,7 @@ unsafe impl Send for Mapping {}
 mod off {
     pub const MAGIC: usize = 0;
     pub const VERSION: usize = 8;
-    pub const SLOTS: usize = 12;
-    pub const SLOT_SIZE: usize = 16;
+    pub const RING_SHIFT: usize = 12;
     pub const MTU: usize = 20;
     pub const PID: usize = 24;
     pub const EPID: usize = 28;
@@ -205,6 +216,7 @@ mod off {
     pub const CLOSING: usize = 36;
     pub const START: usize = 40;
     pub const SLEEPING: usize = 48;
+    pub const SEAL: usize = 56;
     pub const TAIL: usize = 64;
     pub const HEAD: usize = 128;
 }
@@ -212,24 +224,54 @@ mod off {
 /// A segment's shape, from its header.
 #[derive(Debug, Clone, Copy)]
 struct Shape {
-    slots: usize,
-    slot_size: usize,
+    /// Ring bytes (a power of two).
+    ring: usize,
     mtu: usize,
+    /// XORed into published positions (top bit set).
+    seal: u64,
 }
 
 impl Shape {
+    /// The shape of a ring for `slots` packets of `mtu` bytes.
+    fn new(slots: u32, mtu: u32, seal: u64) -> Shape {
+        let mtu = mtu as usize;
+        let ring = (slots as usize * mtu).max(2 * entry_len(mtu)).next_power_of_two();
+        Shape { ring, mtu, seal }
+    }
+
+    /// Whether a mapped segment's shape is usable: a whole number of cache
+    /// lines, room for two full-size entries (an entry and the padding
+    /// before it), sealed.
+    fn valid(&self, map_len: usize) -> bool {
+        self.ring.is_power_of_two()
+            && self.mtu % 64 == 0
+            && self.ring >= 2 * entry_len(self.mtu)
+            && self.seal >> 63 == 1
+            && self.total() <= map_len
+    }
+
     fn mr_off(&self) -> usize {
-        HDR_LEN + self.slots * self.slot_size
+        HDR_LEN + self.ring
     }
 
     fn total(&self) -> usize {
         self.mr_off() + MR_ENTRIES * MR_ENTRY_LEN
     }
 
-    fn slot(&self, pos: u64) -> usize {
-        // `slots` is a power of two (checked on open and on map).
-        HDR_LEN + (pos as usize & (self.slots - 1)) * self.slot_size
+    /// Offset in the ring of byte position `pos`.
+    fn at(&self, pos: u64) -> usize {
+        pos as usize & (self.ring - 1)
     }
+
+    /// The first word of a published entry at `pos`.
+    fn sealed(&self, pos: u64) -> u64 {
+        (pos + 1) ^ self.seal
+    }
+}
+
+/// Ring bytes an entry of a packet of up to `len` bytes takes.
+fn entry_len(len: usize) -> usize {
+    (SLOT_HDR + len).next_multiple_of(64)
 }
 
 fn uid() -> u32 {
@@ -407,12 +449,13 @@ fn open_existing(name: &str) -> Result<(Mapping, Shape), Status> {
         {
             return Err(Status::NoAddr);
         }
+        let shift = m.u32_at(off::RING_SHIFT).load(Ordering::Relaxed);
         let shape = Shape {
-            slots: m.u32_at(off::SLOTS).load(Ordering::Relaxed) as usize,
-            slot_size: m.u32_at(off::SLOT_SIZE).load(Ordering::Relaxed) as usize,
+            ring: 1usize.checked_shl(shift).filter(|_| shift < 40).unwrap_or(0),
             mtu: m.u32_at(off::MTU).load(Ordering::Relaxed) as usize,
+            seal: m.u64_at(off::SEAL).load(Ordering::Relaxed),
         };
-        if !shape.slots.is_power_of_two() || shape.slot_size < SLOT_HDR + shape.mtu || shape.total() > m.len {
+        if !shape.valid(m.len) {
             return Err(Status::NoAddr);
         }
         Ok((m, shape))
@@ -543,7 +586,13 @@ impl ShmDevice {
 
     /// Opens an endpoint: creates its segment, removing a stale one in the way.
     pub fn open_with(cfg: ShmConfig) -> Result<ShmDevice, Status> {
-        if !cfg.slots.is_power_of_two() || cfg.mtu < 256 || cfg.mtu % 64 != 0 || cfg.prefix.contains('/') {
+        if !cfg.slots.is_power_of_two()
+            || cfg.slots < 2
+            || cfg.mtu < 256
+            || cfg.mtu % 64 != 0
+            || cfg.mtu > 1 << 24
+            || cfg.prefix.contains('/')
+        {
             return Err(Status::Inval);
         }
         asymmetric_barriers(); // register now, not on the first send
@@ -581,8 +630,7 @@ impl ShmDevice {
                 Status::Io
             });
         }
-        let slot_size = (SLOT_HDR + cfg.mtu as usize).next_multiple_of(64);
-        let shape = Shape { slots: cfg.slots as usize, slot_size, mtu: cfg.mtu as usize };
+        let shape = Shape::new(cfg.slots, cfg.mtu, random_u64() | 1 << 63);
         // SAFETY: sizing the descriptor we created.
         let sized = unsafe { libc::ftruncate(fd, shape.total() as libc::off_t) } == 0;
         let map = if sized { Mapping::map(fd, shape.total()) } else { Err(Status::NoMem) };
@@ -599,16 +647,13 @@ impl ShmDevice {
         let connid = random_u64() as u32;
         let set32 = |o, v| map.u32_at(o).store(v, Ordering::Relaxed);
         set32(off::VERSION, LAYOUT_VERSION);
-        set32(off::SLOTS, cfg.slots);
-        set32(off::SLOT_SIZE, shape.slot_size as u32);
+        set32(off::RING_SHIFT, shape.ring.trailing_zeros());
         set32(off::MTU, cfg.mtu);
         set32(off::PID, pid);
         set32(off::EPID, epid);
         set32(off::CONNID, connid);
         map.u64_at(off::START).store(start_time(pid).unwrap_or(0), Ordering::Relaxed);
-        for i in 0..shape.slots as u64 {
-            map.u64_at(shape.slot(i)).store(i, Ordering::Relaxed);
-        }
+        map.u64_at(off::SEAL).store(shape.seal, Ordering::Relaxed);
         // The FIFO for wake-ups.
         let fpath = cstr(&fifo_path(name));
         // SAFETY: valid path; a leftover FIFO of a dead owner is replaced.
@@ -660,20 +705,27 @@ impl ShmDevice {
     fn recv_batch(&mut self, max: usize, f: &mut dyn FnMut(Option<Ah>, &[u8])) -> usize {
         let mut n = 0;
         while n < max {
-            let slot = self.shape.slot(self.head);
-            if self.map.u64_at(slot).load(Ordering::Acquire) != self.head + 1 {
+            let at = self.shape.at(self.head);
+            let e = HDR_LEN + at;
+            if self.map.u64_at(e).load(Ordering::Acquire) != self.shape.sealed(self.head) {
                 break;
             }
-            let from = self.map.u32_at(slot + 8).load(Ordering::Relaxed);
-            let connid = self.map.u32_at(slot + 12).load(Ordering::Relaxed);
-            let len = self.map.u32_at(slot + 16).load(Ordering::Relaxed) as usize;
+            let from = self.map.u32_at(e + 8).load(Ordering::Relaxed);
+            let connid = self.map.u32_at(e + 12).load(Ordering::Relaxed);
+            let len = self.map.u32_at(e + 16).load(Ordering::Relaxed) as usize;
+            let span = self.map.u32_at(e + 20).load(Ordering::Relaxed) as usize;
+            // Producers write whole cache lines that end by the ring's end.
+            // Anything else is a peer scribbling on the segment (which any
+            // process of the user can): skip one line and read nothing.
+            let sane = span % 64 == 0 && span > 0 && span <= self.shape.ring - at;
+            let span = if sane { span } else { 64 };
             // Packets are delivered even when their sender has closed since:
             // they were sent while it was open (the device is reliable).
-            if len > 0 && len <= self.shape.mtu {
+            if sane && len > 0 && len <= self.shape.mtu && SLOT_HDR + len <= span {
                 let ah = self.by_id.get(&(from, connid)).copied();
-                f(ah, self.map.bytes(slot + SLOT_HDR, len));
+                f(ah, self.map.bytes(e + SLOT_HDR, len));
             }
-            self.head += 1;
+            self.head += span as u64;
             n += 1;
         }
         if n > 0 {
@@ -688,8 +740,8 @@ impl ShmDevice {
 
     /// True when a packet waits in the ring.
     fn ready(&self) -> bool {
-        let seq = self.map.u64_at(self.shape.slot(self.head)).load(Ordering::Acquire);
-        seq == self.head + 1
+        let word = self.map.u64_at(HDR_LEN + self.shape.at(self.head)).load(Ordering::Acquire);
+        word == self.shape.sealed(self.head)
     }
 
     /// Blocks until a packet may be waiting or `timeout_ms` passed (negative:
@@ -944,31 +996,55 @@ impl Device for ShmDevice {
         }
     }
 
-    fn send_with(&mut self, ah: Ah, _wr_id: u64, build: &mut dyn FnMut(&mut [u8]) -> usize) -> Result<Sent, DevError> {
-        let (me, connid, mtu) = (self.epid, self.connid, self.shape.mtu);
+    fn send_with(
+        &mut self,
+        ah: Ah,
+        _wr_id: u64,
+        max_len: usize,
+        build: &mut dyn FnMut(&mut [u8]) -> usize,
+    ) -> Result<Sent, DevError> {
+        let (me, connid) = (self.epid, self.connid);
+        // The peer's MTU is at least ours (checked at insert).
+        let cap = max_len.min(self.shape.mtu);
+        let need = entry_len(cap);
         let p = self.peer(ah)?;
         let tail = p.map.u64_at(off::TAIL);
-        let slots = p.shape.slots as u64;
+        let ring = p.shape.ring;
         let mut pos = tail.load(Ordering::Relaxed);
-        let slot = loop {
-            if pos >= p.head_seen + slots {
+        // Claim `pad` bytes up to the ring's end (when the entry would cross
+        // it) and the entry.
+        let pad = loop {
+            let left = ring - p.shape.at(pos);
+            let pad = if need <= left { 0 } else { left };
+            let end = pos + (pad + need) as u64;
+            if end > p.head_seen + ring as u64 {
                 // Looks full: has the owner read further since?
                 p.head_seen = p.map.u64_at(off::HEAD).load(Ordering::Acquire);
-                if pos >= p.head_seen + slots {
+                if end > p.head_seen + ring as u64 {
                     return Err(DevError::Again);
                 }
             }
-            match tail.compare_exchange_weak(pos, pos + 1, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => break p.shape.slot(pos),
+            match tail.compare_exchange_weak(pos, end, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => break pad,
                 Err(now) => pos = now,
             }
         };
-        // The slot is ours until we publish it.
-        let len = build(p.map.bytes(slot + SLOT_HDR, mtu)).min(mtu);
-        p.map.u32_at(slot + 8).store(me, Ordering::Relaxed);
-        p.map.u32_at(slot + 12).store(connid, Ordering::Relaxed);
-        p.map.u32_at(slot + 16).store(len as u32, Ordering::Relaxed);
-        p.map.u64_at(slot).store(pos + 1, Ordering::Release);
+        // The claimed bytes are ours until we publish them.
+        let publish = |pos: u64, len: usize, span: usize| {
+            let e = HDR_LEN + p.shape.at(pos);
+            p.map.u32_at(e + 8).store(me, Ordering::Relaxed);
+            p.map.u32_at(e + 12).store(connid, Ordering::Relaxed);
+            p.map.u32_at(e + 16).store(len as u32, Ordering::Relaxed);
+            p.map.u32_at(e + 20).store(span as u32, Ordering::Relaxed);
+            p.map.u64_at(e).store(p.shape.sealed(pos), Ordering::Release);
+        };
+        if pad > 0 {
+            publish(pos, 0, pad);
+            pos += pad as u64;
+        }
+        let e = HDR_LEN + p.shape.at(pos);
+        let len = build(p.map.bytes(e + SLOT_HDR, cap)).min(cap);
+        publish(pos, len, need);
         producer_fence();
         Self::wake(p);
         Ok(Sent::Done)
@@ -1045,5 +1121,119 @@ impl Device for ShmDevice {
         self.map.u32_at(off::SLEEPING).store(1, Ordering::SeqCst);
         sleeper_fence();
         Some(self.fifo)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two endpoints of one process with a small ring; `b` is `a`'s peer.
+    fn pair(name: &str, slots: u32) -> (ShmDevice, ShmDevice, Ah) {
+        let cfg =
+            ShmConfig { prefix: format!("rdm4u{}{name}", std::process::id()), slots, mtu: 256, ..ShmConfig::default() };
+        let a = ShmDevice::open_with(cfg.clone()).unwrap();
+        let mut b = ShmDevice::open_with(cfg).unwrap();
+        let ah = b.insert(&a.local_addr()).unwrap();
+        (a, b, ah)
+    }
+
+    fn packet(k: usize, len: usize) -> Vec<u8> {
+        (0..len).map(|i| (k * 31 + i * 7) as u8).collect()
+    }
+
+    #[test]
+    fn packets_of_every_length_cross_the_ring_end_in_order_and_intact() {
+        let (mut rx, mut tx, ah) = pair("order", 2);
+        assert_eq!(rx.shape.ring, 1024, "2 x 256 bytes, room for two full entries");
+        let mut want = std::collections::VecDeque::new();
+        let (mut sent, mut got, mut again, mut skipped) = (0usize, 0usize, 0usize, 0usize);
+        let mut k = 0usize;
+        while got < 2000 {
+            assert!(k < 100_000, "no progress");
+            k += 1;
+            // Lengths 0..=256 in a shuffled order; bounds exact, larger, or
+            // past the MTU; bursts of up to 6 sends between reads.
+            let len = (k * 97) % 257;
+            let max_len = match k % 3 {
+                0 => len,
+                1 => len + (k % 50),
+                _ => 10_000,
+            };
+            let p = packet(k, len);
+            let r = tx.send_with(ah, 0, max_len, &mut |buf| {
+                assert_eq!(buf.len(), max_len.min(256), "the buffer is the bound");
+                buf[..len].copy_from_slice(&p);
+                len
+            });
+            match r {
+                Ok(Sent::Done) => {
+                    sent += 1;
+                    // An empty packet is not delivered.
+                    if len > 0 {
+                        want.push_back(p);
+                    } else {
+                        skipped += 1;
+                    }
+                }
+                Err(DevError::Again) => again += 1,
+                other => panic!("send: {other:?}"),
+            }
+            // Read a few, often none, so the ring fills now and then.
+            let max = if k % 7 == 0 { [1, 3, 8][k % 3] } else { 0 };
+            rx.recv(max, &mut |from, pkt| {
+                assert_eq!(from, None, "the sender is not in rx's address vector");
+                assert_eq!(want.pop_front().as_deref(), Some(pkt), "packet {got}");
+                got += 1;
+            });
+        }
+        assert!(again > 0, "the ring never filled");
+        assert!(skipped > 0 && sent > got);
+        // 2000 packets of ~128 bytes went around a 1 KiB ring many times.
+        assert!(rx.head > 100 * 1024);
+    }
+
+    #[test]
+    fn a_peer_scribbling_entry_headers_gets_nothing_delivered_and_the_ring_goes_on() {
+        let (mut rx, mut tx, ah) = pair("scribble", 4);
+        let seal = rx.map.u64_at(off::SEAL).load(Ordering::Relaxed);
+        let tail = rx.map.u64_at(off::TAIL);
+        let ring = rx.shape.ring;
+        // Forged entries, each in 64 bytes claimed as a producer would:
+        // (length, entry length) that no producer writes.
+        let forged = [(300u32, 64u32), (41, 63), (10, 0), (10, 1 << 30), (0, 64), (u32::MAX, 64)];
+        for (len, span) in forged {
+            let pos = tail.fetch_add(64, Ordering::Relaxed);
+            let e = HDR_LEN + (pos as usize & (ring - 1));
+            rx.map.u32_at(e + 16).store(len, Ordering::Relaxed);
+            rx.map.u32_at(e + 20).store(span, Ordering::Relaxed);
+            rx.map.u64_at(e).store((pos + 1) ^ seal, Ordering::Release);
+        }
+        let mut n = 0;
+        rx.recv(64, &mut |_, pkt| panic!("delivered a forged entry of {} bytes", pkt.len()));
+        assert_eq!(rx.head, 64 * forged.len() as u64);
+        // A real packet after them arrives.
+        tx.send(ah, b"after", 0).unwrap();
+        rx.recv(64, &mut |_, pkt| {
+            assert_eq!(pkt, b"after");
+            n += 1;
+        });
+        assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn small_packets_take_one_cache_line_each() {
+        let (mut rx, mut tx, ah) = pair("dense", 2);
+        for k in 0..10u8 {
+            tx.send_with(ah, 0, 40, &mut |buf| {
+                buf[..8].fill(k);
+                8
+            })
+            .unwrap();
+        }
+        let mut seen = Vec::new();
+        assert_eq!(rx.recv(64, &mut |_, p| seen.push(p[0])), 10);
+        assert_eq!(seen, (0..10).collect::<Vec<u8>>());
+        assert_eq!(rx.head, 640, "ten entries of 24 + 40 bytes");
     }
 }

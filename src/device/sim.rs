@@ -89,7 +89,7 @@ pub struct SimRecord {
 struct InPkt {
     from: usize,
     at: u64,
-    /// Packet length; `data` is a pooled buffer of `mtu` bytes.
+    /// Packet length; `data` is a pooled buffer of at least `len` bytes.
     len: usize,
     data: Vec<u8>,
 }
@@ -332,7 +332,13 @@ impl Device for SimDevice {
         }
     }
 
-    fn send_with(&mut self, ah: Ah, _wr_id: u64, build: &mut dyn FnMut(&mut [u8]) -> usize) -> Result<Sent, DevError> {
+    fn send_with(
+        &mut self,
+        ah: Ah,
+        _wr_id: u64,
+        max_len: usize,
+        build: &mut dyn FnMut(&mut [u8]) -> usize,
+    ) -> Result<Sent, DevError> {
         let mut net = self.net.borrow_mut();
         let me = self.me;
         let target = net.nodes[me].ahs.get(ah as usize).copied().flatten().ok_or(DevError::Failed(Status::NoAddr))?;
@@ -343,10 +349,11 @@ impl Device for SimDevice {
         if net.cfg.again_permille > 0 && (net.rand() % 1000) < u64::from(net.cfg.again_permille) {
             return Err(DevError::Again);
         }
-        let mtu = net.cfg.mtu;
+        // Exactly the bytes the caller asked for: a bound too small shows.
+        let cap = max_len.min(net.cfg.mtu);
         let mut data = net.pool.pop().unwrap_or_default();
-        data.resize(mtu, 0);
-        let len = build(&mut data[..mtu]).min(mtu);
+        data.resize(cap, 0);
+        let len = build(&mut data[..cap]).min(cap);
         if len == 0 || !alive {
             net.pool.push(data);
             return if alive { Ok(Sent::Done) } else { Err(DevError::Failed(Status::PeerUnreachable)) };

@@ -748,7 +748,8 @@ impl Core {
             // The packet is built straight into the device's buffer.
             let mut built = None;
             let core: &Core = self;
-            let sent = dev.send_with(ah, u64::from(key) + 1, &mut |slot| {
+            let max_len = self.packet_bound(key);
+            let sent = dev.send_with(ah, u64::from(key) + 1, max_len, &mut |slot| {
                 built = core.next_packet(key, slot);
                 built.map_or(0, |(n, _)| n)
             });
@@ -823,6 +824,23 @@ impl Core {
             OpKind::Write | OpKind::Read | OpKind::ReadResponder => self.rma_next_packet(key, op, peer, out),
             OpKind::Atomic => self.rta_next_packet(key, op, peer, out),
             OpKind::Recv | OpKind::Unexpected | OpKind::RemoteWrite => None,
+        }
+    }
+
+    /// A bound on the next packet of operation `key`: exact for the first
+    /// packet of an eager send (the small packets a device may pack
+    /// densely), the MTU otherwise.
+    fn packet_bound(&self, key: u32) -> usize {
+        let mtu = self.caps.mtu;
+        let Some(op) = self.ops.get(key) else { return mtu };
+        let Some(ptype) = op.ptype.filter(|t| t.req_info().is_some_and(|i| i.proto == Subprotocol::Eager)) else {
+            return mtu;
+        };
+        match self.peers.get(op.peer) {
+            Some(peer) if op.kind == OpKind::Send && !op.started => {
+                self.rtm_len(&rtm::RtmArgs::of(key, ptype, op), peer)
+            }
+            _ => mtu,
         }
     }
 

@@ -228,18 +228,7 @@ impl Core {
         if info.proto == Subprotocol::Longread {
             return self.longread_rtm(key, op, peer, out);
         }
-        let args = RtmArgs {
-            ptype,
-            send_id: key,
-            msg_id: op.msg_id,
-            tag: op.tag,
-            cq_data: op.cq_data,
-            len: op.len,
-            sent: op.sent,
-            buf: op.buf,
-            nodata: op.nodata,
-        };
-        self.rtm_packet(&args, peer, out)
+        self.rtm_packet(&RtmArgs::of(key, ptype, op), peer, out)
     }
 
     /// Builds an RTM carrying the message bytes from `a.sent` on (as many as fit).
@@ -257,6 +246,18 @@ impl Core {
             let data = s.get(a.sent as usize..a.sent as usize + chunk)?;
             wire::Req { data, ..r }.emit(out).ok().map(|n| (n, chunk as u64))
         })
+    }
+
+    /// The length of the packet [`Self::rtm_packet`] builds for `a` (at
+    /// most the MTU): the bound the device reserves.
+    pub(crate) fn rtm_len(&self, a: &RtmArgs, peer: &Peer) -> usize {
+        let (raw_addr, connid) = self.req_opts(peer);
+        let hdr = wire::Req::new(a.ptype).hdr_len()
+            + raw_addr.map_or(0, |r| r.wire_len())
+            + a.cq_data.map_or(0, |_| 8)
+            + connid.map_or(0, |_| 4);
+        let data = if a.nodata { 0 } else { a.len - a.sent };
+        (hdr as u64).saturating_add(data).min(self.caps.mtu as u64) as usize
     }
 
     /// The REQ of RTM `a` without data: the fields every RTM type draws
@@ -331,7 +332,8 @@ impl Core {
         };
         let mut built = false;
         let core: &Core = self;
-        let sent = dev.send_with(ah, 0, &mut |slot| match core.rtm_packet(&args, peer, slot) {
+        let max_len = self.rtm_len(&args, peer);
+        let sent = dev.send_with(ah, 0, max_len, &mut |slot| match core.rtm_packet(&args, peer, slot) {
             Some((n, _)) => {
                 built = true;
                 n
@@ -363,4 +365,21 @@ pub(crate) struct RtmArgs {
     pub buf: UserBuf,
     /// The RTM carries no data (long-CTS after a READ_NACK).
     pub nodata: bool,
+}
+
+impl RtmArgs {
+    /// The next RTM of send operation `key`, of type `ptype`.
+    pub fn of(key: u32, ptype: PacketType, op: &Op) -> RtmArgs {
+        RtmArgs {
+            ptype,
+            send_id: key,
+            msg_id: op.msg_id,
+            tag: op.tag,
+            cq_data: op.cq_data,
+            len: op.len,
+            sent: op.sent,
+            buf: op.buf,
+            nodata: op.nodata,
+        }
+    }
 }

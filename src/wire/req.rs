@@ -331,7 +331,8 @@ impl<'a> RawAddrHdr<'a> {
         self.bytes.len() as u32
     }
 
-    fn wire_len(&self) -> usize {
+    /// Bytes the header takes on the wire (`size` field and address).
+    pub fn wire_len(&self) -> usize {
         4 + self.bytes.len()
     }
 }
