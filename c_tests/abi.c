@@ -71,7 +71,7 @@ PIN_FIELD(rdm4_ep_attr, progress, 12, 4, uint32_t);
 PIN_FIELD(rdm4_ep_attr, medium_max, 16, 8, size_t);
 PIN_FIELD(rdm4_ep_attr, unexpected_limit, 24, 8, size_t);
 PIN_FIELD(rdm4_ep_attr, max_credits, 32, 4, uint32_t);
-PIN_FIELD(rdm4_ep_attr, reserved0, 36, 4, uint32_t);
+PIN_FIELD(rdm4_ep_attr, threading, 36, 4, uint32_t);
 PIN_ARRAY(rdm4_ep_attr, reserved, 40, 64, uint64_t, 8);
 
 /* struct rdm4_cqe: 88 bytes, 8-aligned, no padding. */
@@ -385,7 +385,7 @@ static void check_attr_init(void)
     CHECK(a.medium_max == 0, "attr.medium_max == 0 (the default) (%zu)", a.medium_max);
     CHECK(a.unexpected_limit == 0, "attr.unexpected_limit == 0 (the default) (%zu)", a.unexpected_limit);
     CHECK(a.max_credits == 0, "attr.max_credits == 0 (the default) (%u)", (unsigned)a.max_credits);
-    CHECK(a.reserved0 == 0, "attr.reserved0 == 0 (%u)", (unsigned)a.reserved0);
+    CHECK(a.threading == RDM4_THREAD_SAFE, "attr.threading == RDM4_THREAD_SAFE (%u)", (unsigned)a.threading);
     int zero = 1;
     for (size_t i = 0; i < 8; i++) {
         if (a.reserved[i] != 0) {

@@ -8,7 +8,9 @@
  *  - Return value: 0 (or a non-negative count) on success, a negative RDM4_E*
  *    status code on failure. rdm4_strerror() turns a code into text.
  *  - A function that fails changes nothing.
- *  - Thread safety: every function may be called from any thread.
+ *  - Thread safety: every function may be called from any thread, except
+ *    that calls on an endpoint opened with RDM4_THREAD_SINGLE must not
+ *    overlap.
  *  - Buffer ownership: a buffer passed to a data operation belongs to the
  *    library until that operation's completion has been polled; the caller
  *    must neither free nor modify it before then.
@@ -103,6 +105,21 @@
  * one-sided operations complete while the target does not call in.
  */
 #define RDM4_PROGRESS_AUTO 1
+
+/**
+ * Threading: any thread may call on the endpoint at any time; each call
+ * takes the endpoint's lock.
+ */
+#define RDM4_THREAD_SAFE 0
+
+/**
+ * Threading: the application promises that calls on the endpoint never
+ * overlap (one thread, or threads that serialise their calls, as with
+ * `FI_THREAD_DOMAIN` or `UCS_THREAD_MODE_SINGLE`); calls then take no
+ * lock. Requires `RDM4_PROGRESS_MANUAL`. Overlapping calls on such an
+ * endpoint are undefined behaviour.
+ */
+#define RDM4_THREAD_SINGLE 1
 
 /**
  * Memory access: local use.
@@ -432,9 +449,9 @@ typedef struct rdm4_ep_attr {
    */
   uint32_t max_credits;
   /**
-   * Reserved, must be zero.
+   * `RDM4_THREAD_*` (0: `RDM4_THREAD_SAFE`).
    */
-  uint32_t reserved0;
+  uint32_t threading;
   /**
    * Reserved for later fields, must be zero.
    */
@@ -743,7 +760,13 @@ int32_t rdm4_ep_attr_init(struct rdm4_ep_attr *attr);
  * success `*ep` is the new endpoint, owned by the caller until
  * `rdm4_ep_close`.
  *
- * Returns `RDM4_SUCCESS`; `RDM4_EINVAL` (NULL `ep`, bad attributes or
+ * With `attr->threading == RDM4_THREAD_SINGLE` the calls on the endpoint
+ * take no lock, and the application must never let two of them overlap
+ * (see `RDM4_THREAD_SINGLE`).
+ *
+ * Returns `RDM4_SUCCESS`; `RDM4_EINVAL` (NULL `ep`, bad attributes —
+ * unknown progress or threading mode, `RDM4_THREAD_SINGLE` with
+ * `RDM4_PROGRESS_AUTO`, non-zero reserved fields — or bad
  * `RDM4_DEVICE` value), `RDM4_ENOTSUP` (the UDP device is not available in
  * this version), `RDM4_EBUSY` (no free shared-memory endpoint id),
  * `RDM4_EIO` / `RDM4_ENOMEM` (the device could not be created);

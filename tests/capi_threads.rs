@@ -107,3 +107,79 @@ fn many_threads_send_receive_and_poll_on_shared_endpoints() {
     // Closed handles are refused from any thread.
     std::thread::spawn(move || assert_eq!(rdm4_ep_close(a.h()), rdm4::status::codes::RDM4_EBADHANDLE)).join().unwrap();
 }
+
+fn open_single() -> Ep {
+    let mut attr = unsafe { std::mem::zeroed::<rdm4_ep_attr>() };
+    assert_eq!(rdm4_ep_attr_init(&mut attr), 0);
+    attr.threading = RDM4_THREAD_SINGLE;
+    let mut ep = std::ptr::null_mut();
+    assert_eq!(rdm4_ep_open(&attr, &mut ep), 0);
+    Ep(ep)
+}
+
+/// `RDM4_THREAD_SINGLE`: calls take no lock, so the application serialises
+/// them; handing the endpoints from thread to thread between calls is
+/// fine. Messages flow, and a closed endpoint's handle is refused like any
+/// other, also once its table slot is reused.
+#[test]
+fn single_threaded_endpoints_work_from_thread_to_thread_and_their_handles_die_at_close() {
+    // The same prefix as the other test: the variable is the process's.
+    std::env::set_var("RDM4_SHM_PREFIX", format!("rdm4thr{}", std::process::id()));
+    let (a, b) = (open_single(), open_single());
+    let mut name = [0u8; 32];
+    let mut len = 32;
+    assert_eq!(rdm4_ep_getname(b.0, name.as_mut_ptr().cast(), &mut len), 0);
+    let mut to_b = 0;
+    assert_eq!(rdm4_av_insert(a.0, name.as_ptr().cast(), 1, &mut to_b), 1);
+    // Four threads in turn, each running 250 tagged exchanges.
+    for round in 0..4u64 {
+        std::thread::spawn(move || {
+            let mut cq = [unsafe { std::mem::zeroed::<rdm4_cqe>() }; 8];
+            let deadline = Instant::now() + Duration::from_secs(60);
+            for i in 0..250u64 {
+                let tag = round << 32 | i;
+                let mut r = [0u8; 16];
+                let s = [tag as u8; 16];
+                assert_eq!(
+                    rdm4_trecv(b.h(), r.as_mut_ptr().cast(), 16, RDM4_ADDR_UNSPEC, tag, 0, std::ptr::null_mut()),
+                    0
+                );
+                assert_eq!(rdm4_tsend(a.h(), s.as_ptr().cast(), 16, to_b, tag, std::ptr::null_mut()), 0);
+                let mut got = 0;
+                while got < 2 {
+                    for ep in [a.h(), b.h()] {
+                        let n = rdm4_poll(ep, cq.as_mut_ptr(), cq.len());
+                        assert!(n >= 0);
+                        for e in &cq[..n as usize] {
+                            assert_eq!(e.status, 0);
+                            if e.flags & RDM4_CQ_RECV != 0 {
+                                assert_eq!(e.tag, tag);
+                            }
+                        }
+                        got += n;
+                    }
+                    assert!(Instant::now() < deadline, "exchange {round}/{i} timed out");
+                }
+                assert_eq!(r, s);
+            }
+        })
+        .join()
+        .unwrap();
+    }
+    let (old_a, old_b) = (a.h(), b.h());
+    assert_eq!(rdm4_ep_close(old_a), 0);
+    assert_eq!(rdm4_ep_close(old_b), 0);
+    let bad = rdm4::status::codes::RDM4_EBADHANDLE;
+    let mut cq = [unsafe { std::mem::zeroed::<rdm4_cqe>() }; 1];
+    assert_eq!(rdm4_poll(old_a, cq.as_mut_ptr(), 1), bad);
+    // A new endpoint (locked or not) may take a freed slot: the old handles stay dead.
+    let (c, d) = (open_single(), open());
+    for old in [old_a, old_b] {
+        assert_eq!(rdm4_poll(old, cq.as_mut_ptr(), 1), bad);
+        assert_eq!(rdm4_tsend(old, cq.as_ptr().cast(), 1, to_b, 1, std::ptr::null_mut()), bad);
+        assert_eq!(rdm4_ep_close(old), bad);
+    }
+    assert_eq!(rdm4_poll(c.h(), cq.as_mut_ptr(), 1), 0);
+    assert_eq!(rdm4_ep_close(c.h()), 0);
+    assert_eq!(rdm4_ep_close(d.h()), 0);
+}

@@ -27,15 +27,16 @@ fn run(test: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Output 
 
 #[test]
 fn every_test_mode_on_shm_prints_the_json_contract() {
-    for cma in ["1", "0"] {
-        let out = run(
-            "json",
-            &[
-                "--device", "shm", "--sizes", "8,5000", "--iters", "20", "--warmup", "2", "--window", "4", "--json",
-                "--no-pin",
-            ],
-            &[("RDM4_SHM_CMA", cma)],
-        );
+    // Both RMA paths, and the locked endpoints of `--thread-safe`.
+    for (cma, locked) in [("1", false), ("0", false), ("1", true)] {
+        let mut args = vec![
+            "--device", "shm", "--sizes", "8,5000", "--iters", "20", "--warmup", "2", "--window", "4", "--json",
+            "--no-pin",
+        ];
+        if locked {
+            args.push("--thread-safe");
+        }
+        let out = run("json", &args, &[("RDM4_SHM_CMA", cma)]);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "cma={cma}\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
         let lines: Vec<&str> = stdout.lines().collect();
@@ -59,7 +60,11 @@ fn every_test_mode_on_shm_prints_the_json_contract() {
             if t.ends_with("_lat") {
                 assert!(lat > 0.0, "{l}");
             } else {
-                assert!(bw > 0.0, "{l}");
+                // Bandwidth and rate count the same completed operations.
+                let rate: f64 = field(l, "msg_rate").parse().unwrap();
+                assert!(rate > 0.0, "{l}");
+                let want = size as f64 * rate / 1e6;
+                assert!((bw - want).abs() <= 0.01 + want * 0.01, "bw {bw} vs size x rate {want}: {l}");
             }
         }
     }

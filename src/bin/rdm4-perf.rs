@@ -6,7 +6,10 @@
 //! of every test over the default device and prints a table. The two
 //! processes exchange their addresses over a TCP socket (loopback when it
 //! spawns its peer; `--server` / `--client HOST` across hosts) and are pinned
-//! to different CPUs unless `--no-pin`.
+//! to different CPUs unless `--no-pin`. Its endpoints are opened with
+//! `RDM4_THREAD_SINGLE` (each process calls from one thread), as
+//! `ucx_perftest` and `fi_pingpong` open theirs single-threaded;
+//! `--thread-safe` measures the locked mode instead.
 //!
 //! Honesty rules: data is verified on the last iteration of every size;
 //! ping-pong latency is half the round trip; bandwidth counts completed
@@ -23,7 +26,7 @@ use rdm4::capi::*;
 use rdm4::status::codes::RDM4_EAGAIN;
 
 const USAGE: &str = "usage: rdm4-perf [--device shm|udp] [--test NAME[,NAME...]] [--sizes N,N,...]
-                 [--iters N] [--warmup N] [--window N] [--json] [--no-pin]
+                 [--iters N] [--warmup N] [--window N] [--json] [--no-pin] [--thread-safe]
                  [--server [--oob-port P] | --client HOST [--oob-port P]]
 tests: tag_lat msg_lat tag_bw msg_rate put_lat put_bw get_lat get_bw atomic_lat";
 
@@ -41,6 +44,8 @@ struct Opts {
     window: usize,
     json: bool,
     pin: bool,
+    /// Open the endpoints with `RDM4_THREAD_SAFE` (locked calls).
+    thread_safe: bool,
     role: Role,
     port: u16,
 }
@@ -70,6 +75,7 @@ fn parse_args() -> Opts {
         window: 64,
         json: false,
         pin: true,
+        thread_safe: false,
         role: Role::Local,
         port: 0,
     };
@@ -96,6 +102,7 @@ fn parse_args() -> Opts {
             "--oob-port" => o.port = val("--oob-port").parse().unwrap_or_else(|_| fail("bad --oob-port")),
             "--json" => o.json = true,
             "--no-pin" => o.pin = false,
+            "--thread-safe" => o.thread_safe = true,
             "--server" => o.role = Role::Server,
             "--client" => o.role = Role::Client(val("--client")),
             "-h" | "--help" => {
@@ -237,7 +244,9 @@ fn check(buf: &[u8], seed: u8, what: &str) {
 fn counts(o: &Opts, test: &str, size: usize) -> (usize, usize) {
     let streaming = test.ends_with("_bw") || test == "msg_rate";
     let auto = if streaming {
-        (256_000_000 / (size + 2000)).clamp(100, 200_000)
+        // About 0.2 s at 10 M msg/s or 10 GB/s: shorter runs at small
+        // sizes measured mostly start-up and the machine's jitter.
+        (2_000_000_000 / (size + 1000)).clamp(100, 2_000_000)
     } else {
         (20_000_000 / (size + 2000)).clamp(20, 20_000)
     };
@@ -529,7 +538,7 @@ fn run_test(c: &mut Ctx, o: &Opts, client: bool, test: &str, size: usize) -> Opt
         0.0
     };
     Some(format!(
-        "{{\"device\":\"{}\",\"test\":\"{test}\",\"size\":{size},\"iters\":{iters},\"lat_us_median\":{med:.3},\"lat_us_avg\":{avg:.3},\"lat_us_p99\":{p99:.3},\"bw_mbps\":{bw:.1},\"msg_rate\":{rate:.0}}}",
+        "{{\"device\":\"{}\",\"test\":\"{test}\",\"size\":{size},\"iters\":{iters},\"lat_us_median\":{med:.3},\"lat_us_avg\":{avg:.3},\"lat_us_p99\":{p99:.3},\"bw_mbps\":{bw:.3},\"msg_rate\":{rate:.0}}}",
         o.device
     ))
 }
@@ -566,6 +575,7 @@ fn open(o: &Opts, sock: &mut TcpStream, max_size: usize) -> Ctx {
     // SAFETY: initialised by rdm4_ep_attr_init.
     let mut attr = unsafe { attr.assume_init() };
     attr.progress = RDM4_PROGRESS_MANUAL;
+    attr.threading = if o.thread_safe { RDM4_THREAD_SAFE } else { RDM4_THREAD_SINGLE };
     let mut ep = std::ptr::null_mut();
     ok("rdm4_ep_open", rdm4_ep_open(&attr, &mut ep));
     let counter = max_size.div_ceil(8) * 8;
@@ -636,6 +646,9 @@ fn spawn_peer(o: &Opts, port: u16) -> Child {
     }
     if !o.pin {
         args.push("--no-pin".into());
+    }
+    if o.thread_safe {
+        args.push("--thread-safe".into());
     }
     args.push("--json".into());
     Command::new(exe)

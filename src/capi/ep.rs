@@ -43,7 +43,7 @@ fn default_attr() -> rdm4_ep_attr {
         medium_max: 0,
         unexpected_limit: 0,
         max_credits: 0,
-        reserved0: 0,
+        threading: RDM4_THREAD_SAFE,
         reserved: [0; 8],
     }
 }
@@ -65,7 +65,11 @@ fn read_attr(attr: *const rdm4_ep_attr) -> Result<rdm4_ep_attr, Status> {
     // the prefix we both know into our default-initialised struct.
     unsafe { std::ptr::copy_nonoverlapping(attr.cast::<u8>(), (&mut a as *mut rdm4_ep_attr).cast::<u8>(), n) };
     a.size = n;
-    if a.progress > RDM4_PROGRESS_AUTO || a.reserved0 != 0 || a.reserved.iter().any(|&r| r != 0) {
+    if a.progress > RDM4_PROGRESS_AUTO
+        || a.threading > RDM4_THREAD_SINGLE
+        || (a.threading == RDM4_THREAD_SINGLE && a.progress != RDM4_PROGRESS_MANUAL)
+        || a.reserved.iter().any(|&r| r != 0)
+    {
         return Err(Status::Inval);
     }
     Ok(a)
@@ -92,7 +96,13 @@ fn open_device(attr: &rdm4_ep_attr) -> Result<Box<dyn Device + Send>, Status> {
 /// success `*ep` is the new endpoint, owned by the caller until
 /// `rdm4_ep_close`.
 ///
-/// Returns `RDM4_SUCCESS`; `RDM4_EINVAL` (NULL `ep`, bad attributes or
+/// With `attr->threading == RDM4_THREAD_SINGLE` the calls on the endpoint
+/// take no lock, and the application must never let two of them overlap
+/// (see `RDM4_THREAD_SINGLE`).
+///
+/// Returns `RDM4_SUCCESS`; `RDM4_EINVAL` (NULL `ep`, bad attributes —
+/// unknown progress or threading mode, `RDM4_THREAD_SINGLE` with
+/// `RDM4_PROGRESS_AUTO`, non-zero reserved fields — or bad
 /// `RDM4_DEVICE` value), `RDM4_ENOTSUP` (the UDP device is not available in
 /// this version), `RDM4_EBUSY` (no free shared-memory endpoint id),
 /// `RDM4_EIO` / `RDM4_ENOMEM` (the device could not be created);
@@ -117,7 +127,8 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
             cfg.max_credits = a.max_credits;
         }
         let inner = EpInner::new(Endpoint::new(dev, cfg));
-        let (slot, gen, handle) = super::install(inner).ok_or(Status::NoMem)?;
+        let single = a.threading == RDM4_THREAD_SINGLE;
+        let (slot, gen, handle) = super::install(inner, single).ok_or(Status::NoMem)?;
         if a.progress == RDM4_PROGRESS_AUTO {
             let spawned = std::thread::Builder::new().name("rdm4-progress".into()).spawn(move || {
                 while !slot.stop.load(Ordering::Acquire) {

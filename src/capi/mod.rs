@@ -27,7 +27,7 @@ mod types;
 use std::ffi::{c_char, c_void};
 use std::ops::{Deref, DerefMut};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
@@ -72,6 +72,9 @@ pub(crate) struct EpSlot {
     /// Generation of the open that fills the slot (0: never filled).
     gen: AtomicU32,
     inner: Mutex<Option<Box<EpInner>>>,
+    /// The endpoint in `inner` when it was opened with
+    /// `RDM4_THREAD_SINGLE` (null otherwise): calls use it without the lock.
+    single: AtomicPtr<EpInner>,
     pub(crate) stop: AtomicBool,
     pub(crate) thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -81,6 +84,7 @@ impl EpSlot {
         EpSlot {
             gen: AtomicU32::new(0),
             inner: Mutex::new(None),
+            single: AtomicPtr::new(std::ptr::null_mut()),
             stop: AtomicBool::new(false),
             thread: Mutex::new(None),
         }
@@ -90,7 +94,7 @@ impl EpSlot {
     /// panic in another call does not poison it for good).
     pub(crate) fn lock(&self, gen: u32) -> Option<EpGuard<'_>> {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        (g.is_some() && self.gen.load(Ordering::Relaxed) == gen).then_some(EpGuard(g))
+        (g.is_some() && self.gen.load(Ordering::Relaxed) == gen).then_some(EpGuard::Locked(g))
     }
 }
 
@@ -98,20 +102,31 @@ static SLOTS: [EpSlot; MAX_EPS] = [const { EpSlot::new() }; MAX_EPS];
 /// Slots to reuse, and the first never used.
 static FREE: Mutex<(Vec<u32>, u32)> = Mutex::new((Vec::new(), 0));
 
-/// A locked open endpoint.
-pub(crate) struct EpGuard<'a>(MutexGuard<'a, Option<Box<EpInner>>>);
+/// An open endpoint for the length of a call: locked, or (opened with
+/// `RDM4_THREAD_SINGLE`) used under the application's promise that no
+/// other call overlaps.
+pub(crate) enum EpGuard<'a> {
+    Locked(MutexGuard<'a, Option<Box<EpInner>>>),
+    Single(&'a mut EpInner),
+}
 
 impl Deref for EpGuard<'_> {
     type Target = EpInner;
     fn deref(&self) -> &EpInner {
-        // `EpSlot::lock` hands out guards of filled slots only.
-        self.0.as_deref().expect("guard of an empty slot")
+        match self {
+            // `EpSlot::lock` hands out guards of filled slots only.
+            EpGuard::Locked(g) => g.as_deref().expect("guard of an empty slot"),
+            EpGuard::Single(e) => e,
+        }
     }
 }
 
 impl DerefMut for EpGuard<'_> {
     fn deref_mut(&mut self) -> &mut EpInner {
-        self.0.as_deref_mut().expect("guard of an empty slot")
+        match self {
+            EpGuard::Locked(g) => g.as_deref_mut().expect("guard of an empty slot"),
+            EpGuard::Single(e) => e,
+        }
     }
 }
 
@@ -135,12 +150,22 @@ pub(crate) fn lookup(ep: *mut rdm4_ep) -> Result<EpGuard<'static>, Status> {
     if slot.gen.load(Ordering::Acquire) != gen {
         return Err(Status::BadHandle);
     }
+    let single = slot.single.load(Ordering::Acquire);
+    if !single.is_null() {
+        // SAFETY: `install` published the pointer of the endpoint that the
+        // slot owns until `uninstall` clears it; the generation matched, so
+        // the handle is that endpoint's, and the application promised
+        // (`RDM4_THREAD_SINGLE`) that no other call on it, `rdm4_ep_close`
+        // included, overlaps this one.
+        return Ok(EpGuard::Single(unsafe { &mut *single }));
+    }
     slot.lock(gen).ok_or(Status::BadHandle)
 }
 
 /// Fills a free slot with `inner`; returns the slot and the handle. `None`:
 /// the table is full.
-pub(crate) fn install(inner: EpInner) -> Option<(&'static EpSlot, u32, *mut rdm4_ep)> {
+/// With `single`, calls use the endpoint without the slot's lock.
+pub(crate) fn install(inner: EpInner, single: bool) -> Option<(&'static EpSlot, u32, *mut rdm4_ep)> {
     let idx = {
         let mut f = FREE.lock().unwrap_or_else(|e| e.into_inner());
         match f.0.pop() {
@@ -155,7 +180,10 @@ pub(crate) fn install(inner: EpInner) -> Option<(&'static EpSlot, u32, *mut rdm4
     let slot = &SLOTS[idx as usize];
     let mut g = slot.inner.lock().unwrap_or_else(|e| e.into_inner());
     let gen = slot.gen.load(Ordering::Relaxed).checked_add(1)?;
-    *g = Some(Box::new(inner));
+    let mut boxed = Box::new(inner);
+    let ptr: *mut EpInner = if single { &mut *boxed } else { std::ptr::null_mut() };
+    *g = Some(boxed);
+    slot.single.store(ptr, Ordering::Release);
     slot.stop.store(false, Ordering::Relaxed);
     slot.gen.store(gen, Ordering::Release);
     drop(g);
@@ -175,6 +203,7 @@ pub(crate) fn uninstall(ep: *mut rdm4_ep) -> Result<(Box<EpInner>, Option<JoinHa
         }
         // Under the lock: every call that checks after this fails.
         slot.gen.store(gen.wrapping_add(1).max(1), Ordering::Release);
+        slot.single.store(std::ptr::null_mut(), Ordering::Release);
         g.take()
     };
     slot.stop.store(true, Ordering::Release);

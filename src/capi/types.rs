@@ -26,6 +26,16 @@ pub const RDM4_PROGRESS_MANUAL: u32 = 0;
 /// one-sided operations complete while the target does not call in.
 pub const RDM4_PROGRESS_AUTO: u32 = 1;
 
+/// Threading: any thread may call on the endpoint at any time; each call
+/// takes the endpoint's lock.
+pub const RDM4_THREAD_SAFE: u32 = 0;
+/// Threading: the application promises that calls on the endpoint never
+/// overlap (one thread, or threads that serialise their calls, as with
+/// `FI_THREAD_DOMAIN` or `UCS_THREAD_MODE_SINGLE`); calls then take no
+/// lock. Requires `RDM4_PROGRESS_MANUAL`. Overlapping calls on such an
+/// endpoint are undefined behaviour.
+pub const RDM4_THREAD_SINGLE: u32 = 1;
+
 /// Memory access: local use.
 pub const RDM4_ACCESS_LOCAL: u64 = 1 << 0;
 /// Memory access: peers may read.
@@ -152,8 +162,8 @@ pub struct rdm4_ep_attr {
     pub unexpected_limit: usize,
     /// Long-CTS window in packets (0: default 64).
     pub max_credits: u32,
-    /// Reserved, must be zero.
-    pub reserved0: u32,
+    /// `RDM4_THREAD_*` (0: `RDM4_THREAD_SAFE`).
+    pub threading: u32,
     /// Reserved for later fields, must be zero.
     pub reserved: [u64; 8],
 }
