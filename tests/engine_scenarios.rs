@@ -625,3 +625,63 @@ fn direct_read_and_write_use_the_device_rdma_when_both_sides_offer_it() {
         assert_eq!(c.cqs[1][0].data, 9);
     }
 }
+
+/// Eager messages that arrive before any receive (after the handshakes, in
+/// order: the engine keeps them whole, without operation entries) match
+/// later receives by source, tag and ignore mask in arrival order, carry
+/// their CQ data, and truncate into a short buffer without writing past it.
+#[test]
+fn unexpected_eager_messages_match_by_source_and_tag_in_order_and_truncate() {
+    let mut c = Cluster::new(3, SimConfig::default(), Config::default());
+    // Handshakes first, with one expected message from each sender.
+    for s in [0, 2] {
+        let mut b = OwnedBuf::zeroed(8);
+        c.eps[1].recv(b.buf(), RecvOpts::default()).unwrap();
+        let mut m = OwnedBuf::from_slice(&[1u8; 8]);
+        c.eps[s].send(c.addrs[s][1], m.buf(), SendOpts::default()).unwrap();
+        c.run_until(100_000, |c| !c.cqs[1].is_empty());
+        c.settle(1000);
+        c.take_cq(1);
+    }
+    let msgs = [(0usize, 5u64, 40usize, Some(77u64)), (0, 6, 30, None), (2, 5, 20, Some(99))];
+    let mut srcs: Vec<OwnedBuf> =
+        msgs.iter().map(|&(s, t, len, _)| OwnedBuf::from_slice(&pattern(len, s as u64 * 10 + t))).collect();
+    for (&(s, tag, _, cq_data), b) in msgs.iter().zip(&mut srcs) {
+        let to1 = c.addrs[s][1];
+        c.eps[s].send(to1, b.buf(), SendOpts { tag: Some(tag), cq_data, context: 0 }).unwrap();
+    }
+    c.settle(10_000);
+    assert!(c.eps[1].unexpected_bytes() >= 90, "all three wait unexpected");
+    assert!(c.take_cq(1).is_empty());
+    let (from0, from2) = (c.addrs[1][0], c.addrs[1][2]);
+    // From 2 with tag 5: endpoint 2's message, although endpoint 0's tag 5 came first.
+    let mut r2 = OwnedBuf::zeroed(64);
+    c.eps[1].recv(r2.buf(), RecvOpts { tag: Some((5, 0)), src: Some(from2), context: 1 }).unwrap();
+    // Any source, tag 4 ignoring the low two bits: endpoint 0's tag 5, cut to 10 bytes.
+    let mut short = OwnedBuf::from_slice(&[0xEEu8; 64]);
+    let dst = short.buf().slice(0, 10).unwrap();
+    c.eps[1].recv(dst, RecvOpts { tag: Some((4, 3)), src: None, context: 2 }).unwrap();
+    let mut r6 = OwnedBuf::zeroed(64);
+    c.eps[1].recv(r6.buf(), RecvOpts { tag: Some((6, 0)), src: None, context: 3 }).unwrap();
+    c.settle(1000);
+    let r = c.take_cq(1);
+    assert_eq!(r.len(), 3);
+    let want = [
+        (1, from2, 5, 20, 0, Status::Success, Some(99)),
+        (2, from0, 5, 10, 40, Status::Trunc, Some(77)),
+        (3, from0, 6, 30, 0, Status::Success, None),
+    ];
+    for (e, &(ctx, src, tag, len, olen, status, data)) in r.iter().zip(&want) {
+        assert_eq!((e.context, e.src, e.tag, e.len, e.olen, e.status), (ctx, src, tag, len, olen, status), "{e:?}");
+        assert_eq!(e.flags.contains(CqFlags::REMOTE_CQ_DATA), data.is_some(), "{e:?}");
+        assert_eq!(e.flags & (CqFlags::RECV | CqFlags::TAGGED), CqFlags::RECV | CqFlags::TAGGED);
+        if let Some(d) = data {
+            assert_eq!(e.data, d);
+        }
+    }
+    assert_eq!(&r2.bytes()[..20], &pattern(20, 25)[..]);
+    assert_eq!(&short.bytes()[..10], &pattern(40, 5)[..10]);
+    assert!(short.bytes()[10..].iter().all(|&b| b == 0xEE), "wrote past the short buffer");
+    assert_eq!(&r6.bytes()[..30], &pattern(30, 6)[..]);
+    assert_eq!(c.eps[1].unexpected_bytes(), 0);
+}

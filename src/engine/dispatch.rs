@@ -3,6 +3,7 @@
 //! dispatch by packet type — REQs of ordered families through the `msg_id`
 //! reorder buffer (spec §3.2).
 
+use super::op::{EagerMsg, Unexpected};
 use super::peer::{msg_order, MsgOrder, Peer};
 use super::rtm::accepts;
 use super::{raw_key, Core};
@@ -49,7 +50,8 @@ impl Core {
 
     /// The common eager case, handled without the general machinery: a known
     /// sender that already has our HANDSHAKE, its next `msg_id`, and the oldest
-    /// posted receive takes it. False: nothing done, take the general path.
+    /// posted receive takes it — or no receive is posted, and it joins the
+    /// unexpected messages. False: nothing done, take the general path.
     fn eager_fast(&mut self, ah: Ah, e: &wire::DataRtm<'_>) -> bool {
         let Some(&p) = self.by_ah.get(&ah) else { return false };
         let Some(peer) = self.peers.get_mut(p) else { return false };
@@ -57,7 +59,10 @@ impl Core {
             return false;
         }
         let qi = usize::from(e.tagged());
-        let Some(&key) = self.posted[qi].front() else { return false };
+        let Some(&key) = self.posted[qi].front() else {
+            self.eager_unexpected(p, e);
+            return true;
+        };
         let Some(op) = self.ops.get_mut(key) else { return false };
         if !accepts(op, p, e.tag) {
             return false;
@@ -76,6 +81,22 @@ impl Core {
             self.drain_reorder(p);
         }
         true
+    }
+
+    /// [`Self::eager_fast`] when no receive is posted: the message is kept
+    /// whole in a reused buffer, without an operation entry.
+    fn eager_unexpected(&mut self, p: u32, e: &wire::DataRtm<'_>) {
+        let mut data = self.rx_pool.pop().unwrap_or_default();
+        data.clear();
+        data.extend_from_slice(e.data);
+        self.unexpected_bytes += data.capacity();
+        let m = EagerMsg { peer: p, tag: e.tag, cq_data: e.cq_data, data };
+        self.unexpected[usize::from(e.tagged())].push_back(Unexpected::Eager(m));
+        let Some(peer) = self.peers.get_mut(p) else { return };
+        peer.rx_msg_id = peer.rx_msg_id.wrapping_add(1);
+        if !peer.reorder.is_empty() {
+            self.drain_reorder(p);
+        }
     }
 
     /// The peer that sent `pkt`, learning it from the raw address header

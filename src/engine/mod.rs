@@ -193,7 +193,7 @@ pub(crate) struct Core {
     /// Posted receives, untagged [0] and tagged [1], in post order.
     posted: [VecDeque<u32>; 2],
     /// Unexpected messages, untagged [0] and tagged [1], in arrival order.
-    unexpected: [VecDeque<u32>; 2],
+    unexpected: [VecDeque<op::Unexpected>; 2],
     unexpected_bytes: usize,
     /// Bytes of REQs held for `msg_id` order (bounded by the reorder window).
     reorder_bytes: usize,
@@ -201,6 +201,9 @@ pub(crate) struct Core {
     /// Control packets to send: (peer, buffer, length).
     ctrl: VecDeque<(u32, Vec<u8>, usize)>,
     pool: Vec<Vec<u8>>,
+    /// Buffers of unexpected eager messages, for reuse (kept apart from
+    /// `pool`, whose MTU-sized buffers would overstate `unexpected_bytes`).
+    rx_pool: Vec<Vec<u8>>,
     txq: VecDeque<u32>,
     cq: VecDeque<Cqe>,
     mrs: FxHashMap<u64, Mr>,
@@ -282,6 +285,7 @@ impl<D: Device> Endpoint<D> {
             medium_rx: FxHashMap::default(),
             ctrl: VecDeque::new(),
             pool: Vec::new(),
+            rx_pool: Vec::new(),
             txq: VecDeque::new(),
             cq: VecDeque::new(),
             mrs: FxHashMap::default(),
@@ -532,6 +536,14 @@ impl<D: Device> Endpoint<D> {
 }
 
 impl Core {
+    /// Keeps the buffer of an unexpected message for the next one (up to
+    /// 256 buffers of at most an MTU).
+    pub(crate) fn recycle_bounce(&mut self, b: Vec<u8>) {
+        if b.capacity() <= self.caps.mtu && self.rx_pool.len() < 256 {
+            self.rx_pool.push(b);
+        }
+    }
+
     fn rx_allowed(&self) -> bool {
         self.unexpected_bytes < self.cfg.unexpected_limit
     }
@@ -906,8 +918,11 @@ impl Core {
             }
             if status != Status::Success {
                 // Canceled before it matched (a successful one left its queue when it matched).
-                for q in self.posted.iter_mut().chain(self.unexpected.iter_mut()) {
+                for q in &mut self.posted {
                     q.retain(|k| *k != key);
+                }
+                for q in &mut self.unexpected {
+                    q.retain(|u| !matches!(u, op::Unexpected::Op(k) if *k == key));
                 }
             }
         }

@@ -153,6 +153,26 @@ impl Op {
     }
 }
 
+/// An unexpected message in its queue.
+#[derive(Debug)]
+pub(crate) enum Unexpected {
+    /// Held by an operation entry (medium, long-CTS, long-read, or an
+    /// eager message taken by the general path).
+    Op(u32),
+    /// An eager message received whole (the common small case): no
+    /// operation entry; a matching receive completes from it at once.
+    Eager(EagerMsg),
+}
+
+/// A whole eager message nobody had asked for yet.
+#[derive(Debug)]
+pub(crate) struct EagerMsg {
+    pub peer: u32,
+    pub tag: u64,
+    pub cq_data: Option<u64>,
+    pub data: Vec<u8>,
+}
+
 /// What completing an operation needs of its entry (copied out so the large
 /// entry is dropped in place rather than moved).
 #[derive(Debug, Clone, Copy)]

@@ -4,9 +4,9 @@
 //! the REQ packets of the sender. The long-CTS data phase is in
 //! `longcts.rs`, the long-read one in `longread.rs`.
 
-use super::op::{Op, OpKind};
+use super::op::{Op, OpKind, Unexpected};
 use super::peer::Peer;
-use super::{Addr, Core, CqFlags, Cqe, RecvOpts, SendOpts};
+use super::{Addr, Core, CqFlags, Cqe, RecvDone, RecvOpts, SendOpts};
 use crate::device::{Device, Sent};
 use crate::mem::UserBuf;
 use crate::status::Status;
@@ -19,7 +19,13 @@ fn q(tagged: bool) -> usize {
 
 /// Does a receive (`src`, `tag`, `ignore`) accept a message from `peer` with `tag`?
 pub(crate) fn accepts(op: &Op, peer: u32, tag: u64) -> bool {
-    op.src.is_none_or(|s| s == peer) && (!op.tagged || (op.tag ^ tag) & !op.ignore == 0)
+    takes(op.src, op.tagged.then_some((op.tag, op.ignore)), peer, tag)
+}
+
+/// Whether a receive from `src` (any source: `None`) with `tag` (tag and
+/// ignore mask; `None`: untagged) takes a message from `peer` with `msg_tag`.
+fn takes(src: Option<u32>, tag: Option<(u64, u64)>, peer: u32, msg_tag: u64) -> bool {
+    src.is_none_or(|s| s == peer) && tag.is_none_or(|(t, ignore)| (t ^ msg_tag) & !ignore == 0)
 }
 
 impl Core {
@@ -72,10 +78,10 @@ impl Core {
         let found = if self.unexpected[q(tagged)].is_empty() {
             None
         } else {
-            let probe = make();
-            self.unexpected[q(tagged)]
-                .iter()
-                .position(|&k| self.ops.get(k).is_some_and(|u| accepts(&probe, u.peer, u.tag)))
+            self.unexpected[q(tagged)].iter().position(|u| match u {
+                Unexpected::Op(k) => self.ops.get(*k).is_some_and(|u| takes(opts.src, opts.tag, u.peer, u.tag)),
+                Unexpected::Eager(m) => takes(opts.src, opts.tag, m.peer, m.tag),
+            })
         };
         let Some(pos) = found else {
             // Built in its slot: no copy of the entry on the common path.
@@ -83,8 +89,22 @@ impl Core {
             self.posted[q(tagged)].push_back(key);
             return Ok(());
         };
-        let Some(key) = self.unexpected[q(tagged)].remove(pos) else {
-            return Ok(());
+        let queue = &mut self.unexpected[q(tagged)];
+        let taken = if pos == 0 { queue.pop_front() } else { queue.remove(pos) };
+        let key = match taken {
+            Some(Unexpected::Op(key)) => key,
+            Some(Unexpected::Eager(m)) => {
+                // The whole message is here: complete at once.
+                let n = m.data.len().min(buf.len());
+                buf.write_at(0, &m.data[..n]);
+                self.unexpected_bytes -= m.data.capacity().min(self.unexpected_bytes);
+                let mut e = Cqe::new(opts.context, CqFlags::empty(), 0, Status::Success);
+                RecvDone { tagged, len: m.data.len() as u64, buf, tag: m.tag, cq_data: m.cq_data }.fill(&mut e, m.peer);
+                self.cq.push_back(e);
+                self.recycle_bounce(m.data);
+                return Ok(());
+            }
+            None => return Ok(()),
         };
         let Some(u) = self.ops.get_mut(key) else {
             return Ok(());
@@ -101,6 +121,13 @@ impl Core {
         buf.write_at(0, &bounce[..n]);
         self.unexpected_bytes -= bounce.capacity().min(self.unexpected_bytes);
         let proto = u.ptype.and_then(|t| t.req_info()).map(|i| i.proto);
+        let (eager, peer) = (proto == Some(Subprotocol::Eager) && !u.dc, u.peer);
+        self.recycle_bounce(bounce);
+        if eager {
+            // All of it was in the bounce buffer: nothing else to release.
+            self.complete_eager_recv(key, peer);
+            return Ok(());
+        }
         if proto == Some(Subprotocol::Longcts) {
             self.grant(key);
         }
@@ -150,13 +177,15 @@ impl Core {
                 }
                 let mut op = Op::new(OpKind::Unexpected, peer, 0, UserBuf::empty());
                 op.tagged = info.tagged;
-                op.bounce = vec![0u8; cap as usize];
+                op.bounce = self.rx_pool.pop().unwrap_or_default();
+                op.bounce.clear();
+                op.bounce.resize(cap as usize, 0);
                 self.unexpected_bytes += op.bounce.capacity();
                 let Ok(key) = self.new_op(op) else {
                     self.stats.protocol_errors += 1;
                     return;
                 };
-                self.unexpected[qi].push_back(key);
+                self.unexpected[qi].push_back(Unexpected::Op(key));
                 key
             }
         };
