@@ -281,7 +281,7 @@ impl Core {
     /// most the MTU): the bound the device reserves.
     pub(crate) fn rtm_len(&self, a: &RtmArgs, peer: &Peer) -> usize {
         let (raw_addr, connid) = self.req_opts(peer);
-        let hdr = wire::Req::new(a.ptype).hdr_len()
+        let hdr = a.ptype.req_info().map_or(0, |i| i.fixed_len())
             + raw_addr.map_or(0, |r| r.wire_len())
             + a.cq_data.map_or(0, |_| 8)
             + connid.map_or(0, |_| 4);

@@ -72,6 +72,13 @@ pub struct Layout {
     runt: bool,
 }
 
+impl super::ReqInfo {
+    /// Length of the type's fixed header (before its optional headers).
+    pub fn fixed_len(&self) -> usize {
+        self.layout.len
+    }
+}
+
 impl Layout {
     const fn new(id: LayoutId, fields: &'static [(F, u8)]) -> Layout {
         let mut offs = [NONE; F_COUNT];
