@@ -382,13 +382,13 @@ static void check_null_args(rdm4_ep *a, rdm4_addr dest)
             RDM4_ENOTSUP);
     EXPECT2(rdm4_compare_atomic(a, buf, 1, cmp, res, RDM4_INT64, RDM4_SUM, dest, raddr, rkey, NULL),
             RDM4_EINVAL, RDM4_ENOTSUP);
-    /* Payload larger than a packet; element count overflowing size_t. */
-    static uint64_t big[4096];
-    static uint64_t bigres[4096];
-    EXPECT(rdm4_atomic(a, big, 4096, RDM4_INT64, RDM4_SUM, dest, raddr, rkey, NULL), RDM4_EOVERFLOW);
-    EXPECT(rdm4_fetch_atomic(a, big, 4096, bigres, RDM4_INT64, RDM4_SUM, dest, raddr, rkey, NULL),
+    /* Payload larger than a packet (the shm MTU is 64 KiB); element count overflowing size_t. */
+    static uint64_t big[16384];
+    static uint64_t bigres[16384];
+    EXPECT(rdm4_atomic(a, big, 16384, RDM4_INT64, RDM4_SUM, dest, raddr, rkey, NULL), RDM4_EOVERFLOW);
+    EXPECT(rdm4_fetch_atomic(a, big, 16384, bigres, RDM4_INT64, RDM4_SUM, dest, raddr, rkey, NULL),
            RDM4_EOVERFLOW);
-    EXPECT(rdm4_compare_atomic(a, big, 4096, big, bigres, RDM4_UINT64, RDM4_CSWAP, dest, raddr, rkey, NULL),
+    EXPECT(rdm4_compare_atomic(a, big, 16384, big, bigres, RDM4_UINT64, RDM4_CSWAP, dest, raddr, rkey, NULL),
            RDM4_EOVERFLOW);
     EXPECT(rdm4_atomic(a, buf, SIZE_MAX / 4, RDM4_INT64, RDM4_SUM, dest, raddr, rkey, NULL), RDM4_EOVERFLOW);
 }

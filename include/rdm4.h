@@ -686,7 +686,8 @@ int32_t rdm4_read(struct rdm4_ep *ep,
  * elements of `datatype` at `buf` to the peer's memory at `raddr`
  * (registered with `key` and `RDM4_ACCESS_REMOTE_WRITE`). Atomics towards
  * one peer are applied in the order they were posted. The payload must
- * fit one packet (about 8 KiB).
+ * fit one packet of the device (about 64 KiB over shared memory, see
+ * `RDM4_SHM_MTU`).
  *
  * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `buf`
  * with `count > 0`, `count` 0, an op of another call: `RDM4_ATOMIC_READ`

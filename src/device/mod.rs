@@ -53,6 +53,10 @@ pub struct Caps {
     /// Every successful send completes at once (`Sent::Done`): the engine may
     /// then complete an eager send without keeping an entry for it.
     pub sync_send: bool,
+    /// Smallest two-sided message the device would rather move by one RDMA
+    /// read than by packets (`usize::MAX`: never). The engine uses long-read
+    /// only from the larger of this and `Config::longread_min`.
+    pub longread_min: usize,
 }
 
 /// What became of an accepted send.

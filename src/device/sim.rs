@@ -303,6 +303,7 @@ impl Device for SimDevice {
             rdma_read: rdma,
             rdma_write: rdma,
             sync_send: true,
+            longread_min: 0,
         }
     }
 

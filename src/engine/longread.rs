@@ -2,7 +2,8 @@
 //! (spec §4.7): a large message moves in one RDMA read by the receiver,
 //! straight from the send buffer into the receive buffer.
 //!
-//! - Sender: chosen for messages of at least `Config::longread_min` bytes to
+//! - Sender: chosen for messages of at least `Config::longread_min` bytes
+//!   (and the device's `Caps::longread_min`) to
 //!   a peer whose HANDSHAKE offers RDMA read, when the device can read too.
 //!   The send buffer is registered with the device for remote read for the
 //!   life of the send; the LONGREAD_RTM carries its `read_iov` and no data.
@@ -33,7 +34,7 @@ impl Core {
             && self.caps.rdma_read
             && p.hs_recv
             && p.has(wire::extra::RDMA_READ)
-            && len >= self.cfg.longread_min.max(1)
+            && len >= self.cfg.longread_min.max(self.caps.longread_min).max(1)
             && len as u64 <= u64::from(u32::MAX);
         usable.then(|| PacketType::req_type(ReqFamily::Rtm, Subprotocol::Longread, tagged, false)).flatten()
     }

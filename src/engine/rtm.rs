@@ -42,8 +42,7 @@ impl Core {
         } else {
             2
         };
-        let longread =
-            if proto == 2 && len >= self.cfg.longread_min { self.longread_type(dest, len, tagged) } else { None };
+        let longread = if proto == 2 { self.longread_type(dest, len, tagged) } else { None };
         let mut op = Op::new(OpKind::Send, dest, opts.context, buf);
         op.ptype = Some(longread.unwrap_or(self.rtm_types[proto][usize::from(tagged)]));
         // A long-read send ends with the receiver's EOR.
