@@ -183,6 +183,14 @@ fn peers_without_rdma_or_before_the_handshake_use_long_cts() {
     let mut c = warm_pair(rdma_sim(43), cfg);
     let (fwd, _) = one_message(&mut c, len, len, false, true, "below longread_min");
     assert_eq!(dedup(fwd), vec!["CTSDATA", "LONGCTS_MSGRTM"]);
+    // The device's own threshold counts too: below it long-CTS, from it long-read.
+    let sim = SimConfig { longread_min: 2 << 20, ..rdma_sim(44) };
+    let mut c = warm_pair(sim.clone(), Config::default());
+    let (fwd, _) = one_message(&mut c, len, len, false, true, "below the device's longread_min");
+    assert_eq!(dedup(fwd), vec!["CTSDATA", "LONGCTS_MSGRTM"]);
+    let mut c = warm_pair(sim, Config::default());
+    let (fwd, _) = one_message(&mut c, 2 << 20, 2 << 20, false, true, "at the device's longread_min");
+    assert_eq!(fwd, vec!["LONGREAD_MSGRTM"]);
 }
 
 #[test]

@@ -38,6 +38,8 @@ pub struct SimConfig {
     pub fail_reads: bool,
     /// With `rdma`: the largest single RDMA transfer.
     pub max_rdma_size: u64,
+    /// The device's `Caps::longread_min` hint.
+    pub longread_min: usize,
     /// Record every packet in the log.
     pub capture: bool,
 }
@@ -54,6 +56,7 @@ impl Default for SimConfig {
             rdma: false,
             fail_reads: false,
             max_rdma_size: 1 << 30,
+            longread_min: 0,
             capture: true,
         }
     }
@@ -303,7 +306,7 @@ impl Device for SimDevice {
             rdma_read: rdma,
             rdma_write: rdma,
             sync_send: true,
-            longread_min: 0,
+            longread_min: net.cfg.longread_min,
         }
     }
 
