@@ -101,6 +101,8 @@ fn all_to_all_child() {
     let dev = ShmDevice::open().expect("open shm endpoint");
     let want_cma = env("RDM4_SHM_CMA") != "0";
     assert_eq!(dev.caps().rdma_read, want_cma, "cross-memory attach availability");
+    let longread_min = if want_cma { 65537 } else { usize::MAX };
+    assert_eq!(dev.caps().longread_min, longread_min, "RDM4_SHM_LONGREAD_MIN");
     let mut e = Ep { ep: Endpoint::new(dev, Config::default()), cq: Vec::new() };
     // Region: one slot per writer, then one u64 counter.
     let mut region = OwnedBuf::zeroed(n * SLOT + 8);
@@ -293,9 +295,14 @@ fn is_child(test: &str) -> bool {
     env("RDM4_CHILD_ROLE") == test
 }
 
+/// With `cma`, messages above the medium range move by long-read (one
+/// cross-memory-attach copy); without it, by long-CTS through the ring.
 fn all_to_all(name: &str, n: usize, cma: bool) {
     let (dir, prefix) = scratch(name);
-    let extra = [("RDM4_SHM_CMA", if cma { "1" } else { "0" }.to_string())];
+    let extra = [
+        ("RDM4_SHM_CMA", if cma { "1" } else { "0" }.to_string()),
+        ("RDM4_SHM_LONGREAD_MIN", if cma { "65537" } else { "" }.to_string()),
+    ];
     let children: Vec<_> = (0..n).map(|r| spawn("child_all_to_all", r, n, &dir, &prefix, &extra)).collect();
     wait_all(children);
     assert_eq!(leftovers(&prefix), Vec::<String>::new(), "segments left in /dev/shm");
@@ -317,7 +324,7 @@ fn child_streaming() {
 }
 
 #[test]
-fn eight_processes_all_to_all_with_cross_memory_attach() {
+fn eight_processes_all_to_all_with_cross_memory_attach_and_long_read() {
     if env("RDM4_CHILD_ROLE").is_empty() {
         all_to_all("cma", 8, true);
     }
