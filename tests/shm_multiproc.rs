@@ -347,7 +347,9 @@ fn a_peer_killed_mid_transfer_fails_operations_and_a_restart_at_its_id_works() {
     let mut me =
         Ep { ep: Endpoint::new(ShmDevice::open_with(cfg.clone()).unwrap(), Config::default()), cq: Vec::new() };
     let victim_id = 77u32;
-    let extra = [("RDM4_SHM_EPID", victim_id.to_string())];
+    // A small ring (256 KiB) for the victim: most of the 8 MiB sent cannot
+    // have left the sender when the victim dies.
+    let extra = [("RDM4_SHM_EPID", victim_id.to_string()), ("RDM4_SHM_SLOTS", "4".to_string())];
     let mut child = spawn("child_streaming", 1, 2, &dir, &prefix, &extra);
     let t = Instant::now();
     while !flag(&dir, "1.ready") {
@@ -650,4 +652,84 @@ fn rdma_with_a_bad_key_bounds_or_access_is_refused_and_moves_nothing() {
     assert_eq!(&local.bytes()[..200], &region.bytes()[100..300]);
     drop((owner, user));
     clean_up(&prefix, &dir);
+}
+
+/// Inside a private 3 MiB `/dev/shm` (see the test below): the first
+/// endpoint gets a smaller ring than the default 8 MiB, later ones smaller
+/// still, the one that does not fit fails with `NoMem`, and the endpoints
+/// that opened carry traffic through every page of their rings.
+fn small_shm_child() {
+    let prefix = env("RDM4_SHM_PREFIX");
+    let seg_len = |d: &ShmDevice| std::fs::metadata(format!("/dev/shm/{}", d.segment_name())).unwrap().len();
+    let mut eps = Vec::new();
+    let err = loop {
+        match ShmDevice::open_with(ShmConfig { prefix: prefix.clone(), ..ShmConfig::default() }) {
+            Ok(d) => eps.push(d),
+            Err(e) => break e,
+        }
+        assert!(eps.len() < 16, "a 3 MiB /dev/shm held {} endpoints", eps.len());
+    };
+    assert_eq!(err, Status::NoMem);
+    assert!(eps.len() >= 2, "{} endpoints opened", eps.len());
+    let lens: Vec<u64> = eps.iter().map(seg_len).collect();
+    assert!(lens.iter().sum::<u64>() <= 3 << 20, "{lens:?}");
+    assert!(lens.windows(2).all(|w| w[0] >= w[1]) && lens[0] > lens[lens.len() - 1], "{lens:?}");
+    // Every page of the largest and the smallest ring, several times over.
+    let last = eps.len() - 1;
+    for (rx, tx) in [(0, last), (last, 0)] {
+        let ring = lens[rx];
+        let to = eps[rx].local_addr();
+        let ah = eps[tx].insert(&to).unwrap();
+        let pkt = |k: u64| pattern(60_000, k);
+        let total = 3 * ring / 60_000 + 1;
+        let (mut sent, mut got) = (0u64, 0u64);
+        let t = Instant::now();
+        while got < total {
+            assert!(t.elapsed() < LIMIT, "{got} of {total} packets");
+            if sent < total && eps[tx].send(ah, &pkt(sent), 0).is_ok() {
+                sent += 1;
+            }
+            eps[rx].recv(8, &mut |_, p| {
+                assert!(p == pkt(got).as_slice(), "packet {got}");
+                got += 1;
+            });
+        }
+    }
+}
+
+#[test]
+fn child_small_shm() {
+    if is_child("child_small_shm") {
+        small_shm_child();
+    }
+}
+
+#[test]
+fn a_small_dev_shm_gets_smaller_rings_and_a_clean_error_never_a_sigbus() {
+    if !env("RDM4_CHILD_ROLE").is_empty() {
+        return;
+    }
+    // A private mount namespace (as a mapped root user) with a 3 MiB tmpfs
+    // on /dev/shm, like a container's; it goes away with the child.
+    let probe = Command::new("unshare").args(["-rm", "true"]).status();
+    if !probe.is_ok_and(|s| s.success()) {
+        eprintln!("SKIPPED: unprivileged mount namespaces are not available here (unshare -rm)");
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new("unshare")
+        .args(["-rm", "sh", "-c", "mount -t tmpfs -o size=3m tmpfs /dev/shm && exec \"$0\" \"$@\""])
+        .arg(exe)
+        .args(["--exact", "child_small_shm", "--nocapture", "--test-threads=1"])
+        .env("RDM4_CHILD_ROLE", "child_small_shm")
+        .env("RDM4_SHM_PREFIX", "rdm4small")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "child: {:?}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -101,7 +101,9 @@ pub struct ShmConfig {
     /// Open exactly this endpoint id (else the first free one).
     pub epid: Option<u32>,
     /// Ring size in full-size packets (a power of two, at least 2): the
-    /// ring holds `slots` × `mtu` bytes, rounded up to a power of two.
+    /// ring holds `slots` × `mtu` bytes, rounded up to a power of two. Its
+    /// memory is allocated at open; where `/dev/shm` has less room, the ring
+    /// is halved until it fits.
     pub slots: u32,
     /// Largest packet (a multiple of 64).
     pub mtu: u32,
@@ -635,6 +637,27 @@ impl ShmDevice {
         Err(Status::Busy)
     }
 
+    /// Sizes the new segment and has its memory allocated now: a tmpfs that
+    /// runs out (a container's small `/dev/shm`) fails here, cleanly, rather
+    /// than with SIGBUS when the ring first reaches a page it cannot have.
+    /// When the full ring does not fit, the ring is halved until it does
+    /// (down to two full-size packets); false when not even that fits.
+    fn size_segment(fd: RawFd, cfg: &ShmConfig) -> (Shape, bool) {
+        let seal = random_u64() | 1 << 63;
+        let mut slots = cfg.slots;
+        loop {
+            let shape = Shape::new(slots, cfg.mtu, seal);
+            let len = shape.total() as libc::off_t;
+            // SAFETY: sizing and allocating the descriptor we created.
+            let ok = unsafe { libc::ftruncate(fd, len) == 0 && libc::posix_fallocate(fd, 0, len) == 0 };
+            let smaller = Shape::new(slots / 2, cfg.mtu, seal);
+            if ok || slots <= 2 || smaller.ring == shape.ring {
+                return (shape, ok);
+            }
+            slots /= 2;
+        }
+    }
+
     fn create(cfg: &ShmConfig, name: &str, epid: u32) -> Result<ShmDevice, Status> {
         let c = cstr(&format!("/{name}"));
         // SAFETY: valid name; exclusive creation.
@@ -646,9 +669,7 @@ impl ShmDevice {
                 Status::Io
             });
         }
-        let shape = Shape::new(cfg.slots, cfg.mtu, random_u64() | 1 << 63);
-        // SAFETY: sizing the descriptor we created.
-        let sized = unsafe { libc::ftruncate(fd, shape.total() as libc::off_t) } == 0;
+        let (shape, sized) = Self::size_segment(fd, cfg);
         let map = if sized { Mapping::map(fd, shape.total()) } else { Err(Status::NoMem) };
         // SAFETY: closing our descriptor; the mapping keeps the memory.
         unsafe { libc::close(fd) };
