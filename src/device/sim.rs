@@ -9,6 +9,7 @@
 
 use crate::fxhash::FxHashMap;
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::rc::Rc;
 
 use super::{Access, Ah, Caps, DevError, DevEvent, Device, Sent};
@@ -105,10 +106,10 @@ struct Mr {
 struct Node {
     addr: RawAddr,
     alive: bool,
-    inbox: Vec<InPkt>,
+    inbox: VecDeque<InPkt>,
     /// ah -> node index (`None` once removed).
     ahs: Vec<Option<usize>>,
-    by_node: FxHashMap<usize, Ah>,
+    by_node: Vec<Option<Ah>>,
     events: Vec<DevEvent>,
     mrs: FxHashMap<u64, Mr>,
 }
@@ -173,9 +174,9 @@ impl SimNet {
         net.nodes.push(Node {
             addr,
             alive: true,
-            inbox: Vec::new(),
+            inbox: VecDeque::new(),
             ahs: Vec::new(),
-            by_node: FxHashMap::default(),
+            by_node: Vec::new(),
             events: Vec::new(),
             mrs: FxHashMap::default(),
         });
@@ -218,7 +219,7 @@ impl SimNet {
         let dropped: Vec<_> = net.nodes[node].inbox.drain(..).map(|p| p.data).collect();
         net.pool.extend(dropped);
         for n in net.nodes.iter_mut() {
-            if let Some(&ah) = n.by_node.get(&node) {
+            if let Some(&Some(ah)) = n.by_node.get(node) {
                 n.events.push(DevEvent::PeerLost { ah });
             }
         }
@@ -318,12 +319,15 @@ impl Device for SimDevice {
         let mut net = self.net.borrow_mut();
         let target = net.nodes.iter().position(|n| n.addr == *addr).ok_or(Status::NoAddr)?;
         let node = &mut net.nodes[self.me];
-        if let Some(&ah) = node.by_node.get(&target) {
+        if let Some(&Some(ah)) = node.by_node.get(target) {
             return Ok(ah);
         }
         let ah = node.ahs.len() as Ah;
         node.ahs.push(Some(target));
-        node.by_node.insert(target, ah);
+        if node.by_node.len() <= target {
+            node.by_node.resize(target + 1, None);
+        }
+        node.by_node[target] = Some(ah);
         Ok(ah)
     }
 
@@ -332,7 +336,7 @@ impl Device for SimDevice {
         let node = &mut net.nodes[self.me];
         if let Some(Some(target)) = node.ahs.get(ah as usize).copied() {
             node.ahs[ah as usize] = None;
-            node.by_node.remove(&target);
+            node.by_node[target] = None;
         }
     }
 
@@ -367,7 +371,7 @@ impl Device for SimDevice {
         if net.cfg.capture {
             net.log.push(SimRecord { from: me, to: target, ptype: data[0], len });
         }
-        net.nodes[target].inbox.push(InPkt { from: me, at, len, data });
+        net.nodes[target].inbox.push_back(InPkt { from: me, at, len, data });
         Ok(Sent::Done)
     }
 
@@ -397,8 +401,11 @@ impl Device for SimDevice {
                 } else {
                     0
                 };
-                let pkt = if reorder { node.inbox.swap_remove(idx) } else { node.inbox.remove(0) };
-                let from = node.by_node.get(&pkt.from).copied();
+                let Some(pkt) = (if reorder { node.inbox.swap_remove_back(idx) } else { node.inbox.pop_front() })
+                else {
+                    break;
+                };
+                let from = node.by_node.get(pkt.from).copied().flatten();
                 (from, pkt.data, pkt.len)
             };
             f(pkt.0, &pkt.1[..pkt.2]);
@@ -409,7 +416,11 @@ impl Device for SimDevice {
     }
 
     fn events(&mut self, out: &mut Vec<DevEvent>) {
-        out.append(&mut self.net.borrow_mut().nodes[self.me].events);
+        let mut net = self.net.borrow_mut();
+        let events = &mut net.nodes[self.me].events;
+        if !events.is_empty() {
+            out.append(events);
+        }
     }
 
     fn reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {
