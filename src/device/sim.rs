@@ -360,7 +360,9 @@ impl Device for SimDevice {
         // Exactly the bytes the caller asked for: a bound too small shows.
         let cap = max_len.min(net.cfg.mtu);
         let mut data = net.pool.pop().unwrap_or_default();
-        data.resize(cap, 0);
+        if data.len() < cap {
+            data.resize(cap, 0); // pooled buffers keep their length: cleared once
+        }
         let len = build(&mut data[..cap]).min(cap);
         if len == 0 || !alive {
             net.pool.push(data);
