@@ -8,6 +8,7 @@ use rdm4::device::sim::SimConfig;
 use rdm4::device::Access;
 use rdm4::engine::{Config, CqFlags, RecvOpts, RemoteBuf, SendOpts};
 use rdm4::mem::OwnedBuf;
+use rdm4::wire::PacketType;
 use rdm4::Status;
 
 const SEEDS: [u64; 3] = [1, 2, 3];
@@ -684,4 +685,37 @@ fn unexpected_eager_messages_match_by_source_and_tag_in_order_and_truncate() {
     assert!(short.bytes()[10..].iter().all(|&b| b == 0xEE), "wrote past the short buffer");
     assert_eq!(&r6.bytes()[..30], &pattern(30, 6)[..]);
     assert_eq!(c.eps[1].unexpected_bytes(), 0);
+}
+
+/// With a large MTU, a medium message still goes in segments of about
+/// sqrt(2 KiB × size) (at least 4 KiB), each packet no longer than its
+/// segment plus the header — so a lone message is copied in a pipeline —
+/// and a message up to `eager_max` goes in one EAGER packet.
+#[test]
+fn medium_messages_go_in_segments_that_grow_with_the_square_root_of_the_size() {
+    let sim = SimConfig { mtu: 65_536, ..SimConfig::chaotic(7) };
+    let cfg = Config::default();
+    for (len, segs) in [(cfg.eager_max, 1usize), (cfg.eager_max + 1, 3), (40_000, 5), (65_536, 6)] {
+        let mut c = Cluster::new(2, sim.clone(), cfg.clone());
+        c.net.clear_log();
+        let data = pattern(len, len as u64);
+        let mut src = OwnedBuf::from_slice(&data);
+        let mut dst = OwnedBuf::zeroed(len);
+        c.eps[1].recv(dst.buf(), RecvOpts::default()).unwrap();
+        c.eps[0].send(c.addrs[0][1], src.buf(), SendOpts::default()).unwrap();
+        c.run_until(2_000_000, |c| !c.cqs[0].is_empty() && !c.cqs[1].is_empty());
+        assert_eq!(c.take_cq(1)[0].status, Status::Success, "len {len}");
+        assert!(dst.bytes() == data.as_slice(), "len {len}: data");
+        let data_pkts: Vec<_> = c.net.log().into_iter().filter(|r| r.from == 0 && r.len > 1000).collect();
+        let want = if segs == 1 { "EAGER_MSGRTM" } else { "MEDIUM_MSGRTM" };
+        assert!(
+            data_pkts.iter().all(|r| PacketType::from_u8(r.ptype).map(|t| t.name()) == Some(want)),
+            "len {len}: {data_pkts:?}"
+        );
+        assert_eq!(data_pkts.len(), segs, "len {len}: {data_pkts:?}");
+        let seg = ((((len as f64) * 2048.0).sqrt() as usize + 63) & !63).max(4096);
+        if segs > 1 {
+            assert!(data_pkts.iter().all(|r| r.len <= seg + 64), "len {len}, segment {seg}: {data_pkts:?}");
+        }
+    }
 }

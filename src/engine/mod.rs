@@ -71,8 +71,9 @@ pub struct Config {
     /// Messages longer than one packet and up to this many bytes use the
     /// medium protocol; longer ones use long-CTS.
     pub medium_max: usize,
-    /// Messages up to this many bytes use eager when they fit one packet
-    /// (`usize::MAX`: whenever they fit).
+    /// Messages up to this many bytes use eager when they fit one packet;
+    /// longer ones up to `medium_max` use medium, in segments that let the
+    /// receiver copy while the sender copies (see `rtm::medium_segment`).
     pub eager_max: usize,
     /// CTSDATA packets a receiver grants per CTS at most.
     pub max_credits: u32,
@@ -108,7 +109,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             medium_max: 64 * 1024,
-            eager_max: usize::MAX,
+            eager_max: 16 * 1024,
             max_credits: 64,
             credit_request: 64,
             unexpected_limit: 64 << 20,
@@ -839,17 +840,22 @@ impl Core {
         }
     }
 
-    /// A bound on the next packet of operation `key`: exact for the first
-    /// packet of an eager send (the small packets a device may pack
-    /// densely), the MTU otherwise.
+    /// A bound on the next packet of operation `key`: exact for the packets
+    /// of eager and medium sends (a device packs packets by their size), the
+    /// MTU otherwise.
     fn packet_bound(&self, key: u32) -> usize {
         let mtu = self.caps.mtu;
         let Some(op) = self.ops.get(key) else { return mtu };
-        let Some(ptype) = op.ptype.filter(|t| t.req_info().is_some_and(|i| i.proto == Subprotocol::Eager)) else {
+        let exact = |t: &PacketType| {
+            t.req_info().is_some_and(|i| {
+                i.family == ReqFamily::Rtm && matches!(i.proto, Subprotocol::Eager | Subprotocol::Medium)
+            })
+        };
+        let Some(ptype) = op.ptype.filter(exact) else {
             return mtu;
         };
         match self.peers.get(op.peer) {
-            Some(peer) if op.kind == OpKind::Send && !op.started => {
+            Some(peer) if op.kind == OpKind::Send && (!op.started || op.sent < op.len) => {
                 self.rtm_len(&rtm::RtmArgs::of(key, ptype, op), peer)
             }
             _ => mtu,
