@@ -72,10 +72,8 @@
 //! `RDM4_SHM_LONGREAD_MIN` (default: never, see [`ShmConfig::longread_min`]),
 //! `RDM4_SHM_PEER_CHECK_MS` (default 100).
 
-use std::ffi::CString;
 use std::os::fd::RawFd;
-use std::ptr::NonNull;
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
 
 use super::{Access, Ah, Caps, DevError, DevEvent, Device, Sent};
@@ -83,6 +81,14 @@ use crate::fxhash::FxHashMap;
 use crate::mem::UserBuf;
 use crate::status::Status;
 use crate::wire::RawAddr;
+
+mod segment;
+
+pub use segment::remove_stale_segments;
+use segment::{
+    alive, cstr, entry_len, fifo_path, host_gid, is_stale, off, open_existing, random_u64, seg_name, start_time,
+    unlink_segment, Mapping, OpenLock, Shape,
+};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"rdm4shm1");
 const LAYOUT_VERSION: u32 = 4;
@@ -164,147 +170,6 @@ impl ShmConfig {
     }
 }
 
-/// A mapped segment.
-struct Mapping {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-impl Mapping {
-    fn map(fd: RawFd, len: usize) -> Result<Mapping, Status> {
-        // SAFETY: a fresh shared mapping of an open descriptor; checked for failure.
-        let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
-        };
-        if p == libc::MAP_FAILED {
-            return Err(Status::Io);
-        }
-        NonNull::new(p.cast()).map(|ptr| Mapping { ptr, len }).ok_or(Status::Io)
-    }
-
-    fn base(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
-
-    /// An atomic u64 at `off` (8-aligned, in bounds).
-    fn u64_at(&self, off: usize) -> &AtomicU64 {
-        assert!(off % 8 == 0 && off + 8 <= self.len);
-        // SAFETY: in bounds and aligned (mmap is page-aligned); shared memory
-        // is accessed only through atomics or after publication.
-        unsafe { &*self.base().add(off).cast::<AtomicU64>() }
-    }
-
-    /// An atomic u32 at `off` (4-aligned, in bounds).
-    fn u32_at(&self, off: usize) -> &AtomicU32 {
-        assert!(off % 4 == 0 && off + 4 <= self.len);
-        // SAFETY: as `u64_at`.
-        unsafe { &*self.base().add(off).cast::<AtomicU32>() }
-    }
-
-    /// `len` bytes at `off` (in bounds).
-    #[allow(clippy::mut_from_ref)]
-    fn bytes(&self, off: usize, len: usize) -> &mut [u8] {
-        assert!(off + len <= self.len);
-        // SAFETY: in bounds; the ring protocol gives one side at a time the
-        // slot these bytes belong to.
-        unsafe { std::slice::from_raw_parts_mut(self.base().add(off), len) }
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: unmapping what `map` mapped.
-        unsafe { libc::munmap(self.base().cast(), self.len) };
-    }
-}
-
-// SAFETY: the mapping is plain shared memory accessed through atomics and
-// the ring protocol; moving it between threads is fine.
-unsafe impl Send for Mapping {}
-
-/// Header field offsets.
-mod off {
-    pub const MAGIC: usize = 0;
-    pub const VERSION: usize = 8;
-    pub const RING_SHIFT: usize = 12;
-    pub const MTU: usize = 20;
-    pub const PID: usize = 24;
-    pub const EPID: usize = 28;
-    pub const CONNID: usize = 32;
-    pub const CLOSING: usize = 36;
-    pub const START: usize = 40;
-    pub const SLEEPING: usize = 48;
-    pub const SEAL: usize = 56;
-    pub const TAIL: usize = 64;
-    pub const HEAD: usize = 128;
-}
-
-/// A segment's shape, from its header.
-#[derive(Debug, Clone, Copy)]
-struct Shape {
-    /// Ring bytes (a power of two).
-    ring: usize,
-    mtu: usize,
-    /// XORed into published positions (top bit set).
-    seal: u64,
-}
-
-impl Shape {
-    /// The shape of a ring for `slots` packets of `mtu` bytes.
-    fn new(slots: u32, mtu: u32, seal: u64) -> Shape {
-        let mtu = mtu as usize;
-        let ring = (slots as usize * mtu).max(2 * entry_len(mtu)).next_power_of_two();
-        Shape { ring, mtu, seal }
-    }
-
-    /// Whether a mapped segment's shape is usable: a whole number of cache
-    /// lines, room for two full-size entries (an entry and the padding
-    /// before it), sealed.
-    fn valid(&self, map_len: usize) -> bool {
-        self.ring.is_power_of_two()
-            && self.mtu % 64 == 0
-            && self.ring >= 2 * entry_len(self.mtu)
-            && self.seal >> 63 == 1
-            && self.total() <= map_len
-    }
-
-    fn mr_off(&self) -> usize {
-        HDR_LEN + self.ring
-    }
-
-    fn total(&self) -> usize {
-        self.mr_off() + MR_ENTRIES * MR_ENTRY_LEN
-    }
-
-    /// Offset in the ring of byte position `pos`.
-    fn at(&self, pos: u64) -> usize {
-        pos as usize & (self.ring - 1)
-    }
-
-    /// The first word of a published entry at `pos`.
-    fn sealed(&self, pos: u64) -> u64 {
-        (pos + 1) ^ self.seal
-    }
-}
-
-/// Ring bytes an entry of a packet of up to `len` bytes takes.
-fn entry_len(len: usize) -> usize {
-    (SLOT_HDR + len).next_multiple_of(64)
-}
-
-fn uid() -> u32 {
-    // SAFETY: getuid has no preconditions.
-    unsafe { libc::getuid() }
-}
-
-fn seg_name(prefix: &str, epid: u32) -> String {
-    format!("{prefix}-{}-{epid}", uid())
-}
-
-fn cstr(s: &str) -> CString {
-    CString::new(s).unwrap_or_default()
-}
-
 /// `CLOCK_MONOTONIC_COARSE`: milliseconds-grained, and cheap enough to read
 /// on every poll.
 fn coarse_now() -> Duration {
@@ -355,56 +220,6 @@ fn sleeper_fence() {
     unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) };
 }
 
-fn fifo_path(name: &str) -> String {
-    format!("/dev/shm/{name}.fifo")
-}
-
-/// A process's start time (clock ticks since boot), to tell a pid's owner
-/// from a later process that reused the pid.
-fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().nth(19)?.parse().ok()
-}
-
-/// The owner `pid` started at `start` still runs (a zombie does not count).
-fn alive(pid: u32, start: u64) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-    let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return false };
-    let mut fields = after.split_whitespace();
-    let state = fields.next();
-    pid != 0 && state != Some("Z") && fields.nth(18).and_then(|t| t.parse().ok()) == Some(start)
-}
-
-/// Serialises endpoint creation and stale-segment removal between processes
-/// (two opens that meet the same stale segment must not both remove it: the
-/// second would remove the first's new segment). Held while open.
-struct OpenLock(RawFd);
-
-impl OpenLock {
-    fn take() -> OpenLock {
-        let dir = cstr("/dev/shm");
-        // SAFETY: valid path; flock on the directory descriptor; failures
-        // leave the lock untaken (creation is then only as safe as O_EXCL).
-        unsafe {
-            let fd = libc::open(dir.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC);
-            if fd >= 0 {
-                libc::flock(fd, libc::LOCK_EX);
-            }
-            OpenLock(fd)
-        }
-    }
-}
-
-impl Drop for OpenLock {
-    fn drop(&mut self) {
-        if self.0 >= 0 {
-            // SAFETY: closing our descriptor releases the lock.
-            unsafe { libc::close(self.0) };
-        }
-    }
-}
-
 impl ShmDevice {
     /// A fresh random registration key.
     fn next_key(&mut self) -> u64 {
@@ -420,109 +235,6 @@ impl ShmDevice {
         }
         self.keys.pop().unwrap_or_else(random_u64)
     }
-}
-
-fn random_u64() -> u64 {
-    let mut b = [0u8; 8];
-    // SAFETY: writes at most 8 bytes into `b`.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };
-    if n != 8 {
-        // Fall back to the clock and the pid; keys then are only hard to guess.
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-        return t ^ (u64::from(std::process::id()) << 32) ^ 0x9E37_79B9_7F4A_7C15;
-    }
-    u64::from_le_bytes(b)
-}
-
-/// The host identity: the boot ID, as 16 bytes.
-fn host_gid() -> [u8; 16] {
-    let mut gid = [0u8; 16];
-    if let Ok(s) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") {
-        let hex: Vec<u8> = s.bytes().filter(u8::is_ascii_hexdigit).collect();
-        for (i, pair) in hex.chunks(2).take(16).enumerate() {
-            let txt = std::str::from_utf8(pair).unwrap_or("0");
-            gid[i] = u8::from_str_radix(txt, 16).unwrap_or(0);
-        }
-    }
-    gid
-}
-
-/// Opens an existing segment read-write and maps it whole; checks its header.
-fn open_existing(name: &str) -> Result<(Mapping, Shape), Status> {
-    let c = cstr(&format!("/{name}"));
-    // SAFETY: valid NUL-terminated name.
-    let fd = unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR, 0) };
-    if fd < 0 {
-        return Err(Status::NoAddr);
-    }
-    let result = (|| {
-        // SAFETY: fstat into a zeroed struct of the right type.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        if unsafe { libc::fstat(fd, &mut st) } != 0 || (st.st_size as usize) < HDR_LEN {
-            return Err(Status::NoAddr);
-        }
-        let m = Mapping::map(fd, st.st_size as usize)?;
-        if m.u64_at(off::MAGIC).load(Ordering::Acquire) != MAGIC
-            || m.u32_at(off::VERSION).load(Ordering::Relaxed) != LAYOUT_VERSION
-        {
-            return Err(Status::NoAddr);
-        }
-        let shift = m.u32_at(off::RING_SHIFT).load(Ordering::Relaxed);
-        let shape = Shape {
-            ring: 1usize.checked_shl(shift).filter(|_| shift < 40).unwrap_or(0),
-            mtu: m.u32_at(off::MTU).load(Ordering::Relaxed) as usize,
-            seal: m.u64_at(off::SEAL).load(Ordering::Relaxed),
-        };
-        if !shape.valid(m.len) {
-            return Err(Status::NoAddr);
-        }
-        Ok((m, shape))
-    })();
-    // SAFETY: closing the descriptor we opened; the mapping stays valid.
-    unsafe { libc::close(fd) };
-    result
-}
-
-/// True when the segment `name` exists and its owner is gone (or it was
-/// never finished and is old); such a segment may be removed.
-fn is_stale(name: &str) -> bool {
-    match open_existing(name) {
-        Ok((m, _)) => {
-            let pid = m.u32_at(off::PID).load(Ordering::Relaxed);
-            let start = m.u64_at(off::START).load(Ordering::Relaxed);
-            !alive(pid, start)
-        }
-        // No valid header: stale unless someone is creating it right now.
-        Err(_) => std::fs::metadata(format!("/dev/shm/{name}"))
-            .and_then(|md| md.modified())
-            .is_ok_and(|t| t.elapsed().unwrap_or_default() > Duration::from_secs(5)),
-    }
-}
-
-fn unlink_segment(name: &str) {
-    let c = cstr(&format!("/{name}"));
-    // SAFETY: valid NUL-terminated names; failure (already gone) is fine.
-    unsafe {
-        libc::shm_unlink(c.as_ptr());
-        let f = cstr(&fifo_path(name));
-        libc::unlink(f.as_ptr());
-    }
-}
-
-/// Removes every stale segment of `prefix` (of this user); returns how many.
-pub fn remove_stale_segments(prefix: &str) -> usize {
-    let _lock = OpenLock::take();
-    let lead = format!("{prefix}-{}-", uid());
-    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return 0 };
-    let mut n = 0;
-    for e in dir.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with(&lead) && !name.ends_with(".fifo") && is_stale(&name) {
-            unlink_segment(&name);
-            n += 1;
-        }
-    }
-    n
 }
 
 /// A peer's segment as mapped by this endpoint.
@@ -1163,115 +875,4 @@ impl Device for ShmDevice {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Two endpoints of one process with a small ring; `b` is `a`'s peer.
-    fn pair(name: &str, slots: u32) -> (ShmDevice, ShmDevice, Ah) {
-        let cfg =
-            ShmConfig { prefix: format!("rdm4u{}{name}", std::process::id()), slots, mtu: 256, ..ShmConfig::default() };
-        let a = ShmDevice::open_with(cfg.clone()).unwrap();
-        let mut b = ShmDevice::open_with(cfg).unwrap();
-        let ah = b.insert(&a.local_addr()).unwrap();
-        (a, b, ah)
-    }
-
-    fn packet(k: usize, len: usize) -> Vec<u8> {
-        (0..len).map(|i| (k * 31 + i * 7) as u8).collect()
-    }
-
-    #[test]
-    fn packets_of_every_length_cross_the_ring_end_in_order_and_intact() {
-        let (mut rx, mut tx, ah) = pair("order", 2);
-        assert_eq!(rx.shape.ring, 1024, "2 x 256 bytes, room for two full entries");
-        let mut want = std::collections::VecDeque::new();
-        let (mut sent, mut got, mut again, mut skipped) = (0usize, 0usize, 0usize, 0usize);
-        let mut k = 0usize;
-        while got < 2000 {
-            assert!(k < 100_000, "no progress");
-            k += 1;
-            // Lengths 0..=256 in a shuffled order; bounds exact, larger, or
-            // past the MTU; bursts of up to 6 sends between reads.
-            let len = (k * 97) % 257;
-            let max_len = match k % 3 {
-                0 => len,
-                1 => len + (k % 50),
-                _ => 10_000,
-            };
-            let p = packet(k, len);
-            let r = tx.send_with(ah, 0, max_len, &mut |buf| {
-                assert_eq!(buf.len(), max_len.min(256), "the buffer is the bound");
-                buf[..len].copy_from_slice(&p);
-                len
-            });
-            match r {
-                Ok(Sent::Done) => {
-                    sent += 1;
-                    // An empty packet is not delivered.
-                    if len > 0 {
-                        want.push_back(p);
-                    } else {
-                        skipped += 1;
-                    }
-                }
-                Err(DevError::Again) => again += 1,
-                other => panic!("send: {other:?}"),
-            }
-            // Read a few, often none, so the ring fills now and then.
-            let max = if k % 7 == 0 { [1, 3, 8][k % 3] } else { 0 };
-            rx.recv(max, &mut |from, pkt| {
-                assert_eq!(from, None, "the sender is not in rx's address vector");
-                assert_eq!(want.pop_front().as_deref(), Some(pkt), "packet {got}");
-                got += 1;
-            });
-        }
-        assert!(again > 0, "the ring never filled");
-        assert!(skipped > 0 && sent > got);
-        // 2000 packets of ~128 bytes went around a 1 KiB ring many times.
-        assert!(rx.head > 100 * 1024);
-    }
-
-    #[test]
-    fn a_peer_scribbling_entry_headers_gets_nothing_delivered_and_the_ring_goes_on() {
-        let (mut rx, mut tx, ah) = pair("scribble", 4);
-        let seal = rx.map.u64_at(off::SEAL).load(Ordering::Relaxed);
-        let tail = rx.map.u64_at(off::TAIL);
-        let ring = rx.shape.ring;
-        // Forged entries, each in 64 bytes claimed as a producer would:
-        // (length, entry length) that no producer writes.
-        let forged = [(300u32, 64u32), (41, 63), (10, 0), (10, 1 << 30), (0, 64), (u32::MAX, 64)];
-        for (len, span) in forged {
-            let pos = tail.fetch_add(64, Ordering::Relaxed);
-            let e = HDR_LEN + (pos as usize & (ring - 1));
-            rx.map.u32_at(e + 16).store(len, Ordering::Relaxed);
-            rx.map.u32_at(e + 20).store(span, Ordering::Relaxed);
-            rx.map.u64_at(e).store((pos + 1) ^ seal, Ordering::Release);
-        }
-        let mut n = 0;
-        rx.recv(64, &mut |_, pkt| panic!("delivered a forged entry of {} bytes", pkt.len()));
-        assert_eq!(rx.head, 64 * forged.len() as u64);
-        // A real packet after them arrives.
-        tx.send(ah, b"after", 0).unwrap();
-        rx.recv(64, &mut |_, pkt| {
-            assert_eq!(pkt, b"after");
-            n += 1;
-        });
-        assert_eq!(n, 1);
-    }
-
-    #[test]
-    fn small_packets_take_one_cache_line_each() {
-        let (mut rx, mut tx, ah) = pair("dense", 2);
-        for k in 0..10u8 {
-            tx.send_with(ah, 0, 40, &mut |buf| {
-                buf[..8].fill(k);
-                8
-            })
-            .unwrap();
-        }
-        let mut seen = Vec::new();
-        assert_eq!(rx.recv(64, &mut |_, p| seen.push(p[0])), 10);
-        assert_eq!(seen, (0..10).collect::<Vec<u8>>());
-        assert_eq!(rx.head, 640, "ten entries of 24 + 40 bytes");
-    }
-}
+mod tests;

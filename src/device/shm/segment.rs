@@ -1,0 +1,306 @@
+//! The shared-memory segment itself: the mapping, the header's field
+//! offsets, the ring's shape, segment names, and finding and removing the
+//! segments of processes that are gone.
+
+use std::ffi::CString;
+use std::os::fd::RawFd;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::{HDR_LEN, LAYOUT_VERSION, MAGIC, MR_ENTRIES, MR_ENTRY_LEN, SLOT_HDR};
+use crate::status::Status;
+
+/// A mapped segment.
+pub(super) struct Mapping {
+    ptr: NonNull<u8>,
+    pub(super) len: usize,
+}
+
+impl Mapping {
+    pub(super) fn map(fd: RawFd, len: usize) -> Result<Mapping, Status> {
+        // SAFETY: a fresh shared mapping of an open descriptor; checked for failure.
+        let p = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
+        };
+        if p == libc::MAP_FAILED {
+            return Err(Status::Io);
+        }
+        NonNull::new(p.cast()).map(|ptr| Mapping { ptr, len }).ok_or(Status::Io)
+    }
+
+    pub(super) fn base(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// An atomic u64 at `off` (8-aligned, in bounds).
+    pub(super) fn u64_at(&self, off: usize) -> &AtomicU64 {
+        assert!(off % 8 == 0 && off + 8 <= self.len);
+        // SAFETY: in bounds and aligned (mmap is page-aligned); shared memory
+        // is accessed only through atomics or after publication.
+        unsafe { &*self.base().add(off).cast::<AtomicU64>() }
+    }
+
+    /// An atomic u32 at `off` (4-aligned, in bounds).
+    pub(super) fn u32_at(&self, off: usize) -> &AtomicU32 {
+        assert!(off % 4 == 0 && off + 4 <= self.len);
+        // SAFETY: as `u64_at`.
+        unsafe { &*self.base().add(off).cast::<AtomicU32>() }
+    }
+
+    /// `len` bytes at `off` (in bounds).
+    #[allow(clippy::mut_from_ref)]
+    pub(super) fn bytes(&self, off: usize, len: usize) -> &mut [u8] {
+        assert!(off + len <= self.len);
+        // SAFETY: in bounds; the ring protocol gives one side at a time the
+        // slot these bytes belong to.
+        unsafe { std::slice::from_raw_parts_mut(self.base().add(off), len) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping what `map` mapped.
+        unsafe { libc::munmap(self.base().cast(), self.len) };
+    }
+}
+
+// SAFETY: the mapping is plain shared memory accessed through atomics and
+// the ring protocol; moving it between threads is fine.
+unsafe impl Send for Mapping {}
+
+/// Header field offsets.
+pub(super) mod off {
+    pub const MAGIC: usize = 0;
+    pub const VERSION: usize = 8;
+    pub const RING_SHIFT: usize = 12;
+    pub const MTU: usize = 20;
+    pub const PID: usize = 24;
+    pub const EPID: usize = 28;
+    pub const CONNID: usize = 32;
+    pub const CLOSING: usize = 36;
+    pub const START: usize = 40;
+    pub const SLEEPING: usize = 48;
+    pub const SEAL: usize = 56;
+    pub const TAIL: usize = 64;
+    pub const HEAD: usize = 128;
+}
+
+/// A segment's shape, from its header.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Shape {
+    /// Ring bytes (a power of two).
+    pub(super) ring: usize,
+    pub(super) mtu: usize,
+    /// XORed into published positions (top bit set).
+    pub(super) seal: u64,
+}
+
+impl Shape {
+    /// The shape of a ring for `slots` packets of `mtu` bytes.
+    pub(super) fn new(slots: u32, mtu: u32, seal: u64) -> Shape {
+        let mtu = mtu as usize;
+        let ring = (slots as usize * mtu).max(2 * entry_len(mtu)).next_power_of_two();
+        Shape { ring, mtu, seal }
+    }
+
+    /// Whether a mapped segment's shape is usable: a whole number of cache
+    /// lines, room for two full-size entries (an entry and the padding
+    /// before it), sealed.
+    pub(super) fn valid(&self, map_len: usize) -> bool {
+        self.ring.is_power_of_two()
+            && self.mtu % 64 == 0
+            && self.ring >= 2 * entry_len(self.mtu)
+            && self.seal >> 63 == 1
+            && self.total() <= map_len
+    }
+
+    pub(super) fn mr_off(&self) -> usize {
+        HDR_LEN + self.ring
+    }
+
+    pub(super) fn total(&self) -> usize {
+        self.mr_off() + MR_ENTRIES * MR_ENTRY_LEN
+    }
+
+    /// Offset in the ring of byte position `pos`.
+    pub(super) fn at(&self, pos: u64) -> usize {
+        pos as usize & (self.ring - 1)
+    }
+
+    /// The first word of a published entry at `pos`.
+    pub(super) fn sealed(&self, pos: u64) -> u64 {
+        (pos + 1) ^ self.seal
+    }
+}
+
+/// Ring bytes an entry of a packet of up to `len` bytes takes.
+pub(super) fn entry_len(len: usize) -> usize {
+    (SLOT_HDR + len).next_multiple_of(64)
+}
+
+pub(super) fn uid() -> u32 {
+    // SAFETY: getuid has no preconditions.
+    unsafe { libc::getuid() }
+}
+
+pub(super) fn seg_name(prefix: &str, epid: u32) -> String {
+    format!("{prefix}-{}-{epid}", uid())
+}
+
+pub(super) fn cstr(s: &str) -> CString {
+    CString::new(s).unwrap_or_default()
+}
+
+pub(super) fn fifo_path(name: &str) -> String {
+    format!("/dev/shm/{name}.fifo")
+}
+
+/// A process's start time (clock ticks since boot), to tell a pid's owner
+/// from a later process that reused the pid.
+pub(super) fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// The owner `pid` started at `start` still runs (a zombie does not count).
+pub(super) fn alive(pid: u32, start: u64) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return false };
+    let mut fields = after.split_whitespace();
+    let state = fields.next();
+    pid != 0 && state != Some("Z") && fields.nth(18).and_then(|t| t.parse().ok()) == Some(start)
+}
+
+/// Serialises endpoint creation and stale-segment removal between processes
+/// (two opens that meet the same stale segment must not both remove it: the
+/// second would remove the first's new segment). Held while open.
+pub(super) struct OpenLock(RawFd);
+
+impl OpenLock {
+    pub(super) fn take() -> OpenLock {
+        let dir = cstr("/dev/shm");
+        // SAFETY: valid path; flock on the directory descriptor; failures
+        // leave the lock untaken (creation is then only as safe as O_EXCL).
+        unsafe {
+            let fd = libc::open(dir.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC);
+            if fd >= 0 {
+                libc::flock(fd, libc::LOCK_EX);
+            }
+            OpenLock(fd)
+        }
+    }
+}
+
+impl Drop for OpenLock {
+    fn drop(&mut self) {
+        if self.0 >= 0 {
+            // SAFETY: closing our descriptor releases the lock.
+            unsafe { libc::close(self.0) };
+        }
+    }
+}
+
+pub(super) fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: writes at most 8 bytes into `b`.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };
+    if n != 8 {
+        // Fall back to the clock and the pid; keys then are only hard to guess.
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        return t ^ (u64::from(std::process::id()) << 32) ^ 0x9E37_79B9_7F4A_7C15;
+    }
+    u64::from_le_bytes(b)
+}
+
+/// The host identity: the boot ID, as 16 bytes.
+pub(super) fn host_gid() -> [u8; 16] {
+    let mut gid = [0u8; 16];
+    if let Ok(s) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") {
+        let hex: Vec<u8> = s.bytes().filter(u8::is_ascii_hexdigit).collect();
+        for (i, pair) in hex.chunks(2).take(16).enumerate() {
+            let txt = std::str::from_utf8(pair).unwrap_or("0");
+            gid[i] = u8::from_str_radix(txt, 16).unwrap_or(0);
+        }
+    }
+    gid
+}
+
+/// Opens an existing segment read-write and maps it whole; checks its header.
+pub(super) fn open_existing(name: &str) -> Result<(Mapping, Shape), Status> {
+    let c = cstr(&format!("/{name}"));
+    // SAFETY: valid NUL-terminated name.
+    let fd = unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR, 0) };
+    if fd < 0 {
+        return Err(Status::NoAddr);
+    }
+    let result = (|| {
+        // SAFETY: fstat into a zeroed struct of the right type.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(fd, &mut st) } != 0 || (st.st_size as usize) < HDR_LEN {
+            return Err(Status::NoAddr);
+        }
+        let m = Mapping::map(fd, st.st_size as usize)?;
+        if m.u64_at(off::MAGIC).load(Ordering::Acquire) != MAGIC
+            || m.u32_at(off::VERSION).load(Ordering::Relaxed) != LAYOUT_VERSION
+        {
+            return Err(Status::NoAddr);
+        }
+        let shift = m.u32_at(off::RING_SHIFT).load(Ordering::Relaxed);
+        let shape = Shape {
+            ring: 1usize.checked_shl(shift).filter(|_| shift < 40).unwrap_or(0),
+            mtu: m.u32_at(off::MTU).load(Ordering::Relaxed) as usize,
+            seal: m.u64_at(off::SEAL).load(Ordering::Relaxed),
+        };
+        if !shape.valid(m.len) {
+            return Err(Status::NoAddr);
+        }
+        Ok((m, shape))
+    })();
+    // SAFETY: closing the descriptor we opened; the mapping stays valid.
+    unsafe { libc::close(fd) };
+    result
+}
+
+/// True when the segment `name` exists and its owner is gone (or it was
+/// never finished and is old); such a segment may be removed.
+pub(super) fn is_stale(name: &str) -> bool {
+    match open_existing(name) {
+        Ok((m, _)) => {
+            let pid = m.u32_at(off::PID).load(Ordering::Relaxed);
+            let start = m.u64_at(off::START).load(Ordering::Relaxed);
+            !alive(pid, start)
+        }
+        // No valid header: stale unless someone is creating it right now.
+        Err(_) => std::fs::metadata(format!("/dev/shm/{name}"))
+            .and_then(|md| md.modified())
+            .is_ok_and(|t| t.elapsed().unwrap_or_default() > Duration::from_secs(5)),
+    }
+}
+
+pub(super) fn unlink_segment(name: &str) {
+    let c = cstr(&format!("/{name}"));
+    // SAFETY: valid NUL-terminated names; failure (already gone) is fine.
+    unsafe {
+        libc::shm_unlink(c.as_ptr());
+        let f = cstr(&fifo_path(name));
+        libc::unlink(f.as_ptr());
+    }
+}
+
+/// Removes every stale segment of `prefix` (of this user); returns how many.
+pub fn remove_stale_segments(prefix: &str) -> usize {
+    let _lock = OpenLock::take();
+    let lead = format!("{prefix}-{}-", uid());
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return 0 };
+    let mut n = 0;
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with(&lead) && !name.ends_with(".fifo") && is_stale(&name) {
+            unlink_segment(&name);
+            n += 1;
+        }
+    }
+    n
+}

@@ -1,0 +1,113 @@
+//! Unit tests of the ring: packets crossing the ring's end, scribbled
+//! headers, dense packing of small packets.
+
+use super::*;
+
+/// Two endpoints of one process with a small ring; `b` is `a`'s peer.
+fn pair(name: &str, slots: u32) -> (ShmDevice, ShmDevice, Ah) {
+    let cfg =
+        ShmConfig { prefix: format!("rdm4u{}{name}", std::process::id()), slots, mtu: 256, ..ShmConfig::default() };
+    let a = ShmDevice::open_with(cfg.clone()).unwrap();
+    let mut b = ShmDevice::open_with(cfg).unwrap();
+    let ah = b.insert(&a.local_addr()).unwrap();
+    (a, b, ah)
+}
+
+fn packet(k: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (k * 31 + i * 7) as u8).collect()
+}
+
+#[test]
+fn packets_of_every_length_cross_the_ring_end_in_order_and_intact() {
+    let (mut rx, mut tx, ah) = pair("order", 2);
+    assert_eq!(rx.shape.ring, 1024, "2 x 256 bytes, room for two full entries");
+    let mut want = std::collections::VecDeque::new();
+    let (mut sent, mut got, mut again, mut skipped) = (0usize, 0usize, 0usize, 0usize);
+    let mut k = 0usize;
+    while got < 2000 {
+        assert!(k < 100_000, "no progress");
+        k += 1;
+        // Lengths 0..=256 in a shuffled order; bounds exact, larger, or
+        // past the MTU; bursts of up to 6 sends between reads.
+        let len = (k * 97) % 257;
+        let max_len = match k % 3 {
+            0 => len,
+            1 => len + (k % 50),
+            _ => 10_000,
+        };
+        let p = packet(k, len);
+        let r = tx.send_with(ah, 0, max_len, &mut |buf| {
+            assert_eq!(buf.len(), max_len.min(256), "the buffer is the bound");
+            buf[..len].copy_from_slice(&p);
+            len
+        });
+        match r {
+            Ok(Sent::Done) => {
+                sent += 1;
+                // An empty packet is not delivered.
+                if len > 0 {
+                    want.push_back(p);
+                } else {
+                    skipped += 1;
+                }
+            }
+            Err(DevError::Again) => again += 1,
+            other => panic!("send: {other:?}"),
+        }
+        // Read a few, often none, so the ring fills now and then.
+        let max = if k % 7 == 0 { [1, 3, 8][k % 3] } else { 0 };
+        rx.recv(max, &mut |from, pkt| {
+            assert_eq!(from, None, "the sender is not in rx's address vector");
+            assert_eq!(want.pop_front().as_deref(), Some(pkt), "packet {got}");
+            got += 1;
+        });
+    }
+    assert!(again > 0, "the ring never filled");
+    assert!(skipped > 0 && sent > got);
+    // 2000 packets of ~128 bytes went around a 1 KiB ring many times.
+    assert!(rx.head > 100 * 1024);
+}
+
+#[test]
+fn a_peer_scribbling_entry_headers_gets_nothing_delivered_and_the_ring_goes_on() {
+    let (mut rx, mut tx, ah) = pair("scribble", 4);
+    let seal = rx.map.u64_at(off::SEAL).load(Ordering::Relaxed);
+    let tail = rx.map.u64_at(off::TAIL);
+    let ring = rx.shape.ring;
+    // Forged entries, each in 64 bytes claimed as a producer would:
+    // (length, entry length) that no producer writes.
+    let forged = [(300u32, 64u32), (41, 63), (10, 0), (10, 1 << 30), (0, 64), (u32::MAX, 64)];
+    for (len, span) in forged {
+        let pos = tail.fetch_add(64, Ordering::Relaxed);
+        let e = HDR_LEN + (pos as usize & (ring - 1));
+        rx.map.u32_at(e + 16).store(len, Ordering::Relaxed);
+        rx.map.u32_at(e + 20).store(span, Ordering::Relaxed);
+        rx.map.u64_at(e).store((pos + 1) ^ seal, Ordering::Release);
+    }
+    let mut n = 0;
+    rx.recv(64, &mut |_, pkt| panic!("delivered a forged entry of {} bytes", pkt.len()));
+    assert_eq!(rx.head, 64 * forged.len() as u64);
+    // A real packet after them arrives.
+    tx.send(ah, b"after", 0).unwrap();
+    rx.recv(64, &mut |_, pkt| {
+        assert_eq!(pkt, b"after");
+        n += 1;
+    });
+    assert_eq!(n, 1);
+}
+
+#[test]
+fn small_packets_take_one_cache_line_each() {
+    let (mut rx, mut tx, ah) = pair("dense", 2);
+    for k in 0..10u8 {
+        tx.send_with(ah, 0, 40, &mut |buf| {
+            buf[..8].fill(k);
+            8
+        })
+        .unwrap();
+    }
+    let mut seen = Vec::new();
+    assert_eq!(rx.recv(64, &mut |_, p| seen.push(p[0])), 10);
+    assert_eq!(seen, (0..10).collect::<Vec<u8>>());
+    assert_eq!(rx.head, 640, "ten entries of 24 + 40 bytes");
+}
