@@ -357,9 +357,10 @@ pub extern "C" fn rdm4_mr_close(ep: *mut rdm4_ep, key: u64) -> i32 {
     })
 }
 
-fn to_c(e: &Cqe) -> rdm4_cqe {
-    let f = e.flags;
-    let map = [
+// The engine's completion flags are the C API's, bit for bit: a completion
+// entry's flags are copied, not translated.
+const _: () = {
+    let pairs = [
         (CqFlags::SEND, RDM4_CQ_SEND),
         (CqFlags::RECV, RDM4_CQ_RECV),
         (CqFlags::MSG, RDM4_CQ_MSG),
@@ -371,9 +372,20 @@ fn to_c(e: &Cqe) -> rdm4_cqe {
         (CqFlags::REMOTE_CQ_DATA, RDM4_CQ_REMOTE_CQ_DATA),
         (CqFlags::REMOTE_WRITE, RDM4_CQ_REMOTE_WRITE),
     ];
+    let mut all = 0;
+    let mut i = 0;
+    while i < pairs.len() {
+        assert!(pairs[i].0.bits() == pairs[i].1);
+        all |= pairs[i].1;
+        i += 1;
+    }
+    assert!(CqFlags::all().bits() == all);
+};
+
+fn to_c(e: &Cqe) -> rdm4_cqe {
     rdm4_cqe {
         context: e.context as usize as *mut c_void,
-        flags: map.iter().filter(|(r, _)| f.contains(*r)).fold(0, |a, (_, c)| a | c),
+        flags: e.flags.bits(),
         len: e.len,
         buf: e.buf as usize as *mut c_void,
         data: e.data,
