@@ -82,12 +82,15 @@ fn bench(c: &mut Criterion) {
     pin(0);
     let me = std::process::id().to_string();
     let _ = std::fs::remove_file(addr_file_for(&me));
-    let mut child = Command::new(std::env::current_exe().unwrap())
+    let child = Command::new(std::env::current_exe().unwrap())
         .env("RDM4_BENCH_ROLE", "echo")
         .env("RDM4_BENCH_PARENT", &me)
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
+    // Ends the echo peer however this function ends (a panic included):
+    // otherwise it would spin on its CPU until its own deadline.
+    let _echo = EchoGuard(child);
     std::env::set_var("RDM4_BENCH_PARENT", &me);
     let prefix = format!("rdm4bench{me}");
     let mut dev = ShmDevice::open_with(ShmConfig { prefix, ..ShmConfig::default() }).unwrap();
@@ -112,6 +115,11 @@ fn bench(c: &mut Criterion) {
     }
     let mut dst = OwnedBuf::zeroed(1 << 20);
     let mut events = Vec::new();
+    // The read is checked once, outside the timing (it runs whatever the filter).
+    dev.rdma_read(ah, dst.buf(), region, key, 1).unwrap();
+    dev.events(&mut events);
+    assert!(matches!(events.as_slice(), [DevEvent::SendDone { status: Ok(()), .. }]));
+    assert_eq!(dst.bytes()[..16], [7u8; 16]);
     g.throughput(Throughput::Bytes(1 << 20));
     g.bench_function("rdma_read/1MiB", |b| {
         b.iter(|| {
@@ -122,11 +130,28 @@ fn bench(c: &mut Criterion) {
         })
     });
     g.finish();
-    assert_eq!(dst.bytes()[..16], [7u8; 16]);
-    while dev.send(ah, &[0xFF], 0).is_err() {}
-    let _ = child.wait();
+    let t = Instant::now();
+    while dev.send(ah, &[0xFF], 0).is_err() && t.elapsed() < Duration::from_secs(5) {}
     for ext in ["", "parent"] {
         let _ = std::fs::remove_file(addr_file().with_extension(ext));
+    }
+}
+
+/// Kills and reaps the echo peer when dropped (after the stop packet, it
+/// has usually exited already).
+struct EchoGuard(std::process::Child);
+
+impl Drop for EchoGuard {
+    fn drop(&mut self) {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(2) {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
