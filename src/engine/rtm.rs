@@ -398,11 +398,11 @@ pub(crate) struct RtmArgs {
 /// Payload bytes per packet of a medium message of `len` bytes (before
 /// the MTU's own limit): about sqrt(2 KiB × `len`), at least 4 KiB. A
 /// receiver copies segment k while the sender copies segment k+1, so more
-/// segments shorten a lone message's trip, while each costs a packet's
-/// overhead (~0.2 µs, about what 2 KiB take to copy): the product of the
-/// two terms is least near this size. Streams of messages pipeline across
-/// messages anyway.
-pub(crate) fn medium_segment(len: u64) -> u64 {
+/// segments shorten a lone message's trip (the copying takes
+/// `len` × (1 + 1/k) for k segments) while each costs a packet's overhead
+/// (~0.2 µs, about what 2 KiB take to copy): the sum of the two is least
+/// near this size. Streams of messages pipeline across messages anyway.
+fn medium_segment(len: u64) -> u64 {
     ((len.saturating_mul(2048).isqrt() + 63) & !63).max(4096)
 }
 
