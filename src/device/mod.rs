@@ -50,8 +50,9 @@ pub struct Caps {
     pub rdma_read: bool,
     /// RDMA write supported.
     pub rdma_write: bool,
-    /// Every successful send completes at once (`Sent::Done`): the engine may
-    /// then complete an eager send without keeping an entry for it.
+    /// Every successful `send_with` completes at once (`Sent::Done`): the
+    /// engine may then complete an eager send without keeping an entry for
+    /// it. (`send_gather` may still answer `Pending`.)
     pub sync_send: bool,
     /// Smallest two-sided message the device would rather move by one RDMA
     /// read than by packets (`usize::MAX`: never). The engine uses long-read
@@ -138,8 +139,47 @@ pub trait Device {
         })
     }
 
-    /// Hands received packets to `f`, at most `max`; returns how many.
-    fn recv(&mut self, max: usize, f: &mut dyn FnMut(Option<Ah>, &[u8])) -> usize;
+    /// Queues a packet made of a header, built by `build` in the device's
+    /// buffer of `min(hdr_max, mtu)` bytes as in [`Device::send_with`], followed by
+    /// `payload`, which the device gathers from the application's buffer (as a
+    /// NIC reads a registered send buffer: no copy by the engine). The header
+    /// plus payload must fit `mtu`.
+    ///
+    /// The device may read `payload` until the send completes: with
+    /// `Ok(Pending)` the caller keeps the buffer untouched until the
+    /// [`DevEvent::SendDone`] for `wr_id`. The default copies the payload into
+    /// the packet at once (`send_with`), so the packet arrives whole; a device
+    /// that defers the read hands the payload to the receiver apart from the
+    /// header (the `gathered` argument of [`Device::recv`]'s callback).
+    fn send_gather(
+        &mut self,
+        ah: Ah,
+        wr_id: u64,
+        hdr_max: usize,
+        build: &mut dyn FnMut(&mut [u8]) -> usize,
+        payload: UserBuf,
+    ) -> Result<Sent, DevError> {
+        let plen = payload.len();
+        self.send_with(ah, wr_id, hdr_max.saturating_add(plen), &mut |buf| {
+            let n = build(buf);
+            match buf.get_mut(n..n + plen) {
+                Some(dst) if n > 0 => {
+                    if payload.read_at(0, dst) {
+                        n + plen
+                    } else {
+                        0
+                    }
+                }
+                _ => 0,
+            }
+        })
+    }
+
+    /// Hands received packets to `f`, at most `max`; returns how many. `f`
+    /// gets the sender (or `None`), the packet's bytes and, for a packet sent
+    /// by a device-deferred [`Device::send_gather`], the payload that follows
+    /// those bytes (valid only during the call); `None` for a whole packet.
+    fn recv(&mut self, max: usize, f: &mut dyn FnMut(Option<Ah>, &[u8], Option<UserBuf>)) -> usize;
 
     /// Moves pending events into `out`.
     fn events(&mut self, out: &mut Vec<DevEvent>);
@@ -193,7 +233,17 @@ impl Device for Box<dyn Device + Send> {
     ) -> Result<Sent, DevError> {
         (**self).send_with(ah, wr_id, max_len, build)
     }
-    fn recv(&mut self, max: usize, f: &mut dyn FnMut(Option<Ah>, &[u8])) -> usize {
+    fn send_gather(
+        &mut self,
+        ah: Ah,
+        wr_id: u64,
+        hdr_max: usize,
+        build: &mut dyn FnMut(&mut [u8]) -> usize,
+        payload: UserBuf,
+    ) -> Result<Sent, DevError> {
+        (**self).send_gather(ah, wr_id, hdr_max, build, payload)
+    }
+    fn recv(&mut self, max: usize, f: &mut dyn FnMut(Option<Ah>, &[u8], Option<UserBuf>)) -> usize {
         (**self).recv(max, f)
     }
     fn events(&mut self, out: &mut Vec<DevEvent>) {

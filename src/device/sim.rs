@@ -6,6 +6,16 @@
 //! [`SimNet::advance_to_next`]); a packet is delivered once its random delay
 //! has passed. Delivery is exactly once; with `reorder` the receiver takes a
 //! random deliverable packet instead of the oldest.
+//!
+//! [`Device::send_gather`] is zero-copy, as a NIC's gather from a registered
+//! buffer: the packet holds the header and a reference to the payload, the
+//! receiver's engine copies the payload straight from the sender's buffer
+//! into its own (one copy per byte, as over EFA hardware, where the NIC moves
+//! the bytes), and the send completes (`SendDone`) once the receiver has taken
+//! the packet. When a node disappears, the gathered packets it sent are
+//! copied into their packets first (its buffers are valid until its endpoint
+//! closes), and those waiting in its own inbox complete with
+//! `PeerUnreachable`.
 
 use crate::fxhash::FxHashMap;
 use std::cell::RefCell;
@@ -96,6 +106,9 @@ struct InPkt {
     /// Packet length; `data` is a pooled buffer of at least `len` bytes.
     len: usize,
     data: Vec<u8>,
+    /// A gathered payload still in the sender's buffer, with the sender's
+    /// `wr_id` and address handle for its `SendDone`.
+    gathered: Option<(UserBuf, u64, Ah)>,
 }
 
 struct Mr {
@@ -215,12 +228,29 @@ impl SimNet {
     /// and every node that knows it is told the peer is lost.
     pub fn kill(&self, node: usize) {
         let mut net = self.net.borrow_mut();
+        if !net.nodes[node].alive {
+            return;
+        }
         net.nodes[node].alive = false;
-        let dropped: Vec<_> = net.nodes[node].inbox.drain(..).map(|p| p.data).collect();
-        net.pool.extend(dropped);
+        let dropped: Vec<_> = net.nodes[node].inbox.drain(..).collect();
+        for p in dropped {
+            if let Some((_, wr_id, ah)) = p.gathered {
+                let status = Err(Status::PeerUnreachable);
+                net.nodes[p.from].events.push(DevEvent::SendDone { wr_id, ah, status });
+            }
+            net.pool.push(p.data);
+        }
         for n in net.nodes.iter_mut() {
             if let Some(&Some(ah)) = n.by_node.get(node) {
                 n.events.push(DevEvent::PeerLost { ah });
+            }
+            // Its packets still arrive, but its buffers go away with it.
+            for p in n.inbox.iter_mut().filter(|p| p.from == node) {
+                if let Some((payload, _, _)) = p.gathered.take() {
+                    p.data.resize(p.len + payload.len(), 0);
+                    payload.read_at(0, &mut p.data[p.len..]);
+                    p.len += payload.len();
+                }
             }
         }
     }
@@ -246,6 +276,52 @@ impl SimDevice {
     /// This device's node index in the net.
     pub fn node(&self) -> usize {
         self.me
+    }
+
+    /// Queues a packet for `ah`: `build` writes it (or its header, when
+    /// `gathered` holds the payload) into a pooled buffer of `min(max_len, mtu)` bytes.
+    fn queue(
+        &mut self,
+        ah: Ah,
+        wr_id: u64,
+        max_len: usize,
+        build: &mut dyn FnMut(&mut [u8]) -> usize,
+        gathered: Option<UserBuf>,
+    ) -> Result<Sent, DevError> {
+        let mut net = self.net.borrow_mut();
+        let me = self.me;
+        let target = net.nodes[me].ahs.get(ah as usize).copied().flatten().ok_or(DevError::Failed(Status::NoAddr))?;
+        let alive = net.nodes[target].alive;
+        let extra = gathered.map_or(0, |p| p.len());
+        if extra > net.cfg.mtu {
+            return Err(DevError::Failed(Status::Inval));
+        }
+        if alive && net.nodes[target].inbox.len() >= net.cfg.inbox_capacity {
+            return Err(DevError::Again);
+        }
+        if net.cfg.again_permille > 0 && (net.rand() % 1000) < u64::from(net.cfg.again_permille) {
+            return Err(DevError::Again);
+        }
+        // Exactly the bytes the caller asked for: a bound too small shows.
+        let cap = max_len.min(net.cfg.mtu - extra);
+        let mut data = net.pool.pop().unwrap_or_default();
+        if data.len() < cap {
+            data.resize(cap, 0); // pooled buffers keep their length: cleared once
+        }
+        let len = build(&mut data[..cap]).min(cap);
+        if len == 0 || !alive {
+            net.pool.push(data);
+            return if alive { Ok(Sent::Done) } else { Err(DevError::Failed(Status::PeerUnreachable)) };
+        }
+        let delay = if net.cfg.max_delay_ns > 0 { net.rand() % (net.cfg.max_delay_ns + 1) } else { 0 };
+        let at = net.now + delay;
+        if net.cfg.capture {
+            net.log.push(SimRecord { from: me, to: target, ptype: data[0], len: len + extra });
+        }
+        let gathered = gathered.map(|p| (p, wr_id, ah));
+        let sent = if gathered.is_some() { Sent::Pending } else { Sent::Done };
+        net.nodes[target].inbox.push_back(InPkt { from: me, at, len, data, gathered });
+        Ok(sent)
     }
 
     fn rdma(
@@ -343,41 +419,28 @@ impl Device for SimDevice {
     fn send_with(
         &mut self,
         ah: Ah,
-        _wr_id: u64,
+        wr_id: u64,
         max_len: usize,
         build: &mut dyn FnMut(&mut [u8]) -> usize,
     ) -> Result<Sent, DevError> {
-        let mut net = self.net.borrow_mut();
-        let me = self.me;
-        let target = net.nodes[me].ahs.get(ah as usize).copied().flatten().ok_or(DevError::Failed(Status::NoAddr))?;
-        let alive = net.nodes[target].alive;
-        if alive && net.nodes[target].inbox.len() >= net.cfg.inbox_capacity {
-            return Err(DevError::Again);
-        }
-        if net.cfg.again_permille > 0 && (net.rand() % 1000) < u64::from(net.cfg.again_permille) {
-            return Err(DevError::Again);
-        }
-        // Exactly the bytes the caller asked for: a bound too small shows.
-        let cap = max_len.min(net.cfg.mtu);
-        let mut data = net.pool.pop().unwrap_or_default();
-        if data.len() < cap {
-            data.resize(cap, 0); // pooled buffers keep their length: cleared once
-        }
-        let len = build(&mut data[..cap]).min(cap);
-        if len == 0 || !alive {
-            net.pool.push(data);
-            return if alive { Ok(Sent::Done) } else { Err(DevError::Failed(Status::PeerUnreachable)) };
-        }
-        let delay = if net.cfg.max_delay_ns > 0 { net.rand() % (net.cfg.max_delay_ns + 1) } else { 0 };
-        let at = net.now + delay;
-        if net.cfg.capture {
-            net.log.push(SimRecord { from: me, to: target, ptype: data[0], len });
-        }
-        net.nodes[target].inbox.push_back(InPkt { from: me, at, len, data });
-        Ok(Sent::Done)
+        self.queue(ah, wr_id, max_len, build, None)
     }
 
-    fn recv(&mut self, max: usize, f: &mut dyn FnMut(Option<Ah>, &[u8])) -> usize {
+    fn send_gather(
+        &mut self,
+        ah: Ah,
+        wr_id: u64,
+        hdr_max: usize,
+        build: &mut dyn FnMut(&mut [u8]) -> usize,
+        payload: UserBuf,
+    ) -> Result<Sent, DevError> {
+        if payload.is_empty() {
+            return self.queue(ah, wr_id, hdr_max, build, None);
+        }
+        self.queue(ah, wr_id, hdr_max, build, Some(payload))
+    }
+
+    fn recv(&mut self, max: usize, f: &mut dyn FnMut(Option<Ah>, &[u8], Option<UserBuf>)) -> usize {
         let mut n = 0;
         while n < max {
             let pkt = {
@@ -408,10 +471,16 @@ impl Device for SimDevice {
                     break;
                 };
                 let from = node.by_node.get(pkt.from).copied().flatten();
-                (from, pkt.data, pkt.len)
+                (from, pkt)
             };
-            f(pkt.0, &pkt.1[..pkt.2]);
-            self.net.borrow_mut().pool.push(pkt.1);
+            let (from, pkt) = pkt;
+            f(from, &pkt.data[..pkt.len], pkt.gathered.map(|g| g.0));
+            let mut net = self.net.borrow_mut();
+            if let Some((_, wr_id, ah)) = pkt.gathered {
+                // The receiver has taken the payload: the sender's buffer is free.
+                net.nodes[pkt.from].events.push(DevEvent::SendDone { wr_id, ah, status: Ok(()) });
+            }
+            net.pool.push(pkt.data);
             n += 1;
         }
         n

@@ -3,11 +3,12 @@
 //! dispatch by packet type — REQs of ordered families through the `msg_id`
 //! reorder buffer (spec §3.2).
 
-use super::op::{EagerMsg, Unexpected};
+use super::op::{Data, EagerMsg, Unexpected};
 use super::peer::{msg_order, MsgOrder, Peer};
 use super::rtm::accepts;
 use super::{raw_key, Core};
 use crate::device::Ah;
+use crate::mem::UserBuf;
 use crate::wire::{self, Category, Packet, ReqFamily, Subprotocol};
 
 impl Core {
@@ -46,6 +47,25 @@ impl Core {
             Packet::Eor(e) => self.handle_eor(peer, &e),
             Packet::ReadNack(e) => self.handle_read_nack(peer, &e),
         }
+    }
+
+    /// A packet whose payload the device gathered from the sender's buffer
+    /// (`Device::send_gather`): the engine gathers only CTSDATA segments, so
+    /// anything else arriving this way is malformed.
+    pub(crate) fn handle_gathered(&mut self, from: Option<Ah>, hdr: &[u8], payload: UserBuf) {
+        self.stats.rx_packets += 1;
+        let c = match wire::CtsData::parse_headers_only(hdr) {
+            Ok((c, len)) if len == payload.len() as u64 => c,
+            _ => {
+                self.stats.malformed += 1;
+                return;
+            }
+        };
+        let Some(peer) = self.sender(from, &Packet::CtsData(c)) else {
+            return;
+        };
+        self.send_handshake(peer);
+        self.take_data(peer, c.recv_id, c.seg_offset, Data::Gathered(payload));
     }
 
     /// The common eager case, handled without the general machinery: a known

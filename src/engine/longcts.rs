@@ -3,10 +3,10 @@
 //! windows with CTS (`recv_length` > 0 always), the sender answers with
 //! CTSDATA; a long read's responder opens with a READRSP.
 
-use super::op::{Op, OpKind};
+use super::op::{Data, Op, OpKind};
 use super::peer::Peer;
 use super::Core;
-use crate::wire::{self, Packet, CTS_READ_REQ};
+use crate::wire::{self, Packet, Subprotocol, CTS_READ_REQ};
 
 impl Core {
     /// Bytes a receiver grants in one window.
@@ -62,7 +62,7 @@ impl Core {
     }
 
     /// Data for a receive, a long write's target, or a read's requester.
-    fn take_data(&mut self, peer: u32, key: u32, off: u64, data: &[u8]) {
+    pub(crate) fn take_data(&mut self, peer: u32, key: u32, off: u64, data: Data<'_>) {
         let ok = self.ops.get(key).is_some_and(|op| {
             op.peer == peer
                 && matches!(op.kind, OpKind::Recv | OpKind::RemoteWrite | OpKind::Read)
@@ -75,7 +75,7 @@ impl Core {
         let Some(op) = self.ops.get_mut(key) else {
             return;
         };
-        op.place(off, data);
+        op.place_data(off, data);
         if op.received >= op.len {
             self.check_done(key);
         } else {
@@ -85,7 +85,7 @@ impl Core {
 
     /// A CTSDATA segment.
     pub(crate) fn handle_ctsdata(&mut self, peer: u32, c: &wire::CtsData<'_>) {
-        self.take_data(peer, c.recv_id, c.seg_offset, c.data);
+        self.take_data(peer, c.recv_id, c.seg_offset, Data::Inline(c.data));
     }
 
     /// A READRSP: the first (or only) data of a read, at offset 0.
@@ -94,25 +94,41 @@ impl Core {
             op.remote_id = r.send_id;
             op.awaiting = false; // the target answered (a zero-length read has no other sign)
         }
-        self.take_data(peer, r.recv_id, 0, r.data);
+        self.take_data(peer, r.recv_id, 0, Data::Inline(r.data));
     }
 
-    /// The next CTSDATA of a long-CTS sender, within its window.
-    pub(crate) fn ctsdata_packet(&self, op: &Op, peer: &Peer, out: &mut [u8]) -> Option<(usize, u64)> {
+    /// True when operation `op` is in its CTSDATA phase: a long-CTS send or
+    /// write past its REQ, a read responder past its READRSP.
+    pub(crate) fn in_ctsdata_phase(op: &Op) -> bool {
+        op.started
+            && match op.kind {
+                OpKind::Send => op.ptype.and_then(|t| t.req_info()).is_some_and(|i| i.proto != Subprotocol::Medium),
+                OpKind::Write | OpKind::ReadResponder => true,
+                _ => false,
+            }
+    }
+
+    /// The next CTSDATA segment of a sender in its CTSDATA phase, within its
+    /// window: (offset, length).
+    /// `cap` is [`Core::ctsdata_cap`].
+    pub(crate) fn ctsdata_segment(op: &Op, cap: usize) -> Option<(u64, usize)> {
         if op.sent >= op.window_end {
             return None;
         }
-        let chunk = (op.window_end - op.sent).min(self.ctsdata_cap() as u64) as usize;
-        let at = op.sent as usize;
-        op.buf.with_slice(|s| {
-            let c = wire::CtsData {
-                flags: 0,
-                recv_id: op.remote_id,
-                seg_offset: op.sent,
-                connid: if peer.hs_recv { self.my_connid() } else { None },
-                data: s.get(at..at + chunk)?,
-            };
-            c.emit(out).ok().map(|n| (n, chunk as u64))
-        })
+        let chunk = (op.window_end - op.sent).min(cap as u64) as usize;
+        Some((op.sent, chunk))
+    }
+
+    /// Writes the headers of the CTSDATA carrying `len` bytes of `op` from
+    /// `off` (the device gathers the bytes); returns their length.
+    pub(crate) fn ctsdata_headers(&self, op: &Op, peer: &Peer, off: u64, len: usize, out: &mut [u8]) -> usize {
+        let c = wire::CtsData {
+            flags: 0,
+            recv_id: op.remote_id,
+            seg_offset: off,
+            connid: if peer.hs_recv { self.my_connid() } else { None },
+            data: &[],
+        };
+        c.emit_headers_only(out, len as u64).unwrap_or(0)
     }
 }

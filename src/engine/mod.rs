@@ -481,7 +481,10 @@ impl<D: Device> Endpoint<D> {
         // is still handled.
         if core.rx_allowed() {
             let batch = core.cfg.rx_batch;
-            dev.recv(batch, &mut |from, pkt| core.handle_packet(from, pkt));
+            dev.recv(batch, &mut |from, pkt, gathered| match gathered {
+                None => core.handle_packet(from, pkt),
+                Some(payload) => core.handle_gathered(from, pkt, payload),
+            });
         }
         dev.events(&mut core.events);
         core.handle_events();
@@ -570,6 +573,13 @@ impl Core {
                         continue;
                     }
                     op.inflight = op.inflight.saturating_sub(1);
+                    if op.closing {
+                        if op.inflight == 0 {
+                            let s = op.status;
+                            self.complete(key, s);
+                        }
+                        continue;
+                    }
                     if op.direct && status.is_ok() {
                         op.received = op.len; // the RDMA moved every byte
                     }
@@ -740,6 +750,7 @@ impl Core {
 
     /// Sends the packets `key` may send now. False when the device pushed back.
     fn pump<D: Device>(&mut self, dev: &mut D, key: u32) -> bool {
+        let cap = self.ctsdata_cap();
         loop {
             let Some(op) = self.ops.get_mut(key) else {
                 return true;
@@ -747,7 +758,7 @@ impl Core {
             if op.kind == OpKind::Recv {
                 return self.pump_longread(dev, key);
             }
-            if op.started && op.sent >= op.len {
+            if op.closing || (op.started && op.sent >= op.len) {
                 op.queued = false; // everything handed to the device
                 return true;
             }
@@ -758,14 +769,43 @@ impl Core {
                 self.complete(key, Status::PeerUnreachable);
                 return true;
             };
-            // The packet is built straight into the device's buffer.
+            let wr_id = u64::from(key) + 1;
             let mut built = None;
-            let core: &Core = self;
-            let max_len = self.packet_bound(key);
-            let sent = dev.send_with(ah, u64::from(key) + 1, max_len, &mut |slot| {
-                built = core.next_packet(key, slot);
-                built.map_or(0, |(n, _)| n)
-            });
+            let sent = if Core::in_ctsdata_phase(op) {
+                // CTSDATA: the headers in the device's buffer, the bytes
+                // gathered by the device from the operation's buffer.
+                let seg =
+                    Core::ctsdata_segment(op, cap).and_then(|(off, n)| Some((off, op.buf.slice(off as usize, n)?)));
+                let Some((off, payload)) = seg else {
+                    op.queued = false; // window used up: the next CTS re-queues it
+                    return true;
+                };
+                let peer = op.peer;
+                let core: &Core = self;
+                let (op, peer) = (core.ops.get(key), core.peers.get(peer));
+                dev.send_gather(
+                    ah,
+                    wr_id,
+                    wire::CtsData::HDR_LEN + 8,
+                    &mut |slot| {
+                        let n = match (op, peer) {
+                            (Some(op), Some(p)) => core.ctsdata_headers(op, p, off, payload.len(), slot),
+                            _ => 0,
+                        };
+                        built = (n > 0).then_some((n, payload.len() as u64));
+                        n
+                    },
+                    payload,
+                )
+            } else {
+                // The packet is built straight into the device's buffer.
+                let core: &Core = self;
+                let max_len = self.packet_bound(key);
+                dev.send_with(ah, wr_id, max_len, &mut |slot| {
+                    built = core.next_packet(key, slot);
+                    built.map_or(0, |(n, _)| n)
+                })
+            };
             match (sent, built) {
                 (Ok(how), Some((_, bytes))) => {
                     self.stats.tx_packets += 1;
@@ -897,6 +937,16 @@ impl Core {
     /// Ends operation `key` with `status`: its completion entry (if the
     /// application owns it), RECEIPT for DC, registrations released.
     fn complete(&mut self, key: u32, status: Status) {
+        if let Some(op) = self.ops.get_mut(key).filter(|op| op.inflight > 0) {
+            // The device may still read (or write) the buffer: the entry
+            // completes on the last `SendDone` (see `handle_events`).
+            if op.status == Status::Success {
+                op.status = status;
+            }
+            op.closing = true;
+            op.awaiting = false;
+            return;
+        }
         // Copy what the completion needs and drop the entry in place.
         let Some(op) = self.ops.remove_with(key, |op| op::Finished::from(op)) else {
             return;

@@ -92,6 +92,10 @@ pub(crate) struct Op {
     pub lr_mr: Option<u64>,
     /// Long-CTS send after a READ_NACK: the RTM carries no data (spec §4.7).
     pub nodata: bool,
+    /// Ended (with `status`) while the device still held packets or RDMA
+    /// of it: it completes when `inflight` reaches 0, so the application
+    /// gets its buffer back only once the device is done with it.
+    pub closing: bool,
 }
 
 impl Op {
@@ -128,6 +132,7 @@ impl Op {
             direct: false,
             lr_mr: None,
             nodata: false,
+            closing: false,
         }
     }
 
@@ -135,21 +140,69 @@ impl Op {
     /// unexpected message, its bounce buffer), dropping what lies beyond the
     /// buffer (truncation); counts it as received.
     pub fn place(&mut self, off: u64, data: &[u8]) {
+        self.place_data(off, Data::Inline(data));
+    }
+
+    /// [`Op::place`] for data in the packet or gathered from the sender.
+    pub fn place_data(&mut self, off: u64, data: Data<'_>) {
+        let len = data.len();
         if self.kind == OpKind::Unexpected {
             // Not matched yet: into the bounce buffer (sized for the message).
             let at = off as usize;
-            if let Some(dst) = self.bounce.get_mut(at..at + data.len()) {
-                dst.copy_from_slice(data);
+            if let Some(dst) = self.bounce.get_mut(at..at + len) {
+                data.read_into(dst);
             }
-            self.received += data.len() as u64;
+            self.received += len as u64;
             return;
         }
         let cap = self.buf.len() as u64;
         if off < cap {
-            let n = (cap - off).min(data.len() as u64) as usize;
-            self.buf.write_at(off as usize, &data[..n]);
+            let n = (cap - off).min(len as u64) as usize;
+            data.write_to(&self.buf, off as usize, n);
         }
-        self.received += data.len() as u64;
+        self.received += len as u64;
+    }
+}
+
+/// Data arriving for an operation: in the packet, or still in the sender's
+/// buffer, gathered by the device (`Device::send_gather`) and readable only
+/// while the packet is being handled.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Data<'a> {
+    /// The bytes after the packet's headers.
+    Inline(&'a [u8]),
+    /// The sender's bytes.
+    Gathered(UserBuf),
+}
+
+impl Data<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            Data::Inline(d) => d.len(),
+            Data::Gathered(b) => b.len(),
+        }
+    }
+
+    /// Copies the first `dst.len()` bytes into `dst`.
+    fn read_into(&self, dst: &mut [u8]) {
+        match self {
+            Data::Inline(d) => dst.copy_from_slice(&d[..dst.len()]),
+            Data::Gathered(b) => {
+                b.read_at(0, dst);
+            }
+        }
+    }
+
+    /// Copies the first `n` bytes into `dst` at `off` (in bounds: checked by the caller).
+    fn write_to(&self, dst: &UserBuf, off: usize, n: usize) {
+        match self {
+            Data::Inline(d) => {
+                dst.write_at(off, &d[..n]);
+            }
+            Data::Gathered(b) => {
+                dst.copy_from(off, b, 0, n);
+            }
+        }
     }
 }
 

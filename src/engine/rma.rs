@@ -119,13 +119,11 @@ impl Core {
         Ok(())
     }
 
-    /// The next packet of a write, read or read responder.
+    /// The REQ of a write or read, or the READRSP of a read responder
+    /// (their CTSDATA go by `Core::pump`'s gather path).
     pub(crate) fn rma_next_packet(&self, key: u32, op: &Op, peer: &Peer, out: &mut [u8]) -> Option<(usize, u64)> {
         if op.started {
-            return match op.kind {
-                OpKind::Write | OpKind::ReadResponder => self.ctsdata_packet(op, peer, out),
-                _ => None,
-            };
+            return None;
         }
         if op.kind == OpKind::ReadResponder {
             let chunk = op.window_end.min((self.caps.mtu - wire::ReadRsp::HDR_LEN) as u64) as usize;

@@ -243,14 +243,12 @@ impl Core {
         self.check_done(key);
     }
 
-    /// The next REQ (or CTSDATA) of a send.
+    /// The next REQ (or medium segment) of a send; CTSDATA go by
+    /// `Core::pump`'s gather path.
     pub(crate) fn rtm_next_packet(&self, key: u32, op: &Op, peer: &Peer, out: &mut [u8]) -> Option<(usize, u64)> {
         let ptype = op.ptype?;
         let info = ptype.req_info()?;
-        if op.started && info.proto != Subprotocol::Medium {
-            return self.ctsdata_packet(op, peer, out);
-        }
-        if op.started && op.sent >= op.len {
+        if op.started && (info.proto != Subprotocol::Medium || op.sent >= op.len) {
             return None;
         }
         if info.proto == Subprotocol::Longread {

@@ -150,6 +150,26 @@ impl<'a> CtsData<'a> {
     /// Parses a CTSDATA.
     #[inline]
     pub fn parse(buf: &'a [u8]) -> Result<CtsData<'a>> {
+        let (mut c, seg_length, rest) = Self::parse_headers(buf)?;
+        c.data = seg_data(rest, seg_length, buf.len() - rest.len())?;
+        Ok(c)
+    }
+
+    /// Parses the headers of a CTSDATA whose segment travels apart from them
+    /// (a gathered send): `hdr` must hold the headers and nothing more.
+    /// Returns them with empty `data`, and `seg_length`.
+    #[inline]
+    pub fn parse_headers_only(hdr: &'a [u8]) -> Result<(CtsData<'a>, u64)> {
+        let (c, seg_length, rest) = Self::parse_headers(hdr)?;
+        if !rest.is_empty() {
+            return Err(WireError::BadField { what: "bytes after gathered CTSDATA headers", value: rest.len() as u64 });
+        }
+        Ok((c, seg_length))
+    }
+
+    /// The headers (with empty `data`), `seg_length`, and what follows them.
+    #[inline]
+    fn parse_headers(buf: &'a [u8]) -> Result<(CtsData<'a>, u64, &'a [u8])> {
         let (w, mut rest) = read_hdr::<CtsDataWire>(buf, "CTSDATA header")?;
         let flags = flags_of(&w.base);
         let connid = if flags & CONNID_HDR != 0 {
@@ -164,14 +184,14 @@ impl<'a> CtsData<'a> {
         if w.seg_offset.get().checked_add(seg_length).is_none() {
             return Err(WireError::LengthOverflow { what: "CTSDATA seg_offset + seg_length" });
         }
-        let data = seg_data(rest, seg_length, buf.len() - rest.len())?;
-        Ok(CtsData {
+        let c = CtsData {
             flags: flags & !CONNID_HDR,
             recv_id: w.recv_id.get(),
             seg_offset: w.seg_offset.get(),
             connid,
-            data,
-        })
+            data: &[],
+        };
+        Ok((c, seg_length, rest))
     }
 
     /// Length of the headers (fixed + connid block).
@@ -187,14 +207,25 @@ impl<'a> CtsData<'a> {
     /// Writes the CTSDATA.
     #[inline]
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
-        if self.seg_offset.checked_add(self.data.len() as u64).is_none() {
+        self.emit_parts(buf, self.data.len() as u64, self.data)
+    }
+
+    /// Writes only the headers of a CTSDATA whose `seg_length` bytes of data
+    /// travel apart from them (a gathered send); `data` is ignored.
+    #[inline]
+    pub fn emit_headers_only(&self, buf: &mut [u8], seg_length: u64) -> Result<usize> {
+        self.emit_parts(buf, seg_length, &[])
+    }
+
+    fn emit_parts(&self, buf: &mut [u8], seg_length: u64, data: &[u8]) -> Result<usize> {
+        if self.seg_offset.checked_add(seg_length).is_none() {
             return Err(WireError::LengthOverflow { what: "CTSDATA seg_offset + seg_length" });
         }
         let (flags, _) = join_multiuse(self.flags, self.connid, 0);
         let w = CtsDataWire {
             base: base(PacketType::CtsData, flags),
             recv_id: U32::new(self.recv_id),
-            seg_length: U64::new(self.data.len() as u64),
+            seg_length: U64::new(seg_length),
             seg_offset: U64::new(self.seg_offset),
         };
         let mut block = [0u8; 8];
@@ -205,7 +236,7 @@ impl<'a> CtsData<'a> {
             }
             None => &[],
         };
-        emit_with(buf, &w, opt, self.data)
+        emit_with(buf, &w, opt, data)
     }
 }
 

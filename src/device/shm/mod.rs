@@ -451,7 +451,7 @@ impl ShmDevice {
     /// Hands up to `max` waiting packets to `f` (`Device::recv` after its
     /// empty check).
     #[inline(never)]
-    fn recv_batch(&mut self, max: usize, f: &mut dyn FnMut(Option<Ah>, &[u8])) -> usize {
+    fn recv_batch(&mut self, max: usize, f: &mut dyn FnMut(Option<Ah>, &[u8], Option<UserBuf>)) -> usize {
         let mut n = 0;
         while n < max {
             let at = self.shape.at(self.head);
@@ -472,7 +472,7 @@ impl ShmDevice {
             // they were sent while it was open (the device is reliable).
             if sane && len > 0 && len <= self.shape.mtu && SLOT_HDR + len <= span {
                 let ah = self.by_id.get(&(from, connid)).copied();
-                f(ah, self.map.bytes(e + SLOT_HDR, len));
+                f(ah, self.map.bytes(e + SLOT_HDR, len), None);
             }
             self.head += span as u64;
             n += 1;
@@ -800,7 +800,7 @@ impl Device for ShmDevice {
         Ok(Sent::Done)
     }
 
-    fn recv(&mut self, max: usize, f: &mut dyn FnMut(Option<Ah>, &[u8])) -> usize {
+    fn recv(&mut self, max: usize, f: &mut dyn FnMut(Option<Ah>, &[u8], Option<UserBuf>)) -> usize {
         // The common empty poll stays small: one load, no register spills.
         if max == 0 || !self.ready() {
             return 0;

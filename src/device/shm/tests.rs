@@ -56,7 +56,7 @@ fn packets_of_every_length_cross_the_ring_end_in_order_and_intact() {
         }
         // Read a few, often none, so the ring fills now and then.
         let max = if k % 7 == 0 { [1, 3, 8][k % 3] } else { 0 };
-        rx.recv(max, &mut |from, pkt| {
+        rx.recv(max, &mut |from, pkt, _| {
             assert_eq!(from, None, "the sender is not in rx's address vector");
             assert_eq!(want.pop_front().as_deref(), Some(pkt), "packet {got}");
             got += 1;
@@ -85,11 +85,11 @@ fn a_peer_scribbling_entry_headers_gets_nothing_delivered_and_the_ring_goes_on()
         rx.map.u64_at(e).store((pos + 1) ^ seal, Ordering::Release);
     }
     let mut n = 0;
-    rx.recv(64, &mut |_, pkt| panic!("delivered a forged entry of {} bytes", pkt.len()));
+    rx.recv(64, &mut |_, pkt, _| panic!("delivered a forged entry of {} bytes", pkt.len()));
     assert_eq!(rx.head, 64 * forged.len() as u64);
     // A real packet after them arrives.
     tx.send(ah, b"after", 0).unwrap();
-    rx.recv(64, &mut |_, pkt| {
+    rx.recv(64, &mut |_, pkt, _| {
         assert_eq!(pkt, b"after");
         n += 1;
     });
@@ -107,7 +107,7 @@ fn small_packets_take_one_cache_line_each() {
         .unwrap();
     }
     let mut seen = Vec::new();
-    assert_eq!(rx.recv(64, &mut |_, p| seen.push(p[0])), 10);
+    assert_eq!(rx.recv(64, &mut |_, p, _| seen.push(p[0])), 10);
     assert_eq!(seen, (0..10).collect::<Vec<u8>>());
     assert_eq!(rx.head, 640, "ten entries of 24 + 40 bytes");
 }
