@@ -239,6 +239,17 @@ fn fuzz_ctsdata_parse() {
         assert_eq!(Packet::parse(&buf), parsed.map(Packet::CtsData));
         if let Ok(c) = parsed {
             check_round_trip(&buf, &Packet::CtsData(c));
+            // The headers alone (a gathered CTSDATA) give the same fields.
+            let hdrs = CtsData::parse_headers_only(&buf[..c.header_len()]);
+            assert_eq!(hdrs, Ok((CtsData { data: &[], ..c }, c.data.len() as u64)));
+        }
+        // Headers-only parsing never panics, and what it accepts is exactly
+        // the headers, which it rebuilds.
+        if let Ok((h, len)) = CtsData::parse_headers_only(&buf) {
+            assert_eq!(buf.len(), h.header_len());
+            let mut out = vec![0u8; buf.len()];
+            assert_eq!(h.emit_headers_only(&mut out, len), Ok(buf.len()));
+            assert_eq!(CtsData::parse_headers_only(&out), Ok((h, len)));
         }
     });
 }

@@ -26,6 +26,10 @@ use crate::wire::RawAddr;
 /// An address handle: the device's name for a peer.
 pub type Ah = u32;
 
+/// What [`Device::recv`] hands each packet to: the sender (or `None`), the
+/// packet's bytes, and a payload gathered apart from them (or `None`).
+pub type RecvFn<'a> = dyn FnMut(Option<Ah>, &[u8], Option<UserBuf>) + 'a;
+
 bitflags! {
     /// Access rights of a memory registration.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -142,8 +146,9 @@ pub trait Device {
     /// Queues a packet made of a header, built by `build` in the device's
     /// buffer of `min(hdr_max, mtu)` bytes as in [`Device::send_with`], followed by
     /// `payload`, which the device gathers from the application's buffer (as a
-    /// NIC reads a registered send buffer: no copy by the engine). The header
-    /// plus payload must fit `mtu`.
+    /// NIC reads a registered send buffer: no copy by the engine). When
+    /// `hdr_max` plus the payload exceeds `mtu` nothing is sent:
+    /// `Err(Failed(Inval))`.
     ///
     /// The device may read `payload` until the send completes: with
     /// `Ok(Pending)` the caller keeps the buffer untouched until the
@@ -160,17 +165,16 @@ pub trait Device {
         payload: UserBuf,
     ) -> Result<Sent, DevError> {
         let plen = payload.len();
-        self.send_with(ah, wr_id, hdr_max.saturating_add(plen), &mut |buf| {
+        if hdr_max.saturating_add(plen) > self.caps().mtu {
+            return Err(DevError::Failed(Status::Inval));
+        }
+        self.send_with(ah, wr_id, hdr_max + plen, &mut |buf| {
             let n = build(buf);
-            match buf.get_mut(n..n + plen) {
-                Some(dst) if n > 0 => {
-                    if payload.read_at(0, dst) {
-                        n + plen
-                    } else {
-                        0
-                    }
-                }
-                _ => 0,
+            let copied = n > 0 && buf.get_mut(n..n + plen).is_some_and(|dst| payload.read_at(0, dst));
+            if copied {
+                n + plen
+            } else {
+                0
             }
         })
     }
@@ -179,7 +183,7 @@ pub trait Device {
     /// gets the sender (or `None`), the packet's bytes and, for a packet sent
     /// by a device-deferred [`Device::send_gather`], the payload that follows
     /// those bytes (valid only during the call); `None` for a whole packet.
-    fn recv(&mut self, max: usize, f: &mut dyn FnMut(Option<Ah>, &[u8], Option<UserBuf>)) -> usize;
+    fn recv(&mut self, max: usize, f: &mut RecvFn<'_>) -> usize;
 
     /// Moves pending events into `out`.
     fn events(&mut self, out: &mut Vec<DevEvent>);
@@ -243,7 +247,7 @@ impl Device for Box<dyn Device + Send> {
     ) -> Result<Sent, DevError> {
         (**self).send_gather(ah, wr_id, hdr_max, build, payload)
     }
-    fn recv(&mut self, max: usize, f: &mut dyn FnMut(Option<Ah>, &[u8], Option<UserBuf>)) -> usize {
+    fn recv(&mut self, max: usize, f: &mut RecvFn<'_>) -> usize {
         (**self).recv(max, f)
     }
     fn events(&mut self, out: &mut Vec<DevEvent>) {

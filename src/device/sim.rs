@@ -22,7 +22,7 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 
-use super::{Access, Ah, Caps, DevError, DevEvent, Device, Sent};
+use super::{Access, Ah, Caps, DevError, DevEvent, Device, RecvFn, Sent};
 use crate::mem::UserBuf;
 use crate::status::Status;
 use crate::wire::RawAddr;
@@ -293,7 +293,7 @@ impl SimDevice {
         let target = net.nodes[me].ahs.get(ah as usize).copied().flatten().ok_or(DevError::Failed(Status::NoAddr))?;
         let alive = net.nodes[target].alive;
         let extra = gathered.map_or(0, |p| p.len());
-        if extra > net.cfg.mtu {
+        if gathered.is_some() && max_len.saturating_add(extra) > net.cfg.mtu {
             return Err(DevError::Failed(Status::Inval));
         }
         if alive && net.nodes[target].inbox.len() >= net.cfg.inbox_capacity {
@@ -440,7 +440,7 @@ impl Device for SimDevice {
         self.queue(ah, wr_id, hdr_max, build, Some(payload))
     }
 
-    fn recv(&mut self, max: usize, f: &mut dyn FnMut(Option<Ah>, &[u8], Option<UserBuf>)) -> usize {
+    fn recv(&mut self, max: usize, f: &mut RecvFn<'_>) -> usize {
         let mut n = 0;
         while n < max {
             let pkt = {

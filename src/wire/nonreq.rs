@@ -157,9 +157,15 @@ impl<'a> CtsData<'a> {
 
     /// Parses the headers of a CTSDATA whose segment travels apart from them
     /// (a gathered send): `hdr` must hold the headers and nothing more.
-    /// Returns them with empty `data`, and `seg_length`.
+    /// Returns them with empty `data`, and `seg_length`. Unlike
+    /// [`CtsData::parse`], which [`super::Packet::parse`] calls after
+    /// checking the base header, this checks the type and version itself.
     #[inline]
     pub fn parse_headers_only(hdr: &'a [u8]) -> Result<(CtsData<'a>, u64)> {
+        let (ptype, _) = super::parse_base(hdr)?;
+        if ptype != PacketType::CtsData {
+            return Err(WireError::BadField { what: "type of gathered packet", value: ptype as u64 });
+        }
         let (c, seg_length, rest) = Self::parse_headers(hdr)?;
         if !rest.is_empty() {
             return Err(WireError::BadField { what: "bytes after gathered CTSDATA headers", value: rest.len() as u64 });

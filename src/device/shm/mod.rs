@@ -76,7 +76,7 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
 
-use super::{Access, Ah, Caps, DevError, DevEvent, Device, Sent};
+use super::{Access, Ah, Caps, DevError, DevEvent, Device, RecvFn, Sent};
 use crate::fxhash::FxHashMap;
 use crate::mem::UserBuf;
 use crate::status::Status;
@@ -451,7 +451,7 @@ impl ShmDevice {
     /// Hands up to `max` waiting packets to `f` (`Device::recv` after its
     /// empty check).
     #[inline(never)]
-    fn recv_batch(&mut self, max: usize, f: &mut dyn FnMut(Option<Ah>, &[u8], Option<UserBuf>)) -> usize {
+    fn recv_batch(&mut self, max: usize, f: &mut RecvFn<'_>) -> usize {
         let mut n = 0;
         while n < max {
             let at = self.shape.at(self.head);
@@ -800,7 +800,7 @@ impl Device for ShmDevice {
         Ok(Sent::Done)
     }
 
-    fn recv(&mut self, max: usize, f: &mut dyn FnMut(Option<Ah>, &[u8], Option<UserBuf>)) -> usize {
+    fn recv(&mut self, max: usize, f: &mut RecvFn<'_>) -> usize {
         // The common empty poll stays small: one load, no register spills.
         if max == 0 || !self.ready() {
             return 0;

@@ -111,3 +111,46 @@ fn small_packets_take_one_cache_line_each() {
     assert_eq!(seen, (0..10).collect::<Vec<u8>>());
     assert_eq!(rx.head, 640, "ten entries of 24 + 40 bytes");
 }
+
+#[test]
+fn a_gathered_send_is_copied_into_the_ring_and_arrives_whole() {
+    let (mut rx, mut tx, ah) = pair("gather", 2);
+    let mut payload = crate::mem::OwnedBuf::from_slice(&packet(5, 200));
+    let hdr = [0xA5u8; 24];
+    let r = tx.send_gather(
+        ah,
+        9,
+        hdr.len(),
+        &mut |buf| {
+            buf[..hdr.len()].copy_from_slice(&hdr);
+            hdr.len()
+        },
+        payload.buf(),
+    );
+    assert_eq!(r, Ok(Sent::Done), "the shm device copies at once: the buffer is free on return");
+    payload.bytes_mut().fill(0);
+    let mut got = Vec::new();
+    assert_eq!(
+        rx.recv(8, &mut |_, p, gathered| {
+            assert!(gathered.is_none(), "the payload is in the packet");
+            got = p.to_vec();
+        }),
+        1
+    );
+    assert_eq!(&got[..24], &hdr[..]);
+    assert_eq!(&got[24..], &packet(5, 200)[..]);
+    // A header and payload larger than the MTU is refused, nothing is sent.
+    let mut big = crate::mem::OwnedBuf::zeroed(240);
+    let r = tx.send_gather(
+        ah,
+        10,
+        hdr.len(),
+        &mut |buf| {
+            buf[..hdr.len()].copy_from_slice(&hdr);
+            hdr.len()
+        },
+        big.buf(),
+    );
+    assert_eq!(r, Err(DevError::Failed(Status::Inval)));
+    assert_eq!(rx.recv(8, &mut |_, _, _| panic!("an oversized packet was delivered")), 0);
+}

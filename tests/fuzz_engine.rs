@@ -1,0 +1,141 @@
+//! Fuzz target for the engine's packet input (bolero): packets, whole or
+//! with a gathered payload, from a known and from an unknown sender, into an
+//! endpoint with posted receives and a registration that peers may read and
+//! write. Each packet is one of the golden vectors (valid packets of every
+//! type, `tests/data/golden_packets.json`) with fuzzed bytes overwritten and
+//! a fuzzed length, or, for one input in four, a base header of a random
+//! type in front of fuzzed bytes; so inputs reach the deep paths (matching,
+//! placement, responders) as well as the parsers' refusals.
+//!
+//! Whatever arrives, the engine must not panic, must not write outside the
+//! buffers it was lent (each sits between guard bytes that are checked after
+//! every input), and must keep what it holds for unexpected messages under
+//! its limit. Under `cargo test` the target is bounded like those of
+//! `tests/fuzz_wire.rs`; `fuzz/README.md` shows how to run it for longer.
+
+mod common;
+
+use std::time::Duration;
+
+use bolero::check;
+use rdm4::device::sim::{SimConfig, SimNet};
+use rdm4::device::{Access, Device};
+use rdm4::engine::{Config, Endpoint, RecvOpts};
+use rdm4::mem::UserBuf;
+use rdm4::wire::PacketType;
+use std::sync::OnceLock;
+
+const ITERATIONS: usize = 200_000;
+const TIME_MS: u64 = 1_000;
+const GUARD: usize = 64;
+
+/// A lent buffer of `len` bytes between guard bytes.
+struct Guarded {
+    bytes: Box<[u8]>,
+    len: usize,
+}
+
+impl Guarded {
+    fn new(len: usize) -> Guarded {
+        Guarded { bytes: vec![0xC3; len + 2 * GUARD].into_boxed_slice(), len }
+    }
+
+    fn buf(&mut self) -> UserBuf {
+        // SAFETY: the box outlives the endpoint using it (declared first in
+        // the target, dropped last), and the target reads it only after
+        // the endpoint is gone or between progress calls.
+        unsafe { UserBuf::from_raw(self.bytes.as_mut_ptr().add(GUARD), self.len) }.unwrap()
+    }
+
+    fn guards_intact(&self) -> bool {
+        let n = self.bytes.len();
+        self.bytes[..GUARD].iter().chain(&self.bytes[n - GUARD..]).all(|&b| b == 0xC3)
+    }
+}
+
+/// The golden vectors' bytes.
+fn golden() -> &'static [Vec<u8>] {
+    static V: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    V.get_or_init(|| {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/golden_packets.json"))
+            .expect("golden vectors");
+        let json: serde_json::Value = serde_json::from_str(&text).expect("golden JSON");
+        let hex = |h: &str| (0..h.len() / 2).map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).unwrap()).collect();
+        json["vectors"].as_array().unwrap().iter().map(|v| hex(v["hex"].as_str().unwrap())).collect()
+    })
+}
+
+/// Fuzzed packet recipe: (seed, overwrites, length, flags) — see the module docs.
+type Recipe = (u16, Vec<(u16, u8)>, u16, u8);
+
+fn packet(types: &[u8], (seed, writes, len, flags): &Recipe) -> Vec<u8> {
+    let g = golden();
+    let mut pkt = if flags & 3 == 0 {
+        let mut p = vec![types[usize::from(*seed) % types.len()], 4, (*seed >> 8) as u8, 0];
+        p.extend(writes.iter().map(|w| w.1));
+        p
+    } else {
+        g[usize::from(*seed) % g.len()].clone()
+    };
+    for &(at, b) in writes.iter().take(4) {
+        let n = pkt.len().max(1);
+        if let Some(x) = pkt.get_mut(usize::from(at) % n) {
+            *x = b;
+        }
+    }
+    if flags & 4 != 0 {
+        pkt.resize(usize::from(*len) % 9000, 0);
+    }
+    pkt
+}
+
+#[test]
+fn fuzz_engine_packet_input() {
+    let types: Vec<u8> = (0..=255u8).filter(|&t| PacketType::from_u8(t).is_some()).collect();
+    check!()
+        .with_iterations(ITERATIONS)
+        .with_test_time(Duration::from_millis(TIME_MS))
+        .with_type::<(Vec<(Recipe, bool, bool)>, u16)>()
+        .for_each(|(packets, payload_len)| {
+            let mut bufs: Vec<Guarded> = [16usize, 100, 9000].iter().map(|&n| Guarded::new(n)).collect();
+            let mut mr = Guarded::new(4096);
+            let mut payload = Guarded::new(usize::from(*payload_len) % 9000);
+            let net = SimNet::new(SimConfig { capture: false, ..SimConfig::default() });
+            let cfg = Config { unexpected_limit: 1 << 16, ..Config::default() };
+            let mut ep = Endpoint::new(net.device(), cfg);
+            let mut known = net.device();
+            let mut stranger = net.device();
+            let to_ep = known.insert(&ep.addr()).unwrap();
+            let from_stranger = stranger.insert(&ep.addr()).unwrap();
+            ep.av_insert(&known.local_addr()).unwrap();
+            ep.mr_reg(mr.buf(), Access::REMOTE_READ | Access::REMOTE_WRITE | Access::LOCAL).unwrap();
+            for (i, b) in bufs.iter_mut().enumerate() {
+                let tag = (i % 2 == 1).then_some((i as u64, 0));
+                ep.recv(b.buf(), RecvOpts { tag, ..RecvOpts::default() }).unwrap();
+            }
+            for (recipe, gathered, from_known) in packets.iter().take(16) {
+                let mut pkt = packet(&types, recipe);
+                pkt.truncate(known.caps().mtu - 64 - if *gathered { payload.len } else { 0 });
+                let dev = if *from_known { &mut known } else { &mut stranger };
+                let ah = if *from_known { to_ep } else { from_stranger };
+                let build = &mut |out: &mut [u8]| {
+                    out[..pkt.len()].copy_from_slice(&pkt);
+                    pkt.len()
+                };
+                let _ = if *gathered {
+                    dev.send_gather(ah, 1, pkt.len(), build, payload.buf())
+                } else {
+                    dev.send_with(ah, 1, pkt.len(), build)
+                };
+                ep.progress(0);
+                assert!(ep.unexpected_bytes() <= (1 << 16) + known.caps().mtu, "unexpected bytes unbounded");
+            }
+            for _ in 0..4 {
+                ep.progress(0);
+            }
+            drop(ep);
+            assert!(bufs.iter().all(Guarded::guards_intact), "a receive buffer was overrun");
+            assert!(mr.guards_intact(), "a write went outside the registration");
+            assert!(payload.guards_intact());
+        });
+}
