@@ -6,9 +6,10 @@
 use super::op::{Data, EagerMsg, Unexpected};
 use super::peer::{msg_order, MsgOrder, Peer};
 use super::rtm::accepts;
-use super::{raw_key, Core};
+use super::{raw_key, Core, CqFlags, Cqe, RecvDone};
 use crate::device::Ah;
 use crate::mem::UserBuf;
+use crate::status::Status;
 use crate::wire::{self, Category, Packet, ReqFamily, Subprotocol};
 
 impl Core {
@@ -79,24 +80,24 @@ impl Core {
             return false;
         }
         let qi = usize::from(e.tagged());
-        let Some(&key) = self.posted[qi].front() else {
+        let Some(r) = self.posted[qi].front() else {
             self.eager_unexpected(p, e);
             return true;
         };
-        let Some(op) = self.ops.get_mut(key) else { return false };
-        if !accepts(op, p, e.tag) {
+        if !accepts(r, e.tagged(), p, e.tag) {
             return false;
         }
         peer.rx_msg_id = peer.rx_msg_id.wrapping_add(1);
         let drain = !peer.reorder.is_empty();
-        self.posted[qi].pop_front();
-        op.peer = p;
-        op.len = e.data.len() as u64;
-        op.tag = e.tag;
-        op.cq_data = e.cq_data;
-        op.msg_id = e.msg_id;
-        op.place(0, e.data);
-        self.complete_eager_recv(key, p);
+        let Some(r) = self.posted[qi].pop_front() else { return true };
+        // The whole message is here: into the buffer (truncated to it) and
+        // completed, without an operation entry.
+        let n = r.buf.len().min(e.data.len());
+        r.buf.write_at(0, &e.data[..n]);
+        let mut c = Cqe::new(r.context, CqFlags::empty(), 0, Status::Success);
+        let len = e.data.len() as u64;
+        RecvDone { tagged: e.tagged(), len, buf: r.buf, tag: e.tag, cq_data: e.cq_data }.fill(&mut c, p);
+        self.cq.push_back(c);
         if drain {
             self.drain_reorder(p);
         }

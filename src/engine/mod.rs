@@ -191,8 +191,9 @@ pub(crate) struct Core {
     by_ah: FxHashMap<Ah, u32>,
     by_raw: HashMap<[u8; 32], u32>,
     ops: Slab<Op>,
-    /// Posted receives, untagged [0] and tagged [1], in post order.
-    posted: [VecDeque<u32>; 2],
+    /// Posted receives no message has matched yet, untagged [0] and tagged
+    /// [1], in post order.
+    posted: [VecDeque<op::Posted>; 2],
     /// Unexpected messages, untagged [0] and tagged [1], in arrival order.
     unexpected: [VecDeque<op::Unexpected>; 2],
     unexpected_bytes: usize,
@@ -225,18 +226,18 @@ pub(crate) struct Core {
 }
 
 /// What a receive's completion entry says beyond its context and status.
-struct RecvDone {
-    tagged: bool,
-    len: u64,
-    buf: UserBuf,
-    tag: u64,
-    cq_data: Option<u64>,
+pub(crate) struct RecvDone {
+    pub tagged: bool,
+    pub len: u64,
+    pub buf: UserBuf,
+    pub tag: u64,
+    pub cq_data: Option<u64>,
 }
 
 impl RecvDone {
     /// Fills the receive part of `e`; a message longer than the buffer
     /// turns a success into a truncation that reports both lengths.
-    fn fill(&self, e: &mut Cqe, src: Addr) {
+    pub(crate) fn fill(&self, e: &mut Cqe, src: Addr) {
         e.flags = CqFlags::RECV | if self.tagged { CqFlags::TAGGED } else { CqFlags::MSG };
         e.len = self.len.min(self.buf.len() as u64);
         e.buf = self.buf.addr();
@@ -347,7 +348,7 @@ impl<D: Device> Endpoint<D> {
 
     /// Operations not yet completed (including target-side ones).
     pub fn pending_ops(&self) -> usize {
-        self.core.ops.len()
+        self.core.outstanding()
     }
 
     /// Inserts a peer's raw address; the same address gives the same handle.
@@ -631,10 +632,15 @@ impl Core {
 
     /// [`Self::new_op`] with the entry built in its slot.
     fn new_op_with(&mut self, make: impl FnOnce() -> Op) -> Result<u32, Status> {
-        if self.ops.len() >= self.cfg.max_ops {
+        if self.outstanding() >= self.cfg.max_ops {
             return Err(Status::Again);
         }
         self.ops.insert_with(make).ok_or(Status::Again)
+    }
+
+    /// Operations not completed: entries and posted receives.
+    fn outstanding(&self) -> usize {
+        self.ops.len() + self.posted[0].len() + self.posted[1].len()
     }
 
     fn live_peer(&self, addr: Addr) -> Result<&Peer, Status> {
@@ -973,10 +979,7 @@ impl Core {
                 self.medium_rx.remove(&(op.peer, op.msg_id));
             }
             if status != Status::Success {
-                // Canceled before it matched (a successful one left its queue when it matched).
-                for q in &mut self.posted {
-                    q.retain(|k| *k != key);
-                }
+                // Failed before a receive took it.
                 for q in &mut self.unexpected {
                     q.retain(|u| !matches!(u, op::Unexpected::Op(k) if *k == key));
                 }

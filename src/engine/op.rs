@@ -206,6 +206,33 @@ impl Data<'_> {
     }
 }
 
+/// A posted receive that no message has matched yet. It is kept small and
+/// in its queue rather than in the operation slab: an eager message that
+/// matches it completes it straight away, and only a message that needs an
+/// entry (medium, long-CTS, long-read, or one that asks for a receipt)
+/// turns it into an [`Op`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Posted {
+    pub buf: UserBuf,
+    pub context: u64,
+    /// Tagged receives: the tag and the bits of it to ignore.
+    pub tag: u64,
+    pub ignore: u64,
+    /// Accept only this peer.
+    pub src: Option<u32>,
+}
+
+impl Posted {
+    /// The receive as an operation entry (`tagged`: it came from the tagged queue).
+    pub fn into_op(self, tagged: bool) -> Op {
+        let mut op = Op::new(OpKind::Recv, self.src.unwrap_or(u32::MAX), self.context, self.buf);
+        op.tagged = tagged;
+        (op.tag, op.ignore) = (self.tag, self.ignore);
+        op.src = self.src;
+        op
+    }
+}
+
 /// An unexpected message in its queue.
 #[derive(Debug)]
 pub(crate) enum Unexpected {

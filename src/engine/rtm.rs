@@ -4,7 +4,7 @@
 //! the REQ packets of the sender. The long-CTS data phase is in
 //! `longcts.rs`, the long-read one in `longread.rs`.
 
-use super::op::{Op, OpKind, Unexpected};
+use super::op::{Op, OpKind, Posted, Unexpected};
 use super::peer::Peer;
 use super::{Addr, Core, CqFlags, Cqe, RecvDone, RecvOpts, SendOpts};
 use crate::device::{Device, Sent};
@@ -18,8 +18,8 @@ fn q(tagged: bool) -> usize {
 }
 
 /// Does a receive (`src`, `tag`, `ignore`) accept a message from `peer` with `tag`?
-pub(crate) fn accepts(op: &Op, peer: u32, tag: u64) -> bool {
-    takes(op.src, op.tagged.then_some((op.tag, op.ignore)), peer, tag)
+pub(crate) fn accepts(r: &Posted, tagged: bool, peer: u32, tag: u64) -> bool {
+    takes(r.src, tagged.then_some((r.tag, r.ignore)), peer, tag)
 }
 
 /// Whether a receive from `src` (any source: `None`) with `tag` (tag and
@@ -67,13 +67,6 @@ impl Core {
         }
         let tagged = opts.tag.is_some();
         let (tag, ignore) = opts.tag.unwrap_or((0, 0));
-        let make = || {
-            let mut op = Op::new(OpKind::Recv, opts.src.unwrap_or(u32::MAX), opts.context, buf);
-            op.tagged = tagged;
-            (op.tag, op.ignore) = (tag, ignore);
-            op.src = opts.src;
-            op
-        };
         let found = if self.unexpected[q(tagged)].is_empty() {
             None
         } else {
@@ -83,9 +76,10 @@ impl Core {
             })
         };
         let Some(pos) = found else {
-            // Built in its slot: no copy of the entry on the common path.
-            let key = self.new_op_with(make)?;
-            self.posted[q(tagged)].push_back(key);
+            if self.outstanding() >= self.cfg.max_ops {
+                return Err(Status::Again);
+            }
+            self.posted[q(tagged)].push_back(Posted { buf, context: opts.context, tag, ignore, src: opts.src });
             return Ok(());
         };
         let queue = &mut self.unexpected[q(tagged)];
@@ -164,9 +158,17 @@ impl Core {
         let offset = if info.proto == Subprotocol::Medium { r.fields.seg_offset } else { 0 };
         let qi = q(info.tagged);
         let tag = r.fields.tag;
-        let found = self.posted[qi].iter().position(|&k| self.ops.get(k).is_some_and(|o| accepts(o, peer, tag)));
-        let key = match found.and_then(|pos| self.posted[qi].remove(pos)) {
-            Some(key) => key,
+        let found = self.posted[qi].iter().position(|r| accepts(r, info.tagged, peer, tag));
+        // The receive needs an entry now (its place under `max_ops` was
+        // taken when it was posted).
+        let matched =
+            found.and_then(|pos| self.posted[qi].remove(pos)).map(|r| self.ops.insert(r.into_op(info.tagged)));
+        let key = match matched {
+            Some(Some(key)) => key,
+            Some(None) => {
+                self.stats.protocol_errors += 1;
+                return;
+            }
             None => {
                 // Unexpected: buffer what arrived (medium: room for the whole message).
                 let cap = if info.proto == Subprotocol::Medium { msg_length } else { r.data.len() as u64 };
