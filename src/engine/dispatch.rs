@@ -74,7 +74,7 @@ impl Core {
     /// posted receive takes it — or no receive is posted, and it joins the
     /// unexpected messages. False: nothing done, take the general path.
     fn eager_fast(&mut self, ah: Ah, e: &wire::DataRtm<'_>) -> bool {
-        let Some(&p) = self.by_ah.get(&ah) else { return false };
+        let Some(p) = self.by_ah.get(ah) else { return false };
         let Some(peer) = self.peers.get_mut(p) else { return false };
         if !peer.hs_sent || e.msg_id != peer.rx_msg_id || e.connid.is_some_and(|c| c != peer.raw.connid()) {
             return false;
@@ -127,7 +127,7 @@ impl Core {
             Packet::Req(r) => r.raw_addr.map(|h| h.addr()),
             _ => None,
         };
-        if let Some(p) = from.and_then(|ah| self.by_ah.get(&ah).copied()) {
+        if let Some(p) = from.and_then(|ah| self.by_ah.get(ah)) {
             let known = self.peers.get(p)?.raw;
             match (pkt.sender_connid(), raw) {
                 // A new incarnation at the same device address: a new peer.

@@ -188,7 +188,7 @@ pub(crate) struct Core {
     local: RawAddr,
     raw_body: [u8; 36],
     peers: Slab<Peer>,
-    by_ah: FxHashMap<Ah, u32>,
+    by_ah: AhTable,
     by_raw: HashMap<[u8; 32], u32>,
     ops: Slab<Op>,
     /// Posted receives no message has matched yet, untagged [0] and tagged
@@ -260,6 +260,39 @@ pub struct Endpoint<D: Device> {
     core: Core,
 }
 
+/// Device address handle → peer. Devices hand out small dense handles
+/// (indices), which a vector maps with one load; others go to a hash map.
+#[derive(Default)]
+struct AhTable {
+    dense: Vec<u32>,
+    sparse: FxHashMap<Ah, u32>,
+}
+
+impl AhTable {
+    /// Handles below this are kept in the vector.
+    const DENSE: usize = 1 << 16;
+
+    fn get(&self, ah: Ah) -> Option<u32> {
+        if (ah as usize) < Self::DENSE {
+            self.dense.get(ah as usize).copied().filter(|&p| p != u32::MAX)
+        } else {
+            self.sparse.get(&ah).copied()
+        }
+    }
+
+    fn insert(&mut self, ah: Ah, peer: u32) {
+        let i = ah as usize;
+        if i < Self::DENSE {
+            if self.dense.len() <= i {
+                self.dense.resize(i + 1, u32::MAX);
+            }
+            self.dense[i] = peer;
+        } else {
+            self.sparse.insert(ah, peer);
+        }
+    }
+}
+
 fn raw_key(raw: &RawAddr) -> [u8; 32] {
     let mut k = raw.to_bytes();
     k[24..].fill(0); // the reserved word is not part of the identity
@@ -277,7 +310,7 @@ impl<D: Device> Endpoint<D> {
             local,
             raw_body: local.to_req_hdr_body(),
             peers: Slab::default(),
-            by_ah: FxHashMap::default(),
+            by_ah: AhTable::default(),
             by_raw: HashMap::new(),
             ops: Slab::default(),
             posted: Default::default(),
@@ -591,7 +624,7 @@ impl Core {
                     }
                 }
                 DevEvent::PeerLost { ah } => {
-                    if let Some(&p) = self.by_ah.get(&ah) {
+                    if let Some(p) = self.by_ah.get(ah) {
                         if let Some(peer) = self.peers.get_mut(p) {
                             peer.lost = true;
                         }

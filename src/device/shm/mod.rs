@@ -266,6 +266,9 @@ pub struct ShmDevice {
     cfg: ShmConfig,
     peers: Vec<Option<Peer>>,
     by_id: FxHashMap<(u32, u32), Ah>,
+    /// The last `by_id` look-up of `recv_batch` (a stream comes from one
+    /// peer at a time): cleared whenever `by_id` changes.
+    last_from: Option<((u32, u32), Option<Ah>)>,
     events: Vec<DevEvent>,
     mrs: FxHashMap<u64, usize>,
     /// When the peers were last checked (`coarse_now`).
@@ -429,6 +432,7 @@ impl ShmDevice {
             cfg: cfg.clone(),
             peers: Vec::new(),
             by_id: FxHashMap::default(),
+            last_from: None,
             events: Vec::new(),
             mrs: FxHashMap::default(),
             last_check: coarse_now(),
@@ -471,7 +475,14 @@ impl ShmDevice {
             // Packets are delivered even when their sender has closed since:
             // they were sent while it was open (the device is reliable).
             if sane && len > 0 && len <= self.shape.mtu && SLOT_HDR + len <= span {
-                let ah = self.by_id.get(&(from, connid)).copied();
+                let ah = match self.last_from {
+                    Some((id, ah)) if id == (from, connid) => ah,
+                    _ => {
+                        let ah = self.by_id.get(&(from, connid)).copied();
+                        self.last_from = Some(((from, connid), ah));
+                        ah
+                    }
+                };
                 f(ah, self.map.bytes(e + SLOT_HDR, len), None);
             }
             self.head += span as u64;
@@ -733,12 +744,14 @@ impl Device for ShmDevice {
             name,
         }));
         self.by_id.insert(key, ah);
+        self.last_from = None;
         Ok(ah)
     }
 
     fn remove(&mut self, ah: Ah) {
         if let Some(p) = self.peers.get_mut(ah as usize).and_then(Option::take) {
             self.by_id.remove(&(p.epid, p.connid));
+            self.last_from = None;
             if let Some(fd) = p.fifo {
                 // SAFETY: closing a descriptor we own.
                 unsafe { libc::close(fd) };
