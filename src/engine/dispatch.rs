@@ -6,7 +6,7 @@
 use super::op::{Data, EagerMsg, Unexpected};
 use super::peer::{msg_order, MsgOrder, Peer};
 use super::rtm::accepts;
-use super::{raw_key, Core, CqFlags, Cqe, RecvDone};
+use super::{pop_front_hot, raw_key, Core, CqFlags, Cqe, RecvDone};
 use crate::device::Ah;
 use crate::mem::UserBuf;
 use crate::status::Status;
@@ -89,7 +89,7 @@ impl Core {
         }
         peer.rx_msg_id = peer.rx_msg_id.wrapping_add(1);
         let drain = !peer.reorder.is_empty();
-        let Some(r) = self.posted[qi].pop_front() else { return true };
+        let Some(r) = pop_front_hot(&mut self.posted[qi]) else { return true };
         // The whole message is here: into the buffer (truncated to it) and
         // completed, without an operation entry.
         let n = r.buf.len().min(e.data.len());

@@ -260,6 +260,18 @@ pub struct Endpoint<D: Device> {
     core: Core,
 }
 
+/// `q.pop_front()`, and when that empties the queue, its next entries start
+/// again at the front of its buffer (`clear` resets the head): a queue that
+/// once grew large (a backlog of unexpected messages, completions nobody
+/// polled) otherwise walks its whole capacity, a cold cache line per entry.
+pub(crate) fn pop_front_hot<T>(q: &mut VecDeque<T>) -> Option<T> {
+    let v = q.pop_front();
+    if q.is_empty() {
+        q.clear();
+    }
+    v
+}
+
 /// Device address handle → peer. Devices hand out small dense handles
 /// (indices), which a vector maps with one load; others go to a hash map.
 #[derive(Default)]
@@ -462,7 +474,11 @@ impl<D: Device> Endpoint<D> {
     /// Posts a receive into `buf`.
     pub fn recv(&mut self, buf: UserBuf, opts: RecvOpts) -> Result<(), Status> {
         self.core.post_recv(buf, opts)?;
-        self.core.flush(&mut self.dev);
+        // A receive sends something only when it took an unexpected long
+        // message (its CTS, or the start of its reads).
+        if !self.core.ctrl.is_empty() || !self.core.txq.is_empty() {
+            self.core.flush(&mut self.dev);
+        }
         Ok(())
     }
 
@@ -547,7 +563,7 @@ impl<D: Device> Endpoint<D> {
         out.reserve(n);
         for _ in 0..n {
             // `n` entries are there: the loop never ends early.
-            let Some(e) = self.core.cq.pop_front() else { break };
+            let Some(e) = pop_front_hot(&mut self.core.cq) else { break };
             out.push(e);
         }
         n
@@ -560,7 +576,7 @@ impl<D: Device> Endpoint<D> {
         }
         let mut n = 0;
         while n < max {
-            let Some(e) = self.core.cq.pop_front() else { break };
+            let Some(e) = pop_front_hot(&mut self.core.cq) else { break };
             f(n, &e);
             n += 1;
         }
@@ -770,14 +786,14 @@ impl Core {
                 return;
             }
             self.stats.tx_packets += u64::from(ah.is_some());
-            if let Some((_, b, _)) = self.ctrl.pop_front() {
+            if let Some((_, b, _)) = pop_front_hot(&mut self.ctrl) {
                 self.pool.push(b);
             }
         }
         let mut n = self.txq.len();
         while n > 0 {
             n -= 1;
-            let Some(key) = self.txq.pop_front() else {
+            let Some(key) = pop_front_hot(&mut self.txq) else {
                 break;
             };
             if !self.pump(dev, key) {

@@ -6,7 +6,7 @@
 
 use super::op::{Op, OpKind, Posted, Unexpected};
 use super::peer::Peer;
-use super::{Addr, Core, CqFlags, Cqe, RecvDone, RecvOpts, SendOpts};
+use super::{pop_front_hot, Addr, Core, CqFlags, Cqe, RecvDone, RecvOpts, SendOpts};
 use crate::device::{Device, Sent};
 use crate::mem::UserBuf;
 use crate::status::Status;
@@ -83,7 +83,7 @@ impl Core {
             return Ok(());
         };
         let queue = &mut self.unexpected[q(tagged)];
-        let taken = if pos == 0 { queue.pop_front() } else { queue.remove(pos) };
+        let taken = if pos == 0 { pop_front_hot(queue) } else { queue.remove(pos) };
         let key = match taken {
             Some(Unexpected::Op(key)) => key,
             Some(Unexpected::Eager(m)) => {
@@ -347,26 +347,29 @@ impl Core {
         }
         let peer = self.peers.get(dest).filter(|p| p.in_av && !p.lost)?;
         let ah = peer.ah?;
-        let args = RtmArgs {
-            ptype: self.rtm_types[0][usize::from(tagged)],
-            send_id: 0,
+        let (raw_addr, connid) = self.req_opts(peer);
+        if raw_addr.is_some() {
+            return None; // before the peer's HANDSHAKE: the general RTM builder
+        }
+        // The fixed-offset header, sized once: the device reserves exactly it.
+        let ptype = self.rtm_types[0][usize::from(tagged)];
+        let hdr = wire::DataRtm {
+            ptype,
+            flags: ptype.default_req_flags(),
             msg_id: peer.tx_msg_id,
             tag: opts.tag.unwrap_or(0),
+            msg_length: buf.len() as u64,
+            seg_offset: 0,
             cq_data: opts.cq_data,
-            len: buf.len() as u64,
-            sent: 0,
-            buf,
-            nodata: false,
+            connid,
+            data: &[],
         };
+        let max_len = hdr.buffer_len() + buf.len();
         let mut built = false;
-        let core: &Core = self;
-        let max_len = self.rtm_len(&args, peer);
-        let sent = dev.send_with(ah, 0, max_len, &mut |slot| match core.rtm_packet(&args, peer, slot) {
-            Some((n, _)) => {
-                built = true;
-                n
-            }
-            None => 0,
+        let sent = dev.send_with(ah, 0, max_len, &mut |slot| {
+            let n = buf.with_slice(|data| wire::DataRtm { data, ..hdr }.emit(slot).unwrap_or(0));
+            built = n > 0;
+            n
         });
         if !(built && sent == Ok(Sent::Done)) {
             return None; // nothing went out: queue it
@@ -376,7 +379,7 @@ impl Core {
             p.tx_msg_id = p.tx_msg_id.wrapping_add(1);
         }
         let flags = CqFlags::SEND | if tagged { CqFlags::TAGGED } else { CqFlags::MSG };
-        self.cq.push_back(Cqe::new(opts.context, flags, args.len, Status::Success));
+        self.cq.push_back(Cqe::new(opts.context, flags, buf.len() as u64, Status::Success));
         Some(Ok(()))
     }
 }

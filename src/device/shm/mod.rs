@@ -460,13 +460,14 @@ impl ShmDevice {
         while n < max {
             let at = self.shape.at(self.head);
             let e = HDR_LEN + at;
-            if self.map.u64_at(e).load(Ordering::Acquire) != self.shape.sealed(self.head) {
+            let h = self.map.entry_at(e);
+            if h.seal.load(Ordering::Acquire) != self.shape.sealed(self.head) {
                 break;
             }
-            let from = self.map.u32_at(e + 8).load(Ordering::Relaxed);
-            let connid = self.map.u32_at(e + 12).load(Ordering::Relaxed);
-            let len = self.map.u32_at(e + 16).load(Ordering::Relaxed) as usize;
-            let span = self.map.u32_at(e + 20).load(Ordering::Relaxed) as usize;
+            let from = h.from.load(Ordering::Relaxed);
+            let connid = h.connid.load(Ordering::Relaxed);
+            let len = h.len.load(Ordering::Relaxed) as usize;
+            let span = h.span.load(Ordering::Relaxed) as usize;
             // Producers write whole cache lines that end by the ring's end.
             // Anything else is a peer scribbling on the segment (which any
             // process of the user can): skip one line and read nothing.
@@ -794,12 +795,12 @@ impl Device for ShmDevice {
         };
         // The claimed bytes are ours until we publish them.
         let publish = |pos: u64, len: usize, span: usize| {
-            let e = HDR_LEN + p.shape.at(pos);
-            p.map.u32_at(e + 8).store(me, Ordering::Relaxed);
-            p.map.u32_at(e + 12).store(connid, Ordering::Relaxed);
-            p.map.u32_at(e + 16).store(len as u32, Ordering::Relaxed);
-            p.map.u32_at(e + 20).store(span as u32, Ordering::Relaxed);
-            p.map.u64_at(e).store(p.shape.sealed(pos), Ordering::Release);
+            let h = p.map.entry_at(HDR_LEN + p.shape.at(pos));
+            h.from.store(me, Ordering::Relaxed);
+            h.connid.store(connid, Ordering::Relaxed);
+            h.len.store(len as u32, Ordering::Relaxed);
+            h.span.store(span as u32, Ordering::Relaxed);
+            h.seal.store(p.shape.sealed(pos), Ordering::Release);
         };
         if pad > 0 {
             publish(pos, 0, pad);

@@ -53,6 +53,14 @@ impl Mapping {
         unsafe { &*self.base().add(off).cast::<AtomicU32>() }
     }
 
+    /// The header of the ring entry at `off` (8-aligned, in bounds): one
+    /// check for its five fields.
+    pub(super) fn entry_at(&self, off: usize) -> &EntryHdr {
+        assert!(off % 8 == 0 && off + std::mem::size_of::<EntryHdr>() <= self.len);
+        // SAFETY: as `u64_at`; `EntryHdr` is atomics only, 8-aligned.
+        unsafe { &*self.base().add(off).cast::<EntryHdr>() }
+    }
+
     /// `len` bytes at `off` (in bounds).
     #[allow(clippy::mut_from_ref)]
     pub(super) fn bytes(&self, off: usize, len: usize) -> &mut [u8] {
@@ -62,6 +70,20 @@ impl Mapping {
         unsafe { std::slice::from_raw_parts_mut(self.base().add(off), len) }
     }
 }
+
+/// The header of a ring entry (`SLOT_HDR` bytes; layout at the top of
+/// `mod.rs`): the seal word, then sender id, sender connid, packet length
+/// and the entry's span.
+#[repr(C)]
+pub(super) struct EntryHdr {
+    pub seal: AtomicU64,
+    pub from: AtomicU32,
+    pub connid: AtomicU32,
+    pub len: AtomicU32,
+    pub span: AtomicU32,
+}
+
+const _: () = assert!(std::mem::size_of::<EntryHdr>() == super::SLOT_HDR);
 
 impl Drop for Mapping {
     fn drop(&mut self) {
