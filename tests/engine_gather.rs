@@ -25,6 +25,14 @@ fn ctsdata_hdr(recv_id: u32, off: u64, len: u64) -> Vec<u8> {
     out
 }
 
+/// A packet builder for the device that writes `hdr`.
+fn writes(hdr: &[u8]) -> impl FnMut(&mut [u8]) -> usize + '_ {
+    move |out| {
+        out[..hdr.len()].copy_from_slice(hdr);
+        hdr.len()
+    }
+}
+
 #[test]
 fn ctsdata_headers_alone_round_trip_and_refuse_anything_after_them() {
     let c = CtsData { flags: 0, recv_id: 7, seg_offset: 4096, connid: Some(0xABCD), data: &[] };
@@ -54,16 +62,7 @@ fn the_sim_hands_a_gathered_payload_apart_and_completes_the_send_once_taken() {
     let from_a = b.insert(&a.local_addr()).unwrap();
     let mut src = OwnedBuf::from_slice(&pattern(4000, 3));
     let hdr = ctsdata_hdr(1, 0, 4000);
-    let sent = a.send_gather(
-        to_b,
-        77,
-        hdr.len(),
-        &mut |out| {
-            out[..hdr.len()].copy_from_slice(&hdr);
-            hdr.len()
-        },
-        src.buf(),
-    );
+    let sent = a.send_gather(to_b, 77, hdr.len(), &mut writes(&hdr), src.buf());
     assert_eq!(sent, Ok(Sent::Pending), "the device reads the payload later");
     let mut events = Vec::new();
     a.events(&mut events);
@@ -87,16 +86,7 @@ fn the_sim_hands_a_gathered_payload_apart_and_completes_the_send_once_taken() {
     assert_eq!(events, vec![DevEvent::SendDone { wr_id: 77, ah: to_b, status: Ok(()) }]);
     // Headers and payload beyond the MTU: refused, nothing queued.
     let mut big = OwnedBuf::zeroed(SimConfig::default().mtu);
-    let r = a.send_gather(
-        to_b,
-        78,
-        hdr.len(),
-        &mut |out| {
-            out[..hdr.len()].copy_from_slice(&hdr);
-            hdr.len()
-        },
-        big.buf(),
-    );
+    let r = a.send_gather(to_b, 78, hdr.len(), &mut writes(&hdr), big.buf());
     assert_eq!(r, Err(rdm4::device::DevError::Failed(Status::Inval)));
     assert_eq!(net.in_flight(), 0);
     let log = net.log();
@@ -111,10 +101,7 @@ fn gathered_packets_of_a_closed_sender_still_arrive_whole() {
     let to_b = a.insert(&b.local_addr()).unwrap();
     let mut src = OwnedBuf::from_slice(&pattern(3000, 9));
     let hdr = ctsdata_hdr(1, 0, 3000);
-    let build = &mut |out: &mut [u8]| {
-        out[..hdr.len()].copy_from_slice(&hdr);
-        hdr.len()
-    };
+    let build = &mut writes(&hdr);
     assert_eq!(a.send_gather(to_b, 5, hdr.len(), build, src.buf()), Ok(Sent::Pending));
     drop(a); // closing: its buffers may go away after this
     src.bytes_mut().fill(0); // ...and be reused: the packet must not see it
@@ -136,10 +123,7 @@ fn gathered_packets_to_a_peer_that_disappears_complete_with_peer_unreachable() {
     let mut src = OwnedBuf::from_slice(&[1u8; 100]);
     let hdr = ctsdata_hdr(1, 0, 100);
     for wr in [1, 2] {
-        let build = &mut |out: &mut [u8]| {
-            out[..hdr.len()].copy_from_slice(&hdr);
-            hdr.len()
-        };
+        let build = &mut writes(&hdr);
         assert_eq!(a.send_gather(to_b, wr, hdr.len(), build, src.buf()), Ok(Sent::Pending));
     }
     net.kill(b.node());
@@ -229,20 +213,14 @@ fn a_forged_gathered_packet_is_dropped_and_writes_nothing() {
         (ctsdata_hdr(0, 0, 500)[..10].to_vec(), "truncated headers"),
     ];
     for (i, (hdr, why)) in cases.iter().enumerate() {
-        let build = &mut |out: &mut [u8]| {
-            out[..hdr.len()].copy_from_slice(hdr);
-            hdr.len()
-        };
+        let build = &mut writes(hdr);
         assert_eq!(forger.send_gather(to_b, i as u64 + 1, hdr.len(), build, payload.buf()), Ok(Sent::Pending));
         b.progress(0);
         assert_eq!(b.stats().malformed, i as u64 + 1, "{why}: not counted as malformed");
     }
     // Well-formed but naming no operation of the forger's: a protocol error.
     let hdr = ctsdata_hdr(0, 0, 500);
-    let build = &mut |out: &mut [u8]| {
-        out[..hdr.len()].copy_from_slice(&hdr);
-        hdr.len()
-    };
+    let build = &mut writes(&hdr);
     forger.send_gather(to_b, 9, hdr.len(), build, payload.buf()).unwrap();
     b.progress(0);
     assert_eq!(b.stats().protocol_errors, 1);
