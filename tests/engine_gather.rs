@@ -163,6 +163,13 @@ fn a_long_cts_send_completes_only_after_the_receiver_took_its_segments() {
     assert_eq!(c.cqs[0][0].context, 11);
     assert_eq!(dst.bytes(), &data[..]);
     assert_eq!(c.types_between(0, 1), vec!["LONGCTS_MSGRTM", "HANDSHAKE", "CTSDATA"]);
+    // Over a device that gathers in place the RTM carries no data: every
+    // byte goes by a gathered CTSDATA (headers: 24 bytes and the connid block).
+    let log = c.net.log();
+    let rtm = log.iter().find(|r| r.ptype == PacketType::LongctsMsgRtm as u8).unwrap();
+    assert!(rtm.len < 128, "a {}-byte RTM carries data", rtm.len);
+    let ctsdata = log.iter().filter(|r| r.ptype == PacketType::CtsData as u8);
+    assert_eq!(ctsdata.map(|r| r.len - CtsData::HDR_LEN - 8).sum::<usize>(), data.len());
 }
 
 #[test]

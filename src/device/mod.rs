@@ -58,6 +58,12 @@ pub struct Caps {
     /// engine may then complete an eager send without keeping an entry for
     /// it. (`send_gather` may still answer `Pending`.)
     pub sync_send: bool,
+    /// `send_gather` hands the payload over in place, without copying it (a
+    /// NIC's gather from registered memory; the sim device). The engine then
+    /// sends long-CTS RTMs without data, so that every byte of the message
+    /// moves by gathered CTSDATA (copied once, by the receiver) rather than
+    /// the first segment being copied into the RTM and out again.
+    pub gather_in_place: bool,
     /// Smallest two-sided message the device would rather move by one RDMA
     /// read than by packets (`usize::MAX`: never). The engine uses long-read
     /// only from the larger of this and `Config::longread_min`.

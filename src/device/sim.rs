@@ -383,6 +383,7 @@ impl Device for SimDevice {
             rdma_read: rdma,
             rdma_write: rdma,
             sync_send: true,
+            gather_in_place: true,
             longread_min: net.cfg.longread_min,
         }
     }

@@ -386,6 +386,11 @@ impl<D: Device> Endpoint<D> {
         self.core.unexpected_bytes
     }
 
+    /// Messages that arrived before a receive took them.
+    pub fn unexpected_messages(&self) -> usize {
+        self.core.unexpected[0].len() + self.core.unexpected[1].len()
+    }
+
     /// Bytes of REQs held until their `msg_id` turn.
     pub fn reorder_bytes(&self) -> usize {
         self.core.reorder_bytes

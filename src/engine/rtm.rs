@@ -47,6 +47,10 @@ impl Core {
         op.ptype = Some(longread.unwrap_or(self.rtm_types[proto][usize::from(tagged)]));
         // A long-read send ends with the receiver's EOR.
         op.awaiting = longread.is_some();
+        // Over a device that gathers in place, a long-CTS RTM carries no
+        // data (as after a READ_NACK, spec §4.7; receivers take RTMs with any
+        // amount): every byte then goes by CTSDATA, copied once.
+        op.nodata = proto == 2 && longread.is_none() && self.caps.gather_in_place;
         op.tagged = tagged;
         op.tag = opts.tag.unwrap_or(0);
         op.cq_data = opts.cq_data;

@@ -705,6 +705,7 @@ impl Device for ShmDevice {
             rdma_read: self.cma,
             rdma_write: self.cma,
             sync_send: true,
+            gather_in_place: false, // the ring is written: the payload is copied anyway
             longread_min: self.cfg.longread_min,
         }
     }
