@@ -719,3 +719,47 @@ fn medium_messages_go_in_segments_that_grow_with_the_square_root_of_the_size() {
         }
     }
 }
+
+#[test]
+fn eager_sends_queued_behind_a_full_device_arrive_in_order_and_cancel_cleanly() {
+    let sim = SimConfig { inbox_capacity: 4, ..SimConfig::default() };
+    let mut c = Cluster::new(2, sim, Config::default());
+    // Settle the handshakes so the sends below take the eager fast path.
+    let mut warm = OwnedBuf::zeroed(8);
+    c.eps[1].recv(warm.buf(), RecvOpts::default()).unwrap();
+    let mut one = OwnedBuf::from_slice(b"hello");
+    c.eps[0].send(c.addrs[0][1], one.buf(), SendOpts::default()).unwrap();
+    c.run_until(1_000, |c| c.cqs[0].len() == 1 && c.cqs[1].len() == 1);
+    c.settle(100);
+    c.take_cq(0);
+    c.take_cq(1);
+    // 20 messages while the receiver does not progress: 4 fit its inbox,
+    // the others wait in the sender's queue without an operation entry.
+    let mut srcs: Vec<OwnedBuf> = (0..20u8).map(|i| OwnedBuf::from_slice(&[i; 100])).collect();
+    for (i, s) in srcs.iter_mut().enumerate() {
+        c.eps[0].send(c.addrs[0][1], s.buf(), SendOpts { context: i as u64, ..Default::default() }).unwrap();
+    }
+    assert_eq!(c.eps[0].pending_ops(), 16, "the queued sends count as outstanding");
+    let mut dsts: Vec<OwnedBuf> = (0..20).map(|_| OwnedBuf::zeroed(100)).collect();
+    for (i, d) in dsts.iter_mut().enumerate() {
+        c.eps[1].recv(d.buf(), RecvOpts { context: i as u64, ..Default::default() }).unwrap();
+    }
+    c.run_until(10_000, |c| c.cqs[0].len() == 20 && c.cqs[1].len() == 20);
+    let sends: Vec<u64> = c.take_cq(0).iter().map(|e| e.context).collect();
+    assert_eq!(sends, (0..20).collect::<Vec<_>>(), "send completions in post order");
+    assert!(c.take_cq(1).iter().all(|e| e.status == Status::Success));
+    for (i, d) in dsts.iter().enumerate() {
+        assert_eq!(d.bytes(), &[i as u8; 100], "message {i} in its receive (send-after-send order)");
+    }
+    // Queued sends towards an address that is removed complete as canceled.
+    for s in srcs.iter_mut().take(10) {
+        c.eps[0].send(c.addrs[0][1], s.buf(), SendOpts { context: 99, ..Default::default() }).unwrap();
+    }
+    assert_eq!(c.eps[0].pending_ops(), 6);
+    c.eps[0].av_remove(c.addrs[0][1]).unwrap();
+    assert_eq!(c.eps[0].pending_ops(), 0);
+    let mut cq = Vec::new();
+    c.eps[0].poll_cq(&mut cq, 64);
+    let canceled = cq.iter().filter(|e| e.status == Status::Canceled).count();
+    assert_eq!((cq.len(), canceled), (10, 6), "4 went out, 6 were canceled in the queue");
+}

@@ -16,7 +16,9 @@
 //! Decisions recorded here (where the protocol leaves room):
 //! - Sends are queued, never refused for a full device queue: up to
 //!   `Config::max_ops` operations may be outstanding, then posts return
-//!   `Again`.
+//!   `Again`. An eager send that waits is a small transmit-queue entry
+//!   (`op::QueuedEager`), not an operation entry, so a full device costs
+//!   the sender little more than a free one.
 //! - Unexpected messages are buffered up to `Config::unexpected_limit`
 //!   bytes; past that the engine stops taking packets from the device, whose
 //!   queues then hold the senders back ("try again" on their side). Nothing
@@ -206,7 +208,9 @@ pub(crate) struct Core {
     /// Buffers of unexpected eager messages, for reuse (kept apart from
     /// `pool`, whose MTU-sized buffers would overstate `unexpected_bytes`).
     rx_pool: Vec<Vec<u8>>,
-    txq: VecDeque<u32>,
+    txq: VecDeque<op::Tx>,
+    /// `Tx::Eager` entries in `txq`.
+    queued_eager: usize,
     cq: VecDeque<Cqe>,
     mrs: FxHashMap<u64, Mr>,
     pending_insert: Vec<u32>,
@@ -334,6 +338,7 @@ impl<D: Device> Endpoint<D> {
             pool: Vec::new(),
             rx_pool: Vec::new(),
             txq: VecDeque::new(),
+            queued_eager: 0,
             cq: VecDeque::new(),
             mrs: FxHashMap::default(),
             pending_insert: Vec::new(),
@@ -468,6 +473,10 @@ impl<D: Device> Endpoint<D> {
     pub fn send(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<(), Status> {
         if let Some(done) = self.core.send_now(&mut self.dev, dest, buf, opts) {
             return done;
+        }
+        if self.core.queue_eager(dest, buf, opts)? {
+            self.core.flush(&mut self.dev);
+            return Ok(());
         }
         if let Some(key) = self.core.post_send(dest, buf, opts)? {
             self.core.register_longread(&mut self.dev, key);
@@ -661,6 +670,20 @@ impl Core {
     /// Completes every operation towards or from `peer` (posted receives
     /// excepted) with `status`.
     fn cancel_ops_of(&mut self, peer: u32, status: Status) {
+        if self.queued_eager > 0 {
+            let mut failed = Vec::new();
+            self.txq.retain(|tx| match tx {
+                op::Tx::Eager(e) if e.peer == peer => {
+                    failed.push(*e);
+                    false
+                }
+                _ => true,
+            });
+            self.queued_eager -= failed.len();
+            for e in failed {
+                self.eager_sent(&e, status);
+            }
+        }
         for key in self.ops.keys() {
             if self.ops.get(key).is_some_and(|o| o.peer == peer && o.kind != OpKind::Recv) {
                 self.complete(key, status);
@@ -694,7 +717,7 @@ impl Core {
 
     /// Operations not completed: entries and posted receives.
     fn outstanding(&self) -> usize {
-        self.ops.len() + self.posted[0].len() + self.posted[1].len()
+        self.ops.len() + self.posted[0].len() + self.posted[1].len() + self.queued_eager
     }
 
     fn live_peer(&self, addr: Addr) -> Result<&Peer, Status> {
@@ -719,7 +742,7 @@ impl Core {
         if let Some(op) = self.ops.get_mut(key) {
             if !op.queued {
                 op.queued = true;
-                self.txq.push_back(key);
+                self.txq.push_back(op::Tx::Op(key));
             }
         }
     }
@@ -798,13 +821,18 @@ impl Core {
         let mut n = self.txq.len();
         while n > 0 {
             n -= 1;
-            let Some(key) = pop_front_hot(&mut self.txq) else {
+            let Some(tx) = pop_front_hot(&mut self.txq) else {
                 break;
             };
-            if !self.pump(dev, key) {
-                self.txq.push_front(key);
+            let sent = match tx {
+                op::Tx::Op(key) => self.pump(dev, key),
+                op::Tx::Eager(e) => self.pump_eager(dev, &e),
+            };
+            if !sent {
+                self.txq.push_front(tx);
                 return;
             }
+            self.queued_eager -= usize::from(matches!(tx, op::Tx::Eager(_)));
         }
     }
 

@@ -233,6 +233,30 @@ impl Posted {
     }
 }
 
+/// An eager send that could not go out at once (the device pushed back,
+/// or sends queued before it): kept small in the transmit queue, without an
+/// operation entry, like the fast path it waits to take (devices that
+/// complete sends at once only).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QueuedEager {
+    pub peer: u32,
+    pub buf: UserBuf,
+    pub tag: Option<u64>,
+    pub cq_data: Option<u64>,
+    pub context: u64,
+    /// Taken from the peer's sequence when the send was posted.
+    pub msg_id: u32,
+}
+
+/// An entry of the transmit queue.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Tx {
+    /// An operation with packets to send.
+    Op(u32),
+    /// A whole eager message.
+    Eager(QueuedEager),
+}
+
 /// An unexpected message in its queue.
 #[derive(Debug)]
 pub(crate) enum Unexpected {

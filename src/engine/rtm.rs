@@ -4,10 +4,10 @@
 //! the REQ packets of the sender. The long-CTS data phase is in
 //! `longcts.rs`, the long-read one in `longread.rs`.
 
-use super::op::{Op, OpKind, Posted, Unexpected};
+use super::op::{Op, OpKind, Posted, QueuedEager, Tx, Unexpected};
 use super::peer::Peer;
 use super::{pop_front_hot, Addr, Core, CqFlags, Cqe, RecvDone, RecvOpts, SendOpts};
-use crate::device::{Device, Sent};
+use crate::device::{DevError, Device, Sent};
 use crate::mem::UserBuf;
 use crate::status::Status;
 use crate::wire::{self, PacketType, ReqFamily, ReqInfo, Subprotocol};
@@ -329,6 +329,77 @@ impl Core {
             let data = s.get(a.sent as usize..a.sent as usize + chunk)?;
             wire::DataRtm { data, ..d }.emit(out).ok().map(|n| (n, chunk as u64))
         })
+    }
+
+    /// Queues eager send `opts` of `buf` to `dest` (its `msg_id` taken now)
+    /// when the fast path could not send it; false: it needs an operation
+    /// entry (a device whose sends complete later, or not an eager message).
+    pub(crate) fn queue_eager(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<bool, Status> {
+        if !self.caps.sync_send || buf.len() > self.eager_cap[usize::from(opts.tag.is_some())] {
+            return Ok(false);
+        }
+        self.reachable_peer(dest)?;
+        if self.outstanding() >= self.cfg.max_ops {
+            return Err(Status::Again);
+        }
+        let Some(p) = self.peers.get_mut(dest) else { return Err(Status::NoAddr) };
+        let msg_id = p.tx_msg_id;
+        p.tx_msg_id = p.tx_msg_id.wrapping_add(1);
+        let e = QueuedEager { peer: dest, buf, tag: opts.tag, cq_data: opts.cq_data, context: opts.context, msg_id };
+        self.txq.push_back(Tx::Eager(e));
+        self.queued_eager += 1;
+        Ok(true)
+    }
+
+    /// Tries to send queued eager message `e`; false when the device pushed
+    /// back (it stays queued). Otherwise it has completed, sent or failed.
+    pub(crate) fn pump_eager<D: Device>(&mut self, dev: &mut D, e: &QueuedEager) -> bool {
+        let Some(peer) = self.peers.get(e.peer).filter(|p| !p.lost) else {
+            self.eager_sent(e, Status::PeerUnreachable);
+            return true;
+        };
+        let Some(ah) = peer.ah else {
+            self.eager_sent(e, Status::PeerUnreachable);
+            return true;
+        };
+        let args = RtmArgs {
+            ptype: self.rtm_types[0][usize::from(e.tag.is_some())],
+            send_id: 0,
+            msg_id: e.msg_id,
+            tag: e.tag.unwrap_or(0),
+            cq_data: e.cq_data,
+            len: e.buf.len() as u64,
+            sent: 0,
+            buf: e.buf,
+            nodata: false,
+        };
+        let mut built = false;
+        let core: &Core = self;
+        let max_len = self.rtm_len(&args, peer);
+        let sent = dev.send_with(ah, 0, max_len, &mut |slot| match core.rtm_packet(&args, peer, slot) {
+            Some((n, _)) => {
+                built = true;
+                n
+            }
+            None => 0,
+        });
+        let status = match sent {
+            Err(DevError::Again) => return false,
+            Err(DevError::Failed(s)) => s,
+            Ok(_) if !built => Status::Internal,
+            Ok(_) => {
+                self.stats.tx_packets += 1;
+                Status::Success
+            }
+        };
+        self.eager_sent(e, status);
+        true
+    }
+
+    /// The completion of queued eager message `e`.
+    pub(crate) fn eager_sent(&mut self, e: &QueuedEager, status: Status) {
+        let flags = CqFlags::SEND | if e.tag.is_some() { CqFlags::TAGGED } else { CqFlags::MSG };
+        self.cq.push_back(Cqe::new(e.context, flags, e.buf.len() as u64, status));
     }
 
     /// The eager fast path: when nothing is queued before it and the device
