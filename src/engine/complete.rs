@@ -1,0 +1,195 @@
+//! Completions: when an operation is done, its completion entry, and what
+//! ending it sends (RECEIPT, PEER_ERROR) or releases (registrations, the
+//! medium-segment and long-read state).
+
+use super::op::{self, OpKind};
+use super::{Addr, Core, CqFlags, Cqe, ADDR_UNSPEC};
+use crate::mem::UserBuf;
+use crate::status::Status;
+use crate::wire;
+
+/// What a receive's completion entry says beyond its context and status.
+pub(crate) struct RecvDone {
+    pub tagged: bool,
+    pub len: u64,
+    pub buf: UserBuf,
+    pub tag: u64,
+    pub cq_data: Option<u64>,
+}
+
+impl RecvDone {
+    /// Fills the receive part of `e`; a message longer than the buffer
+    /// turns a success into a truncation that reports both lengths.
+    pub(crate) fn fill(&self, e: &mut Cqe, src: Addr) {
+        e.flags = CqFlags::RECV | if self.tagged { CqFlags::TAGGED } else { CqFlags::MSG };
+        e.len = self.len.min(self.buf.len() as u64);
+        e.buf = self.buf.addr();
+        e.tag = self.tag;
+        e.src = src;
+        if let Some(d) = self.cq_data {
+            e.flags |= CqFlags::REMOTE_CQ_DATA;
+            e.data = d;
+        }
+        if e.status == Status::Success && self.len > self.buf.len() as u64 {
+            e.status = Status::Trunc;
+            e.olen = self.len;
+        }
+    }
+}
+
+impl Core {
+    /// Completes an operation whose transfer may be finished.
+    pub(crate) fn check_done(&mut self, key: u32) {
+        let Some(op) = self.ops.get(key) else { return };
+        let done = match op.kind {
+            OpKind::Send | OpKind::Write | OpKind::Atomic | OpKind::ReadResponder => {
+                op.started && op.sent >= op.len && op.inflight == 0 && !op.awaiting
+            }
+            OpKind::Recv | OpKind::RemoteWrite => op.received >= op.len,
+            OpKind::Read => op.started && op.inflight == 0 && !op.awaiting && op.received >= op.len,
+            OpKind::Unexpected => false,
+        };
+        if done {
+            self.complete(key, Status::Success);
+        }
+    }
+
+    /// Completes receive `key` that an eager packet from `src` filled at
+    /// once (`dispatch::eager_fast`): such a receive holds nothing else to
+    /// release (no registration, no medium or long-read state, no receipt),
+    /// so its entry is built straight from the operation.
+    pub(crate) fn complete_eager_recv(&mut self, key: u32, src: u32) {
+        let e = self.ops.remove_with(key, |op| {
+            let mut e = Cqe::new(op.context, CqFlags::empty(), 0, Status::Success);
+            RecvDone { tagged: op.tagged, len: op.len, buf: op.buf, tag: op.tag, cq_data: op.cq_data }
+                .fill(&mut e, src);
+            e
+        });
+        if let Some(e) = e {
+            self.cq.push_back(e);
+        }
+    }
+
+    /// Ends operation `key` with `status`: its completion entry (if the
+    /// application owns it), RECEIPT for DC, registrations released.
+    pub(crate) fn complete(&mut self, key: u32, status: Status) {
+        if let Some(op) = self.ops.get_mut(key).filter(|op| op.inflight > 0) {
+            // The device may still read (or write) the buffer: the entry
+            // completes on the last `SendDone` (see `handle_events`).
+            if op.status == Status::Success {
+                op.status = status;
+            }
+            op.closing = true;
+            op.awaiting = false;
+            return;
+        }
+        // Copy what the completion needs and drop the entry in place.
+        let Some(op) = self.ops.remove_with(key, |op| op::Finished::from(op)) else {
+            return;
+        };
+        if let Some(k) = op.lr_mr {
+            self.dereg.push(k);
+        }
+        if !self.lr_iovs.is_empty() {
+            self.lr_iovs.remove(&key);
+        }
+        if !self.nacked.is_empty() {
+            self.nacked.retain(|_, k| *k != key);
+        }
+        if let Some(k) = op.mr_key {
+            if let Some(mr) = self.mrs.get_mut(&k) {
+                mr.busy = mr.busy.saturating_sub(1);
+            }
+        }
+        if op.kind == OpKind::Unexpected {
+            self.unexpected_bytes -= op.bounce_cap.min(self.unexpected_bytes);
+        }
+        if matches!(op.kind, OpKind::Recv | OpKind::Unexpected) {
+            if op.medium && self.medium_rx.get(&(op.peer, op.msg_id)) == Some(&key) {
+                self.medium_rx.remove(&(op.peer, op.msg_id));
+            }
+            if status != Status::Success {
+                // Failed before a receive took it.
+                for q in &mut self.unexpected {
+                    q.retain(|u| !matches!(u, op::Unexpected::Op(k) if *k == key));
+                }
+            }
+        }
+        let status = if op.status != Status::Success { op.status } else { status };
+        let src = if self.peers.get(op.peer).is_some() { op.peer } else { ADDR_UNSPEC };
+        let mut e = Cqe { detail: op.detail, ..Cqe::new(op.context, CqFlags::empty(), 0, status) };
+        match op.kind {
+            OpKind::Send => {
+                e.flags = CqFlags::SEND | if op.tagged { CqFlags::TAGGED } else { CqFlags::MSG };
+                e.len = op.len;
+            }
+            OpKind::Recv => {
+                let done = RecvDone { tagged: op.tagged, len: op.len, buf: op.buf, tag: op.tag, cq_data: op.cq_data };
+                done.fill(&mut e, src);
+                if op.dc && status == Status::Success {
+                    self.send_receipt(op.peer, op.remote_id, op.msg_id);
+                }
+            }
+            OpKind::RemoteWrite => {
+                if op.dc && status == Status::Success {
+                    self.send_receipt(op.peer, op.remote_id, 0);
+                } else if status != Status::Success && op.dc {
+                    self.send_peer_error(op.peer, op.remote_id, status);
+                }
+                if let (Some(d), Status::Success) = (op.cq_data, status) {
+                    self.remote_write_cqe(op.peer, op.len, d);
+                }
+                return;
+            }
+            OpKind::Write => {
+                e.flags = CqFlags::RMA | CqFlags::WRITE;
+                e.len = op.len;
+            }
+            OpKind::Read => {
+                e.flags = CqFlags::RMA | CqFlags::READ;
+                e.len = op.len;
+            }
+            OpKind::Atomic => {
+                e.flags = CqFlags::ATOMIC | CqFlags::WRITE;
+                if op.atomic.is_some_and(|a| !a.result.is_empty()) {
+                    e.flags |= CqFlags::READ;
+                }
+                e.len = op.len;
+            }
+            OpKind::ReadResponder | OpKind::Unexpected => return,
+        }
+        self.cq.push_back(e);
+    }
+
+    /// The target-side completion of a write that carried CQ data.
+    pub(crate) fn remote_write_cqe(&mut self, peer: u32, len: u64, data: u64) {
+        let flags = CqFlags::RMA | CqFlags::REMOTE_WRITE | CqFlags::REMOTE_CQ_DATA;
+        self.cq.push_back(Cqe {
+            data,
+            src: if self.peers.get(peer).is_some() { peer } else { ADDR_UNSPEC },
+            ..Cqe::new(0, flags, len, Status::Success)
+        });
+    }
+
+    pub(crate) fn send_receipt(&mut self, peer: u32, send_id: u32, msg_id: u32) {
+        let r = wire::Receipt { flags: 0, send_id, msg_id, connid: self.my_connid(), padding: 0 };
+        self.queue_ctrl(peer, &wire::Packet::Receipt(r));
+    }
+
+    /// Tells `peer` that its operation `op_id` failed with `status`.
+    pub(crate) fn send_peer_error(&mut self, peer: u32, op_id: u32, status: Status) {
+        let honours = self.peers.get(peer).is_some_and(|p| !p.hs_recv || p.extra & wire::extra::PEER_ERROR != 0);
+        if !honours || self.cfg.legacy {
+            return;
+        }
+        let e = wire::PeerError {
+            flags: 0,
+            op_id,
+            ref_kind: wire::peer_error_ref::OPE_INDEX,
+            prov_errno: status.code().unsigned_abs(),
+            connid: self.my_connid(),
+            padding: 0,
+        };
+        self.queue_ctrl(peer, &wire::Packet::PeerError(e));
+    }
+}

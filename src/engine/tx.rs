@@ -1,0 +1,287 @@
+//! The transmit side of an endpoint: the control-packet and transmit
+//! queues, the sizes of the packets built into the device's buffers, and
+//! `flush`, which hands the device what is queued until it pushes back.
+
+use super::op::{self, OpKind};
+use super::peer::Peer;
+use super::{pop_front_hot, rtm, Core};
+use crate::device::{DevError, Device, Sent};
+use crate::status::Status;
+use crate::wire::{self, PacketType, RawAddrHdr, ReqFamily, Subprotocol};
+
+impl Core {
+    /// Puts an operation in the transmit queue (once).
+    pub(crate) fn enqueue(&mut self, key: u32) {
+        if let Some(op) = self.ops.get_mut(key) {
+            if !op.queued {
+                op.queued = true;
+                self.txq.push_back(op::Tx::Op(key));
+            }
+        }
+    }
+
+    /// A pooled packet buffer for a control packet.
+    pub(crate) fn take_buf(&mut self) -> Vec<u8> {
+        let mut b = self.pool.pop().unwrap_or_default();
+        b.resize(self.caps.mtu, 0); // pooled buffers keep their length: no clearing
+        b
+    }
+
+    /// Builds a control packet for `peer` and queues it.
+    pub(crate) fn queue_ctrl(&mut self, peer: u32, pkt: &wire::Packet<'_>) {
+        let mut b = self.take_buf();
+        match pkt.emit(&mut b) {
+            Ok(n) => self.ctrl.push_back((peer, b, n)),
+            Err(_) => {
+                self.stats.protocol_errors += 1;
+                self.pool.push(b);
+            }
+        }
+    }
+
+    /// The connid to put in non-REQ packets (always, like the reference
+    /// implementation), unless acting as a legacy peer.
+    pub(crate) fn my_connid(&self) -> Option<u32> {
+        (!self.cfg.legacy).then_some(self.local.connid())
+    }
+
+    /// The optional headers a REQ to `peer` carries: the raw address until
+    /// the peer's HANDSHAKE (or always, if it asked for a constant header
+    /// length), else the connid header if it asked for it (spec §2.2, §4.3, §4.4).
+    pub(crate) fn req_opts(&self, peer: &Peer) -> (Option<RawAddrHdr<'_>>, Option<u32>) {
+        if !peer.hs_recv || peer.has(wire::extra::CONSTANT_HEADER_LENGTH) {
+            (RawAddrHdr::new(&self.raw_body).ok(), None)
+        } else if peer.has(wire::extra::CONNID_HEADER) && !self.cfg.legacy {
+            (None, Some(self.local.connid()))
+        } else {
+            (None, None)
+        }
+    }
+
+    /// The most application bytes a REQ of `ptype` can carry in any state
+    /// (raw address and CQ data headers both present).
+    pub(crate) fn req_data_cap(&self, ptype: PacketType, rma_count: usize) -> usize {
+        let fixed = wire::Req::new(ptype).hdr_len();
+        self.caps.mtu.saturating_sub(fixed + rma_count * wire::RmaIov::LEN + 40 + 8 + 4)
+    }
+
+    /// Application bytes one CTSDATA carries.
+    pub(crate) fn ctsdata_cap(&self) -> usize {
+        self.caps.mtu - wire::CtsData::HDR_LEN - 8
+    }
+
+    /// Sends queued control packets, then operations' packets, until the
+    /// device pushes back.
+    pub(crate) fn flush<D: Device>(&mut self, dev: &mut D) {
+        self.resolve_inserts(dev);
+        if !self.dereg.is_empty() {
+            self.release_registrations(dev);
+        }
+        while let Some((peer, pkt, len)) = self.ctrl.front() {
+            let ah = self.peers.get(*peer).filter(|p| !p.lost).and_then(|p| p.ah);
+            let sent = match ah {
+                Some(ah) => dev.send(ah, &pkt[..*len], 0),
+                None => Ok(Sent::Done), // the peer is gone: drop it
+            };
+            if sent.is_err_and(|e| e == DevError::Again) {
+                return;
+            }
+            self.stats.tx_packets += u64::from(ah.is_some());
+            if let Some((_, b, _)) = pop_front_hot(&mut self.ctrl) {
+                self.pool.push(b);
+            }
+        }
+        let mut n = self.txq.len();
+        while n > 0 {
+            n -= 1;
+            let Some(tx) = pop_front_hot(&mut self.txq) else {
+                break;
+            };
+            let sent = match tx {
+                op::Tx::Op(key) => self.pump(dev, key),
+                op::Tx::Eager(e) => self.pump_eager(dev, &e),
+            };
+            if !sent {
+                self.txq.push_front(tx);
+                return;
+            }
+            self.queued_eager -= usize::from(matches!(tx, op::Tx::Eager(_)));
+        }
+    }
+
+    /// Sends the packets `key` may send now. False when the device pushed back.
+    pub(crate) fn pump<D: Device>(&mut self, dev: &mut D, key: u32) -> bool {
+        let cap = self.ctsdata_cap();
+        loop {
+            let Some(op) = self.ops.get_mut(key) else {
+                return true;
+            };
+            if op.kind == OpKind::Recv {
+                return self.pump_longread(dev, key);
+            }
+            if op.closing || (op.started && op.sent >= op.len) {
+                op.queued = false; // everything handed to the device
+                return true;
+            }
+            if op.direct {
+                return self.pump_direct(dev, key);
+            }
+            let Some(ah) = self.peers.get(op.peer).filter(|p| !p.lost).and_then(|p| p.ah) else {
+                self.complete(key, Status::PeerUnreachable);
+                return true;
+            };
+            let wr_id = u64::from(key) + 1;
+            let mut built = None;
+            let sent = if Core::in_ctsdata_phase(op) {
+                // CTSDATA: the headers in the device's buffer, the bytes
+                // gathered by the device from the operation's buffer.
+                let seg =
+                    Core::ctsdata_segment(op, cap).and_then(|(off, n)| Some((off, op.buf.slice(off as usize, n)?)));
+                let Some((off, payload)) = seg else {
+                    op.queued = false; // window used up: the next CTS re-queues it
+                    return true;
+                };
+                let peer = op.peer;
+                let core: &Core = self;
+                let (op, peer) = (core.ops.get(key), core.peers.get(peer));
+                dev.send_gather(
+                    ah,
+                    wr_id,
+                    wire::CtsData::HDR_LEN + 8,
+                    &mut |slot| {
+                        let n = match (op, peer) {
+                            (Some(op), Some(p)) => core.ctsdata_headers(op, p, off, payload.len(), slot),
+                            _ => 0,
+                        };
+                        built = (n > 0).then_some((n, payload.len() as u64));
+                        n
+                    },
+                    payload,
+                )
+            } else {
+                // The packet is built straight into the device's buffer.
+                let core: &Core = self;
+                let max_len = self.packet_bound(key);
+                dev.send_with(ah, wr_id, max_len, &mut |slot| {
+                    built = core.next_packet(key, slot);
+                    built.map_or(0, |(n, _)| n)
+                })
+            };
+            match (sent, built) {
+                (Ok(how), Some((_, bytes))) => {
+                    self.stats.tx_packets += 1;
+                    let Some(op) = self.ops.get_mut(key) else { return true };
+                    op.started = true;
+                    op.sent += bytes;
+                    if how == Sent::Pending {
+                        op.inflight += 1;
+                    } else if op.sent >= op.len {
+                        // Completed at once and nothing more to send.
+                        op.queued = false;
+                        self.check_done(key);
+                        return true;
+                    }
+                }
+                (Ok(_), None) => {
+                    if let Some(op) = self.ops.get_mut(key) {
+                        op.queued = false;
+                    }
+                    return true;
+                }
+                (Err(DevError::Again), _) => return false,
+                (Err(DevError::Failed(s)), _) => {
+                    self.complete(key, s);
+                    return true;
+                }
+            }
+        }
+    }
+
+    /// Starts the RDMA of a direct read or write. False when the device pushed back.
+    pub(crate) fn pump_direct<D: Device>(&mut self, dev: &mut D, key: u32) -> bool {
+        let Some(op) = self.ops.get(key) else { return true };
+        let Some(ah) = self.peers.get(op.peer).filter(|p| !p.lost).and_then(|p| p.ah) else {
+            self.complete(key, Status::PeerUnreachable);
+            return true;
+        };
+        let (buf, addr, rkey, wr) = (op.buf, op.rma.addr(), op.rma.key(), u64::from(key) + 1);
+        let r = if op.kind == OpKind::Write {
+            dev.rdma_write(ah, buf, addr, rkey, wr)
+        } else {
+            dev.rdma_read(ah, buf, addr, rkey, wr)
+        };
+        match r {
+            Ok(()) => {
+                if let Some(op) = self.ops.get_mut(key) {
+                    op.started = true;
+                    op.sent = op.len;
+                    op.inflight += 1;
+                    op.queued = false;
+                }
+                true
+            }
+            Err(DevError::Again) => false,
+            Err(DevError::Failed(s)) => {
+                self.complete(key, s);
+                true
+            }
+        }
+    }
+
+    /// Builds the next packet of operation `key` into `out`: its length and
+    /// the application bytes it carries; `None` when it has nothing to send now.
+    pub(crate) fn next_packet(&self, key: u32, out: &mut [u8]) -> Option<(usize, u64)> {
+        let op = self.ops.get(key)?;
+        let peer = self.peers.get(op.peer)?;
+        match op.kind {
+            OpKind::Send => self.rtm_next_packet(key, op, peer, out),
+            OpKind::Write | OpKind::Read | OpKind::ReadResponder => self.rma_next_packet(key, op, peer, out),
+            OpKind::Atomic => self.rta_next_packet(key, op, peer, out),
+            OpKind::Recv | OpKind::Unexpected | OpKind::RemoteWrite => None,
+        }
+    }
+
+    /// A bound on the next packet of operation `key`: exact for the packets
+    /// of eager and medium sends (a device packs packets by their size), the
+    /// MTU otherwise.
+    pub(crate) fn packet_bound(&self, key: u32) -> usize {
+        let mtu = self.caps.mtu;
+        let Some(op) = self.ops.get(key) else { return mtu };
+        let exact = |t: &PacketType| {
+            t.req_info().is_some_and(|i| {
+                i.family == ReqFamily::Rtm && matches!(i.proto, Subprotocol::Eager | Subprotocol::Medium)
+            })
+        };
+        let Some(ptype) = op.ptype.filter(exact) else {
+            return mtu;
+        };
+        match self.peers.get(op.peer) {
+            Some(peer) if op.kind == OpKind::Send && (!op.started || op.sent < op.len) => {
+                self.rtm_len(&rtm::RtmArgs::of(key, ptype, op), peer)
+            }
+            _ => mtu,
+        }
+    }
+
+    /// Inserts senders learnt from raw address headers into the device.
+    pub(crate) fn resolve_inserts<D: Device>(&mut self, dev: &mut D) {
+        if self.pending_insert.is_empty() {
+            return;
+        }
+        for p in std::mem::take(&mut self.pending_insert) {
+            let Some(peer) = self.peers.get_mut(p) else {
+                continue;
+            };
+            if peer.ah.is_some() {
+                continue;
+            }
+            match dev.insert(&peer.raw) {
+                Ok(ah) => {
+                    peer.ah = Some(ah);
+                    self.by_ah.insert(ah, p);
+                }
+                Err(_) => peer.lost = true,
+            }
+        }
+    }
+}
