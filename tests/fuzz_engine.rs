@@ -56,13 +56,7 @@ impl Guarded {
 /// The golden vectors' bytes.
 fn golden() -> &'static [Vec<u8>] {
     static V: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
-    V.get_or_init(|| {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/golden_packets.json"))
-            .expect("golden vectors");
-        let json: serde_json::Value = serde_json::from_str(&text).expect("golden JSON");
-        let hex = |h: &str| (0..h.len() / 2).map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).unwrap()).collect();
-        json["vectors"].as_array().unwrap().iter().map(|v| hex(v["hex"].as_str().unwrap())).collect()
-    })
+    V.get_or_init(|| common::golden_vectors().iter().map(|v| common::unhex(v["hex"].as_str().unwrap())).collect())
 }
 
 /// Fuzzed packet recipe: (seed, overwrites, length, flags) — see the module docs.

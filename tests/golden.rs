@@ -11,16 +11,9 @@ use rdm4::wire::{
 };
 use serde_json::{json, Value};
 
-fn vectors() -> Vec<Value> {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/golden_packets.json"))
-        .expect("golden file");
-    let v: Value = serde_json::from_str(&text).expect("golden json");
-    v["vectors"].as_array().expect("vectors").clone()
-}
+mod common;
 
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
-}
+use common::{golden_vectors as vectors, unhex};
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()

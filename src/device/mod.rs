@@ -26,6 +26,11 @@ use crate::wire::RawAddr;
 /// An address handle: the device's name for a peer.
 pub type Ah = u32;
 
+/// What [`Device::send_with`] and [`Device::send_gather`] build a packet
+/// (or its headers) with: it writes into the device's buffer and returns the
+/// length, 0 for nothing.
+pub type BuildFn<'a> = dyn FnMut(&mut [u8]) -> usize + 'a;
+
 /// What [`Device::recv`] hands each packet to: the sender (or `None`), the
 /// packet's bytes, and a payload gathered apart from them (or `None`).
 pub type RecvFn<'a> = dyn FnMut(Option<Ah>, &[u8], Option<UserBuf>) + 'a;
@@ -130,13 +135,7 @@ pub trait Device {
     /// device checks for room before calling `build`. With `Ok(Pending)`,
     /// `wr_id` comes back in [`DevEvent::SendDone`]; a send that fails at
     /// once is `Err(Failed(..))`.
-    fn send_with(
-        &mut self,
-        ah: Ah,
-        wr_id: u64,
-        max_len: usize,
-        build: &mut dyn FnMut(&mut [u8]) -> usize,
-    ) -> Result<Sent, DevError>;
+    fn send_with(&mut self, ah: Ah, wr_id: u64, max_len: usize, build: &mut BuildFn<'_>) -> Result<Sent, DevError>;
 
     /// Queues `pkt` (at most `mtu` bytes) for `ah`: [`Device::send_with`] with a copy.
     fn send(&mut self, ah: Ah, pkt: &[u8], wr_id: u64) -> Result<Sent, DevError> {
@@ -167,7 +166,7 @@ pub trait Device {
         ah: Ah,
         wr_id: u64,
         hdr_max: usize,
-        build: &mut dyn FnMut(&mut [u8]) -> usize,
+        build: &mut BuildFn<'_>,
         payload: UserBuf,
     ) -> Result<Sent, DevError> {
         let plen = payload.len();
@@ -234,13 +233,7 @@ impl Device for Box<dyn Device + Send> {
     fn remove(&mut self, ah: Ah) {
         (**self).remove(ah)
     }
-    fn send_with(
-        &mut self,
-        ah: Ah,
-        wr_id: u64,
-        max_len: usize,
-        build: &mut dyn FnMut(&mut [u8]) -> usize,
-    ) -> Result<Sent, DevError> {
+    fn send_with(&mut self, ah: Ah, wr_id: u64, max_len: usize, build: &mut BuildFn<'_>) -> Result<Sent, DevError> {
         (**self).send_with(ah, wr_id, max_len, build)
     }
     fn send_gather(
@@ -248,7 +241,7 @@ impl Device for Box<dyn Device + Send> {
         ah: Ah,
         wr_id: u64,
         hdr_max: usize,
-        build: &mut dyn FnMut(&mut [u8]) -> usize,
+        build: &mut BuildFn<'_>,
         payload: UserBuf,
     ) -> Result<Sent, DevError> {
         (**self).send_gather(ah, wr_id, hdr_max, build, payload)

@@ -22,7 +22,7 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 
-use super::{Access, Ah, Caps, DevError, DevEvent, Device, RecvFn, Sent};
+use super::{Access, Ah, BuildFn, Caps, DevError, DevEvent, Device, RecvFn, Sent};
 use crate::mem::UserBuf;
 use crate::status::Status;
 use crate::wire::RawAddr;
@@ -285,7 +285,7 @@ impl SimDevice {
         ah: Ah,
         wr_id: u64,
         max_len: usize,
-        build: &mut dyn FnMut(&mut [u8]) -> usize,
+        build: &mut BuildFn<'_>,
         gathered: Option<UserBuf>,
     ) -> Result<Sent, DevError> {
         let mut net = self.net.borrow_mut();
@@ -417,13 +417,7 @@ impl Device for SimDevice {
         }
     }
 
-    fn send_with(
-        &mut self,
-        ah: Ah,
-        wr_id: u64,
-        max_len: usize,
-        build: &mut dyn FnMut(&mut [u8]) -> usize,
-    ) -> Result<Sent, DevError> {
+    fn send_with(&mut self, ah: Ah, wr_id: u64, max_len: usize, build: &mut BuildFn<'_>) -> Result<Sent, DevError> {
         self.queue(ah, wr_id, max_len, build, None)
     }
 
@@ -432,7 +426,7 @@ impl Device for SimDevice {
         ah: Ah,
         wr_id: u64,
         hdr_max: usize,
-        build: &mut dyn FnMut(&mut [u8]) -> usize,
+        build: &mut BuildFn<'_>,
         payload: UserBuf,
     ) -> Result<Sent, DevError> {
         if payload.is_empty() {

@@ -17,7 +17,19 @@ pub(crate) struct RecvDone {
     pub cq_data: Option<u64>,
 }
 
+/// The flags of a send's completion entry.
+pub(crate) fn send_flags(tagged: bool) -> CqFlags {
+    CqFlags::SEND | if tagged { CqFlags::TAGGED } else { CqFlags::MSG }
+}
+
 impl RecvDone {
+    /// The completion entry of a successful receive with `context`, from `src`.
+    pub(crate) fn entry(&self, context: u64, src: Addr) -> Cqe {
+        let mut e = Cqe::new(context, CqFlags::empty(), 0, Status::Success);
+        self.fill(&mut e, src);
+        e
+    }
+
     /// Fills the receive part of `e`; a message longer than the buffer
     /// turns a success into a truncation that reports both lengths.
     pub(crate) fn fill(&self, e: &mut Cqe, src: Addr) {
@@ -60,10 +72,8 @@ impl Core {
     /// so its entry is built straight from the operation.
     pub(crate) fn complete_eager_recv(&mut self, key: u32, src: u32) {
         let e = self.ops.remove_with(key, |op| {
-            let mut e = Cqe::new(op.context, CqFlags::empty(), 0, Status::Success);
             RecvDone { tagged: op.tagged, len: op.len, buf: op.buf, tag: op.tag, cq_data: op.cq_data }
-                .fill(&mut e, src);
-            e
+                .entry(op.context, src)
         });
         if let Some(e) = e {
             self.cq.push_back(e);
@@ -120,7 +130,7 @@ impl Core {
         let mut e = Cqe { detail: op.detail, ..Cqe::new(op.context, CqFlags::empty(), 0, status) };
         match op.kind {
             OpKind::Send => {
-                e.flags = CqFlags::SEND | if op.tagged { CqFlags::TAGGED } else { CqFlags::MSG };
+                e.flags = send_flags(op.tagged);
                 e.len = op.len;
             }
             OpKind::Recv => {

@@ -6,10 +6,9 @@
 use super::op::{Data, EagerMsg, Unexpected};
 use super::peer::{msg_order, MsgOrder, Peer};
 use super::rtm::accepts;
-use super::{pop_front_hot, raw_key, Core, CqFlags, Cqe, RecvDone};
+use super::{pop_front_hot, raw_key, Core, RecvDone};
 use crate::device::Ah;
 use crate::mem::UserBuf;
-use crate::status::Status;
 use crate::wire::{self, Category, Packet, ReqFamily, Subprotocol};
 
 impl Core {
@@ -94,10 +93,9 @@ impl Core {
         // completed, without an operation entry.
         let n = r.buf.len().min(e.data.len());
         r.buf.write_at(0, &e.data[..n]);
-        let mut c = Cqe::new(r.context, CqFlags::empty(), 0, Status::Success);
         let len = e.data.len() as u64;
-        RecvDone { tagged: e.tagged(), len, buf: r.buf, tag: e.tag, cq_data: e.cq_data }.fill(&mut c, p);
-        self.cq.push_back(c);
+        let done = RecvDone { tagged: e.tagged(), len, buf: r.buf, tag: e.tag, cq_data: e.cq_data };
+        self.cq.push_back(done.entry(r.context, p));
         if drain {
             self.drain_reorder(p);
         }

@@ -4,7 +4,6 @@
 //! CTSDATA; a long read's responder opens with a READRSP.
 
 use super::op::{Data, Op, OpKind};
-use super::peer::Peer;
 use super::Core;
 use crate::wire::{self, Packet, Subprotocol, CTS_READ_REQ};
 
@@ -119,16 +118,9 @@ impl Core {
         Some((op.sent, chunk))
     }
 
-    /// Writes the headers of the CTSDATA carrying `len` bytes of `op` from
-    /// `off` (the device gathers the bytes); returns their length.
-    pub(crate) fn ctsdata_headers(&self, op: &Op, peer: &Peer, off: u64, len: usize, out: &mut [u8]) -> usize {
-        let c = wire::CtsData {
-            flags: 0,
-            recv_id: op.remote_id,
-            seg_offset: off,
-            connid: if peer.hs_recv { self.my_connid() } else { None },
-            data: &[],
-        };
-        c.emit_headers_only(out, len as u64).unwrap_or(0)
+    /// The headers of the CTSDATA carrying `op`'s bytes from `off` (the
+    /// device gathers the bytes), with `connid` when the peer has our handshake.
+    pub(crate) fn ctsdata_hdr(op: &Op, off: u64, connid: Option<u32>) -> wire::CtsData<'static> {
+        wire::CtsData { flags: 0, recv_id: op.remote_id, seg_offset: off, connid, data: &[] }
     }
 }

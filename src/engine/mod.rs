@@ -55,7 +55,7 @@ mod tx;
 
 use std::collections::{HashMap, VecDeque};
 
-pub(crate) use complete::RecvDone;
+pub(crate) use complete::{send_flags, RecvDone};
 pub use cq::{CqFlags, Cqe, ADDR_UNSPEC};
 
 use crate::device::{Access, Ah, Caps, DevEvent, Device};
@@ -462,11 +462,7 @@ impl<D: Device> Endpoint<D> {
     /// Posts a receive into `buf`.
     pub fn recv(&mut self, buf: UserBuf, opts: RecvOpts) -> Result<(), Status> {
         self.core.post_recv(buf, opts)?;
-        // A receive sends something only when it took an unexpected long
-        // message (its CTS, or the start of its reads).
-        if !self.core.ctrl.is_empty() || !self.core.txq.is_empty() {
-            self.core.flush(&mut self.dev);
-        }
+        self.core.flush(&mut self.dev);
         Ok(())
     }
 

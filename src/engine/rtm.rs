@@ -6,7 +6,7 @@
 
 use super::op::{Op, OpKind, Posted, QueuedEager, Tx, Unexpected};
 use super::peer::Peer;
-use super::{pop_front_hot, Addr, Core, CqFlags, Cqe, RecvDone, RecvOpts, SendOpts};
+use super::{pop_front_hot, send_flags, Addr, Core, Cqe, RecvDone, RecvOpts, SendOpts};
 use crate::device::{DevError, Device, Sent};
 use crate::mem::UserBuf;
 use crate::status::Status;
@@ -95,9 +95,8 @@ impl Core {
                 let n = m.data.len().min(buf.len());
                 buf.write_at(0, &m.data[..n]);
                 self.unexpected_bytes -= m.data.capacity().min(self.unexpected_bytes);
-                let mut e = Cqe::new(opts.context, CqFlags::empty(), 0, Status::Success);
-                RecvDone { tagged, len: m.data.len() as u64, buf, tag: m.tag, cq_data: m.cq_data }.fill(&mut e, m.peer);
-                self.cq.push_back(e);
+                let done = RecvDone { tagged, len: m.data.len() as u64, buf, tag: m.tag, cq_data: m.cq_data };
+                self.cq.push_back(done.entry(opts.context, m.peer));
                 self.recycle_bounce(m.data);
                 return Ok(());
             }
@@ -398,8 +397,7 @@ impl Core {
 
     /// The completion of queued eager message `e`.
     pub(crate) fn eager_sent(&mut self, e: &QueuedEager, status: Status) {
-        let flags = CqFlags::SEND | if e.tag.is_some() { CqFlags::TAGGED } else { CqFlags::MSG };
-        self.cq.push_back(Cqe::new(e.context, flags, e.buf.len() as u64, status));
+        self.cq.push_back(Cqe::new(e.context, send_flags(e.tag.is_some()), e.buf.len() as u64, status));
     }
 
     /// The eager fast path: when nothing is queued before it and the device
@@ -453,8 +451,7 @@ impl Core {
         if let Some(p) = self.peers.get_mut(dest) {
             p.tx_msg_id = p.tx_msg_id.wrapping_add(1);
         }
-        let flags = CqFlags::SEND | if tagged { CqFlags::TAGGED } else { CqFlags::MSG };
-        self.cq.push_back(Cqe::new(opts.context, flags, buf.len() as u64, Status::Success));
+        self.cq.push_back(Cqe::new(opts.context, send_flags(tagged), buf.len() as u64, Status::Success));
         Some(Ok(()))
     }
 }

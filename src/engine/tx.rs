@@ -73,6 +73,10 @@ impl Core {
     /// Sends queued control packets, then operations' packets, until the
     /// device pushes back.
     pub(crate) fn flush<D: Device>(&mut self, dev: &mut D) {
+        // The common case on every post and poll: nothing to do.
+        if self.ctrl.is_empty() && self.txq.is_empty() && self.pending_insert.is_empty() && self.dereg.is_empty() {
+            return;
+        }
         self.resolve_inserts(dev);
         if !self.dereg.is_empty() {
             self.release_registrations(dev);
@@ -111,7 +115,7 @@ impl Core {
 
     /// Sends the packets `key` may send now. False when the device pushed back.
     pub(crate) fn pump<D: Device>(&mut self, dev: &mut D, key: u32) -> bool {
-        let cap = self.ctsdata_cap();
+        let (cap, my_connid) = (self.ctsdata_cap(), self.my_connid());
         loop {
             let Some(op) = self.ops.get_mut(key) else {
                 return true;
@@ -141,19 +145,16 @@ impl Core {
                     op.queued = false; // window used up: the next CTS re-queues it
                     return true;
                 };
-                let peer = op.peer;
-                let core: &Core = self;
-                let (op, peer) = (core.ops.get(key), core.peers.get(peer));
+                let hs_recv = self.peers.get(op.peer).is_some_and(|p| p.hs_recv);
+                let hdr = Core::ctsdata_hdr(op, off, my_connid.filter(|_| hs_recv));
+                let len = payload.len() as u64;
                 dev.send_gather(
                     ah,
                     wr_id,
                     wire::CtsData::HDR_LEN + 8,
                     &mut |slot| {
-                        let n = match (op, peer) {
-                            (Some(op), Some(p)) => core.ctsdata_headers(op, p, off, payload.len(), slot),
-                            _ => 0,
-                        };
-                        built = (n > 0).then_some((n, payload.len() as u64));
+                        let n = hdr.emit_headers_only(slot, len).unwrap_or(0);
+                        built = (n > 0).then_some((n, len));
                         n
                     },
                     payload,

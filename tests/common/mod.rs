@@ -96,6 +96,19 @@ impl Cluster {
     }
 }
 
+/// The golden packet vectors (`tests/data/golden_packets.json`).
+pub fn golden_vectors() -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/golden_packets.json"))
+        .expect("golden file");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("golden json");
+    v["vectors"].as_array().expect("vectors").clone()
+}
+
+/// The bytes of a hex string.
+pub fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+}
+
 /// Deterministic pseudo-random bytes.
 pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;

@@ -76,7 +76,7 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
 
-use super::{Access, Ah, Caps, DevError, DevEvent, Device, RecvFn, Sent};
+use super::{Access, Ah, BuildFn, Caps, DevError, DevEvent, Device, RecvFn, Sent};
 use crate::fxhash::FxHashMap;
 use crate::mem::UserBuf;
 use crate::status::Status;
@@ -761,13 +761,7 @@ impl Device for ShmDevice {
         }
     }
 
-    fn send_with(
-        &mut self,
-        ah: Ah,
-        _wr_id: u64,
-        max_len: usize,
-        build: &mut dyn FnMut(&mut [u8]) -> usize,
-    ) -> Result<Sent, DevError> {
+    fn send_with(&mut self, ah: Ah, _wr_id: u64, max_len: usize, build: &mut BuildFn<'_>) -> Result<Sent, DevError> {
         let (me, connid) = (self.epid, self.connid);
         // The peer's MTU is at least ours (checked at insert).
         let cap = max_len.min(self.shape.mtu);
