@@ -65,7 +65,7 @@ fn echo() {
     let deadline = Instant::now() + Duration::from_secs(600);
     while Instant::now() < deadline {
         let mut len = 0;
-        dev.recv(1, &mut |_, p, _| {
+        dev.recv(1, |_, p: &[u8], _| {
             pkt[..p.len()].copy_from_slice(p);
             len = p.len();
         });
@@ -109,7 +109,7 @@ fn bench(c: &mut Criterion) {
         g.bench_function(format!("round_trip/{size}B"), |b| {
             b.iter(|| {
                 while dev.send(ah, &payload, 0).is_err() {}
-                while dev.recv(1, &mut |_, _, _| {}) == 0 {}
+                while dev.recv(1, |_, _: &[u8], _| {}) == 0 {}
             })
         });
     }

@@ -10,6 +10,46 @@
 
 use std::ptr::NonNull;
 
+/// Copies `n` bytes from `src` to `dst` (which may overlap); up to 16 bytes
+/// with a few loads and stores instead of a call into the C library, whose
+/// entry and size dispatch cost more than an 8-byte message's whole copy.
+/// All loads happen before the first store, so overlap is harmless.
+///
+/// # Safety
+/// `src` must be valid for reading and `dst` for writing `n` bytes.
+#[inline(always)]
+pub(crate) unsafe fn copy_bytes(src: *const u8, dst: *mut u8, n: usize) {
+    use std::ptr::{read_unaligned as rd, write_unaligned as wr};
+    // SAFETY (all arms): every access is within the first `n` bytes.
+    unsafe {
+        if n > 16 {
+            std::ptr::copy(src, dst, n);
+        } else if n >= 8 {
+            let (a, b) = (rd(src.cast::<u64>()), rd(src.add(n - 8).cast::<u64>()));
+            wr(dst.cast::<u64>(), a);
+            wr(dst.add(n - 8).cast::<u64>(), b);
+        } else if n >= 4 {
+            let (a, b) = (rd(src.cast::<u32>()), rd(src.add(n - 4).cast::<u32>()));
+            wr(dst.cast::<u32>(), a);
+            wr(dst.add(n - 4).cast::<u32>(), b);
+        } else if n > 0 {
+            let (a, b, c) = (*src, *src.add(n / 2), *src.add(n - 1));
+            *dst = a;
+            *dst.add(n / 2) = b;
+            *dst.add(n - 1) = c;
+        }
+    }
+}
+
+/// `dst.copy_from_slice(src)` through [`copy_bytes`] (no library call for
+/// small copies). Panics, as `copy_from_slice` does, when the lengths differ.
+#[inline(always)]
+pub(crate) fn copy_slice(dst: &mut [u8], src: &[u8]) {
+    assert_eq!(dst.len(), src.len(), "copy_slice: lengths differ");
+    // SAFETY: both slices are valid for `src.len()` bytes.
+    unsafe { copy_bytes(src.as_ptr(), dst.as_mut_ptr(), src.len()) }
+}
+
 /// A lent application buffer: address and length.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct UserBuf {
@@ -89,7 +129,7 @@ impl UserBuf {
             Some(end) if end <= self.len => {
                 // SAFETY: in bounds (checked above) of memory lent to us; `dst`
                 // is a Rust slice and cannot overlap memory lent exclusively.
-                unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len()) };
+                unsafe { copy_bytes(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len()) };
                 true
             }
             _ => false,
@@ -102,7 +142,7 @@ impl UserBuf {
         match off.checked_add(src.len()) {
             Some(end) if end <= self.len => {
                 // SAFETY: in bounds (checked above) of memory lent to us.
-                unsafe { std::ptr::copy(src.as_ptr(), self.ptr.as_ptr().add(off), src.len()) };
+                unsafe { copy_bytes(src.as_ptr(), self.ptr.as_ptr().add(off), src.len()) };
                 true
             }
             _ => false,

@@ -69,7 +69,7 @@ fn the_sim_hands_a_gathered_payload_apart_and_completes_the_send_once_taken() {
     assert!(events.is_empty(), "no completion before the receiver took the packet");
     let mut got = None;
     assert_eq!(
-        b.recv(8, &mut |from, bytes, payload| {
+        b.recv(8, |from, bytes: &[u8], payload| {
             let mut data = vec![0u8; payload.map_or(0, |p| p.len())];
             if let Some(p) = payload {
                 assert!(p.read_at(0, &mut data));
@@ -106,7 +106,7 @@ fn gathered_packets_of_a_closed_sender_still_arrive_whole() {
     drop(a); // closing: its buffers may go away after this
     src.bytes_mut().fill(0); // ...and be reused: the packet must not see it
     let mut got = Vec::new();
-    b.recv(8, &mut |_, bytes, payload| {
+    b.recv(8, |_, bytes: &[u8], payload| {
         assert!(payload.is_none(), "a closed sender's packet arrives whole");
         got = bytes.to_vec();
     });

@@ -271,6 +271,6 @@ fn a_forged_long_read_rtm_is_dropped_and_touches_nothing() {
     assert_eq!(b.poll_cq(&mut cq, 8), 0);
     assert!(dst.bytes().iter().all(|&x| x == 0xEE), "nothing written from a refused read");
     let mut nack = false;
-    forger.recv(64, &mut |_, p, _| nack |= p.first() == Some(&(PacketType::ReadNack as u8)));
+    forger.recv(64, |_, p: &[u8], _| nack |= p.first() == Some(&(PacketType::ReadNack as u8)));
     assert!(nack, "the receiver answers a failed read with READ_NACK");
 }

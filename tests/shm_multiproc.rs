@@ -470,7 +470,7 @@ fn an_open_endpoint_id_is_not_taken_twice_and_wait_wakes_on_a_packet() {
     assert!(b.wait(5000));
     assert!(t.elapsed() < Duration::from_secs(2));
     let mut got = Vec::new();
-    b.recv(8, &mut |_, p, _| got.extend_from_slice(p));
+    b.recv(8, |_, p: &[u8], _| got.extend_from_slice(p));
     assert_eq!(got, b"wake up");
     drop(handle.join().unwrap());
     drop(b);
@@ -689,7 +689,7 @@ fn small_shm_child() {
             if sent < total && eps[tx].send(ah, &pkt(sent), 0).is_ok() {
                 sent += 1;
             }
-            eps[rx].recv(8, &mut |_, p, _| {
+            eps[rx].recv(8, |_, p: &[u8], _| {
                 assert!(p == pkt(got).as_slice(), "packet {got}");
                 got += 1;
             });

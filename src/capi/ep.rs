@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::types::*;
 use super::{boundary, c_buf, lookup, EpInner};
 use crate::device::shm::ShmDevice;
-use crate::device::{Access, Device};
+use crate::device::Access;
 use crate::engine::{Config, CqFlags, Cqe, Endpoint, ADDR_UNSPEC};
 use crate::status::Status;
 use crate::wire::RawAddr;
@@ -75,7 +75,7 @@ fn read_attr(attr: *const rdm4_ep_attr) -> Result<rdm4_ep_attr, Status> {
     Ok(a)
 }
 
-fn open_device(attr: &rdm4_ep_attr) -> Result<Box<dyn Device + Send>, Status> {
+fn open_device(attr: &rdm4_ep_attr) -> Result<super::CDevice, Status> {
     let kind = match std::env::var("RDM4_DEVICE").ok().as_deref() {
         Some("shm") => RDM4_DEVICE_SHM,
         Some("udp") => RDM4_DEVICE_UDP,
@@ -83,7 +83,7 @@ fn open_device(attr: &rdm4_ep_attr) -> Result<Box<dyn Device + Send>, Status> {
         Some(_) => return Err(Status::Inval),
     };
     match kind {
-        RDM4_DEVICE_DEFAULT | RDM4_DEVICE_SHM => Ok(Box::new(ShmDevice::open()?)),
+        RDM4_DEVICE_DEFAULT | RDM4_DEVICE_SHM => ShmDevice::open(),
         RDM4_DEVICE_UDP => Err(Status::NotSup),
         _ => Err(Status::Inval),
     }

@@ -31,10 +31,6 @@ pub type Ah = u32;
 /// length, 0 for nothing.
 pub type BuildFn<'a> = dyn FnMut(&mut [u8]) -> usize + 'a;
 
-/// What [`Device::recv`] hands each packet to: the sender (or `None`), the
-/// packet's bytes, and a payload gathered apart from them (or `None`).
-pub type RecvFn<'a> = dyn FnMut(Option<Ah>, &[u8], Option<UserBuf>) + 'a;
-
 bitflags! {
     /// Access rights of a memory registration.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -135,14 +131,20 @@ pub trait Device {
     /// device checks for room before calling `build`. With `Ok(Pending)`,
     /// `wr_id` comes back in [`DevEvent::SendDone`]; a send that fails at
     /// once is `Err(Failed(..))`.
-    fn send_with(&mut self, ah: Ah, wr_id: u64, max_len: usize, build: &mut BuildFn<'_>) -> Result<Sent, DevError>;
+    fn send_with(
+        &mut self,
+        ah: Ah,
+        wr_id: u64,
+        max_len: usize,
+        build: impl FnMut(&mut [u8]) -> usize,
+    ) -> Result<Sent, DevError>;
 
     /// Queues `pkt` (at most `mtu` bytes) for `ah`: [`Device::send_with`] with a copy.
     fn send(&mut self, ah: Ah, pkt: &[u8], wr_id: u64) -> Result<Sent, DevError> {
         if pkt.len() > self.caps().mtu {
             return Err(DevError::Failed(Status::Inval));
         }
-        self.send_with(ah, wr_id, pkt.len(), &mut |buf| {
+        self.send_with(ah, wr_id, pkt.len(), |buf: &mut [u8]| {
             buf[..pkt.len()].copy_from_slice(pkt);
             pkt.len()
         })
@@ -166,14 +168,14 @@ pub trait Device {
         ah: Ah,
         wr_id: u64,
         hdr_max: usize,
-        build: &mut BuildFn<'_>,
+        mut build: impl FnMut(&mut [u8]) -> usize,
         payload: UserBuf,
     ) -> Result<Sent, DevError> {
         let plen = payload.len();
         if hdr_max.saturating_add(plen) > self.caps().mtu {
             return Err(DevError::Failed(Status::Inval));
         }
-        self.send_with(ah, wr_id, hdr_max + plen, &mut |buf| {
+        self.send_with(ah, wr_id, hdr_max + plen, |buf: &mut [u8]| {
             let n = build(buf);
             let copied = n > 0 && buf.get_mut(n..n + plen).is_some_and(|dst| payload.read_at(0, dst));
             if copied {
@@ -188,7 +190,7 @@ pub trait Device {
     /// gets the sender (or `None`), the packet's bytes and, for a packet sent
     /// by a device-deferred [`Device::send_gather`], the payload that follows
     /// those bytes (valid only during the call); `None` for a whole packet.
-    fn recv(&mut self, max: usize, f: &mut RecvFn<'_>) -> usize;
+    fn recv(&mut self, max: usize, f: impl FnMut(Option<Ah>, &[u8], Option<UserBuf>)) -> usize;
 
     /// Moves pending events into `out`.
     fn events(&mut self, out: &mut Vec<DevEvent>);
@@ -217,57 +219,4 @@ pub trait Device {
 
     /// RDMA-writes `local` to the peer's `(remote_addr, key)`.
     fn rdma_write(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError>;
-}
-
-/// A boxed device is a device (the C API picks the device at run time).
-impl Device for Box<dyn Device + Send> {
-    fn caps(&self) -> Caps {
-        (**self).caps()
-    }
-    fn local_addr(&self) -> RawAddr {
-        (**self).local_addr()
-    }
-    fn insert(&mut self, addr: &RawAddr) -> Result<Ah, Status> {
-        (**self).insert(addr)
-    }
-    fn remove(&mut self, ah: Ah) {
-        (**self).remove(ah)
-    }
-    fn send_with(&mut self, ah: Ah, wr_id: u64, max_len: usize, build: &mut BuildFn<'_>) -> Result<Sent, DevError> {
-        (**self).send_with(ah, wr_id, max_len, build)
-    }
-    fn send_gather(
-        &mut self,
-        ah: Ah,
-        wr_id: u64,
-        hdr_max: usize,
-        build: &mut BuildFn<'_>,
-        payload: UserBuf,
-    ) -> Result<Sent, DevError> {
-        (**self).send_gather(ah, wr_id, hdr_max, build, payload)
-    }
-    fn recv(&mut self, max: usize, f: &mut RecvFn<'_>) -> usize {
-        (**self).recv(max, f)
-    }
-    fn events(&mut self, out: &mut Vec<DevEvent>) {
-        (**self).events(out)
-    }
-    fn reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {
-        (**self).reg(buf, access)
-    }
-    fn dereg(&mut self, key: u64) -> Result<(), Status> {
-        (**self).dereg(key)
-    }
-    fn wait(&mut self, timeout_ms: i32) -> bool {
-        (**self).wait(timeout_ms)
-    }
-    fn wait_fd(&mut self) -> Option<std::os::fd::RawFd> {
-        (**self).wait_fd()
-    }
-    fn rdma_read(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
-        (**self).rdma_read(ah, local, remote_addr, key, wr_id)
-    }
-    fn rdma_write(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
-        (**self).rdma_write(ah, local, remote_addr, key, wr_id)
-    }
 }

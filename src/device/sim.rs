@@ -22,7 +22,7 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 
-use super::{Access, Ah, BuildFn, Caps, DevError, DevEvent, Device, RecvFn, Sent};
+use super::{Access, Ah, BuildFn, Caps, DevError, DevEvent, Device, Sent};
 use crate::mem::UserBuf;
 use crate::status::Status;
 use crate::wire::RawAddr;
@@ -417,8 +417,14 @@ impl Device for SimDevice {
         }
     }
 
-    fn send_with(&mut self, ah: Ah, wr_id: u64, max_len: usize, build: &mut BuildFn<'_>) -> Result<Sent, DevError> {
-        self.queue(ah, wr_id, max_len, build, None)
+    fn send_with(
+        &mut self,
+        ah: Ah,
+        wr_id: u64,
+        max_len: usize,
+        mut build: impl FnMut(&mut [u8]) -> usize,
+    ) -> Result<Sent, DevError> {
+        self.queue(ah, wr_id, max_len, &mut build, None)
     }
 
     fn send_gather(
@@ -426,16 +432,14 @@ impl Device for SimDevice {
         ah: Ah,
         wr_id: u64,
         hdr_max: usize,
-        build: &mut BuildFn<'_>,
+        mut build: impl FnMut(&mut [u8]) -> usize,
         payload: UserBuf,
     ) -> Result<Sent, DevError> {
-        if payload.is_empty() {
-            return self.queue(ah, wr_id, hdr_max, build, None);
-        }
-        self.queue(ah, wr_id, hdr_max, build, Some(payload))
+        let gathered = if payload.is_empty() { None } else { Some(payload) };
+        self.queue(ah, wr_id, hdr_max, &mut build, gathered)
     }
 
-    fn recv(&mut self, max: usize, f: &mut RecvFn<'_>) -> usize {
+    fn recv(&mut self, max: usize, mut f: impl FnMut(Option<Ah>, &[u8], Option<UserBuf>)) -> usize {
         let mut n = 0;
         while n < max {
             let pkt = {

@@ -6,22 +6,30 @@
 use super::op::{Data, EagerMsg, Unexpected};
 use super::peer::{msg_order, MsgOrder, Peer};
 use super::rtm::accepts;
-use super::{pop_front_hot, raw_key, Core, RecvDone};
+use super::{raw_key, Core, RecvDone};
 use crate::device::Ah;
 use crate::mem::UserBuf;
 use crate::wire::{self, Category, Packet, ReqFamily, Subprotocol};
 
 impl Core {
-    /// Handles one packet as received from the device.
+    /// Handles one packet as received from the device: the common eager
+    /// message inline (it is most packets of small-message traffic),
+    /// everything else out of line.
+    #[inline(always)]
     pub(crate) fn handle_packet(&mut self, from: Option<Ah>, bytes: &[u8]) {
         self.stats.rx_packets += 1;
-        let fast = wire::DataRtm::parse(bytes);
-        if let (Some(ah), Some(e)) = (from, &fast) {
-            if !e.medium() && self.eager_fast(ah, e) {
+        if let Some(ah) = from {
+            if self.eager_fast(ah, bytes) {
                 return;
             }
         }
-        let pkt = match fast {
+        self.handle_any_packet(from, bytes);
+    }
+
+    /// [`Self::handle_packet`] for what the eager fast path declined.
+    #[inline(never)]
+    fn handle_any_packet(&mut self, from: Option<Ah>, bytes: &[u8]) {
+        let pkt = match wire::DataRtm::parse(bytes) {
             Some(d) => Packet::Req(d.to_req()),
             None => match Packet::parse(bytes) {
                 Ok(p) => p,
@@ -72,7 +80,10 @@ impl Core {
     /// sender that already has our HANDSHAKE, its next `msg_id`, and the oldest
     /// posted receive takes it — or no receive is posted, and it joins the
     /// unexpected messages. False: nothing done, take the general path.
-    fn eager_fast(&mut self, ah: Ah, e: &wire::DataRtm<'_>) -> bool {
+    #[inline(always)]
+    fn eager_fast(&mut self, ah: Ah, bytes: &[u8]) -> bool {
+        let Some(e) = wire::DataRtm::parse_eager(bytes) else { return false };
+        let e = &e;
         let Some(p) = self.by_ah.get(ah) else { return false };
         let Some(peer) = self.peers.get_mut(p) else { return false };
         if !peer.hs_sent || e.msg_id != peer.rx_msg_id || e.connid.is_some_and(|c| c != peer.raw.connid()) {
@@ -88,7 +99,7 @@ impl Core {
         }
         peer.rx_msg_id = peer.rx_msg_id.wrapping_add(1);
         let drain = !peer.reorder.is_empty();
-        let Some(r) = pop_front_hot(&mut self.posted[qi]) else { return true };
+        let Some(r) = self.posted[qi].pop_front() else { return true };
         // The whole message is here: into the buffer (truncated to it) and
         // completed, without an operation entry.
         let n = r.buf.len().min(e.data.len());

@@ -42,6 +42,7 @@ pub mod atomic_ops;
 mod complete;
 mod cq;
 mod dispatch;
+mod fifo;
 mod handshake;
 mod longcts;
 mod longread;
@@ -198,7 +199,7 @@ pub(crate) struct Core {
     ops: Slab<Op>,
     /// Posted receives no message has matched yet, untagged [0] and tagged
     /// [1], in post order.
-    posted: [VecDeque<op::Posted>; 2],
+    posted: [fifo::Fifo<op::Posted>; 2],
     /// Unexpected messages, untagged [0] and tagged [1], in arrival order.
     unexpected: [VecDeque<op::Unexpected>; 2],
     unexpected_bytes: usize,
@@ -214,7 +215,7 @@ pub(crate) struct Core {
     txq: VecDeque<op::Tx>,
     /// `Tx::Eager` entries in `txq`.
     queued_eager: usize,
-    cq: VecDeque<Cqe>,
+    cq: fifo::Fifo<Cqe>,
     mrs: FxHashMap<u64, Mr>,
     pending_insert: Vec<u32>,
     events: Vec<DevEvent>,
@@ -313,7 +314,7 @@ impl<D: Device> Endpoint<D> {
             rx_pool: Vec::new(),
             txq: VecDeque::new(),
             queued_eager: 0,
-            cq: VecDeque::new(),
+            cq: fifo::Fifo::default(),
             mrs: FxHashMap::default(),
             pending_insert: Vec::new(),
             events: Vec::new(),
@@ -515,7 +516,7 @@ impl<D: Device> Endpoint<D> {
         // is still handled.
         if core.rx_allowed() {
             let batch = core.cfg.rx_batch;
-            dev.recv(batch, &mut |from, pkt, gathered| match gathered {
+            dev.recv(batch, |from, pkt: &[u8], gathered| match gathered {
                 None => core.handle_packet(from, pkt),
                 Some(payload) => core.handle_gathered(from, pkt, payload),
             });
@@ -547,7 +548,7 @@ impl<D: Device> Endpoint<D> {
         out.reserve(n);
         for _ in 0..n {
             // `n` entries are there: the loop never ends early.
-            let Some(e) = pop_front_hot(&mut self.core.cq) else { break };
+            let Some(e) = self.core.cq.pop_front() else { break };
             out.push(e);
         }
         n
@@ -560,7 +561,7 @@ impl<D: Device> Endpoint<D> {
         }
         let mut n = 0;
         while n < max {
-            let Some(e) = pop_front_hot(&mut self.core.cq) else { break };
+            let Some(e) = self.core.cq.pop_front() else { break };
             f(n, &e);
             n += 1;
         }

@@ -375,7 +375,7 @@ impl Core {
         let mut built = false;
         let core: &Core = self;
         let max_len = self.rtm_len(&args, peer);
-        let sent = dev.send_with(ah, 0, max_len, &mut |slot| match core.rtm_packet(&args, peer, slot) {
+        let sent = dev.send_with(ah, 0, max_len, |slot: &mut [u8]| match core.rtm_packet(&args, peer, slot) {
             Some((n, _)) => {
                 built = true;
                 n
@@ -424,23 +424,13 @@ impl Core {
         if raw_addr.is_some() {
             return None; // before the peer's HANDSHAKE: the general RTM builder
         }
-        // The fixed-offset header, sized once: the device reserves exactly it.
-        let ptype = self.rtm_types[0][usize::from(tagged)];
-        let hdr = wire::DataRtm {
-            ptype,
-            flags: ptype.default_req_flags(),
-            msg_id: peer.tx_msg_id,
-            tag: opts.tag.unwrap_or(0),
-            msg_length: buf.len() as u64,
-            seg_offset: 0,
-            cq_data: opts.cq_data,
-            connid,
-            data: &[],
-        };
-        let max_len = hdr.buffer_len() + buf.len();
+        // The device reserves exactly the packet: the fixed-offset header
+        // and the payload.
+        let (msg_id, tag, cq_data) = (peer.tx_msg_id, opts.tag.unwrap_or(0), opts.cq_data);
+        let max_len = wire::DataRtm::eager_hdr_len(tagged, cq_data.is_some(), connid.is_some()) + buf.len();
         let mut built = false;
-        let sent = dev.send_with(ah, 0, max_len, &mut |slot| {
-            let n = buf.with_slice(|data| wire::DataRtm { data, ..hdr }.emit(slot).unwrap_or(0));
+        let sent = dev.send_with(ah, 0, max_len, |slot: &mut [u8]| {
+            let n = buf.with_slice(|data| wire::DataRtm::emit_eager(slot, tagged, msg_id, tag, cq_data, connid, data));
             built = n > 0;
             n
         });

@@ -72,11 +72,18 @@ impl Core {
 
     /// Sends queued control packets, then operations' packets, until the
     /// device pushes back.
+    #[inline(always)]
     pub(crate) fn flush<D: Device>(&mut self, dev: &mut D) {
-        // The common case on every post and poll: nothing to do.
-        if self.ctrl.is_empty() && self.txq.is_empty() && self.pending_insert.is_empty() && self.dereg.is_empty() {
-            return;
+        // The common case on every post and poll: nothing to do, decided
+        // inline.
+        if !(self.ctrl.is_empty() && self.txq.is_empty() && self.pending_insert.is_empty() && self.dereg.is_empty()) {
+            self.flush_queued(dev);
         }
+    }
+
+    /// [`Self::flush`] when something is queued.
+    #[inline(never)]
+    fn flush_queued<D: Device>(&mut self, dev: &mut D) {
         self.resolve_inserts(dev);
         if !self.dereg.is_empty() {
             self.release_registrations(dev);
@@ -152,7 +159,7 @@ impl Core {
                     ah,
                     wr_id,
                     wire::CtsData::HDR_LEN + 8,
-                    &mut |slot| {
+                    |slot: &mut [u8]| {
                         let n = hdr.emit_headers_only(slot, len).unwrap_or(0);
                         built = (n > 0).then_some((n, len));
                         n
@@ -163,7 +170,7 @@ impl Core {
                 // The packet is built straight into the device's buffer.
                 let core: &Core = self;
                 let max_len = self.packet_bound(key);
-                dev.send_with(ah, wr_id, max_len, &mut |slot| {
+                dev.send_with(ah, wr_id, max_len, |slot: &mut [u8]| {
                     built = core.next_packet(key, slot);
                     built.map_or(0, |(n, _)| n)
                 })

@@ -770,15 +770,36 @@ impl<'a> DataRtm<'a> {
     /// Reads `buf` if it is a well-formed data-path RTM.
     #[inline]
     pub fn parse(buf: &'a [u8]) -> Option<DataRtm<'a>> {
-        let (&[t, version, f0, f1], rest) = buf.split_first_chunk::<4>()?;
-        let (ptype, medium, tagged) = data_rtm_kind(t)?;
+        let (ptype, medium, tagged) = data_rtm_kind(*buf.first()?)?;
+        if medium {
+            Self::parse_as::<true>(buf, ptype, tagged)
+        } else {
+            Self::parse_as::<false>(buf, ptype, tagged)
+        }
+    }
+
+    /// [`DataRtm::parse`] for EAGER_MSGRTM and EAGER_TAGRTM only (`None`
+    /// for every other packet): the receiver's hot path.
+    #[inline(always)]
+    pub fn parse_eager(buf: &'a [u8]) -> Option<DataRtm<'a>> {
+        match *buf.first()? {
+            64 => Self::parse_as::<false>(buf, PacketType::EagerMsgRtm, false),
+            65 => Self::parse_as::<false>(buf, PacketType::EagerTagRtm, true),
+            _ => None,
+        }
+    }
+
+    /// `parse` once the type is known: every fixed offset is a constant.
+    #[inline(always)]
+    fn parse_as<const MEDIUM: bool>(buf: &'a [u8], ptype: PacketType, tagged: bool) -> Option<DataRtm<'a>> {
+        let (&[_, version, f0, f1], rest) = buf.split_first_chunk::<4>()?;
         let flags = u16::from_le_bytes([f0, f1]);
         if version < super::PROTOCOL_VERSION || flags & req_flags::RAW_ADDR_HDR != 0 || buf.len() > u32::MAX as usize {
             return None;
         }
         let (msg_id, mut rest) = rest.split_first_chunk::<4>()?;
         let (mut msg_length, mut seg_offset, mut tag) = (0, 0, 0);
-        if medium {
+        if MEDIUM {
             let (m, r) = rest.split_first_chunk::<16>()?;
             msg_length = le_u64(m);
             seg_offset = le_u64(&m[8..]);
@@ -801,7 +822,7 @@ impl<'a> DataRtm<'a> {
             connid = Some(u32::from_le_bytes(*c));
             rest = r;
         }
-        if !medium {
+        if !MEDIUM {
             msg_length = rest.len() as u64;
         } else if !matches!(seg_offset.checked_add(rest.len() as u64), Some(e) if e <= msg_length) {
             return None;
@@ -894,6 +915,52 @@ impl<'a> DataRtm<'a> {
         let m = self.msg_id.to_le_bytes();
         hdr[..8].copy_from_slice(&[self.ptype as u8, super::PROTOCOL_VERSION, f[0], f[1], m[0], m[1], m[2], m[3]]);
         Ok(total)
+    }
+
+    /// Header bytes of an eager RTM with the given optional headers.
+    #[inline(always)]
+    pub const fn eager_hdr_len(tagged: bool, cq_data: bool, connid: bool) -> usize {
+        8 + 8 * tagged as usize + 8 * cq_data as usize + 4 * connid as usize
+    }
+
+    /// Writes an EAGER_MSGRTM (`tagged` false) or EAGER_TAGRTM packet at
+    /// the start of `out` — the bytes [`DataRtm::emit`] writes for the same
+    /// values, with the default request flags — and returns its length; 0
+    /// when `out` is too small. The sender's hot path: no type dispatch, one
+    /// bounds check for the whole packet.
+    #[inline(always)]
+    pub fn emit_eager(
+        out: &mut [u8],
+        tagged: bool,
+        msg_id: u32,
+        tag: u64,
+        cq_data: Option<u64>,
+        connid: Option<u32>,
+        data: &[u8],
+    ) -> usize {
+        use req_flags::{CONNID_HDR, CQ_DATA_HDR, MSG, TAGGED};
+        let hdr = Self::eager_hdr_len(tagged, cq_data.is_some(), connid.is_some());
+        let Some(out) = out.get_mut(..hdr + data.len()) else { return 0 };
+        let (ptype, mut flags) =
+            if tagged { (PacketType::EagerTagRtm, MSG | TAGGED) } else { (PacketType::EagerMsgRtm, MSG) };
+        let mut pos = 8;
+        if tagged {
+            out[8..16].copy_from_slice(&tag.to_le_bytes());
+            pos = 16;
+        }
+        if let Some(c) = cq_data {
+            flags |= CQ_DATA_HDR;
+            out[pos..pos + 8].copy_from_slice(&c.to_le_bytes());
+            pos += 8;
+        }
+        if let Some(c) = connid {
+            flags |= CONNID_HDR;
+            out[pos..pos + 4].copy_from_slice(&c.to_le_bytes());
+        }
+        let (f, m) = (flags.to_le_bytes(), msg_id.to_le_bytes());
+        out[..8].copy_from_slice(&[ptype as u8, super::PROTOCOL_VERSION, f[0], f[1], m[0], m[1], m[2], m[3]]);
+        crate::mem::copy_slice(&mut out[hdr..], data);
+        out.len()
     }
 
     /// The general typed value.

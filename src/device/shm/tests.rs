@@ -36,7 +36,7 @@ fn packets_of_every_length_cross_the_ring_end_in_order_and_intact() {
             _ => 10_000,
         };
         let p = packet(k, len);
-        let r = tx.send_with(ah, 0, max_len, &mut |buf| {
+        let r = tx.send_with(ah, 0, max_len, |buf: &mut [u8]| {
             assert_eq!(buf.len(), max_len.min(256), "the buffer is the bound");
             buf[..len].copy_from_slice(&p);
             len
@@ -56,7 +56,7 @@ fn packets_of_every_length_cross_the_ring_end_in_order_and_intact() {
         }
         // Read a few, often none, so the ring fills now and then.
         let max = if k % 7 == 0 { [1, 3, 8][k % 3] } else { 0 };
-        rx.recv(max, &mut |from, pkt, _| {
+        rx.recv(max, |from, pkt: &[u8], _| {
             assert_eq!(from, None, "the sender is not in rx's address vector");
             assert_eq!(want.pop_front().as_deref(), Some(pkt), "packet {got}");
             got += 1;
@@ -85,11 +85,11 @@ fn a_peer_scribbling_entry_headers_gets_nothing_delivered_and_the_ring_goes_on()
         rx.map.u64_at(e).store((pos + 1) ^ seal, Ordering::Release);
     }
     let mut n = 0;
-    rx.recv(64, &mut |_, pkt, _| panic!("delivered a forged entry of {} bytes", pkt.len()));
+    rx.recv(64, |_, pkt: &[u8], _| panic!("delivered a forged entry of {} bytes", pkt.len()));
     assert_eq!(rx.head, 64 * forged.len() as u64);
     // A real packet after them arrives.
     tx.send(ah, b"after", 0).unwrap();
-    rx.recv(64, &mut |_, pkt, _| {
+    rx.recv(64, |_, pkt: &[u8], _| {
         assert_eq!(pkt, b"after");
         n += 1;
     });
@@ -100,14 +100,14 @@ fn a_peer_scribbling_entry_headers_gets_nothing_delivered_and_the_ring_goes_on()
 fn small_packets_take_one_cache_line_each() {
     let (mut rx, mut tx, ah) = pair("dense", 2);
     for k in 0..10u8 {
-        tx.send_with(ah, 0, 40, &mut |buf| {
+        tx.send_with(ah, 0, 40, |buf: &mut [u8]| {
             buf[..8].fill(k);
             8
         })
         .unwrap();
     }
     let mut seen = Vec::new();
-    assert_eq!(rx.recv(64, &mut |_, p, _| seen.push(p[0])), 10);
+    assert_eq!(rx.recv(64, |_, p: &[u8], _| seen.push(p[0])), 10);
     assert_eq!(seen, (0..10).collect::<Vec<u8>>());
     assert_eq!(rx.head, 640, "ten entries of 24 + 40 bytes");
 }
@@ -121,7 +121,7 @@ fn a_gathered_send_is_copied_into_the_ring_and_arrives_whole() {
         ah,
         9,
         hdr.len(),
-        &mut |buf| {
+        |buf: &mut [u8]| {
             buf[..hdr.len()].copy_from_slice(&hdr);
             hdr.len()
         },
@@ -131,7 +131,7 @@ fn a_gathered_send_is_copied_into_the_ring_and_arrives_whole() {
     payload.bytes_mut().fill(0);
     let mut got = Vec::new();
     assert_eq!(
-        rx.recv(8, &mut |_, p, gathered| {
+        rx.recv(8, |_, p: &[u8], gathered| {
             assert!(gathered.is_none(), "the payload is in the packet");
             got = p.to_vec();
         }),
@@ -145,14 +145,14 @@ fn a_gathered_send_is_copied_into_the_ring_and_arrives_whole() {
         ah,
         10,
         hdr.len(),
-        &mut |buf| {
+        |buf: &mut [u8]| {
             buf[..hdr.len()].copy_from_slice(&hdr);
             hdr.len()
         },
         big.buf(),
     );
     assert_eq!(r, Err(DevError::Failed(Status::Inval)));
-    assert_eq!(rx.recv(8, &mut |_, _, _| panic!("an oversized packet was delivered")), 0);
+    assert_eq!(rx.recv(8, |_, _: &[u8], _| panic!("an oversized packet was delivered")), 0);
 }
 
 /// Minor page faults of the calling thread so far.
@@ -180,12 +180,12 @@ fn the_first_pass_through_a_ring_takes_no_page_faults() {
     let before = minor_faults();
     // 256 packets of ~4 KiB: every page of the ring written and read once.
     for _ in 0..256 {
-        tx.send_with(ah, 0, payload.len(), &mut |buf| {
+        tx.send_with(ah, 0, payload.len(), |buf: &mut [u8]| {
             buf[..payload.len()].copy_from_slice(&payload);
             payload.len()
         })
         .unwrap();
-        rx.recv(8, &mut |_, p, _| got += usize::from(p.len() == payload.len()));
+        rx.recv(8, |_, p: &[u8], _| got += usize::from(p.len() == payload.len()));
     }
     let faults = minor_faults() - before;
     assert_eq!(got, 256);
