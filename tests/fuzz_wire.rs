@@ -113,11 +113,16 @@ fn check_data_path_view(input: &[u8]) {
             PacketType::EagerMsgRtm | PacketType::EagerTagRtm | PacketType::MediumMsgRtm | PacketType::MediumTagRtm
         )
     };
+    let eager = DataRtm::parse_eager(input);
     match (DataRtm::parse(input), Packet::parse(input)) {
-        (Some(d), Ok(Packet::Req(r))) => assert_eq!(d.to_req(), r),
+        (Some(d), Ok(Packet::Req(r))) => {
+            assert_eq!(d.to_req(), r);
+            let is_eager = matches!(r.ptype, PacketType::EagerMsgRtm | PacketType::EagerTagRtm);
+            assert_eq!(eager, is_eager.then_some(d), "eager view disagrees");
+        }
         (None, Ok(Packet::Req(r))) => assert!(!data_path(r.ptype) || r.raw_addr.is_some(), "view refused {r:?}"),
         (Some(d), other) => panic!("view accepted {d:?}, general parse gave {other:?}"),
-        (None, _) => {}
+        (None, _) => assert_eq!(eager, None, "eager view accepted what the view refused"),
     }
 }
 

@@ -621,8 +621,24 @@ fn check_data_path_view(want: &Req, bytes: &[u8], ctx: &dyn Fn() -> String) {
             assert_eq!(d.emit(&mut out), Ok(bytes.len()), "view emit, {}", ctx());
             assert_eq!(out, bytes, "view emit bytes, {}", ctx());
             assert!(d.emit(&mut out[..bytes.len() - 1]).is_err(), "view emit into too small a buffer, {}", ctx());
+            let eager = matches!(want.ptype, PacketType::EagerMsgRtm | PacketType::EagerTagRtm);
+            assert_eq!(DataRtm::parse_eager(bytes), eager.then_some(d), "eager view, {}", ctx());
+            // The sender's eager writer puts the default flags: it agrees
+            // with the general emitter whenever the packet has them.
+            if eager && d.flags & !(req_flags::CQ_DATA_HDR | req_flags::CONNID_HDR) == want.ptype.default_req_flags() {
+                let tagged = want.ptype == PacketType::EagerTagRtm;
+                let mut out = vec![0xEEu8; bytes.len() + 3];
+                let n = DataRtm::emit_eager(&mut out, tagged, d.msg_id, d.tag, d.cq_data, d.connid, d.data);
+                assert_eq!(&out[..n], bytes, "eager writer, {}", ctx());
+                assert_eq!(out[n..], [0xEE; 3], "eager writer wrote past the packet, {}", ctx());
+                let short = &mut out[..bytes.len() - 1];
+                assert_eq!(DataRtm::emit_eager(short, tagged, d.msg_id, d.tag, d.cq_data, d.connid, d.data), 0);
+            }
         }
-        None => assert!(!data_path, "view refused, {}", ctx()),
+        None => {
+            assert!(!data_path, "view refused, {}", ctx());
+            assert_eq!(DataRtm::parse_eager(bytes), None, "eager view accepted, {}", ctx());
+        }
     }
 }
 
