@@ -97,6 +97,7 @@ impl UserBuf {
     }
 
     /// Length in bytes.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
@@ -107,6 +108,7 @@ impl UserBuf {
     }
 
     /// The address (as the remote side names registered memory).
+    #[inline]
     pub fn addr(&self) -> u64 {
         self.ptr.as_ptr() as usize as u64
     }
@@ -124,6 +126,7 @@ impl UserBuf {
 
     /// Copies `dst.len()` bytes from offset `off`; `false` (and nothing copied)
     /// when the range is out of bounds.
+    #[inline]
     pub fn read_at(&self, off: usize, dst: &mut [u8]) -> bool {
         match off.checked_add(dst.len()) {
             Some(end) if end <= self.len => {
@@ -138,6 +141,7 @@ impl UserBuf {
 
     /// Copies `src` to offset `off`; `false` (and nothing written) when the
     /// range is out of bounds.
+    #[inline]
     pub fn write_at(&self, off: usize, src: &[u8]) -> bool {
         match off.checked_add(src.len()) {
             Some(end) if end <= self.len => {
@@ -163,6 +167,7 @@ impl UserBuf {
     }
 
     /// Runs `f` on the bytes as a shared slice.
+    #[inline]
     pub fn with_slice<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
         // SAFETY: valid for `len` bytes and not accessed by others while lent.
         f(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) })
