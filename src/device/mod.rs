@@ -13,6 +13,12 @@
 //!
 //! The engine assumes nothing more: in particular no ordering, and no clock
 //! other than the `now` passed to its progress call.
+//!
+//! The packet builders and the receive callback are generic closures, not
+//! trait objects: the engine is compiled for each device, and building or
+//! handling a packet inlines into the device's send and receive loops (so
+//! `Device` is not object-safe; a run-time choice of device is an enum,
+//! see `capi::CDevice`).
 
 pub mod shm;
 pub mod sim;
@@ -26,8 +32,9 @@ use crate::wire::RawAddr;
 /// An address handle: the device's name for a peer.
 pub type Ah = u32;
 
-/// What [`Device::send_with`] and [`Device::send_gather`] build a packet
-/// (or its headers) with: it writes into the device's buffer and returns the
+/// A packet builder as [`Device::send_with`] and [`Device::send_gather`]
+/// take it, behind a reference (for devices that pass it on to helpers that
+/// are not generic): it writes into the device's buffer and returns the
 /// length, 0 for nothing.
 pub type BuildFn<'a> = dyn FnMut(&mut [u8]) -> usize + 'a;
 
