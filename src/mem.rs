@@ -141,7 +141,7 @@ impl UserBuf {
 
     /// Copies `src` to offset `off`; `false` (and nothing written) when the
     /// range is out of bounds.
-    #[inline]
+    #[inline(always)]
     pub fn write_at(&self, off: usize, src: &[u8]) -> bool {
         match off.checked_add(src.len()) {
             Some(end) if end <= self.len => {

@@ -64,8 +64,27 @@ impl Core {
         Ok(longread.map(|_| key))
     }
 
-    /// Posts a receive, matching the oldest acceptable unexpected message first.
+    /// Posts a receive, matching the oldest acceptable unexpected message
+    /// first. The common case — no source filter, nothing unexpected
+    /// waiting — is decided inline.
+    #[inline(always)]
     pub(crate) fn post_recv(&mut self, buf: UserBuf, opts: RecvOpts) -> Result<(), Status> {
+        let qi = q(opts.tag.is_some());
+        if opts.src.is_some() || !self.unexpected[qi].is_empty() {
+            return self.post_recv_matching(buf, opts);
+        }
+        if self.outstanding() >= self.cfg.max_ops {
+            return Err(Status::Again);
+        }
+        let (tag, ignore) = opts.tag.unwrap_or((0, 0));
+        self.posted[qi].push_back(Posted { buf, context: opts.context, tag, ignore, src: None });
+        Ok(())
+    }
+
+    /// [`Self::post_recv`] with a source filter or unexpected messages to
+    /// look through.
+    #[inline(never)]
+    fn post_recv_matching(&mut self, buf: UserBuf, opts: RecvOpts) -> Result<(), Status> {
         if let Some(src) = opts.src {
             self.live_peer(src)?;
         }
