@@ -225,6 +225,19 @@ fn prefetch_write(p: *const u8) {
     let _ = p;
 }
 
+/// Hints the CPU to fetch the cache line at `p` for reading. Only a hint:
+/// `p` is never dereferenced.
+#[inline(always)]
+fn prefetch_read(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: as `prefetch_write`.
+    unsafe {
+        std::arch::asm!("prefetcht0 [{0}]", in(reg) p, options(nostack, preserves_flags, readonly));
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// The sleeper's barrier between setting its sleeping flag and rechecking its ring.
 fn sleeper_fence() {
     fence(Ordering::SeqCst);
@@ -290,6 +303,9 @@ pub struct ShmDevice {
     fd_mode: bool,
     /// `events` calls, for `check_peers`.
     polls: u32,
+    /// The last packet this endpoint moved was one it sent: a stream of
+    /// sends, whose next entry is worth fetching ahead (see `send_with`).
+    streaming: bool,
     /// Random registration keys drawn ahead (one system call per 32: a
     /// long-read send registers its buffer for every message).
     keys: Vec<u64>,
@@ -452,6 +468,7 @@ impl ShmDevice {
             fd_mode: false,
             keys: Vec::new(),
             polls: 0,
+            streaming: false,
         })
     }
 
@@ -486,6 +503,10 @@ impl ShmDevice {
             // process of the user can): skip one line and read nothing.
             let sane = span % 64 == 0 && span > 0 && span <= self.shape.ring - at;
             let span = if sane { span } else { 64 };
+            // Whether another entry follows is the next question: its line
+            // is fetched while this packet is handled (`at` of any position
+            // is within the ring).
+            prefetch_read(self.map.base().wrapping_add(HDR_LEN + self.shape.at(self.head + span as u64)));
             // Packets are delivered even when their sender has closed since:
             // they were sent while it was open (the device is reliable).
             if sane && len > 0 && len <= self.shape.mtu && SLOT_HDR + len <= span {
@@ -503,6 +524,7 @@ impl ShmDevice {
             n += 1;
         }
         if n > 0 {
+            self.streaming = false;
             // Hands the slots read back to the producers.
             self.map.u64_at(off::HEAD).store(self.head, Ordering::Release);
             if self.fd_mode {
@@ -785,6 +807,7 @@ impl Device for ShmDevice {
         // The peer's MTU is at least ours (checked at insert).
         let cap = max_len.min(self.shape.mtu);
         let need = entry_len(cap);
+        let streaming = std::mem::replace(&mut self.streaming, true);
         let p = self.peer(ah)?;
         let tail = p.map.u64_at(off::TAIL);
         let ring = p.shape.ring;
@@ -830,10 +853,17 @@ impl Device for ShmDevice {
         let slot = unsafe { std::slice::from_raw_parts_mut(p.map.ptr_at(HDR_LEN + p.shape.at(pos) + SLOT_HDR), cap) };
         let len = build(slot).min(cap);
         publish(pos, len, need);
-        // The next entry most likely starts where this one ends: ask for
-        // its first line in exclusive state now, so that the next send
-        // does not wait for the owner's copy of it to be invalidated.
-        prefetch_write(p.map.base().wrapping_add(HDR_LEN + p.shape.at(pos + need as u64)));
+        // In a stream of sends the next entry most likely starts where this
+        // one ends: ask for its first line in exclusive state now, so that
+        // the next send does not wait for it (a stream of 8-byte messages:
+        // ~1.4x the rate). Not after a receive: in a ping-pong the owner
+        // reads that line right after this entry, to see whether more
+        // came, and taking it away then puts a cross-core transfer into
+        // every round trip (measured: 0.44 -> 0.6 us one way when the two
+        // CPUs are far apart).
+        if streaming {
+            prefetch_write(p.map.base().wrapping_add(HDR_LEN + p.shape.at(pos + need as u64)));
+        }
         producer_fence();
         if p.map.u32_at(off::SLEEPING).load(Ordering::SeqCst) != 0 {
             Self::wake(p);
