@@ -84,6 +84,19 @@ impl<T: Copy> Fifo<T> {
         Some(v)
     }
 
+    /// Hands up to `max` of the oldest entries to `f` in place (with their
+    /// index), then takes them off the queue; returns how many.
+    #[inline(always)]
+    pub fn take_front(&mut self, max: usize, mut f: impl FnMut(usize, &T)) -> usize {
+        let n = max.min(self.len);
+        for i in 0..n {
+            f(i, &self.buf[self.slot(i)]);
+        }
+        self.len -= n;
+        self.head = if self.len == 0 { 0 } else { self.slot(n) };
+        n
+    }
+
     /// The entries, oldest first.
     pub fn iter(&self) -> impl Iterator<Item = &T> + '_ {
         (0..self.len).map(move |i| &self.buf[self.slot(i)])
@@ -129,6 +142,14 @@ mod tests {
                     model.push_back(step);
                 }
                 3 | 4 => assert_eq!(f.pop_front(), model.pop_front()),
+                6 if x % 3 == 0 => {
+                    let k = (x >> 12) as usize % 5;
+                    let mut seen = Vec::new();
+                    let n = f.take_front(k, |i, v| seen.push((i, *v)));
+                    let want: Vec<_> = (0..k.min(model.len())).map(|i| (i, model.pop_front().unwrap())).collect();
+                    assert_eq!(n, want.len());
+                    assert_eq!(seen, want);
+                }
                 5 if !model.is_empty() => {
                     let i = (x >> 8) as usize % model.len();
                     assert_eq!(f.remove(i), model.remove(i));

@@ -555,17 +555,8 @@ impl<D: Device> Endpoint<D> {
     }
 
     /// Hands up to `max` completions to `f`, oldest first; returns how many.
-    pub fn drain_cq(&mut self, max: usize, mut f: impl FnMut(usize, &Cqe)) -> usize {
-        if self.core.cq.is_empty() {
-            return 0;
-        }
-        let mut n = 0;
-        while n < max {
-            let Some(e) = self.core.cq.pop_front() else { break };
-            f(n, &e);
-            n += 1;
-        }
-        n
+    pub fn drain_cq(&mut self, max: usize, f: impl FnMut(usize, &Cqe)) -> usize {
+        self.core.cq.take_front(max, f)
     }
 
     /// Completions waiting to be polled.
