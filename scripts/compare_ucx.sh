@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs rdm4-perf and ucx_perftest back to back, N rounds, 8-byte tagged
+# latency and streaming message rate over shared memory, and prints each
+# round's pair of numbers and their ratio. On a VM whose vCPU placement
+# changes from one minute to the next (cross-core latency 65 to 270 ns on
+# the machine this was written on), only numbers taken seconds apart
+# compare; ../shared/bench/peers.py runs each tool's repeats in a block.
+#
+# usage: scripts/compare_ucx.sh [ROUNDS] [RDM4_PERF]
+set -euo pipefail
+rounds=${1:-5}
+perf=${2:-target/release/rdm4-perf}
+command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found (apt-get install ucx-utils)" >&2; exit 1; }
+ucx() { # test iters -> last result line of the client
+    local port=$((20000 + RANDOM % 20000))
+    UCX_NET_DEVICES=lo taskset -c 0 ucx_perftest -p "$port" >/dev/null 2>&1 &
+    local srv=$!
+    sleep 0.3
+    UCX_NET_DEVICES=lo taskset -c 1 ucx_perftest 127.0.0.1 -p "$port" -t "$1" -s 8 -n "$2" -w 10000 -f 2>/dev/null |
+        awk 'NF == 8 && $1 ~ /^[0-9.]+$/ { line = $0 } END { print line }'
+    wait "$srv" 2>/dev/null || true
+}
+printf '%-6s %10s %10s %7s   %10s %10s %7s\n' round "rdm4 us" "ucx us" ratio "rdm4 M/s" "ucx M/s" ratio
+for r in $(seq "$rounds"); do
+    mine=$("$perf" --test tag_lat,tag_bw --sizes 8 --json)
+    lat=$(echo "$mine" | python3 -c 'import sys,json; print([d for d in map(json.loads, sys.stdin) if d["test"]=="tag_lat"][0]["lat_us_median"])')
+    rate=$(echo "$mine" | python3 -c 'import sys,json; print([d for d in map(json.loads, sys.stdin) if d["test"]=="tag_bw"][0]["msg_rate"]/1e6)')
+    ulat=$(ucx tag_lat 1000000 | awk '{ print $2 }')
+    urate=$(ucx tag_bw 5000000 | awk '{ print $8 / 1e6 }')
+    python3 -c "print('%-6s %10.3f %10.3f %7.2f   %10.2f %10.2f %7.2f' % ('$r', $lat, $ulat, $lat/$ulat, $rate, $urate, $rate/$urate))"
+done
