@@ -461,6 +461,7 @@ impl<D: Device> Endpoint<D> {
     }
 
     /// Posts a receive into `buf`.
+    #[inline(always)]
     pub fn recv(&mut self, buf: UserBuf, opts: RecvOpts) -> Result<(), Status> {
         self.core.post_recv(buf, opts)?;
         self.core.flush(&mut self.dev);
