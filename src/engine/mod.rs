@@ -445,6 +445,7 @@ impl<D: Device> Endpoint<D> {
     }
 
     /// Sends `buf` to `dest` (two-sided).
+    #[inline(always)]
     pub fn send(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<(), Status> {
         if let Some(done) = self.core.send_now(&mut self.dev, dest, buf, opts) {
             return done;
