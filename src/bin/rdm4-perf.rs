@@ -247,6 +247,12 @@ fn counts(o: &Opts, test: &str, size: usize) -> (usize, usize) {
         // About 0.2 s at 10 M msg/s or 10 GB/s: shorter runs at small
         // sizes measured mostly start-up and the machine's jitter.
         (2_000_000_000 / (size + 1000)).clamp(100, 2_000_000)
+    } else if test == "tag_lat" || test == "msg_lat" {
+        // About 50-80 ms per size (200,000 round trips at 8 B): a few
+        // milliseconds, as one-sided tests take, are too short to compare
+        // with `ucx_perftest` runs of half a second on a machine whose
+        // speed drifts.
+        (200_000_000 / (size + 2000)).clamp(20, 200_000)
     } else {
         (20_000_000 / (size + 2000)).clamp(20, 20_000)
     };
