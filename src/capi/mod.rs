@@ -223,7 +223,6 @@ pub(crate) fn release_slot(ep: *mut rdm4_ep) {
     }
 }
 
-/// An endpoint and the library-owned copies of injected messages.
 /// The device behind C endpoints. A concrete type rather than a boxed
 /// trait object: the engine is compiled for it, so the device's send and
 /// receive paths inline into the engine's (a virtual call per packet, and
@@ -232,6 +231,7 @@ pub(crate) fn release_slot(ep: *mut rdm4_ep) {
 /// [`crate::device::Device`] by matching on its variant.
 pub(crate) type CDevice = crate::device::shm::ShmDevice;
 
+/// An endpoint and the library-owned copies of injected messages.
 pub(crate) struct EpInner {
     pub(crate) ep: Endpoint<CDevice>,
     injected: FxHashMap<u64, Box<[u8]>>,

@@ -546,14 +546,8 @@ impl<D: Device> Endpoint<D> {
 
     /// Moves up to `max` completions into `out`; returns how many.
     pub fn poll_cq(&mut self, out: &mut Vec<Cqe>, max: usize) -> usize {
-        let n = max.min(self.core.cq.len());
-        out.reserve(n);
-        for _ in 0..n {
-            // `n` entries are there: the loop never ends early.
-            let Some(e) = self.core.cq.pop_front() else { break };
-            out.push(e);
-        }
-        n
+        out.reserve(max.min(self.core.cq.len()));
+        self.core.cq.take_front(max, |_, e| out.push(*e))
     }
 
     /// Hands up to `max` completions to `f`, oldest first; returns how many.

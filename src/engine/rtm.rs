@@ -69,15 +69,20 @@ impl Core {
     /// waiting — is decided inline.
     #[inline(always)]
     pub(crate) fn post_recv(&mut self, buf: UserBuf, opts: RecvOpts) -> Result<(), Status> {
-        let qi = q(opts.tag.is_some());
-        if opts.src.is_some() || !self.unexpected[qi].is_empty() {
+        if opts.src.is_some() || !self.unexpected[q(opts.tag.is_some())].is_empty() {
             return self.post_recv_matching(buf, opts);
         }
+        self.queue_posted(buf, opts)
+    }
+
+    /// Queues a receive that no unexpected message takes.
+    #[inline(always)]
+    fn queue_posted(&mut self, buf: UserBuf, opts: RecvOpts) -> Result<(), Status> {
         if self.outstanding() >= self.cfg.max_ops {
             return Err(Status::Again);
         }
         let (tag, ignore) = opts.tag.unwrap_or((0, 0));
-        self.posted[qi].push_back(Posted { buf, context: opts.context, tag, ignore, src: None });
+        self.posted[q(opts.tag.is_some())].push_back(Posted { buf, context: opts.context, tag, ignore, src: opts.src });
         Ok(())
     }
 
@@ -89,7 +94,6 @@ impl Core {
             self.live_peer(src)?;
         }
         let tagged = opts.tag.is_some();
-        let (tag, ignore) = opts.tag.unwrap_or((0, 0));
         let found = if self.unexpected[q(tagged)].is_empty() {
             None
         } else {
@@ -98,13 +102,7 @@ impl Core {
                 Unexpected::Eager(m) => takes(opts.src, opts.tag, m.peer, m.tag),
             })
         };
-        let Some(pos) = found else {
-            if self.outstanding() >= self.cfg.max_ops {
-                return Err(Status::Again);
-            }
-            self.posted[q(tagged)].push_back(Posted { buf, context: opts.context, tag, ignore, src: opts.src });
-            return Ok(());
-        };
+        let Some(pos) = found else { return self.queue_posted(buf, opts) };
         let queue = &mut self.unexpected[q(tagged)];
         let taken = if pos == 0 { pop_front_hot(queue) } else { queue.remove(pos) };
         let key = match taken {
@@ -131,7 +129,7 @@ impl Core {
         u.buf = buf;
         u.context = opts.context;
         u.src = opts.src;
-        u.ignore = ignore;
+        u.ignore = opts.tag.map_or(0, |(_, ignore)| ignore);
         let n = bounce.len().min(buf.len());
         buf.write_at(0, &bounce[..n]);
         self.unexpected_bytes -= bounce.capacity().min(self.unexpected_bytes);

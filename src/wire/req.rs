@@ -850,14 +850,16 @@ impl<'a> DataRtm<'a> {
         data_rtm_kind(self.ptype as u8).is_some_and(|(_, m, _)| m)
     }
 
+    /// Header bytes of a data-path RTM of this shape.
+    #[inline(always)]
+    pub const fn hdr_len(medium: bool, tagged: bool, cq_data: bool, connid: bool) -> usize {
+        8 + 16 * medium as usize + 8 * tagged as usize + 8 * cq_data as usize + 4 * connid as usize
+    }
+
     /// Bytes `emit` writes.
     pub fn buffer_len(&self) -> usize {
         let (_, medium, tagged) = data_rtm_kind(self.ptype as u8).unwrap_or((self.ptype, false, false));
-        8 + 16 * usize::from(medium)
-            + 8 * usize::from(tagged)
-            + self.cq_data.map_or(0, |_| 8)
-            + self.connid.map_or(0, |_| 4)
-            + self.data.len()
+        Self::hdr_len(medium, tagged, self.cq_data.is_some(), self.connid.is_some()) + self.data.len()
     }
 
     /// Writes the packet at the start of `buf` — the same bytes
@@ -878,15 +880,11 @@ impl<'a> DataRtm<'a> {
     /// `emit` for one type: every fixed offset is a constant.
     #[inline(always)]
     fn emit_as<const MEDIUM: bool, const TAGGED: bool>(&self, buf: &mut [u8]) -> Result<usize> {
-        const fn fixed(medium: bool, tagged: bool) -> usize {
-            8 + if medium { 16 } else { 0 } + if tagged { 8 } else { 0 }
-        }
-        let fixed_len = fixed(MEDIUM, TAGGED);
+        let fixed_len = Self::hdr_len(MEDIUM, TAGGED, false, false);
         if MEDIUM && !matches!(self.seg_offset.checked_add(self.data.len() as u64), Some(e) if e <= self.msg_length) {
             return Err(WireError::LengthOverflow { what: "seg_offset + data beyond msg_length" });
         }
-        let (cq, connid) = (self.cq_data.is_some(), self.connid.is_some());
-        let hdr_len = fixed_len + 8 * usize::from(cq) + 4 * usize::from(connid);
+        let hdr_len = Self::hdr_len(MEDIUM, TAGGED, self.cq_data.is_some(), self.connid.is_some());
         let total = hdr_len + self.data.len();
         check_room(buf, total)?;
         let (hdr, rest) = buf.split_at_mut(hdr_len);
@@ -908,9 +906,7 @@ impl<'a> DataRtm<'a> {
             flags |= req_flags::CONNID_HDR;
             hdr[pos..pos + 4].copy_from_slice(&c.to_le_bytes());
         }
-        if !self.data.is_empty() {
-            rest[..self.data.len()].copy_from_slice(self.data);
-        }
+        crate::mem::copy_slice(&mut rest[..self.data.len()], self.data);
         let f = flags.to_le_bytes();
         let m = self.msg_id.to_le_bytes();
         hdr[..8].copy_from_slice(&[self.ptype as u8, super::PROTOCOL_VERSION, f[0], f[1], m[0], m[1], m[2], m[3]]);
@@ -920,14 +916,14 @@ impl<'a> DataRtm<'a> {
     /// Header bytes of an eager RTM with the given optional headers.
     #[inline(always)]
     pub const fn eager_hdr_len(tagged: bool, cq_data: bool, connid: bool) -> usize {
-        8 + 8 * tagged as usize + 8 * cq_data as usize + 4 * connid as usize
+        Self::hdr_len(false, tagged, cq_data, connid)
     }
 
-    /// Writes an EAGER_MSGRTM (`tagged` false) or EAGER_TAGRTM packet at
-    /// the start of `out` — the bytes [`DataRtm::emit`] writes for the same
-    /// values, with the default request flags — and returns its length; 0
-    /// when `out` is too small. The sender's hot path: no type dispatch, one
-    /// bounds check for the whole packet.
+    /// Writes an EAGER_MSGRTM (`tagged` false) or EAGER_TAGRTM packet with
+    /// the default request flags at the start of `out` — [`DataRtm::emit`]
+    /// with the type fixed by the caller, so without its type dispatch —
+    /// and returns its length; 0 when `out` is too small. The sender's hot
+    /// path.
     #[inline(always)]
     pub fn emit_eager(
         out: &mut [u8],
@@ -938,29 +934,12 @@ impl<'a> DataRtm<'a> {
         connid: Option<u32>,
         data: &[u8],
     ) -> usize {
-        use req_flags::{CONNID_HDR, CQ_DATA_HDR, MSG, TAGGED};
-        let hdr = Self::eager_hdr_len(tagged, cq_data.is_some(), connid.is_some());
-        let Some(out) = out.get_mut(..hdr + data.len()) else { return 0 };
-        let (ptype, mut flags) =
-            if tagged { (PacketType::EagerTagRtm, MSG | TAGGED) } else { (PacketType::EagerMsgRtm, MSG) };
-        let mut pos = 8;
-        if tagged {
-            out[8..16].copy_from_slice(&tag.to_le_bytes());
-            pos = 16;
-        }
-        if let Some(c) = cq_data {
-            flags |= CQ_DATA_HDR;
-            out[pos..pos + 8].copy_from_slice(&c.to_le_bytes());
-            pos += 8;
-        }
-        if let Some(c) = connid {
-            flags |= CONNID_HDR;
-            out[pos..pos + 4].copy_from_slice(&c.to_le_bytes());
-        }
-        let (f, m) = (flags.to_le_bytes(), msg_id.to_le_bytes());
-        out[..8].copy_from_slice(&[ptype as u8, super::PROTOCOL_VERSION, f[0], f[1], m[0], m[1], m[2], m[3]]);
-        crate::mem::copy_slice(&mut out[hdr..], data);
-        out.len()
+        const TAG: (PacketType, u16) = (PacketType::EagerTagRtm, PacketType::EagerTagRtm.default_req_flags());
+        const MSG: (PacketType, u16) = (PacketType::EagerMsgRtm, PacketType::EagerMsgRtm.default_req_flags());
+        let ((ptype, flags), len) = (if tagged { TAG } else { MSG }, data.len() as u64);
+        let d = DataRtm { ptype, flags, msg_id, tag, msg_length: len, seg_offset: 0, cq_data, connid, data };
+        let n = if tagged { d.emit_as::<false, true>(out) } else { d.emit_as::<false, false>(out) };
+        n.unwrap_or(0)
     }
 
     /// The general typed value.
