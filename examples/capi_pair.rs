@@ -10,6 +10,9 @@
 //! cargo build --release --example capi_pair
 //! valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/examples/capi_pair 100000
 //! ```
+//!
+//! A second argument `directed` makes the receives name their source (as
+//! `rdm4-perf` does) instead of taking any.
 
 use std::ffi::c_void;
 
@@ -37,11 +40,14 @@ fn open() -> (*mut rdm4_ep, [u8; 32]) {
 
 fn main() {
     let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(100_000);
+    let directed = std::env::args().nth(2).is_some_and(|a| a == "directed");
     let window = 16;
-    let (a, _) = open();
+    let (a, a_name) = open();
     let (b, b_name) = open();
-    let mut to_b = 0;
+    let (mut to_b, mut to_a) = (0, 0);
     ok("av", rdm4_av_insert(a, b_name.as_ptr().cast(), 1, &mut to_b));
+    ok("av", rdm4_av_insert(b, a_name.as_ptr().cast(), 1, &mut to_a));
+    let src = if directed { to_a } else { RDM4_ADDR_UNSPEC };
     let s = [7u8; 8];
     let mut r = vec![[0u8; 8]; window];
     // SAFETY: rdm4_cqe is plain data.
@@ -50,7 +56,7 @@ fn main() {
     for round in 0..n.div_ceil(window) + 1 {
         let k = if round == 0 { 1 } else { window };
         for buf in r.iter_mut().take(k) {
-            ok("trecv", rdm4_trecv(b, buf.as_mut_ptr().cast(), 8, RDM4_ADDR_UNSPEC, 1, 0, std::ptr::null_mut()));
+            ok("trecv", rdm4_trecv(b, buf.as_mut_ptr().cast(), 8, src, 1, 0, std::ptr::null_mut()));
         }
         for _ in 0..k {
             ok("tsend", rdm4_tsend(a, s.as_ptr().cast(), 8, to_b, 1, std::ptr::null_mut::<c_void>()));

@@ -300,11 +300,16 @@ fn pingpong(c: &mut Ctx, client: bool, size: usize, iters: usize, warmup: usize,
             ok("send", rc);
         };
         let t = Ticks::now();
-        post_recv(c, &mut r);
         if client {
+            // The ping leaves first and the pong's receive is posted while
+            // it travels (as `ucx_perftest` does): the pong cannot be back
+            // before a local call returns, and posting first would put
+            // that call into every timed round trip.
             send(c, &s);
+            post_recv(c, &mut r);
             c.complete(2);
         } else {
+            post_recv(c, &mut r);
             c.complete(1);
             send(c, &r);
             c.complete(1);

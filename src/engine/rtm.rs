@@ -65,12 +65,15 @@ impl Core {
     }
 
     /// Posts a receive, matching the oldest acceptable unexpected message
-    /// first. The common case — no source filter, nothing unexpected
-    /// waiting — is decided inline.
+    /// first. The common case — nothing unexpected waiting — is decided
+    /// inline, with or without a source filter.
     #[inline(always)]
     pub(crate) fn post_recv(&mut self, buf: UserBuf, opts: RecvOpts) -> Result<(), Status> {
-        if opts.src.is_some() || !self.unexpected[q(opts.tag.is_some())].is_empty() {
+        if !self.unexpected[q(opts.tag.is_some())].is_empty() {
             return self.post_recv_matching(buf, opts);
+        }
+        if let Some(src) = opts.src {
+            self.live_peer(src)?;
         }
         self.queue_posted(buf, opts)
     }
