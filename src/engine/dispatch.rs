@@ -87,7 +87,6 @@ impl Core {
     #[inline(always)]
     fn eager_fast(&mut self, ah: Ah, bytes: &[u8]) -> bool {
         let Some(e) = wire::DataRtm::parse_eager(bytes) else { return false };
-        let e = &e;
         let Some(p) = self.by_ah.get(ah) else { return false };
         let Some(peer) = self.peers.get_mut(p) else { return false };
         if !peer.hs_sent || e.msg_id != peer.rx_msg_id || e.connid.is_some_and(|c| c != peer.raw.connid()) {
@@ -95,7 +94,9 @@ impl Core {
         }
         let qi = usize::from(e.tagged());
         let Some(r) = self.posted[qi].front() else {
-            self.eager_unexpected(p, e);
+            // The fields, not the parsed header: a reference would keep the
+            // whole header in memory on every packet.
+            self.eager_unexpected(p, e.tagged(), e.tag, e.cq_data, e.data);
             return true;
         };
         if !accepts(r, e.tagged(), p, e.tag) {
@@ -119,13 +120,13 @@ impl Core {
 
     /// [`Self::eager_fast`] when no receive is posted: the message is kept
     /// whole in a reused buffer, without an operation entry.
-    fn eager_unexpected(&mut self, p: u32, e: &wire::DataRtm<'_>) {
+    fn eager_unexpected(&mut self, p: u32, tagged: bool, tag: u64, cq_data: Option<u64>, bytes: &[u8]) {
         let mut data = self.rx_pool.pop().unwrap_or_default();
         data.clear();
-        data.extend_from_slice(e.data);
+        data.extend_from_slice(bytes);
         self.unexpected_bytes += data.capacity();
-        let m = EagerMsg { peer: p, tag: e.tag, cq_data: e.cq_data, data };
-        self.unexpected[usize::from(e.tagged())].push_back(Unexpected::Eager(m));
+        let m = EagerMsg { peer: p, tag, cq_data, data };
+        self.unexpected[usize::from(tagged)].push_back(Unexpected::Eager(m));
         let Some(peer) = self.peers.get_mut(p) else { return };
         peer.rx_msg_id = peer.rx_msg_id.wrapping_add(1);
         if !peer.reorder.is_empty() {
