@@ -44,7 +44,9 @@ fn main() {
     let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(100_000);
     let mode = std::env::args().nth(2).unwrap_or_default();
     let (directed, idle) = (mode == "directed", mode == "idle");
-    let window = 16;
+    // A third argument sets the round's size (default 16; 1: every
+    // message polled on its own, as in a ping-pong).
+    let window: usize = std::env::args().nth(3).and_then(|a| a.parse().ok()).filter(|&w| w > 0).unwrap_or(16);
     let (a, a_name) = open();
     let (b, b_name) = open();
     let (mut to_b, mut to_a) = (0, 0);

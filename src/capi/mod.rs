@@ -254,6 +254,7 @@ impl EpInner {
     }
 
     /// One progress call; true when it produced completions.
+    #[inline(always)]
     pub(crate) fn progress_once(&mut self) -> bool {
         let before = self.ep.cq_len();
         self.ep.progress(0);
