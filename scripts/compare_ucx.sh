@@ -5,6 +5,8 @@
 # changes from one minute to the next (cross-core latency 65 to 270 ns on
 # the machine this was written on), only numbers taken seconds apart
 # compare; ../shared/bench/peers.py runs each tool's repeats in a block.
+# Rounds alternate which tool goes first; the last line gives the median of
+# the rounds' ratios.
 #
 # usage: scripts/compare_ucx.sh [ROUNDS] [RDM4_PERF]
 set -euo pipefail
@@ -21,11 +23,21 @@ ucx() { # test iters -> last result line of the client
     wait "$srv" 2>/dev/null || true
 }
 printf '%-6s %10s %10s %7s   %10s %10s %7s\n' round "rdm4 us" "ucx us" ratio "rdm4 M/s" "ucx M/s" ratio
-for r in $(seq "$rounds"); do
-    mine=$("$perf" --test tag_lat,tag_bw --sizes 8 --json)
-    lat=$(echo "$mine" | python3 -c 'import sys,json; print([d for d in map(json.loads, sys.stdin) if d["test"]=="tag_lat"][0]["lat_us_median"])')
-    rate=$(echo "$mine" | python3 -c 'import sys,json; print([d for d in map(json.loads, sys.stdin) if d["test"]=="tag_bw"][0]["msg_rate"]/1e6)')
+theirs() {
     ulat=$(ucx tag_lat 1000000 | awk '{ print $2 }')
     urate=$(ucx tag_bw 5000000 | awk '{ print $8 / 1e6 }')
+}
+ratios=()
+for r in $(seq "$rounds"); do
+    [ $((r % 2)) = 0 ] && theirs
+    mine=$("$perf" --test tag_lat,tag_bw --sizes 8 --json)
+    [ $((r % 2)) = 1 ] && theirs
+    lat=$(echo "$mine" | python3 -c 'import sys,json; print([d for d in map(json.loads, sys.stdin) if d["test"]=="tag_lat"][0]["lat_us_median"])')
+    rate=$(echo "$mine" | python3 -c 'import sys,json; print([d for d in map(json.loads, sys.stdin) if d["test"]=="tag_bw"][0]["msg_rate"]/1e6)')
     python3 -c "print('%-6s %10.3f %10.3f %7.2f   %10.2f %10.2f %7.2f' % ('$r', $lat, $ulat, $lat/$ulat, $rate, $urate, $rate/$urate))"
+    ratios+=("$lat/$ulat,$rate/$urate")
 done
+python3 -c "
+import statistics as st
+r = [tuple(map(eval, x.split(','))) for x in '${ratios[*]}'.split()]
+print('median %37.2f %32.2f' % (st.median(a for a, _ in r), st.median(b for _, b in r)))"
