@@ -812,6 +812,12 @@ impl Device for ShmDevice {
         let tail = p.map.u64_at(off::TAIL);
         let ring = p.shape.ring;
         let mut pos = tail.load(Ordering::Relaxed);
+        // The entry most likely goes at `pos`: its line is asked for in
+        // exclusive state now, so that the transfer from the owner (who
+        // polls it) overlaps the claim and the packet's building instead
+        // of waiting for the first store (8 B tag_lat: 4-5% shorter in 61
+        // of 80 paired runs, scripts/ab_perf.sh; rate unchanged).
+        prefetch::<true>(p.map.base().wrapping_add(HDR_LEN + p.shape.at(pos)));
         // Claim `pad` bytes up to the ring's end (when the entry would cross
         // it) and the entry.
         let pad = loop {
