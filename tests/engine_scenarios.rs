@@ -763,3 +763,53 @@ fn eager_sends_queued_behind_a_full_device_arrive_in_order_and_cancel_cleanly() 
     let canceled = cq.iter().filter(|e| e.status == Status::Canceled).count();
     assert_eq!((cq.len(), canceled), (10, 6), "4 went out, 6 were canceled in the queue");
 }
+
+/// A receiver handed a backlog of eager messages ahead of its receives,
+/// then posting `WINDOW` receives before each progress call, goes back to
+/// placing messages straight into receives: a call stops after the first
+/// message that finds none, so at most one waits unexpected. (Taking a
+/// whole batch each call instead, every receive would be satisfied from
+/// the unexpected queue and every new message would land there again.)
+#[test]
+fn a_receiver_behind_its_sender_catches_up() {
+    const N: usize = 400;
+    const WINDOW: usize = 16;
+    let mut c = Cluster::new(2, SimConfig::default(), Config::default());
+    let to1 = c.addrs[0][1];
+    let tag = Some(5);
+    let ropts = |i: usize| RecvOpts { tag: Some((5, 0)), src: None, context: i as u64 };
+    // First contact (the HANDSHAKE both ways) out of the way.
+    let mut first = OwnedBuf::zeroed(8);
+    c.eps[1].recv(first.buf(), ropts(usize::MAX)).unwrap();
+    let mut src = OwnedBuf::from_slice(&[7u8; 8]);
+    c.eps[0].send(to1, src.buf(), SendOpts { tag, cq_data: None, context: 0 }).unwrap();
+    c.run_until(10_000, |c| !c.cqs[0].is_empty() && !c.cqs[1].is_empty());
+    c.settle(1_000);
+    c.take_cq(1);
+    // The backlog: every message is at the receiver before it posts anything.
+    for i in 0..N {
+        c.eps[0].send(to1, src.buf(), SendOpts { tag, cq_data: None, context: i as u64 + 1 }).unwrap();
+    }
+    for _ in 0..100 {
+        c.eps[0].progress(c.net.now());
+    }
+    assert_eq!(c.eps[1].unexpected_messages(), 0);
+    let mut dst: Vec<OwnedBuf> = (0..N).map(|_| OwnedBuf::zeroed(8)).collect();
+    let (mut posted, mut got, mut deepest) = (0, Vec::new(), 0);
+    for _ in 0..10 * N {
+        while posted < N && posted - got.len() < WINDOW {
+            c.eps[1].recv(dst[posted].buf(), ropts(posted)).unwrap();
+            posted += 1;
+        }
+        c.eps[1].progress(c.net.now());
+        c.eps[1].poll_cq(&mut got, usize::MAX);
+        deepest = deepest.max(c.eps[1].unexpected_messages());
+        if got.len() == N {
+            break;
+        }
+    }
+    assert_eq!(got.len(), N, "all messages received");
+    assert!(got.iter().all(|e| e.status == Status::Success && e.len == 8), "{:?}", &got[..4]);
+    assert!(dst.iter().all(|d| d.bytes() == [7u8; 8]), "every receive got its message");
+    assert!(deepest <= 1, "{deepest} messages waited unexpected at once");
+}

@@ -116,6 +116,27 @@ pub enum DevEvent {
     },
 }
 
+/// What a [`Device::recv`] callback returns: whether to go on with the
+/// next packet.
+pub trait Flow {
+    /// True: hand over the next packet too.
+    fn go_on(self) -> bool;
+}
+
+impl Flow for () {
+    #[inline(always)]
+    fn go_on(self) -> bool {
+        true
+    }
+}
+
+impl Flow for bool {
+    #[inline(always)]
+    fn go_on(self) -> bool {
+        self
+    }
+}
+
 /// A reliable, unordered datagram device (see the module docs).
 pub trait Device {
     /// Capabilities.
@@ -197,7 +218,8 @@ pub trait Device {
     /// gets the sender (or `None`), the packet's bytes and, for a packet sent
     /// by a device-deferred [`Device::send_gather`], the payload that follows
     /// those bytes (valid only during the call); `None` for a whole packet.
-    fn recv(&mut self, max: usize, f: impl FnMut(Option<Ah>, &[u8], Option<UserBuf>)) -> usize;
+    /// `f` returns `()`, or a `bool`: false ends the call after that packet.
+    fn recv<R: Flow>(&mut self, max: usize, f: impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R) -> usize;
 
     /// Moves pending events into `out`.
     fn events(&mut self, out: &mut Vec<DevEvent>);

@@ -22,7 +22,7 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 
-use super::{Access, Ah, BuildFn, Caps, DevError, DevEvent, Device, Sent};
+use super::{Access, Ah, BuildFn, Caps, DevError, DevEvent, Device, Flow, Sent};
 use crate::mem::UserBuf;
 use crate::status::Status;
 use crate::wire::RawAddr;
@@ -439,7 +439,7 @@ impl Device for SimDevice {
         self.queue(ah, wr_id, hdr_max, &mut build, gathered)
     }
 
-    fn recv(&mut self, max: usize, mut f: impl FnMut(Option<Ah>, &[u8], Option<UserBuf>)) -> usize {
+    fn recv<R: Flow>(&mut self, max: usize, mut f: impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R) -> usize {
         let mut n = 0;
         while n < max {
             let pkt = {
@@ -473,7 +473,7 @@ impl Device for SimDevice {
                 (from, pkt)
             };
             let (from, pkt) = pkt;
-            f(from, &pkt.data[..pkt.len], pkt.gathered.map(|g| g.0));
+            let go_on = f(from, &pkt.data[..pkt.len], pkt.gathered.map(|g| g.0)).go_on();
             let mut net = self.net.borrow_mut();
             if let Some((_, wr_id, ah)) = pkt.gathered {
                 // The receiver has taken the payload: the sender's buffer is free.
@@ -481,6 +481,9 @@ impl Device for SimDevice {
             }
             net.pool.push(pkt.data);
             n += 1;
+            if !go_on {
+                break;
+            }
         }
         n
     }

@@ -203,6 +203,14 @@ pub(crate) struct Core {
     /// Unexpected messages, untagged [0] and tagged [1], in arrival order.
     unexpected: [VecDeque<op::Unexpected>; 2],
     unexpected_bytes: usize,
+    /// The application posted (or tried to post) receives since the last
+    /// progress call.
+    recvs_posted: bool,
+    /// This progress call ends its packet batch after an eager message
+    /// that finds no receive (see `progress`).
+    stop_if_unexpected: bool,
+    /// End this progress call's packet batch.
+    rx_stop: bool,
     /// Bytes of REQs held for `msg_id` order (bounded by the reorder window).
     reorder_bytes: usize,
     medium_rx: FxHashMap<(u32, u32), u32>,
@@ -307,6 +315,9 @@ impl<D: Device> Endpoint<D> {
             posted: Default::default(),
             unexpected: Default::default(),
             unexpected_bytes: 0,
+            recvs_posted: false,
+            stop_if_unexpected: false,
+            rx_stop: false,
             reorder_bytes: 0,
             medium_rx: FxHashMap::default(),
             ctrl: VecDeque::new(),
@@ -518,9 +529,23 @@ impl<D: Device> Endpoint<D> {
         // is still handled.
         if core.rx_allowed() {
             let batch = core.cfg.rx_batch;
-            dev.recv(batch, |from, pkt: &[u8], gathered| match gathered {
-                None => core.handle_packet(from, pkt),
-                Some(payload) => core.handle_gathered(from, pkt, payload),
+            // A call stops taking packets after an eager message that found
+            // no receive when the application has posted receives since the
+            // last call: it is likely to post more before the next, and the
+            // messages behind then go straight into them. Otherwise a
+            // receiver once handed messages ahead of its receives stays
+            // that way, every message copied twice (each new one finds no
+            // receive, each receive takes an unexpected one): 8 B streams
+            // ran at ~60% of their rate. An application that posts no
+            // receives meanwhile still has every packet taken.
+            core.stop_if_unexpected = std::mem::take(&mut core.recvs_posted);
+            core.rx_stop = false;
+            dev.recv(batch, |from, pkt: &[u8], gathered| {
+                match gathered {
+                    None => core.handle_packet(from, pkt),
+                    Some(payload) => core.handle_gathered(from, pkt, payload),
+                }
+                !core.rx_stop
             });
         }
         dev.events(&mut core.events);

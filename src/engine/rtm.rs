@@ -69,6 +69,7 @@ impl Core {
     /// inline, with or without a source filter.
     #[inline(always)]
     pub(crate) fn post_recv(&mut self, buf: UserBuf, opts: RecvOpts) -> Result<(), Status> {
+        self.recvs_posted = true;
         if !self.unexpected[q(opts.tag.is_some())].is_empty() {
             return self.post_recv_matching(buf, opts);
         }

@@ -76,7 +76,7 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
 
-use super::{Access, Ah, Caps, DevError, DevEvent, Device, Sent};
+use super::{Access, Ah, Caps, DevError, DevEvent, Device, Flow, Sent};
 use crate::fxhash::FxHashMap;
 use crate::mem::UserBuf;
 use crate::status::Status;
@@ -477,7 +477,7 @@ impl ShmDevice {
     /// Hands up to `max` waiting packets to `f` (`Device::recv` after its
     /// empty check).
     #[inline(never)]
-    fn recv_batch(&mut self, max: usize, mut f: impl FnMut(Option<Ah>, &[u8], Option<UserBuf>)) -> usize {
+    fn recv_batch<R: Flow>(&mut self, max: usize, mut f: impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R) -> usize {
         let mut n = 0;
         while n < max {
             let at = self.shape.at(self.head);
@@ -509,6 +509,7 @@ impl ShmDevice {
             }
             // Packets are delivered even when their sender has closed since:
             // they were sent while it was open (the device is reliable).
+            let mut go_on = true;
             if sane && len > 0 && len <= self.shape.mtu && SLOT_HDR + len <= span {
                 let ah = match self.last_from {
                     Some((id, ah)) if id == (from, connid) => ah,
@@ -518,10 +519,13 @@ impl ShmDevice {
                         ah
                     }
                 };
-                f(ah, self.map.bytes(e + SLOT_HDR, len), None);
+                go_on = f(ah, self.map.bytes(e + SLOT_HDR, len), None).go_on();
             }
             self.head += span as u64;
             n += 1;
+            if !go_on {
+                break;
+            }
         }
         if n > 0 {
             self.streaming = false;
@@ -878,7 +882,7 @@ impl Device for ShmDevice {
     }
 
     #[inline]
-    fn recv(&mut self, max: usize, f: impl FnMut(Option<Ah>, &[u8], Option<UserBuf>)) -> usize {
+    fn recv<R: Flow>(&mut self, max: usize, f: impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R) -> usize {
         // The common empty poll stays small: one load, no register spills.
         if max == 0 || !self.ready() {
             return 0;

@@ -85,7 +85,7 @@ fn a_peer_scribbling_entry_headers_gets_nothing_delivered_and_the_ring_goes_on()
         rx.map.u64_at(e).store((pos + 1) ^ seal, Ordering::Release);
     }
     let mut n = 0;
-    rx.recv(64, |_, pkt: &[u8], _| panic!("delivered a forged entry of {} bytes", pkt.len()));
+    rx.recv(64, |_, pkt: &[u8], _| -> () { panic!("delivered a forged entry of {} bytes", pkt.len()) });
     assert_eq!(rx.head, 64 * forged.len() as u64);
     // A real packet after them arrives.
     tx.send(ah, b"after", 0).unwrap();
@@ -152,7 +152,7 @@ fn a_gathered_send_is_copied_into_the_ring_and_arrives_whole() {
         big.buf(),
     );
     assert_eq!(r, Err(DevError::Failed(Status::Inval)));
-    assert_eq!(rx.recv(8, |_, _: &[u8], _| panic!("an oversized packet was delivered")), 0);
+    assert_eq!(rx.recv(8, |_, _: &[u8], _| -> () { panic!("an oversized packet was delivered") }), 0);
 }
 
 /// Minor page faults of the calling thread so far.
