@@ -963,4 +963,3 @@ impl<'a> DataRtm<'a> {
         }
     }
 }
-
