@@ -907,9 +907,12 @@ impl<'a> DataRtm<'a> {
             hdr[pos..pos + 4].copy_from_slice(&c.to_le_bytes());
         }
         crate::mem::copy_slice(&mut rest[..self.data.len()], self.data);
-        let f = flags.to_le_bytes();
-        let m = self.msg_id.to_le_bytes();
-        hdr[..8].copy_from_slice(&[self.ptype as u8, super::PROTOCOL_VERSION, f[0], f[1], m[0], m[1], m[2], m[3]]);
+        // type, version, flags and msg_id in one word: one store.
+        let first = u64::from(self.ptype as u8)
+            | u64::from(super::PROTOCOL_VERSION) << 8
+            | u64::from(flags) << 16
+            | u64::from(self.msg_id) << 32;
+        hdr[..8].copy_from_slice(&first.to_le_bytes());
         Ok(total)
     }
 

@@ -486,10 +486,9 @@ impl ShmDevice {
             if h.seal.load(Ordering::Acquire) != self.shape.sealed(self.head) {
                 break;
             }
-            let from = h.from.load(Ordering::Relaxed);
-            let connid = h.connid.load(Ordering::Relaxed);
-            let len = h.len.load(Ordering::Relaxed) as usize;
-            let span = h.span.load(Ordering::Relaxed) as usize;
+            let (from, connid) = segment::halves(h.ids.load(Ordering::Relaxed));
+            let (len, span) = segment::halves(h.sizes.load(Ordering::Relaxed));
+            let (len, span) = (len as usize, span as usize);
             // Producers write whole cache lines that end by the ring's end.
             // Anything else is a peer scribbling on the segment (which any
             // process of the user can): skip one line and read nothing.
@@ -848,10 +847,8 @@ impl Device for ShmDevice {
             // SAFETY: in bounds as above; 8-aligned (entries are whole
             // cache lines); `EntryHdr` is atomics only.
             let h = unsafe { &*p.map.ptr_at(HDR_LEN + p.shape.at(pos)).cast::<segment::EntryHdr>() };
-            h.from.store(me, Ordering::Relaxed);
-            h.connid.store(connid, Ordering::Relaxed);
-            h.len.store(len as u32, Ordering::Relaxed);
-            h.span.store(span as u32, Ordering::Relaxed);
+            h.ids.store(segment::word(me, connid), Ordering::Relaxed);
+            h.sizes.store(segment::word(len as u32, span as u32), Ordering::Relaxed);
             h.seal.store(p.shape.sealed(pos), Ordering::Release);
         };
         if pad > 0 {

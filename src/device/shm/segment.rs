@@ -84,15 +84,26 @@ impl Mapping {
 }
 
 /// The header of a ring entry (`SLOT_HDR` bytes; layout at the top of
-/// `mod.rs`): the seal word, then sender id, sender connid, packet length
-/// and the entry's span.
+/// `mod.rs`): the seal word, then sender id and sender connid, then packet
+/// length and the entry's span, each pair one little-endian word (low half
+/// first), so that a producer writes the header in three stores.
 #[repr(C)]
 pub(super) struct EntryHdr {
     pub seal: AtomicU64,
-    pub from: AtomicU32,
-    pub connid: AtomicU32,
-    pub len: AtomicU32,
-    pub span: AtomicU32,
+    /// Sender endpoint id | sender connid << 32.
+    pub ids: AtomicU64,
+    /// Packet length | entry span << 32.
+    pub sizes: AtomicU64,
+}
+
+/// Two u32 halves of a header word.
+pub(super) fn halves(w: u64) -> (u32, u32) {
+    (w as u32, (w >> 32) as u32)
+}
+
+/// The header word of two u32 halves.
+pub(super) fn word(lo: u32, hi: u32) -> u64 {
+    u64::from(lo) | u64::from(hi) << 32
 }
 
 const _: () = assert!(std::mem::size_of::<EntryHdr>() == super::SLOT_HDR);
