@@ -351,8 +351,11 @@ fn stream(c: &mut Ctx, client: bool, size: usize, iters: usize, warmup: usize, w
     // `ucx_perftest` times the same way.
     let total = warmup + iters;
     let (mut posted, mut done) = (0usize, 0usize);
-    let mut start = (warmup == 0).then(|| (Instant::now(), 0usize));
+    let mut start = None;
     while done < total {
+        if start.is_none() && done >= warmup {
+            start = Some((Instant::now(), done));
+        }
         while posted < total && posted - done < window {
             let ctx = (posted % window) as *mut c_void;
             let rc = if client {
@@ -371,11 +374,9 @@ fn stream(c: &mut Ctx, client: bool, size: usize, iters: usize, warmup: usize, w
             ok("stream operation", e.status);
         }
         done += k;
-        if start.is_none() && done >= warmup {
-            start = Some((Instant::now(), done));
-        }
     }
-    // Counted from completions after the clock started.
+    // Counted from completions after the clock started (no messages: an
+    // empty interval).
     let (t, before) = start.unwrap_or((Instant::now(), total));
     let msgs = total - before;
     if client {

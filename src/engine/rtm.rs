@@ -70,11 +70,11 @@ impl Core {
     #[inline(always)]
     pub(crate) fn post_recv(&mut self, buf: UserBuf, opts: RecvOpts) -> Result<(), Status> {
         self.recvs_posted = true;
-        if !self.unexpected[q(opts.tag.is_some())].is_empty() {
-            return self.post_recv_matching(buf, opts);
-        }
         if let Some(src) = opts.src {
             self.live_peer(src)?;
+        }
+        if !self.unexpected[q(opts.tag.is_some())].is_empty() {
+            return self.post_recv_matching(buf, opts);
         }
         self.queue_posted(buf, opts)
     }
@@ -90,13 +90,10 @@ impl Core {
         Ok(())
     }
 
-    /// [`Self::post_recv`] with a source filter or unexpected messages to
-    /// look through.
+    /// [`Self::post_recv`] with unexpected messages to look through (the
+    /// source filter already checked).
     #[inline(never)]
     fn post_recv_matching(&mut self, buf: UserBuf, opts: RecvOpts) -> Result<(), Status> {
-        if let Some(src) = opts.src {
-            self.live_peer(src)?;
-        }
         let tagged = opts.tag.is_some();
         let found = if self.unexpected[q(tagged)].is_empty() {
             None
