@@ -114,6 +114,10 @@ fn check_data_path_view(input: &[u8]) {
         )
     };
     let eager = DataRtm::parse_eager(input);
+    // The usual-layout shortcut never disagrees with the eager view.
+    if let Some(u) = DataRtm::parse_eager_usual(input) {
+        assert_eq!(Some(u), eager, "usual eager view disagrees");
+    }
     match (DataRtm::parse(input), Packet::parse(input)) {
         (Some(d), Ok(Packet::Req(r))) => {
             assert_eq!(d.to_req(), r);

@@ -474,6 +474,12 @@ fn check_data_path_view(want: &Req, bytes: &[u8], ctx: &dyn Fn() -> String) {
             assert!(d.emit(&mut out[..bytes.len() - 1]).is_err(), "view emit into too small a buffer, {}", ctx());
             let eager = matches!(want.ptype, PacketType::EagerMsgRtm | PacketType::EagerTagRtm);
             assert_eq!(DataRtm::parse_eager(bytes), eager.then_some(d), "eager view, {}", ctx());
+            // The shortcut for the usual layout takes exactly the version-4
+            // eager RTMs with the default flags and a connid header alone.
+            let usual = eager
+                && bytes[1] == 4
+                && d.flags == want.ptype.default_req_flags() | req_flags::CONNID_HDR;
+            assert_eq!(DataRtm::parse_eager_usual(bytes), usual.then_some(d), "usual eager view, {}", ctx());
             // The sender's eager writer puts the default flags: it agrees
             // with the general emitter whenever the packet has them.
             if eager && d.flags & !(req_flags::CQ_DATA_HDR | req_flags::CONNID_HDR) == want.ptype.default_req_flags() {
@@ -489,6 +495,7 @@ fn check_data_path_view(want: &Req, bytes: &[u8], ctx: &dyn Fn() -> String) {
         None => {
             assert!(!data_path, "view refused, {}", ctx());
             assert_eq!(DataRtm::parse_eager(bytes), None, "eager view accepted, {}", ctx());
+            assert_eq!(DataRtm::parse_eager_usual(bytes), None, "usual eager view accepted, {}", ctx());
         }
     }
 }

@@ -86,7 +86,18 @@ impl Core {
     /// unexpected messages. False: nothing done, take the general path.
     #[inline(always)]
     fn eager_fast(&mut self, ah: Ah, bytes: &[u8]) -> bool {
+        // Two copies of the work below: the usual layout's, where the
+        // header's options are constants, and any other eager RTM's.
+        if let Some(e) = wire::DataRtm::parse_eager_usual(bytes) {
+            return self.eager_take(ah, e);
+        }
         let Some(e) = wire::DataRtm::parse_eager(bytes) else { return false };
+        self.eager_take(ah, e)
+    }
+
+    /// [`Self::eager_fast`] once the packet is read.
+    #[inline(always)]
+    fn eager_take(&mut self, ah: Ah, e: wire::DataRtm<'_>) -> bool {
         let Some(p) = self.by_ah.get(ah) else { return false };
         let Some(peer) = self.peers.get_mut(p) else { return false };
         if !peer.hs_sent || e.msg_id != peer.rx_msg_id || e.connid.is_some_and(|c| c != peer.raw.connid()) {

@@ -789,6 +789,50 @@ impl<'a> DataRtm<'a> {
         }
     }
 
+    /// [`DataRtm::parse_eager`] for the one layout an rdm4 sender uses once
+    /// it has the receiver's HANDSHAKE: version 4, the type's default request
+    /// flags plus the connid header, and nothing else. Its first four bytes
+    /// are then one of two words, so one comparison stands for the type,
+    /// version and flag checks, and every field sits at a constant offset.
+    /// `None` for anything else, which `parse_eager` still reads: this is
+    /// only the cheaper way to the same result (same fields, tested on every
+    /// packet of the property tests).
+    #[inline(always)]
+    pub fn parse_eager_usual(buf: &'a [u8]) -> Option<DataRtm<'a>> {
+        const fn lead(t: PacketType) -> u32 {
+            let f = t.default_req_flags() | req_flags::CONNID_HDR;
+            u32::from_le_bytes([t as u8, super::PROTOCOL_VERSION, f as u8, (f >> 8) as u8])
+        }
+        const TAG: u32 = lead(PacketType::EagerTagRtm);
+        const MSG: u32 = lead(PacketType::EagerMsgRtm);
+        let (head, _) = buf.split_first_chunk::<8>()?;
+        let w = u64::from_le_bytes(*head);
+        let (ptype, tag, connid, data) = if w as u32 == TAG {
+            let (h, data) = buf.split_first_chunk::<20>()?;
+            let connid = u32::from_le_bytes([h[16], h[17], h[18], h[19]]);
+            (PacketType::EagerTagRtm, le_u64(&h[8..]), connid, data)
+        } else if w as u32 == MSG {
+            let (h, data) = buf.split_first_chunk::<12>()?;
+            (PacketType::EagerMsgRtm, 0, u32::from_le_bytes([h[8], h[9], h[10], h[11]]), data)
+        } else {
+            return None;
+        };
+        if buf.len() > u32::MAX as usize {
+            return None;
+        }
+        Some(DataRtm {
+            ptype,
+            flags: ptype.default_req_flags() | req_flags::CONNID_HDR,
+            msg_id: (w >> 32) as u32,
+            tag,
+            msg_length: data.len() as u64,
+            seg_offset: 0,
+            cq_data: None,
+            connid: Some(connid),
+            data,
+        })
+    }
+
     /// `parse` once the type is known: every fixed offset is a constant.
     #[inline(always)]
     fn parse_as<const MEDIUM: bool>(buf: &'a [u8], ptype: PacketType, tagged: bool) -> Option<DataRtm<'a>> {
