@@ -104,18 +104,19 @@ impl Core {
             return false;
         }
         let qi = usize::from(e.tagged());
-        let Some(r) = self.posted[qi].front() else {
+        let Some(&r) = self.posted[qi].front() else {
             // The fields, not the parsed header: a reference would keep the
             // whole header in memory on every packet.
             self.eager_unexpected(p, e.tagged(), e.tag, e.cq_data, e.data);
             return true;
         };
-        if !accepts(r, e.tagged(), p, e.tag) {
+        if !accepts(&r, e.tagged(), p, e.tag) {
             return false;
         }
         peer.rx_msg_id = peer.rx_msg_id.wrapping_add(1);
         let drain = !peer.reorder.is_empty();
-        let Some(r) = self.posted[qi].pop_front() else { return true };
+        // `r`, a copy of the front, is what leaves the queue.
+        self.posted[qi].skip_front();
         // The whole message is here: into the buffer (truncated to it) and
         // completed, without an operation entry.
         let n = r.buf.len().min(e.data.len());

@@ -72,16 +72,15 @@ impl<T: Copy> Fifo<T> {
         (self.len > 0).then(|| &self.buf[self.head])
     }
 
-    /// Takes the oldest entry.
+    /// Drops the oldest entry (nothing when empty). Entries are taken as a
+    /// copy from `front` and then this: a caller that first looks at the
+    /// entry does not read it twice.
     #[inline(always)]
-    pub fn pop_front(&mut self) -> Option<T> {
-        if self.len == 0 {
-            return None;
+    pub fn skip_front(&mut self) {
+        if self.len > 0 {
+            self.len -= 1;
+            self.head = if self.len == 0 { 0 } else { self.slot(1) };
         }
-        let v = self.buf[self.head];
-        self.len -= 1;
-        self.head = if self.len == 0 { 0 } else { self.slot(1) };
-        Some(v)
     }
 
     /// Hands up to `max` of the oldest entries to `f` in place (with their
@@ -125,6 +124,13 @@ mod tests {
     use super::Fifo;
     use std::collections::VecDeque;
 
+    /// `front` and `skip_front`, as the engine takes an entry.
+    fn pop<T: Copy>(f: &mut Fifo<T>) -> Option<T> {
+        let v = f.front().copied();
+        f.skip_front();
+        v
+    }
+
     /// Random pushes, pops and removals agree with `VecDeque`, across
     /// growth and wrap-around.
     #[test]
@@ -141,7 +147,7 @@ mod tests {
                     f.push_back(step);
                     model.push_back(step);
                 }
-                3 | 4 => assert_eq!(f.pop_front(), model.pop_front()),
+                3 | 4 => assert_eq!(pop(&mut f), model.pop_front()),
                 6 if x % 3 == 0 => {
                     let k = (x >> 12) as usize % 5;
                     let mut seen = Vec::new();
@@ -169,11 +175,11 @@ mod tests {
         for i in 0..40 {
             f.push_back(i);
         }
-        while f.pop_front().is_some() {}
+        while pop(&mut f).is_some() {}
         f.push_back(7);
         assert_eq!(f.head, 0);
-        assert_eq!(f.pop_front(), Some(7));
+        assert_eq!(pop(&mut f), Some(7));
         assert!(f.is_empty());
-        assert_eq!(f.pop_front(), None);
+        assert_eq!(pop(&mut f), None);
     }
 }

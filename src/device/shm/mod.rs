@@ -482,7 +482,11 @@ impl ShmDevice {
         while n < max {
             let at = self.shape.at(self.head);
             let e = HDR_LEN + at;
-            let h = self.map.entry_at(e);
+            // SAFETY: `at` is a multiple of 64 below `ring` (the head moves
+            // by whole lines: `span` below is one), so the entry's header is
+            // 8-aligned and inside the ring, which our own valid `shape`
+            // puts inside the mapping.
+            let h = unsafe { self.map.entry_at(e) };
             if h.seal.load(Ordering::Acquire) != self.shape.sealed(self.head) {
                 break;
             }
@@ -518,7 +522,10 @@ impl ShmDevice {
                         ah
                     }
                 };
-                go_on = f(ah, self.map.bytes(e + SLOT_HDR, len), None).go_on();
+                // SAFETY: `SLOT_HDR + len <= span <= ring - at` (checked
+                // just above), so the packet ends inside the ring.
+                let pkt = unsafe { self.map.bytes(e + SLOT_HDR, len) };
+                go_on = f(ah, pkt, None).go_on();
             }
             self.head += span as u64;
             n += 1;

@@ -55,9 +55,14 @@ impl Mapping {
 
     /// The header of the ring entry at `off` (8-aligned, in bounds): one
     /// check for its five fields.
-    pub(super) fn entry_at(&self, off: usize) -> &EntryHdr {
-        assert!(off % 8 == 0 && off + std::mem::size_of::<EntryHdr>() <= self.len);
-        // SAFETY: as `u64_at`; `EntryHdr` is atomics only, 8-aligned.
+    ///
+    /// # Safety
+    /// `off` must be 8-aligned with the whole header within the mapping
+    /// (an entry's offset in a ring whose [`Shape`] is valid for it).
+    pub(super) unsafe fn entry_at(&self, off: usize) -> &EntryHdr {
+        debug_assert!(off % 8 == 0 && off + std::mem::size_of::<EntryHdr>() <= self.len);
+        // SAFETY: in bounds and aligned by the caller's promise; `EntryHdr`
+        // is atomics only.
         unsafe { &*self.base().add(off).cast::<EntryHdr>() }
     }
 
@@ -73,12 +78,15 @@ impl Mapping {
         unsafe { self.base().add(off) }
     }
 
-    /// `len` bytes at `off` (in bounds).
+    /// `len` bytes at `off`.
+    ///
+    /// # Safety
+    /// `off + len` must be within the mapping.
     #[allow(clippy::mut_from_ref)]
-    pub(super) fn bytes(&self, off: usize, len: usize) -> &mut [u8] {
-        assert!(off + len <= self.len);
-        // SAFETY: in bounds; the ring protocol gives one side at a time the
-        // slot these bytes belong to.
+    pub(super) unsafe fn bytes(&self, off: usize, len: usize) -> &mut [u8] {
+        debug_assert!(off + len <= self.len);
+        // SAFETY: in bounds by the caller's promise; the ring protocol gives
+        // one side at a time the slot these bytes belong to.
         unsafe { std::slice::from_raw_parts_mut(self.base().add(off), len) }
     }
 }
