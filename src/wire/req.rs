@@ -754,6 +754,13 @@ pub struct DataRtm<'a> {
     pub data: &'a [u8],
 }
 
+/// The first four bytes (type, version, flags) of an eager RTM of type `t`
+/// in the usual layout: the default flags and the connid header alone.
+const fn usual_lead(t: PacketType) -> u32 {
+    let f = t.default_req_flags() | req_flags::CONNID_HDR;
+    u32::from_le_bytes([t as u8, super::PROTOCOL_VERSION, f as u8, (f >> 8) as u8])
+}
+
 /// `(type, medium, tagged)` of a data-path RTM type byte.
 #[inline(always)]
 fn data_rtm_kind(t: u8) -> Option<(PacketType, bool, bool)> {
@@ -799,12 +806,8 @@ impl<'a> DataRtm<'a> {
     /// packet of the property tests).
     #[inline(always)]
     pub fn parse_eager_usual(buf: &'a [u8]) -> Option<DataRtm<'a>> {
-        const fn lead(t: PacketType) -> u32 {
-            let f = t.default_req_flags() | req_flags::CONNID_HDR;
-            u32::from_le_bytes([t as u8, super::PROTOCOL_VERSION, f as u8, (f >> 8) as u8])
-        }
-        const TAG: u32 = lead(PacketType::EagerTagRtm);
-        const MSG: u32 = lead(PacketType::EagerMsgRtm);
+        const TAG: u32 = usual_lead(PacketType::EagerTagRtm);
+        const MSG: u32 = usual_lead(PacketType::EagerMsgRtm);
         let (head, _) = buf.split_first_chunk::<8>()?;
         let w = u64::from_le_bytes(*head);
         let (ptype, tag, connid, data) = if w as u32 == TAG {
@@ -981,6 +984,20 @@ impl<'a> DataRtm<'a> {
         connid: Option<u32>,
         data: &[u8],
     ) -> usize {
+        if let (None, Some(c)) = (cq_data, connid) {
+            // The usual layout (see `parse_eager_usual`): constant offsets.
+            let hdr_len = Self::eager_hdr_len(tagged, false, true);
+            let Some((hdr, rest)) = out.split_at_mut_checked(hdr_len) else { return 0 };
+            let Some(body) = rest.get_mut(..data.len()) else { return 0 };
+            let lead = if tagged { usual_lead(PacketType::EagerTagRtm) } else { usual_lead(PacketType::EagerMsgRtm) };
+            hdr[..8].copy_from_slice(&(u64::from(lead) | u64::from(msg_id) << 32).to_le_bytes());
+            if tagged {
+                hdr[8..16].copy_from_slice(&tag.to_le_bytes());
+            }
+            hdr[hdr_len - 4..].copy_from_slice(&c.to_le_bytes());
+            crate::mem::copy_slice(body, data);
+            return hdr_len + data.len();
+        }
         const TAG: (PacketType, u16) = (PacketType::EagerTagRtm, PacketType::EagerTagRtm.default_req_flags());
         const MSG: (PacketType, u16) = (PacketType::EagerMsgRtm, PacketType::EagerMsgRtm.default_req_flags());
         let ((ptype, flags), len) = (if tagged { TAG } else { MSG }, data.len() as u64);
