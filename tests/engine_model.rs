@@ -216,11 +216,11 @@ impl Model {
             let (s, class) = (self.streams[si].s, self.streams[si].class);
             let tag = match class {
                 Class::Untagged => None,
-                Class::Masked(_) => Some(high_bits(s, class) | (self.rng.next() & 0xFFFF_FFFF)),
+                Class::Masked(_) => Some(high_bits(s, class) | (self.rng.u64() & 0xFFFF_FFFF)),
                 Class::Exact => Some(high_bits(s, class) | n as u64),
             };
-            let cq_data = (self.rng.below(4) == 0).then(|| self.rng.next());
-            let seed = self.rng.next();
+            let cq_data = (self.rng.below(4) == 0).then(|| self.rng.u64());
+            let seed = self.rng.u64();
             self.streams[si].msgs.push(Msg { len, seed, tag, cq_data });
         }
         &self.streams[si].msgs[k]
@@ -303,10 +303,10 @@ impl Model {
         if self.busy(q, t, lo, hi.max(lo + 1), false) {
             return false;
         }
-        let data = pattern(len, self.rng.next());
+        let data = pattern(len, self.rng.u64());
         self.model_mem[t][lo..hi].copy_from_slice(&data);
         let mut src = OwnedBuf::from_slice(&data);
-        let cq_data = (self.rng.below(5) == 0).then(|| self.rng.next());
+        let cq_data = (self.rng.below(5) == 0).then(|| self.rng.u64());
         if let Some(d) = cq_data {
             self.remote_cqes[t].push((c.addrs[t][q], d, len as u64));
         }
