@@ -192,3 +192,40 @@ fn the_first_pass_through_a_ring_takes_no_page_faults() {
     // Without MAP_POPULATE: one fault per page per mapping, about 128.
     assert!(faults < 16, "{faults} page faults on the data path");
 }
+
+#[test]
+fn a_sender_that_finds_the_ring_full_looks_at_its_head_again_only_after_a_growing_wait() {
+    let (mut rx, mut tx, ah) = pair("backoff", 2);
+    let full = |tx: &mut ShmDevice| tx.send(ah, &[7u8; 200], 0);
+    // Fill the ring (two full-size entries).
+    let mut filled = 0;
+    while full(&mut tx).is_ok() {
+        filled += 1;
+        assert!(filled < 10, "a 1 KiB ring took {filled} entries of 256 bytes");
+    }
+    // That refusal read the head and found no room: wait 1. Each further
+    // refusal after a wait reads the head again and doubles the wait while
+    // the ring stays full: 1, 3, 7, 15, then 16 at most.
+    let mut waits = Vec::new();
+    for _ in 0..5 {
+        let mut refused = 0;
+        // Refused without a look until the wait is over, then refused
+        // again after a look (nothing was read in between).
+        while tx.peer(ah).unwrap().full_skip > 0 {
+            assert_eq!(full(&mut tx), Err(DevError::Again));
+            refused += 1;
+        }
+        assert_eq!(full(&mut tx), Err(DevError::Again));
+        waits.push(refused);
+    }
+    assert_eq!(waits, [1, 3, 7, 15, 16]);
+    // The owner reads everything: the sender still waits out its current
+    // wait (16 refusals without a look), then finds the room at its next
+    // look and starts afresh.
+    assert_eq!(rx.recv(64, |_, _, _| ()), filled);
+    for _ in 0..FULL_WAIT_MAX {
+        assert_eq!(full(&mut tx), Err(DevError::Again));
+    }
+    assert_eq!(full(&mut tx), Ok(Sent::Done));
+    assert_eq!(tx.peer(ah).unwrap().full_wait, 0);
+}
