@@ -655,7 +655,8 @@ fn rdma_with_a_bad_key_bounds_or_access_is_refused_and_moves_nothing() {
 }
 
 /// Inside a private 3 MiB `/dev/shm` (see the test below): the first
-/// endpoint gets at most the default 2 MiB ring, later ones smaller rings, the one that does not fit fails with `NoMem`, and the endpoints
+/// endpoint gets a smaller ring than the default 8 MiB, later ones smaller
+/// still, the one that does not fit fails with `NoMem`, and the endpoints
 /// that opened carry traffic through every page of their rings.
 fn small_shm_child() {
     let prefix = env("RDM4_SHM_PREFIX");

@@ -66,7 +66,7 @@
 //! anyway; their packets are still parsed as untrusted input by the engine.
 //!
 //! Environment: `RDM4_SHM_PREFIX` (name prefix, default `rdm4`),
-//! `RDM4_SHM_EPID` (open this endpoint id), `RDM4_SHM_SLOTS` (default 32:
+//! `RDM4_SHM_EPID` (open this endpoint id), `RDM4_SHM_SLOTS` (default 128:
 //! the ring holds `slots` × `mtu` bytes, rounded up to a power of two),
 //! `RDM4_SHM_MTU` (default 65536), `RDM4_SHM_CMA` (0 disables),
 //! `RDM4_SHM_LONGREAD_MIN` (default: never, see [`ShmConfig::longread_min`]),
@@ -113,13 +113,15 @@ pub struct ShmConfig {
     /// memory is allocated at open; where `/dev/shm` has less room, the ring
     /// is halved until it fits.
     ///
-    /// Default 32 (2 MiB with the default MTU): a ring that stays in cache.
-    /// Against 128 (8 MiB), measured with `scripts/ab_perf.sh` on a 2-core
-    /// VM: tag_lat 7% shorter at 4 KiB and 64 KiB, 10% at 1 MiB, 8 B
-    /// unchanged; tag_bw 2% higher at 64 KiB and 1 MiB, 8 B rate unchanged.
-    /// Small rings used to lose half the 1 MiB bandwidth, not to the ring's
-    /// size but to senders rereading a full ring's head on every attempt
-    /// (see `Peer::full_skip`); 16 slots measure the same as 32.
+    /// Default 128 (8 MiB with the default MTU). Measured on a 2-core VM
+    /// (paired runs): 32 slots (2 MiB, a ring that stays in cache) give
+    /// 4 KiB-1 MiB tag_lat 18-22% shorter and the same 8 B latency and
+    /// rate, and in a calm machine state the same 1 MiB tag_bw; but in a
+    /// state that comes and goes on that VM (another placement of its
+    /// vCPUs, by the look of it) 1 MiB tag_bw with 2 or 4 MiB rings fell to
+    /// ~11-15 GB/s while the 8 MiB ring kept ~26: a streaming sender then
+    /// writes lines the receiver's caches no longer hold. Applications
+    /// after small-message latency can set 32.
     pub slots: u32,
     /// Largest packet (a multiple of 64).
     pub mtu: u32,
@@ -143,7 +145,7 @@ impl Default for ShmConfig {
         ShmConfig {
             prefix: "rdm4".into(),
             epid: None,
-            slots: 32,
+            slots: 128,
             mtu: 64 * 1024,
             cma: true,
             longread_min: usize::MAX,
@@ -283,7 +285,8 @@ struct Peer {
     /// `FULL_WAIT_MAX`) while the ring stays full and resets when a send
     /// finds room. The owner writes its head after every batch, and a
     /// sender that reread it on every attempt took that line from the owner
-    /// each time: with a 2 MiB ring, 1 MiB tag_bw ran at half its rate.
+    /// each time: with a 2 MiB ring, 1 MiB tag_bw ran at half its rate even
+    /// on a calm machine (with the wait: the 8 MiB ring's rate).
     full_skip: u32,
     full_wait: u32,
 }
