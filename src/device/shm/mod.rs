@@ -22,7 +22,8 @@
 //! claims the bytes `[pos, pos + n)` with one compare-and-swap on the tail,
 //! once the owner's head says they have been read (`pos + n <= head +
 //! ring`; producers keep the last head they saw and reread it only when the
-//! ring looks full, and after finding it full only every few attempts). `n` is the packet's upper bound, which the engine
+//! ring looks full, and after finding it full only every few attempts).
+//! `n` is the packet's upper bound, which the engine
 //! passes to `send_with`, rounded up to cache lines: small packets sit
 //! densely, so the owner reads consecutive cache lines that the hardware
 //! prefetches, where fixed MTU-sized slots cost every message a cold line
@@ -119,9 +120,10 @@ pub struct ShmConfig {
     /// rate, and in a calm machine state the same 1 MiB tag_bw; but in a
     /// state that comes and goes on that VM (another placement of its
     /// vCPUs, by the look of it) 1 MiB tag_bw with 2 or 4 MiB rings fell to
-    /// ~11-15 GB/s while the 8 MiB ring kept ~26: a streaming sender then
-    /// writes lines the receiver's caches no longer hold. Applications
-    /// after small-message latency can set 32.
+    /// ~11-15 GB/s while the 8 MiB ring kept ~26. The likely difference: in
+    /// an 8 MiB ring a streaming sender writes lines no cache holds any
+    /// more; in a small one, lines the receiver read a lap before, taken
+    /// back from its caches. Applications after the latency can set 32.
     pub slots: u32,
     /// Largest packet (a multiple of 64).
     pub mtu: u32,
