@@ -1,12 +1,12 @@
 //! The C API: opaque handles, status codes, no protocol logic (DESIGN §4).
 //!
-//! Every exported function runs inside [`boundary`]: a Rust panic becomes
+//! Every exported function runs inside `boundary`: a Rust panic becomes
 //! `RDM4_EINTERNAL` and never unwinds into C. Endpoint handles are checked
 //! before use, so NULL, unknown and closed handles give `RDM4_EBADHANDLE`
 //! instead of a crash. Each endpoint sits behind a mutex: every call is safe
 //! from any thread.
 //!
-//! Open endpoints live in a fixed table of [`MAX_EPS`] slots that is never
+//! Open endpoints live in a fixed table of `MAX_EPS` (4096) slots that is never
 //! freed. A handle names a slot and the generation of the open that filled
 //! it: (generation << 32 | slot + 1) << 4, so it is never NULL, never
 //! repeats (a slot's generation only grows) and looks as opaque as a
