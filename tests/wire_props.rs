@@ -476,9 +476,7 @@ fn check_data_path_view(want: &Req, bytes: &[u8], ctx: &dyn Fn() -> String) {
             assert_eq!(DataRtm::parse_eager(bytes), eager.then_some(d), "eager view, {}", ctx());
             // The shortcut for the usual layout takes exactly the version-4
             // eager RTMs with the default flags and a connid header alone.
-            let usual = eager
-                && bytes[1] == 4
-                && d.flags == want.ptype.default_req_flags() | req_flags::CONNID_HDR;
+            let usual = eager && bytes[1] == 4 && d.flags == want.ptype.default_req_flags() | req_flags::CONNID_HDR;
             assert_eq!(DataRtm::parse_eager_usual(bytes), usual.then_some(d), "usual eager view, {}", ctx());
             // The sender's eager writer puts the default flags: it agrees
             // with the general emitter whenever the packet has them.
