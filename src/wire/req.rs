@@ -754,10 +754,16 @@ pub struct DataRtm<'a> {
     pub data: &'a [u8],
 }
 
+/// The flags of an eager RTM of type `t` in the usual layout: the default
+/// flags and the connid header alone.
+const fn usual_flags(t: PacketType) -> u16 {
+    t.default_req_flags() | req_flags::CONNID_HDR
+}
+
 /// The first four bytes (type, version, flags) of an eager RTM of type `t`
-/// in the usual layout: the default flags and the connid header alone.
+/// in the usual layout.
 const fn usual_lead(t: PacketType) -> u32 {
-    let f = t.default_req_flags() | req_flags::CONNID_HDR;
+    let f = usual_flags(t);
     u32::from_le_bytes([t as u8, super::PROTOCOL_VERSION, f as u8, (f >> 8) as u8])
 }
 
@@ -800,51 +806,48 @@ impl<'a> DataRtm<'a> {
     /// it has the receiver's HANDSHAKE: version 4, the type's default request
     /// flags plus the connid header, and nothing else. Its first four bytes
     /// are then one of two words, so one comparison stands for the type,
-    /// version and flag checks, and every field sits at a constant offset.
-    /// `None` for anything else, which `parse_eager` still reads: this is
-    /// only the cheaper way to the same result (same fields, tested on every
+    /// version and flag checks, and the fields are read with those flags as
+    /// constants. `None` for anything else, which `parse_eager` still reads:
+    /// this is only the cheaper way to the same result (tested on every
     /// packet of the property tests).
     #[inline(always)]
     pub fn parse_eager_usual(buf: &'a [u8]) -> Option<DataRtm<'a>> {
-        const TAG: u32 = usual_lead(PacketType::EagerTagRtm);
-        const MSG: u32 = usual_lead(PacketType::EagerMsgRtm);
-        let (head, _) = buf.split_first_chunk::<8>()?;
-        let w = u64::from_le_bytes(*head);
-        let (ptype, tag, connid, data) = if w as u32 == TAG {
-            let (h, data) = buf.split_first_chunk::<20>()?;
-            let connid = u32::from_le_bytes([h[16], h[17], h[18], h[19]]);
-            (PacketType::EagerTagRtm, le_u64(&h[8..]), connid, data)
-        } else if w as u32 == MSG {
-            let (h, data) = buf.split_first_chunk::<12>()?;
-            (PacketType::EagerMsgRtm, 0, u32::from_le_bytes([h[8], h[9], h[10], h[11]]), data)
+        const TAG: PacketType = PacketType::EagerTagRtm;
+        const MSG: PacketType = PacketType::EagerMsgRtm;
+        let lead = u32::from_le_bytes(*buf.first_chunk::<4>()?);
+        if lead == usual_lead(TAG) {
+            Self::parse_fields::<false>(buf, TAG, true, usual_flags(TAG))
+        } else if lead == usual_lead(MSG) {
+            Self::parse_fields::<false>(buf, MSG, false, usual_flags(MSG))
         } else {
-            return None;
-        };
-        if buf.len() > u32::MAX as usize {
-            return None;
+            None
         }
-        Some(DataRtm {
-            ptype,
-            flags: ptype.default_req_flags() | req_flags::CONNID_HDR,
-            msg_id: (w >> 32) as u32,
-            tag,
-            msg_length: data.len() as u64,
-            seg_offset: 0,
-            cq_data: None,
-            connid: Some(connid),
-            data,
-        })
     }
 
     /// `parse` once the type is known: every fixed offset is a constant.
     #[inline(always)]
     fn parse_as<const MEDIUM: bool>(buf: &'a [u8], ptype: PacketType, tagged: bool) -> Option<DataRtm<'a>> {
-        let (&[_, version, f0, f1], rest) = buf.split_first_chunk::<4>()?;
+        let &[_, version, f0, f1] = buf.first_chunk::<4>()?;
         let flags = u16::from_le_bytes([f0, f1]);
-        if version < super::PROTOCOL_VERSION || flags & req_flags::RAW_ADDR_HDR != 0 || buf.len() > u32::MAX as usize {
+        if version < super::PROTOCOL_VERSION || flags & req_flags::RAW_ADDR_HDR != 0 {
             return None;
         }
-        let (msg_id, mut rest) = rest.split_first_chunk::<4>()?;
+        Self::parse_fields::<MEDIUM>(buf, ptype, tagged, flags)
+    }
+
+    /// The fields after the base header checks, by `flags` (which the
+    /// caller read, or knows).
+    #[inline(always)]
+    fn parse_fields<const MEDIUM: bool>(
+        buf: &'a [u8],
+        ptype: PacketType,
+        tagged: bool,
+        flags: u16,
+    ) -> Option<DataRtm<'a>> {
+        if buf.len() > u32::MAX as usize {
+            return None;
+        }
+        let (msg_id, mut rest) = buf.get(4..)?.split_first_chunk::<4>()?;
         let (mut msg_length, mut seg_offset, mut tag) = (0, 0, 0);
         if MEDIUM {
             let (m, r) = rest.split_first_chunk::<16>()?;
@@ -984,20 +987,25 @@ impl<'a> DataRtm<'a> {
         connid: Option<u32>,
         data: &[u8],
     ) -> usize {
+        // Two copies of the writer: the usual layout's (see
+        // `parse_eager_usual`), its optional headers constants, and any other.
         if let (None, Some(c)) = (cq_data, connid) {
-            // The usual layout (see `parse_eager_usual`): constant offsets.
-            let hdr_len = Self::eager_hdr_len(tagged, false, true);
-            let Some((hdr, rest)) = out.split_at_mut_checked(hdr_len) else { return 0 };
-            let Some(body) = rest.get_mut(..data.len()) else { return 0 };
-            let lead = if tagged { usual_lead(PacketType::EagerTagRtm) } else { usual_lead(PacketType::EagerMsgRtm) };
-            hdr[..8].copy_from_slice(&(u64::from(lead) | u64::from(msg_id) << 32).to_le_bytes());
-            if tagged {
-                hdr[8..16].copy_from_slice(&tag.to_le_bytes());
-            }
-            hdr[hdr_len - 4..].copy_from_slice(&c.to_le_bytes());
-            crate::mem::copy_slice(body, data);
-            return hdr_len + data.len();
+            return Self::emit_eager_with(out, tagged, msg_id, tag, None, Some(c), data);
         }
+        Self::emit_eager_with(out, tagged, msg_id, tag, cq_data, connid, data)
+    }
+
+    /// [`DataRtm::emit_eager`] itself.
+    #[inline(always)]
+    fn emit_eager_with(
+        out: &mut [u8],
+        tagged: bool,
+        msg_id: u32,
+        tag: u64,
+        cq_data: Option<u64>,
+        connid: Option<u32>,
+        data: &[u8],
+    ) -> usize {
         const TAG: (PacketType, u16) = (PacketType::EagerTagRtm, PacketType::EagerTagRtm.default_req_flags());
         const MSG: (PacketType, u16) = (PacketType::EagerMsgRtm, PacketType::EagerMsgRtm.default_req_flags());
         let ((ptype, flags), len) = (if tagged { TAG } else { MSG }, data.len() as u64);
