@@ -1,9 +1,9 @@
 //! Checked views of application memory: the one place (besides the C
 //! boundary and the devices) that dereferences raw pointers.
 //!
-//! A [`UserBuf`](crate::mem::UserBuf) names `len` bytes at an address that the application lends
-//! to the library until the operation using it completes (the C API's
-//! ownership rule). Creating one is `unsafe` — the creator promises the
+//! A [`UserBuf`](crate::mem::UserBuf) names `len` bytes at an address that
+//! the application lends to the library until the operation using it
+//! completes (the C API's ownership rule). Creating one is `unsafe` — the creator promises the
 //! memory is valid and not otherwise accessed while the library holds it —
 //! and every access through it is bounds-checked, so the engine (which has no
 //! `unsafe`) can never read or write outside it.

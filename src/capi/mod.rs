@@ -6,9 +6,9 @@
 //! instead of a crash. Each endpoint sits behind a mutex: every call is safe
 //! from any thread.
 //!
-//! Open endpoints live in a fixed table of `MAX_EPS` (4096) slots that is never
-//! freed. A handle names a slot and the generation of the open that filled
-//! it: (generation << 32 | slot + 1) << 4, so it is never NULL, never
+//! Open endpoints live in a fixed table of `MAX_EPS` (4096) slots that is
+//! never freed. A handle names a slot and the generation of the open that
+//! filled it: (generation << 32 | slot + 1) << 4, so it is never NULL, never
 //! repeats (a slot's generation only grows) and looks as opaque as a
 //! pointer. A call checks the generation, locks the slot and checks it
 //! again under the lock: no shared lock, no reference count, no hash on the

@@ -1,9 +1,11 @@
 //! The device contract: what an EFA NIC gives (DESIGN §2).
 //!
 //! 1. `send` delivers a packet of at most `mtu()` bytes reliably, exactly
-//!    once, in **any order**; it may refuse with [`DevError::Again`](crate::device::DevError::Again) when its
-//!    queue is full. Each accepted send later yields a [`DevEvent::SendDone`](crate::device::DevEvent::SendDone)
-//!    with success or [`Status::PeerUnreachable`].
+//!    once, in **any order**; it may refuse with
+//!    [`DevError::Again`](crate::device::DevError::Again) when its queue is
+//!    full. Each accepted send later yields a
+//!    [`DevEvent::SendDone`](crate::device::DevEvent::SendDone) with success
+//!    or [`Status::PeerUnreachable`].
 //! 2. Received packets come with the sender's address handle, or `None`
 //!    ("unknown sender": the packet must carry the raw address header).
 //! 3. Address handles: `insert(raw) -> Ah`, `remove(ah)`.

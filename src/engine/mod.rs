@@ -3,9 +3,9 @@
 //! The engine owns peers, operations, matching, protocol selection, the
 //! responders of emulated RMA and atomics, memory registrations and the
 //! completion queue. It is safe Rust only (`forbid(unsafe_code)`), reads no clock (time comes in
-//! through [`Endpoint::progress`](crate::engine::Endpoint::progress)) and touches the outside only through the
-//! [`Device`](crate::device::Device) trait — so every path runs deterministically over the sim
-//! device.
+//! through [`Endpoint::progress`](crate::engine::Endpoint::progress)) and
+//! touches the outside only through the [`Device`](crate::device::Device)
+//! trait — so every path runs deterministically over the sim device.
 //!
 //! Structure of a progress call: device events (send completions, lost
 //! peers) → received packets, handled in place (a handler never calls the

@@ -2,9 +2,10 @@
 //!
 //! Each packet has a typed representation (`Cts`, `Req`, `Handshake`, …) with
 //! a `parse` that checks every length before reading and an `emit` that never
-//! writes past the buffer it is given. [`Packet::parse`](crate::wire::Packet::parse) dispatches on the
-//! base header. Parsing never panics: a malformed packet is a [`WireError`](crate::wire::WireError)
-//! saying what is wrong.
+//! writes past the buffer it is given.
+//! [`Packet::parse`](crate::wire::Packet::parse) dispatches on the base
+//! header. Parsing never panics: a malformed packet is a
+//! [`WireError`](crate::wire::WireError) saying what is wrong.
 //!
 //! Where the protocol document and the reference implementation (libfabric's
 //! EFA provider) disagree, the layouts here follow the reference implementation
