@@ -155,6 +155,20 @@ fn ctsdata_round_trips() {
     }
 }
 
+/// A READRSP's or ATOMRSP's reference bytes: base header (type `id`, the
+/// flags and multi-use word of `multiuse`), the words at 8 and 12, the data
+/// length at 16, then the data.
+fn rsp_bytes(id: u8, (wflags, mu): (u16, u32), at8: u32, at12: u32, data: &[u8]) -> Vec<u8> {
+    let mut e = base(id, wflags);
+    e.resize(24, 0);
+    put(&mut e, 4, 4, mu.into());
+    put(&mut e, 8, 4, at8.into());
+    put(&mut e, 12, 4, at12.into());
+    put(&mut e, 16, 8, data.len() as u64);
+    e.extend_from_slice(data);
+    e
+}
+
 #[test]
 fn readrsp_and_atomrsp_round_trip() {
     let mut rng = Rng::new(0x5EED_0000_0000_0005);
@@ -172,15 +186,8 @@ fn readrsp_and_atomrsp_round_trip() {
                 send_id: rng.edge_u32(),
                 data: &data,
             };
-            let (wflags, mu) = multiuse(r.flags, r.connid, r.padding);
-            let mut e = base(5, wflags);
-            e.resize(24, 0);
-            put(&mut e, 4, 4, mu.into());
             // libfabric order: recv_id @8, send_id @12 (wire-facts #1).
-            put(&mut e, 8, 4, r.recv_id.into());
-            put(&mut e, 12, 4, r.send_id.into());
-            put(&mut e, 16, 8, data.len() as u64);
-            e.extend_from_slice(&data);
+            let e = rsp_bytes(5, multiuse(r.flags, r.connid, r.padding), r.recv_id, r.send_id, &data);
             let want = ReadRsp { flags: r.flags & !CONNID_HDR, padding: if connid { 0 } else { r.padding }, ..r };
             let ctx = || format!("READRSP connid={connid} iteration {i}");
             check_nonreq(&Packet::ReadRsp(r), &Packet::ReadRsp(want), &e, i % 10 == 0, &ctx);
@@ -193,14 +200,7 @@ fn readrsp_and_atomrsp_round_trip() {
                 recv_id: rng.edge_u32(),
                 data: &data,
             };
-            let (wflags, mu) = multiuse(a.flags, a.connid, a.padding);
-            let mut e = base(8, wflags);
-            e.resize(24, 0);
-            put(&mut e, 4, 4, mu.into());
-            put(&mut e, 8, 4, a.reserved.into());
-            put(&mut e, 12, 4, a.recv_id.into());
-            put(&mut e, 16, 8, data.len() as u64);
-            e.extend_from_slice(&data);
+            let e = rsp_bytes(8, multiuse(a.flags, a.connid, a.padding), a.reserved, a.recv_id, &data);
             let want = AtomRsp { flags: a.flags & !CONNID_HDR, padding: if connid { 0 } else { a.padding }, ..a };
             let ctx = || format!("ATOMRSP connid={connid} iteration {i}");
             check_nonreq(&Packet::AtomRsp(a), &Packet::AtomRsp(want), &e, i % 10 == 0, &ctx);
