@@ -995,7 +995,9 @@ impl<'a> DataRtm<'a> {
         Self::emit_eager_with(out, tagged, msg_id, tag, cq_data, connid, data)
     }
 
-    /// [`DataRtm::emit_eager`] itself.
+    /// [`DataRtm::emit_eager`] itself; a function, not a closure over the
+    /// arguments: as a closure its two uses lost the constants (899 instead
+    /// of 825 instructions per 8 B message through the C API).
     #[inline(always)]
     fn emit_eager_with(
         out: &mut [u8],
