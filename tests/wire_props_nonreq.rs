@@ -108,13 +108,7 @@ fn cts_round_trips() {
                     recv_id: rng.edge_u32(),
                     recv_length: rng.edge_u64(),
                 };
-                let (wflags, mu) = multiuse(c.flags, c.connid, c.padding);
-                let mut e = base(3, wflags);
-                e.resize(24, 0);
-                put(&mut e, 4, 4, mu.into());
-                put(&mut e, 8, 4, c.send_id.into());
-                put(&mut e, 12, 4, c.recv_id.into());
-                put(&mut e, 16, 8, c.recv_length);
+                let e = hdr24(3, multiuse(c.flags, c.connid, c.padding), c.send_id, c.recv_id, c.recv_length);
                 let want = Cts { flags: c.flags & !CONNID_HDR, padding: if connid { 0 } else { c.padding }, ..c };
                 let ctx = || format!("CTS connid={connid} read_req={read_req} iteration {i}");
                 check_nonreq(&Packet::Cts(c), &Packet::Cts(want), &e, i % 10 == 0, &ctx);
@@ -155,16 +149,23 @@ fn ctsdata_round_trips() {
     }
 }
 
-/// A READRSP's or ATOMRSP's reference bytes: base header (type `id`, the
-/// flags and multi-use word of `multiuse`), the words at 8 and 12, the data
-/// length at 16, then the data.
-fn rsp_bytes(id: u8, (wflags, mu): (u16, u32), at8: u32, at12: u32, data: &[u8]) -> Vec<u8> {
+/// The 24-byte header CTS, READRSP and ATOMRSP share: base header (type
+/// `id`, the flags and multi-use word of `multiuse`), two words at 8 and 12,
+/// a u64 at 16.
+fn hdr24(id: u8, (wflags, mu): (u16, u32), at8: u32, at12: u32, at16: u64) -> Vec<u8> {
     let mut e = base(id, wflags);
     e.resize(24, 0);
     put(&mut e, 4, 4, mu.into());
     put(&mut e, 8, 4, at8.into());
     put(&mut e, 12, 4, at12.into());
-    put(&mut e, 16, 8, data.len() as u64);
+    put(&mut e, 16, 8, at16);
+    e
+}
+
+/// A READRSP's or ATOMRSP's reference bytes: `hdr24` with the data length
+/// at 16, then the data.
+fn rsp_bytes(id: u8, multiuse: (u16, u32), at8: u32, at12: u32, data: &[u8]) -> Vec<u8> {
+    let mut e = hdr24(id, multiuse, at8, at12, data.len() as u64);
     e.extend_from_slice(data);
     e
 }
