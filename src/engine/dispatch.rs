@@ -133,7 +133,7 @@ impl Core {
     /// [`Self::eager_fast`] when no receive is posted: the message is kept
     /// whole in a reused buffer, without an operation entry.
     fn eager_unexpected(&mut self, p: u32, tagged: bool, tag: u64, cq_data: Option<u64>, bytes: &[u8]) {
-        self.rx_stop = self.stop_if_unexpected;
+        self.rx_stop = self.recvs_posted;
         let mut data = self.rx_pool.pop().unwrap_or_default();
         data.clear();
         data.extend_from_slice(bytes);

@@ -204,11 +204,9 @@ pub(crate) struct Core {
     unexpected: [VecDeque<op::Unexpected>; 2],
     unexpected_bytes: usize,
     /// The application posted (or tried to post) receives since the last
-    /// progress call.
+    /// progress call that took packets: that call ends its packet batch
+    /// after an eager message that finds no receive (see `progress`).
     recvs_posted: bool,
-    /// This progress call ends its packet batch after an eager message
-    /// that finds no receive (see `progress`).
-    stop_if_unexpected: bool,
     /// End this progress call's packet batch.
     rx_stop: bool,
     /// Bytes of REQs held for `msg_id` order (bounded by the reorder window).
@@ -316,7 +314,6 @@ impl<D: Device> Endpoint<D> {
             unexpected: Default::default(),
             unexpected_bytes: 0,
             recvs_posted: false,
-            stop_if_unexpected: false,
             rx_stop: false,
             reorder_bytes: 0,
             medium_rx: FxHashMap::default(),
@@ -538,7 +535,6 @@ impl<D: Device> Endpoint<D> {
             // receive, each receive takes an unexpected one): 8 B streams
             // ran at ~60% of their rate. An application that posts no
             // receives meanwhile still has every packet taken.
-            core.stop_if_unexpected = std::mem::take(&mut core.recvs_posted);
             core.rx_stop = false;
             dev.recv(batch, |from, pkt: &[u8], gathered| {
                 match gathered {
@@ -547,6 +543,7 @@ impl<D: Device> Endpoint<D> {
                 }
                 !core.rx_stop
             });
+            core.recvs_posted = false;
         }
         dev.events(&mut core.events);
         core.handle_events();
