@@ -103,4 +103,8 @@ fn a_library_failure_is_reported_with_strerror() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("operation not supported"), "{err}");
+    // Reported once, by the process the user started: the endpoint opens
+    // before a peer process is spawned, so no second copy interleaves.
+    assert_eq!(err.matches("rdm4_ep_open failed").count(), 1, "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).is_empty(), "nothing printed before the failure");
 }

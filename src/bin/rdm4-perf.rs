@@ -596,7 +596,10 @@ fn exchange(sock: &mut TcpStream, mine: &[u8; 48]) -> [u8; 48] {
     theirs
 }
 
-fn open(o: &Opts, sock: &mut TcpStream, max_size: usize) -> Ctx {
+/// Opens the endpoint, before any peer is started or contacted: a device
+/// that cannot open (e.g. one this build lacks) is then reported once, by
+/// the process the user started, and no peer process is left waiting.
+fn open_ep(o: &Opts) -> *mut rdm4_ep {
     std::env::set_var("RDM4_DEVICE", &o.device);
     let mut attr = std::mem::MaybeUninit::<rdm4_ep_attr>::uninit();
     ok("rdm4_ep_attr_init", rdm4_ep_attr_init(attr.as_mut_ptr()));
@@ -606,6 +609,11 @@ fn open(o: &Opts, sock: &mut TcpStream, max_size: usize) -> Ctx {
     attr.threading = if o.thread_safe { RDM4_THREAD_SAFE } else { RDM4_THREAD_SINGLE };
     let mut ep = std::ptr::null_mut();
     ok("rdm4_ep_open", rdm4_ep_open(&attr, &mut ep));
+    ep
+}
+
+/// Registers the RMA region and exchanges addresses with the peer over `sock`.
+fn connect(ep: *mut rdm4_ep, sock: &mut TcpStream, max_size: usize) -> Ctx {
     let counter = max_size.div_ceil(8) * 8;
     let mut region = vec![0u8; counter + 8];
     let mut key = 0u64;
@@ -632,9 +640,9 @@ fn open(o: &Opts, sock: &mut TcpStream, max_size: usize) -> Ctx {
     c
 }
 
-fn run(o: &Opts, mut sock: TcpStream, client: bool) -> Vec<String> {
+fn run(o: &Opts, ep: *mut rdm4_ep, mut sock: TcpStream, client: bool) -> Vec<String> {
     let max = o.sizes.iter().copied().max().unwrap_or(8);
-    let mut c = open(o, &mut sock, max);
+    let mut c = connect(ep, &mut sock, max);
     barrier(&mut c, client, |_| {}); // both sides ready (and handshaken)
     let mut out = Vec::new();
     for test in &o.tests {
@@ -719,8 +727,9 @@ fn main() {
             if o.pin && spawned {
                 pin(1);
             }
+            let ep = open_ep(&o);
             let sock = TcpStream::connect((host.as_str(), o.port)).unwrap_or_else(|e| fail(&format!("connect: {e}")));
-            let lines = run(&o, sock, true);
+            let lines = run(&o, ep, sock, true);
             for l in &lines {
                 println!("{l}");
             }
@@ -729,12 +738,17 @@ fn main() {
             }
         }
         Role::Server => {
+            let ep = open_ep(&o);
             let l = TcpListener::bind(("0.0.0.0", o.port)).unwrap_or_else(|e| fail(&format!("listen: {e}")));
             eprintln!("rdm4-perf: waiting for a client on port {}", l.local_addr().map(|a| a.port()).unwrap_or(0));
             let (sock, _) = l.accept().unwrap_or_else(|e| fail(&format!("accept: {e}")));
-            run(&o, sock, false);
+            run(&o, ep, sock, false);
         }
         Role::Local => {
+            if o.pin {
+                pin(0);
+            }
+            let ep = open_ep(&o);
             // SAFETY: rdm4_version_string returns a static string.
             let v = unsafe { CStr::from_ptr(rdm4_version_string()) }.to_string_lossy();
             if !o.json {
@@ -744,14 +758,11 @@ fn main() {
                     if o.pin { ", pinned to CPUs 0 and 1" } else { "" }
                 );
             }
-            if o.pin {
-                pin(0);
-            }
             let l = TcpListener::bind(("127.0.0.1", 0)).unwrap_or_else(|e| fail(&format!("listen: {e}")));
             let port = l.local_addr().map(|a| a.port()).unwrap_or(0);
             let child = spawn_peer(&o, port);
             let (sock, _) = l.accept().unwrap_or_else(|e| fail(&format!("accept: {e}")));
-            run(&o, sock, false);
+            run(&o, ep, sock, false);
             let out = child.wait_with_output().unwrap_or_else(|e| fail(&format!("peer: {e}")));
             if !out.status.success() {
                 eprintln!("rdm4-perf: the peer process failed ({})", out.status);
