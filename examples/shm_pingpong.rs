@@ -1,0 +1,193 @@
+//! Where one-way latency goes: a ping-pong of 8-byte messages between two
+//! processes pinned to CPUs 0 and 1, measured at two levels in one run —
+//!
+//! - `line`: one cache line per direction, a sequence number written and
+//!   spun on (the cross-process floor, as `../shared/bench/peers.py`'s
+//!   "shm flag" rows);
+//! - `device`: the shm device alone ([`ShmDevice::send`] and
+//!   [`Device::recv`], packets of 40 bytes, the size of an 8-byte eager
+//!   message with its usual header), polled in a tight loop and with a
+//!   PAUSE (`spin_loop`) after each empty poll.
+//!
+//! The two device rows show what a tight poll loop costs: the receiver's
+//! loads take the line back while the sender's stores wait for it. A poll
+//! of the whole stack is long enough (~150 instructions) to act as that
+//! pause already: a PAUSE there only adds to the time to notice a packet.
+//!
+//! `rdm4-perf --test tag_lat --sizes 8` gives the whole stack (C API and
+//! engine on top); the differences say what each layer adds. One-way time
+//! is half a round trip; each figure is the median over batches of 1000
+//! round trips (so it compares with rdm4-perf's average more than its
+//! median).
+//!
+//! ```sh
+//! cargo run --release --example shm_pingpong [ROUND_TRIPS]
+//! ```
+
+use std::io::{Read, Write};
+use std::os::fd::FromRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use rdm4::device::shm::ShmDevice;
+use rdm4::device::Device;
+use rdm4::wire::RawAddr;
+
+const BATCH: usize = 1000;
+
+fn pin(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is an empty set; the calls only read it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// Median one-way nanoseconds of `batches` batches of `round_trip`.
+fn time(batches: usize, mut round_trip: impl FnMut()) -> f64 {
+    let mut per = Vec::with_capacity(batches);
+    for _ in 0..batches {
+        let t = Instant::now();
+        for _ in 0..BATCH {
+            round_trip();
+        }
+        per.push(t.elapsed().as_nanos() as f64 / BATCH as f64 / 2.0);
+    }
+    per.sort_by(f64::total_cmp);
+    per[per.len() / 2]
+}
+
+/// The two ends' pipes: (write, read) for this process.
+struct Link {
+    w: std::fs::File,
+    r: std::fs::File,
+}
+
+impl Link {
+    fn swap(&mut self, mine: &[u8; 32]) -> [u8; 32] {
+        self.w.write_all(mine).expect("pipe write");
+        let mut theirs = [0u8; 32];
+        self.r.read_exact(&mut theirs).expect("pipe read");
+        theirs
+    }
+}
+
+/// Ends the process when the other one has not answered for 10 s (it died).
+fn check_alive(spins: &mut u32, since: &mut Option<Instant>) {
+    *spins = spins.wrapping_add(1);
+    if *spins % (1 << 20) == 0 && since.get_or_insert_with(Instant::now).elapsed().as_secs() >= 10 {
+        eprintln!("shm_pingpong: no answer from the other process for 10 s");
+        std::process::exit(1);
+    }
+}
+
+/// Spins until `word` holds `want`.
+fn wait_for(word: &AtomicU64, want: u64) {
+    let (mut spins, mut since) = (0, None);
+    while word.load(Ordering::Acquire) != want {
+        std::hint::spin_loop();
+        check_alive(&mut spins, &mut since);
+    }
+}
+
+fn line(client: bool, lines: &[AtomicU64], batches: usize) -> f64 {
+    // Ping in line 0, pong in line 1 (8 words apart).
+    let (ping, pong) = (&lines[0], &lines[8]);
+    let mut seq = 0u64;
+    if client {
+        time(batches, || {
+            seq += 1;
+            ping.store(seq, Ordering::Release);
+            wait_for(pong, seq);
+        })
+    } else {
+        for _ in 0..batches * BATCH {
+            seq += 1;
+            wait_for(ping, seq);
+            pong.store(seq, Ordering::Release);
+        }
+        0.0
+    }
+}
+
+fn device(client: bool, link: &mut Link, batches: usize, pause: bool) -> f64 {
+    let mut dev = ShmDevice::open().expect("shm device");
+    let theirs = link.swap(&dev.local_addr().to_bytes());
+    let ah = dev.insert(&RawAddr::from_bytes(&theirs).expect("address")).expect("insert");
+    let pkt = [7u8; 40];
+    let round = |dev: &mut ShmDevice, send_first: bool| {
+        if send_first {
+            dev.send(ah, &pkt, 0).expect("send");
+        }
+        let (mut got, mut spins, mut since) = (0, 0, None);
+        while got == 0 {
+            check_alive(&mut spins, &mut since);
+            got = dev.recv(16, |_, p: &[u8], _| assert_eq!(p.len(), pkt.len()));
+            if got == 0 && pause {
+                std::hint::spin_loop();
+            }
+        }
+        if !send_first {
+            dev.send(ah, &pkt, 0).expect("send");
+        }
+    };
+    // Both ends inserted before the first packet.
+    link.swap(&[0; 32]);
+    if client {
+        time(batches, || round(&mut dev, true))
+    } else {
+        for _ in 0..batches * BATCH {
+            round(&mut dev, false);
+        }
+        0.0
+    }
+}
+
+fn main() {
+    let round_trips: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(200_000);
+    let batches = round_trips.div_ceil(BATCH).max(1);
+    // Two lines shared by both processes (mapped before the fork).
+    // SAFETY: a fresh anonymous shared mapping; checked below.
+    let mem = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(mem, libc::MAP_FAILED, "mmap");
+    // SAFETY: 4096 zeroed, 8-aligned bytes, shared; atomics only.
+    let lines = unsafe { std::slice::from_raw_parts(mem.cast::<AtomicU64>(), 512) };
+    let (mut a, mut b) = ([0i32; 2], [0i32; 2]);
+    // SAFETY: two arrays of two descriptors.
+    assert!(unsafe { libc::pipe(a.as_mut_ptr()) == 0 && libc::pipe(b.as_mut_ptr()) == 0 }, "pipe");
+    // SAFETY: no other threads exist yet.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    let client = pid == 0;
+    let (w, r) = if client { (a[1], b[0]) } else { (b[1], a[0]) };
+    // SAFETY: descriptors of this process, each owned by one File.
+    let mut link = unsafe { Link { w: std::fs::File::from_raw_fd(w), r: std::fs::File::from_raw_fd(r) } };
+    pin(usize::from(client));
+    // Warm-up, then the measured runs; the client reports.
+    line(client, lines, batches / 10 + 1);
+    let l = line(client, lines, batches);
+    let [d, p] = [false, true].map(|pause| {
+        device(client, &mut link, batches / 10 + 1, pause);
+        device(client, &mut link, batches, pause)
+    });
+    if client {
+        println!("one-way ns, median of {batches} batches of {BATCH} round trips:");
+        println!("  line (floor)             {l:6.1}");
+        println!("  shm device, tight poll   {d:6.1}  (+{:.1})", d - l);
+        println!("  shm device, PAUSE        {p:6.1}  (+{:.1})", p - l);
+    } else {
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+    }
+}
