@@ -8,7 +8,7 @@ use super::types::*;
 use super::{boundary, c_buf, lookup, EpInner};
 use crate::device::shm::ShmDevice;
 use crate::device::Access;
-use crate::engine::{Config, CqFlags, Cqe, Endpoint, ADDR_UNSPEC};
+use crate::engine::{Config, CqFlags, CqSink, Cqe, Endpoint, ADDR_UNSPEC};
 use crate::status::Status;
 use crate::wire::RawAddr;
 
@@ -413,14 +413,39 @@ pub extern "C" fn rdm4_poll(ep: *mut rdm4_ep, entries: *mut rdm4_cqe, max: usize
         if entries.is_null() && max > 0 {
             return Err(Status::Inval);
         }
-        g.progress_once();
         let max = max.min(i32::MAX as usize);
-        let n = g.take_completions(max, |i, e| {
-            // SAFETY: `entries` has room for `max` entries.
-            unsafe { entries.add(i).write(to_c(e)) };
+        // The common receive's entry goes straight into `entries` during
+        // progress; the rest of the room is then filled from the queue.
+        let mut direct = Direct { out: entries, room: if g.passes_through() { max } else { 0 }, n: 0 };
+        g.ep.progress_into(0, &mut direct);
+        let k = direct.n;
+        let n = g.take_completions(max - k, |i, e| {
+            // SAFETY: `entries` has room for `max` entries, `k` taken.
+            unsafe { entries.add(k + i).write(to_c(e)) };
         });
-        Ok(n as i32)
+        Ok((k + n) as i32)
     })
+}
+
+/// `rdm4_poll`'s array as the engine's completion sink: entries are written
+/// in the C layout as they are made, while there is room.
+struct Direct {
+    out: *mut rdm4_cqe,
+    room: usize,
+    n: usize,
+}
+
+impl CqSink for Direct {
+    #[inline(always)]
+    fn offer(&mut self, e: &Cqe) -> bool {
+        if self.n == self.room {
+            return false;
+        }
+        // SAFETY: `out` has room for `room` entries (rdm4_poll's `max`).
+        unsafe { self.out.add(self.n).write(to_c(e)) };
+        self.n += 1;
+        true
+    }
 }
 
 /// Waits until a completion is available or `timeout_ms` milliseconds pass

@@ -261,6 +261,13 @@ impl EpInner {
         self.ep.cq_len() > before
     }
 
+    /// True when the engine's completions go to the application as they are
+    /// (nothing collected ahead, no injected send or bounce copy to filter).
+    #[inline(always)]
+    pub(crate) fn passes_through(&self) -> bool {
+        self.ready.is_empty() && self.injected.is_empty() && self.bounces.is_empty()
+    }
+
     /// Pulls the engine's completions, dropping those of injected sends.
     fn collect(&mut self) {
         if self.ep.cq_len() == 0 {
@@ -295,7 +302,7 @@ impl EpInner {
 
     /// Hands up to `max` completions to `out` (with their index); returns how many.
     pub(crate) fn take_completions(&mut self, max: usize, mut out: impl FnMut(usize, &Cqe)) -> usize {
-        if self.ready.is_empty() && self.injected.is_empty() && self.bounces.is_empty() {
+        if self.passes_through() {
             // Nothing to filter or rewrite: straight from the engine's queue.
             return self.ep.drain_cq(max, out);
         }

@@ -64,5 +64,22 @@ impl Cqe {
     }
 }
 
+/// A place that takes completions as they are made, ahead of the queue: the
+/// C API's `rdm4_poll` offers the application's own array, so that the
+/// common receive's entry is written once, in the C layout, instead of
+/// queued, taken and converted (see [`super::Endpoint::progress_into`]).
+pub trait CqSink {
+    /// Takes `e` (true) or declines it (false: it is queued as usual).
+    fn offer(&mut self, e: &Cqe) -> bool;
+}
+
+/// No sink: every completion is queued.
+impl CqSink for () {
+    #[inline(always)]
+    fn offer(&mut self, _: &Cqe) -> bool {
+        false
+    }
+}
+
 /// `Cqe::src` of an entry with no known source.
 pub const ADDR_UNSPEC: u32 = u32::MAX;

@@ -6,7 +6,7 @@
 use super::op::{Data, EagerMsg, Unexpected};
 use super::peer::{msg_order, MsgOrder, Peer};
 use super::rtm::accepts;
-use super::{raw_key, Core, RecvDone};
+use super::{raw_key, Core, CqSink, RecvDone};
 use crate::device::Ah;
 use crate::mem::UserBuf;
 use crate::wire::{self, Category, Packet, ReqFamily, Subprotocol};
@@ -16,10 +16,10 @@ impl Core {
     /// message inline (it is most packets of small-message traffic),
     /// everything else out of line.
     #[inline(always)]
-    pub(crate) fn handle_packet(&mut self, from: Option<Ah>, bytes: &[u8]) {
+    pub(crate) fn handle_packet<S: CqSink>(&mut self, from: Option<Ah>, bytes: &[u8], sink: &mut S) {
         self.stats.rx_packets += 1;
         if let Some(ah) = from {
-            if self.eager_fast(ah, bytes) {
+            if self.eager_fast(ah, bytes, sink) {
                 return;
             }
         }
@@ -85,19 +85,19 @@ impl Core {
     /// posted receive takes it — or no receive is posted, and it joins the
     /// unexpected messages. False: nothing done, take the general path.
     #[inline(always)]
-    fn eager_fast(&mut self, ah: Ah, bytes: &[u8]) -> bool {
+    fn eager_fast<S: CqSink>(&mut self, ah: Ah, bytes: &[u8], sink: &mut S) -> bool {
         // Two copies of the work below: the usual layout's, where the
         // header's options are constants, and any other eager RTM's.
         if let Some(e) = wire::DataRtm::parse_eager_usual(bytes) {
-            return self.eager_take(ah, e);
+            return self.eager_take(ah, e, sink);
         }
         let Some(e) = wire::DataRtm::parse_eager(bytes) else { return false };
-        self.eager_take(ah, e)
+        self.eager_take(ah, e, sink)
     }
 
     /// [`Self::eager_fast`] once the packet is read.
     #[inline(always)]
-    fn eager_take(&mut self, ah: Ah, e: wire::DataRtm<'_>) -> bool {
+    fn eager_take<S: CqSink>(&mut self, ah: Ah, e: wire::DataRtm<'_>, sink: &mut S) -> bool {
         let Some(p) = self.by_ah.get(ah) else { return false };
         let Some(peer) = self.peers.get_mut(p) else { return false };
         if !peer.hs_sent || e.msg_id != peer.rx_msg_id || e.connid.is_some_and(|c| c != peer.raw.connid()) {
@@ -123,7 +123,11 @@ impl Core {
         r.buf.write_at(0, &e.data[..n]);
         let len = e.data.len() as u64;
         let done = RecvDone { tagged: e.tagged(), len, buf: r.buf, tag: e.tag, cq_data: e.cq_data };
-        self.cq.push_back(done.entry(r.context, p));
+        let entry = done.entry(r.context, p);
+        // Only into an empty queue's sink: entries keep their order.
+        if !(self.cq.is_empty() && sink.offer(&entry)) {
+            self.cq.push_back(entry);
+        }
         if drain {
             self.drain_reorder(p);
         }

@@ -57,7 +57,7 @@ mod tx;
 use std::collections::{HashMap, VecDeque};
 
 pub(crate) use complete::{send_flags, RecvDone};
-pub use cq::{CqFlags, Cqe, ADDR_UNSPEC};
+pub use cq::{CqFlags, CqSink, Cqe, ADDR_UNSPEC};
 
 use crate::device::{Access, Ah, Caps, DevEvent, Device};
 use crate::fxhash::FxHashMap;
@@ -520,7 +520,16 @@ impl<D: Device> Endpoint<D> {
 
     /// Makes progress: handles device events and received packets, sends
     /// what is queued. `now` is the caller's clock in nanoseconds.
-    pub fn progress(&mut self, _now: u64) {
+    pub fn progress(&mut self, now: u64) {
+        self.progress_into(now, &mut ());
+    }
+
+    /// [`Self::progress`], offering `sink` the completions of eager messages
+    /// taken by posted receives while the queue is empty (the common
+    /// receive). Entries the sink takes are older than any queued during the
+    /// call: the queue was empty when the sink took them.
+    #[inline(never)]
+    pub fn progress_into<S: CqSink>(&mut self, _now: u64, sink: &mut S) {
         let Endpoint { dev, core } = self;
         // Packets first: what a peer sent before the device reports it lost
         // is still handled.
@@ -538,7 +547,7 @@ impl<D: Device> Endpoint<D> {
             core.rx_stop = false;
             dev.recv(batch, |from, pkt: &[u8], gathered| {
                 match gathered {
-                    None => core.handle_packet(from, pkt),
+                    None => core.handle_packet(from, pkt, sink),
                     Some(payload) => core.handle_gathered(from, pkt, payload),
                 }
                 !core.rx_stop
@@ -596,10 +605,15 @@ impl Core {
         self.unexpected_bytes < self.cfg.unexpected_limit
     }
 
+    #[inline(always)]
     fn handle_events(&mut self) {
-        if self.events.is_empty() {
-            return;
+        if !self.events.is_empty() {
+            self.handle_events_now();
         }
+    }
+
+    #[inline(never)]
+    fn handle_events_now(&mut self) {
         let events = std::mem::take(&mut self.events);
         for ev in &events {
             match *ev {

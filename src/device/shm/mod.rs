@@ -552,14 +552,19 @@ impl ShmDevice {
         }
     }
 
+    #[inline(always)]
     fn check_peers(&mut self) {
         // Every 64th call looks at the coarse clock (a plain read of the
         // kernel's tick): the precise clock would cost a timer read on
         // every poll.
         self.polls = self.polls.wrapping_add(1);
-        if self.polls % 64 != 0 {
-            return;
+        if self.polls % 64 == 0 {
+            self.check_peers_now();
         }
+    }
+
+    #[inline(never)]
+    fn check_peers_now(&mut self) {
         let now = coarse_now();
         if now.saturating_sub(self.last_check) < self.cfg.peer_check {
             return;
@@ -846,6 +851,7 @@ impl Device for ShmDevice {
         self.recv_batch(max, f)
     }
 
+    #[inline(always)]
     fn events(&mut self, out: &mut Vec<DevEvent>) {
         self.check_peers();
         if !self.events.is_empty() {
