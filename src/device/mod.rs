@@ -78,6 +78,10 @@ pub struct Caps {
     /// read than by packets (`usize::MAX`: never). The engine uses long-read
     /// only from the larger of this and `Config::longread_min`.
     pub longread_min: usize,
+    /// Bytes for one peer queued behind a packet from which the device wants
+    /// to hear of them ([`Device::more_follows`]), 0: never. The shm device
+    /// lets its owner trail a producer that streams (`ShmConfig::trail`).
+    pub backlog_min: u64,
 }
 
 /// What became of an accepted send.
@@ -168,6 +172,12 @@ pub trait Device {
         max_len: usize,
         build: impl FnMut(&mut [u8]) -> usize,
     ) -> Result<Sent, DevError>;
+
+    /// Says whether at least [`Caps::backlog_min`] bytes for the same peer
+    /// are queued behind the next packet sent: the engine says so before
+    /// each bulk packet (CTSDATA) when the device asks for it. A hint for
+    /// that one packet; the default ignores it.
+    fn more_follows(&mut self, _more: bool) {}
 
     /// Queues `pkt` (at most `mtu` bytes) for `ah`: [`Device::send_with`] with a copy.
     fn send(&mut self, ah: Ah, pkt: &[u8], wr_id: u64) -> Result<Sent, DevError> {

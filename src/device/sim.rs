@@ -53,6 +53,9 @@ pub struct SimConfig {
     pub longread_min: usize,
     /// Record every packet in the log.
     pub capture: bool,
+    /// The device's `Caps::backlog_min` (0: it takes no hints); the hints
+    /// are recorded in the log.
+    pub backlog_min: u64,
 }
 
 impl Default for SimConfig {
@@ -69,6 +72,7 @@ impl Default for SimConfig {
             max_rdma_size: 1 << 30,
             longread_min: 0,
             capture: true,
+            backlog_min: 0,
         }
     }
 }
@@ -98,6 +102,8 @@ pub struct SimRecord {
     pub ptype: u8,
     /// Packet length.
     pub len: usize,
+    /// The engine's [`Device::more_follows`] hint for the packet.
+    pub more: bool,
 }
 
 struct InPkt {
@@ -193,7 +199,7 @@ impl SimNet {
             events: Vec::new(),
             mrs: FxHashMap::default(),
         });
-        SimDevice { net: self.net.clone(), me: node }
+        SimDevice { net: self.net.clone(), me: node, more: false }
     }
 
     /// Virtual time in nanoseconds.
@@ -270,6 +276,8 @@ impl SimNet {
 pub struct SimDevice {
     net: Rc<RefCell<Net>>,
     me: usize,
+    /// The hint for the next packet ([`Device::more_follows`]).
+    more: bool,
 }
 
 impl SimDevice {
@@ -288,6 +296,7 @@ impl SimDevice {
         build: &mut BuildFn<'_>,
         gathered: Option<UserBuf>,
     ) -> Result<Sent, DevError> {
+        let more = std::mem::take(&mut self.more);
         let mut net = self.net.borrow_mut();
         let me = self.me;
         let target = net.nodes[me].ahs.get(ah as usize).copied().flatten().ok_or(DevError::Failed(Status::NoAddr))?;
@@ -316,7 +325,7 @@ impl SimDevice {
         let delay = if net.cfg.max_delay_ns > 0 { net.rand() % (net.cfg.max_delay_ns + 1) } else { 0 };
         let at = net.now + delay;
         if net.cfg.capture {
-            net.log.push(SimRecord { from: me, to: target, ptype: data[0], len: len + extra });
+            net.log.push(SimRecord { from: me, to: target, ptype: data[0], len: len + extra, more });
         }
         let gathered = gathered.map(|p| (p, wr_id, ah));
         let sent = if gathered.is_some() { Sent::Pending } else { Sent::Done };
@@ -385,6 +394,7 @@ impl Device for SimDevice {
             sync_send: true,
             gather_in_place: true,
             longread_min: net.cfg.longread_min,
+            backlog_min: net.cfg.backlog_min,
         }
     }
 
@@ -425,6 +435,10 @@ impl Device for SimDevice {
         mut build: impl FnMut(&mut [u8]) -> usize,
     ) -> Result<Sent, DevError> {
         self.queue(ah, wr_id, max_len, &mut build, None)
+    }
+
+    fn more_follows(&mut self, more: bool) {
+        self.more = more;
     }
 
     fn send_gather(

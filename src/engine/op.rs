@@ -96,6 +96,9 @@ pub(crate) struct Op {
     /// of it: it completes when `inflight` reaches 0, so the application
     /// gets its buffer back only once the device is done with it.
     pub closing: bool,
+    /// A send whose `len` counts in its peer's `tx_bytes` (until its last
+    /// byte goes to the device).
+    pub backlog: bool,
 }
 
 impl Op {
@@ -133,6 +136,7 @@ impl Op {
             lr_mr: None,
             nodata: false,
             closing: false,
+            backlog: false,
         }
     }
 

@@ -36,6 +36,13 @@ pub(crate) struct Peer {
     pub reorder_bytes: usize,
     /// Operations waiting for the peer's HANDSHAKE (they need its features).
     pub waiting_hs: VecDeque<u32>,
+    /// Bytes of the send operations to the peer (entries: not the eager
+    /// fast path's) that have not yet handed their last byte to the device:
+    /// what a device streaming to the peer has ahead
+    /// ([`crate::device::Device::more_follows`]). A long-read send hands
+    /// its last byte over with its RTM. A send that fails before (its peer
+    /// lost) stays counted: no send goes to a lost peer again.
+    pub tx_bytes: u64,
 }
 
 impl Peer {
@@ -54,6 +61,7 @@ impl Peer {
             reorder: FxHashMap::default(),
             reorder_bytes: 0,
             waiting_hs: VecDeque::new(),
+            tx_bytes: 0,
         }
     }
 

@@ -56,9 +56,11 @@ impl Core {
         op.cq_data = opts.cq_data;
         op.len = len as u64;
         op.msg_id = peer.tx_msg_id;
+        op.backlog = true;
         let key = self.new_op(op)?;
         if let Some(p) = self.peers.get_mut(dest) {
             p.tx_msg_id = p.tx_msg_id.wrapping_add(1);
+            p.tx_bytes += len as u64;
         }
         self.enqueue(key);
         Ok(longread.map(|_| key))

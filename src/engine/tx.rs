@@ -155,6 +155,14 @@ impl Core {
                 let hs_recv = self.peers.get(op.peer).is_some_and(|p| p.hs_recv);
                 let hdr = Core::ctsdata_hdr(op, off, my_connid.filter(|_| hs_recv));
                 let len = payload.len() as u64;
+                if self.caps.backlog_min > 0 {
+                    // Behind this packet: the rest of its message and the
+                    // other sends to the peer.
+                    let rest = op.len.saturating_sub(op.sent + len);
+                    let mine = if op.backlog { op.len } else { 0 };
+                    let others = self.peers.get(op.peer).map_or(0, |p| p.tx_bytes.saturating_sub(mine));
+                    dev.more_follows(rest + others >= self.caps.backlog_min);
+                }
                 dev.send_gather(
                     ah,
                     wr_id,
@@ -181,6 +189,15 @@ impl Core {
                     let Some(op) = self.ops.get_mut(key) else { return true };
                     op.started = true;
                     op.sent += bytes;
+                    if op.backlog && op.sent >= op.len {
+                        // Its last byte is the device's: nothing of it waits now.
+                        op.backlog = false;
+                        let (peer, len) = (op.peer, op.len);
+                        if let Some(p) = self.peers.get_mut(peer) {
+                            p.tx_bytes = p.tx_bytes.saturating_sub(len);
+                        }
+                    }
+                    let Some(op) = self.ops.get_mut(key) else { return true };
                     if how == Sent::Pending {
                         op.inflight += 1;
                     } else if op.sent >= op.len {

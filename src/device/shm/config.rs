@@ -24,12 +24,8 @@ pub struct ShmConfig {
     /// an 8 MiB ring a streaming sender writes lines no cache holds any
     /// more; in a small one, lines the receiver read a lap before, taken
     /// back from its caches. Applications after the latency can set 32.
-    /// The 8 MiB ring has its slow runs too (~11 GB/s, some minutes most of
-    /// them): a reader copying right behind the writer takes lines still in
-    /// the writer's L2. A two-process C ring of 64 KiB packets streamed
-    /// 11-12 GB/s that way, 28-31 with the reader 512 KiB behind; an owner
-    /// that waits for that lag costs single-message latency (1 MiB
-    /// tag_lat +10-15%), so it does not.
+    /// Streams through the 8 MiB ring have slow spells of their own unless
+    /// the owner trails the writer (see `trail`).
     pub slots: u32,
     /// Largest packet (a multiple of 64).
     pub mtu: u32,
@@ -44,6 +40,25 @@ pub struct ShmConfig {
     /// ~3.5 GB/s); long-read still pays off when the sender cannot progress
     /// while the message moves.
     pub longread_min: usize,
+    /// How far (bytes) the owner stays behind a producer that is still
+    /// writing, for packets whose producer said more of a stream follows
+    /// them; `None` (the default): three times the L2 cache of CPU 0 (1.5
+    /// MiB where unknown), at most a quarter of the ring; `Some(0)`: never.
+    /// A reader right behind a streaming writer copies lines that are still
+    /// in the writer's caches, and that ran at ~11 GB/s instead of ~27 in
+    /// spells that came and went for seconds on a 2-core VM with 512 KiB
+    /// L2s: 1 MiB tag_bw, 350 paired runs, ~15% of runs slow without the
+    /// trail, ~2% with it at 1.5 MiB, and 27-29 GB/s instead of 25-27
+    /// otherwise; 512 KiB was not enough. Producers mark only packets
+    /// with four trails or more of a stream behind them
+    /// ([`crate::device::Caps::backlog_min`]), so a lone message (up to 6
+    /// MiB with the default), which the owner should copy as it arrives, is
+    /// not held back: 1 and 4 MiB tag_lat unchanged (paired runs, 0.99-1.01x).
+    /// Measured with the hint, 504 paired 1 MiB tag_bw runs in a rough
+    /// half hour of that VM: slow runs (< 20 GB/s) 108 instead of 173,
+    /// median 27.1 GB/s instead of 25.9, better in 432 pairs; the spells
+    /// where every run is slow, trail or not, remain.
+    pub trail: Option<usize>,
     /// How often peers' liveness is checked.
     pub peer_check: Duration,
 }
@@ -57,12 +72,18 @@ impl Default for ShmConfig {
             mtu: 64 * 1024,
             cma: true,
             longread_min: usize::MAX,
+            trail: None,
             peer_check: Duration::from_millis(100),
         }
     }
 }
 
 impl ShmConfig {
+    /// The trail in bytes (`trail`, or its default from the L2 size).
+    pub(super) fn trail_bytes(&self) -> usize {
+        self.trail.unwrap_or_else(|| l2_size().unwrap_or(512 << 10) * 3)
+    }
+
     /// The defaults, overridden by the `RDM4_SHM_*` environment variables.
     pub fn from_env() -> ShmConfig {
         let mut c = ShmConfig::default();
@@ -83,9 +104,26 @@ impl ShmConfig {
         if let Some(n) = var("RDM4_SHM_LONGREAD_MIN").and_then(|v| v.parse().ok()) {
             c.longread_min = n;
         }
+        if let Some(n) = var("RDM4_SHM_TRAIL").and_then(|v| v.parse().ok()) {
+            c.trail = Some(n);
+        }
         if let Some(ms) = var("RDM4_SHM_PEER_CHECK_MS").and_then(|v| v.parse().ok()) {
             c.peer_check = Duration::from_millis(ms);
         }
         c
+    }
+}
+
+/// CPU 0's L2 cache size, from sysfs (e.g. "1024K").
+fn l2_size() -> Option<usize> {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index2/size").ok()?;
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: usize = num.parse().ok()?;
+    match unit {
+        "" => Some(n),
+        "K" => Some(n << 10),
+        "M" => Some(n << 20),
+        _ => None,
     }
 }

@@ -10,7 +10,7 @@
 //! 256         the ring: a power-of-two number of bytes holding entries
 //!             back to back, each a whole number of cache lines: a 24-byte
 //!             entry header (sealed position, sender endpoint id and connid,
-//!             packet length, entry length) + the packet; an 8-byte message
+//!             packet length, entry length and the trail flag) + the packet; an 8-byte message
 //!             fits one cache line with its header
 //! after it    the registration table: entries (seqlock, key, address,
 //!             length, access) that peers read before cross-memory attach;
@@ -38,6 +38,13 @@
 //! lap finds its cache lines without a transfer from the owner. No syscall
 //! and no allocation on that path. A full ring is "try again". Packets from
 //! one sender arrive in order, which the engine does not rely on.
+//!
+//! Trail: a producer marks a bulk packet that has a long stream queued
+//! behind it (the engine says so, [`Device::more_follows`]); the owner
+//! leaves such a packet at the head while fewer than `trail` bytes were
+//! claimed after it and one of those entries is still being written, so
+//! that it copies lines the writer's caches have let go (`trail.rs`,
+//! [`ShmConfig::trail`]).
 //!
 //! Raw address: `gid` = the host's boot ID (processes of one boot share
 //! memory), `qpn` = endpoint id, `connid` = random per open. A slot carries
@@ -71,6 +78,7 @@
 //! the ring holds `slots` × `mtu` bytes, rounded up to a power of two),
 //! `RDM4_SHM_MTU` (default 65536), `RDM4_SHM_CMA` (0 disables),
 //! `RDM4_SHM_LONGREAD_MIN` (default: never, see [`ShmConfig::longread_min`]),
+//! `RDM4_SHM_TRAIL` (default three L2s, see [`ShmConfig::trail`]),
 //! `RDM4_SHM_PEER_CHECK_MS` (default 100).
 
 use std::os::fd::RawFd;
@@ -85,6 +93,7 @@ use crate::wire::RawAddr;
 
 mod config;
 mod segment;
+mod trail;
 
 pub use config::ShmConfig;
 pub use segment::remove_stale_segments;
@@ -94,7 +103,7 @@ use segment::{
 };
 
 const MAGIC: u64 = u64::from_le_bytes(*b"rdm4shm1");
-const LAYOUT_VERSION: u32 = 4;
+const LAYOUT_VERSION: u32 = 5;
 const HDR_LEN: usize = 256;
 const SLOT_HDR: usize = 24;
 const MR_ENTRIES: usize = 1024;
@@ -244,6 +253,12 @@ pub struct ShmDevice {
     /// Random registration keys drawn ahead (one system call per 32: a
     /// long-read send registers its buffer for every message).
     keys: Vec<u64>,
+    /// How far the owner trails a streaming producer (0: not at all).
+    trail: u64,
+    /// Polls the packet at the head has been held back for (see `trail.rs`).
+    held: u32,
+    /// The engine's hint for the next packet sent ([`Device::more_follows`]).
+    more: bool,
 }
 
 /// Cross-memory attach is usable: the syscall works here, and the ptrace
@@ -404,6 +419,9 @@ impl ShmDevice {
             keys: Vec::new(),
             polls: 0,
             streaming: false,
+            trail: cfg.trail_bytes().min(shape.ring / 4) as u64,
+            held: 0,
+            more: false,
         })
     }
 
@@ -435,12 +453,15 @@ impl ShmDevice {
             }
             let (from, connid) = segment::halves(h.ids.load(Ordering::Relaxed));
             let (len, span) = segment::halves(h.sizes.load(Ordering::Relaxed));
-            let (len, span) = (len as usize, span as usize);
+            let (more, len, span) = (span & segment::MORE != 0, len as usize, (span & !segment::MORE) as usize);
             // Producers write whole cache lines that end by the ring's end.
             // Anything else is a peer scribbling on the segment (which any
             // process of the user can): skip one line and read nothing.
             let sane = span % 64 == 0 && span > 0 && span <= self.shape.ring - at;
             let span = if sane { span } else { 64 };
+            if more && sane && self.trail > 0 && self.trailing(span) {
+                break;
+            }
             // Whether another entry follows is the next question. After the
             // first packet of a poll its line is fetched while this packet
             // is handled (`at` of any position is within the ring): a
@@ -478,6 +499,7 @@ impl ShmDevice {
         }
         if n > 0 {
             self.streaming = false;
+            self.held = 0;
             // Hands the slots read back to the producers.
             self.map.u64_at(off::HEAD).store(self.head, Ordering::Release);
             if self.fd_mode {
@@ -699,6 +721,8 @@ impl Device for ShmDevice {
             sync_send: true,
             gather_in_place: false, // the ring is written: the payload is copied anyway
             longread_min: self.cfg.longread_min,
+            // Four trails of stream: a shorter one ends before the trail pays.
+            backlog_min: 4 * self.trail,
         }
     }
 
@@ -768,6 +792,7 @@ impl Device for ShmDevice {
         let cap = max_len.min(self.shape.mtu);
         let need = entry_len(cap);
         let streaming = std::mem::replace(&mut self.streaming, true);
+        let more = std::mem::take(&mut self.more);
         let p = self.peer(ah)?;
         let tail = p.map.u64_at(off::TAIL);
         let ring = p.shape.ring;
@@ -807,23 +832,23 @@ impl Device for ShmDevice {
         // is below `ring`, and the claim logic above keeps an entry from
         // crossing the ring's end, so `HDR_LEN + at + span` stays within
         // `HDR_LEN + ring`, which `Shape::valid` bounds by the mapping.
-        let publish = |pos: u64, len: usize, span: usize| {
+        let publish = |pos: u64, len: usize, span: u32| {
             // SAFETY: in bounds as above; 8-aligned (entries are whole
             // cache lines); `EntryHdr` is atomics only.
             let h = unsafe { &*p.map.ptr_at(HDR_LEN + p.shape.at(pos)).cast::<segment::EntryHdr>() };
             h.ids.store(segment::word(me, connid), Ordering::Relaxed);
-            h.sizes.store(segment::word(len as u32, span as u32), Ordering::Relaxed);
+            h.sizes.store(segment::word(len as u32, span), Ordering::Relaxed);
             h.seal.store(p.shape.sealed(pos), Ordering::Release);
         };
         if pad > 0 {
-            publish(pos, 0, pad);
+            publish(pos, 0, pad as u32);
             pos += pad as u64;
         }
         // SAFETY: the claimed entry's packet bytes (`SLOT_HDR + cap <=
         // need`), in bounds as above and ours until published.
         let slot = unsafe { std::slice::from_raw_parts_mut(p.map.ptr_at(HDR_LEN + p.shape.at(pos) + SLOT_HDR), cap) };
         let len = build(slot).min(cap);
-        publish(pos, len, need);
+        publish(pos, len, need as u32 | if more { segment::MORE } else { 0 });
         // In a stream of sends the next entry most likely starts where this
         // one ends: ask for its first line in exclusive state now, so that
         // the next send does not wait for it (a stream of 8-byte messages:
@@ -857,6 +882,10 @@ impl Device for ShmDevice {
         if !self.events.is_empty() {
             out.append(&mut self.events);
         }
+    }
+
+    fn more_follows(&mut self, more: bool) {
+        self.more = more;
     }
 
     fn reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {

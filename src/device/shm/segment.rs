@@ -101,9 +101,14 @@ pub(super) struct EntryHdr {
     pub seal: AtomicU64,
     /// Sender endpoint id | sender connid << 32.
     pub ids: AtomicU64,
-    /// Packet length | entry span << 32.
+    /// Packet length | entry span << 32; the span's low bit is [`MORE`].
     pub sizes: AtomicU64,
 }
+
+/// The entry span's flag (spans are whole cache lines, so bit 0 is free):
+/// the producer has a long stream queued behind this packet, and the owner
+/// may leave it for a later poll while the producer writes on (the trail).
+pub(super) const MORE: u32 = 1;
 
 /// Two u32 halves of a header word.
 pub(super) fn halves(w: u64) -> (u32, u32) {

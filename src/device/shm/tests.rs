@@ -229,3 +229,122 @@ fn a_sender_that_finds_the_ring_full_looks_at_its_head_again_only_after_a_growin
     assert_eq!(full(&mut tx), Ok(Sent::Done));
     assert_eq!(tx.peer(ah).unwrap().full_wait, 0);
 }
+
+/// A pair whose owner `rx` trails by `trail` bytes, with a 16 KiB ring.
+fn trail_pair(name: &str, trail: usize) -> (ShmDevice, ShmDevice, Ah) {
+    let cfg = ShmConfig {
+        prefix: format!("rdm4t{}{name}", std::process::id()),
+        slots: 64,
+        mtu: 256,
+        trail: Some(trail),
+        ..ShmConfig::default()
+    };
+    let a = ShmDevice::open_with(cfg.clone()).unwrap();
+    let mut b = ShmDevice::open_with(cfg).unwrap();
+    let ah = b.insert(&a.local_addr()).unwrap();
+    (a, b, ah)
+}
+
+/// Claims one 64-byte entry in `rx`'s ring as a producer that has not yet
+/// written it; returns its position.
+fn claim_unsealed(rx: &ShmDevice) -> u64 {
+    rx.map.u64_at(off::TAIL).fetch_add(64, Ordering::Relaxed)
+}
+
+/// Publishes the entry claimed at `pos` as 64 bytes of padding.
+fn seal_padding(rx: &ShmDevice, pos: u64) {
+    let e = HDR_LEN + rx.shape.at(pos);
+    rx.map.u64_at(e + 16).store(segment::word(0, 64), Ordering::Relaxed);
+    rx.map.u64_at(e).store(rx.shape.sealed(pos), Ordering::Release);
+}
+
+/// Sends packet `k` of 200 bytes, marked as having a stream behind it or not.
+fn send_marked(tx: &mut ShmDevice, ah: Ah, k: usize, more: bool) {
+    tx.more_follows(more);
+    assert_eq!(tx.send(ah, &packet(k, 200), 0), Ok(Sent::Done));
+}
+
+fn received(rx: &mut ShmDevice) -> Vec<Vec<u8>> {
+    let mut got = Vec::new();
+    rx.recv(64, |_, p: &[u8], _| got.push(p.to_vec()));
+    got
+}
+
+#[test]
+fn a_marked_packet_waits_while_an_entry_within_the_trail_is_being_written() {
+    let (mut rx, mut tx, ah) = trail_pair("wait", 1024);
+    assert_eq!(rx.trail, 1024);
+    send_marked(&mut tx, ah, 1, true);
+    let pos = claim_unsealed(&rx);
+    for _ in 0..100 {
+        assert!(received(&mut rx).is_empty(), "read while its producer writes within the trail");
+    }
+    assert_eq!(rx.head, 0);
+    // The producer finishes: the packet is read (and the padding skipped).
+    seal_padding(&rx, pos);
+    assert_eq!(received(&mut rx), [packet(1, 200)]);
+    assert_eq!(rx.head, pos + 64);
+}
+
+#[test]
+fn a_marked_packet_is_read_at_once_when_no_entry_is_being_written() {
+    let (mut rx, mut tx, ah) = trail_pair("idle", 1024);
+    send_marked(&mut tx, ah, 1, true);
+    send_marked(&mut tx, ah, 2, true);
+    assert_eq!(received(&mut rx), [packet(1, 200), packet(2, 200)]);
+}
+
+#[test]
+fn unmarked_packets_and_packets_a_trail_behind_are_not_held() {
+    let (mut rx, mut tx, ah) = trail_pair("far", 1024);
+    // Unmarked: read although an entry after it is being written.
+    send_marked(&mut tx, ah, 1, false);
+    let pos = claim_unsealed(&rx);
+    assert_eq!(received(&mut rx), [packet(1, 200)]);
+    seal_padding(&rx, pos);
+    assert!(received(&mut rx).is_empty());
+    // Marked, with a trail's worth (4 x 256 bytes) written after it before
+    // the entry being written: read, and the packets after it too.
+    send_marked(&mut tx, ah, 2, true);
+    for k in 3..7 {
+        send_marked(&mut tx, ah, k, false);
+    }
+    let pos = claim_unsealed(&rx);
+    assert_eq!(received(&mut rx), (2..7).map(|k| packet(k, 200)).collect::<Vec<_>>());
+    seal_padding(&rx, pos);
+    // The hint is for one packet: the next send is unmarked again.
+    tx.more_follows(true);
+    tx.send(ah, &packet(7, 200), 0).unwrap();
+    tx.send(ah, &packet(8, 200), 0).unwrap();
+    let _pos = claim_unsealed(&rx);
+    assert!(received(&mut rx).is_empty(), "the marked packet 7 waits");
+    let sizes = |rx: &ShmDevice, at: u64| rx.map.u64_at(HDR_LEN + rx.shape.at(at) + 16).load(Ordering::Relaxed);
+    let head = rx.head;
+    let span = segment::halves(sizes(&rx, head)).1;
+    assert_eq!(span & segment::MORE, segment::MORE);
+    let next = head + u64::from(span & !segment::MORE);
+    assert_eq!(segment::halves(sizes(&rx, next)).1 & segment::MORE, 0, "packet 8 is not marked");
+}
+
+#[test]
+fn a_claim_never_sealed_holds_a_marked_packet_for_a_bounded_number_of_polls() {
+    let (mut rx, mut tx, ah) = trail_pair("dead", 1024);
+    send_marked(&mut tx, ah, 1, true);
+    claim_unsealed(&rx); // a producer that died mid-write
+    let mut polls = 0u32;
+    while received(&mut rx).is_empty() {
+        polls += 1;
+        assert!(polls <= 2 << 20, "held for ever");
+    }
+    assert!(polls >= 1 << 20, "released after {polls} polls");
+}
+
+#[test]
+fn the_default_trail_follows_the_l2_size_within_a_quarter_of_the_ring() {
+    let cfg = ShmConfig::default();
+    let t = cfg.trail_bytes();
+    assert!(t >= 3 * 64 * 1024 && t % 1024 == 0, "{t}");
+    assert_eq!(ShmConfig { trail: Some(0), ..cfg.clone() }.trail_bytes(), 0);
+    let (rx, _tx, _ah) = trail_pair("cap", 1 << 30);
+    assert_eq!(rx.trail, rx.shape.ring as u64 / 4);
+}
