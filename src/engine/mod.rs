@@ -462,7 +462,10 @@ impl<D: Device> Endpoint<D> {
             self.core.flush(&mut self.dev);
             return Ok(());
         }
-        if let Some(key) = self.core.post_send(dest, buf, opts)? {
+        // The device may know long-read to be the faster way now.
+        let ah = self.core.peers.get(dest).and_then(|p| p.ah);
+        let prefer_lr = ah.is_some_and(|ah| self.dev.prefer_longread(ah, buf.len()));
+        if let Some(key) = self.core.post_send(dest, buf, opts, prefer_lr)? {
             self.core.register_longread(&mut self.dev, key);
         }
         self.core.flush(&mut self.dev);

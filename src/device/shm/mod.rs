@@ -6,7 +6,8 @@
 //! offset 0    header: magic, layout version, ring size, MTU, owner pid and
 //!             start time, endpoint id, connid, closing and sleeping flags,
 //!             the ring's seal; the ring's tail (producers) and head
-//!             (consumer) on their own cache lines
+//!             (consumer) on their own cache lines; whether the owner asks
+//!             for large messages by long-read (`adapt.rs`)
 //! 256         the ring: a power-of-two number of bytes holding entries
 //!             back to back, each a whole number of cache lines: a 24-byte
 //!             entry header (sealed position, sender endpoint id and connid,
@@ -52,7 +53,9 @@
 //! the same endpoint id are never attributed to its successor.
 //!
 //! Two-sided messages move through the ring (eager up to one packet, then
-//! long-CTS) unless `longread_min` says otherwise. RMA read and write use
+//! long-CTS) unless `longread_min` says otherwise or, from 256 KiB, their
+//! receiver asks for long-read because it times its reads clearly faster
+//! than its copies out of the ring (`adapt.rs`). RMA read and write use
 //! cross-memory attach (`process_vm_readv` /
 //! `process_vm_writev`) after checking key, bounds and access in the memory
 //! owner's published registration table; the owner does nothing. When the OS
@@ -77,7 +80,7 @@
 //! `RDM4_SHM_EPID` (open this endpoint id), `RDM4_SHM_SLOTS` (default 128:
 //! the ring holds `slots` × `mtu` bytes, rounded up to a power of two),
 //! `RDM4_SHM_MTU` (default 65536), `RDM4_SHM_CMA` (0 disables),
-//! `RDM4_SHM_LONGREAD_MIN` (default: never, see [`ShmConfig::longread_min`]),
+//! `RDM4_SHM_LONGREAD_MIN` (default: adaptive, see [`ShmConfig::longread_min`]),
 //! `RDM4_SHM_TRAIL` (default three L2s, see [`ShmConfig::trail`]),
 //! `RDM4_SHM_PEER_CHECK_MS` (default 100).
 
@@ -91,6 +94,7 @@ use crate::mem::UserBuf;
 use crate::status::Status;
 use crate::wire::RawAddr;
 
+mod adapt;
 mod config;
 mod segment;
 mod trail;
@@ -103,7 +107,7 @@ use segment::{
 };
 
 const MAGIC: u64 = u64::from_le_bytes(*b"rdm4shm1");
-const LAYOUT_VERSION: u32 = 5;
+const LAYOUT_VERSION: u32 = 6;
 const HDR_LEN: usize = 256;
 const SLOT_HDR: usize = 24;
 const MR_ENTRIES: usize = 1024;
@@ -220,6 +224,8 @@ struct Peer {
     /// on a calm machine (with the wait: the 8 MiB ring's rate).
     full_skip: u32,
     full_wait: u32,
+    /// Sends from `adapt::ADAPT_MIN` bytes so far (for the probes).
+    large_sends: u32,
 }
 
 /// One endpoint's shared-memory device.
@@ -259,6 +265,10 @@ pub struct ShmDevice {
     held: u32,
     /// The engine's hint for the next packet sent ([`Device::more_follows`]).
     more: bool,
+    /// How fast bulk packets and reads come in (`adapt.rs`).
+    rates: adapt::Rates,
+    /// What the header's `PREFER` says.
+    prefer_reads: bool,
 }
 
 /// Cross-memory attach is usable: the syscall works here, and the ptrace
@@ -422,6 +432,8 @@ impl ShmDevice {
             trail: cfg.trail_bytes().min(shape.ring / 4) as u64,
             held: 0,
             more: false,
+            rates: adapt::Rates::default(),
+            prefer_reads: false,
         })
     }
 
@@ -489,7 +501,13 @@ impl ShmDevice {
                 // SAFETY: `SLOT_HDR + len <= span <= ring - at` (checked
                 // just above), so the packet ends inside the ring.
                 let pkt = unsafe { self.map.bytes(e + SLOT_HDR, len) };
-                go_on = f(ah, pkt, None).go_on();
+                if len >= adapt::TIMED_MIN {
+                    let t = adapt::ticks();
+                    go_on = f(ah, pkt, None).go_on();
+                    self.note_ring(len, adapt::ticks().wrapping_sub(t));
+                } else {
+                    go_on = f(ah, pkt, None).go_on();
+                }
             }
             self.head += span as u64;
             n += 1;
@@ -660,7 +678,8 @@ impl ShmDevice {
             None => Err(Status::RemoteAccess),
             Some(addr) => {
                 let pid = p.pid as libc::pid_t;
-                local.with_slice_mut(|buf| {
+                let t = adapt::ticks();
+                let r = local.with_slice_mut(|buf| {
                     let mut done = 0usize;
                     while done < buf.len() {
                         let liov = libc::iovec { iov_base: buf[done..].as_mut_ptr().cast(), iov_len: buf.len() - done };
@@ -687,7 +706,11 @@ impl ShmDevice {
                         done += n as usize;
                     }
                     Ok(())
-                })
+                });
+                if r.is_ok() && !write && local.len() >= adapt::TIMED_MIN {
+                    self.note_cma(local.len(), adapt::ticks().wrapping_sub(t));
+                }
+                r
             }
         };
         self.events.push(DevEvent::SendDone { wr_id, ah, status });
@@ -761,6 +784,7 @@ impl Device for ShmDevice {
             head_seen: 0,
             full_skip: 0,
             full_wait: 0,
+            large_sends: 0,
             name,
         }));
         self.by_id.insert(key, ah);
@@ -886,6 +910,10 @@ impl Device for ShmDevice {
 
     fn more_follows(&mut self, more: bool) {
         self.more = more;
+    }
+
+    fn prefer_longread(&mut self, ah: Ah, len: usize) -> bool {
+        self.wants_longread(ah, len)
     }
 
     fn reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {

@@ -148,6 +148,8 @@ pub(super) mod off {
     pub const SEAL: usize = 56;
     pub const TAIL: usize = 64;
     pub const HEAD: usize = 128;
+    /// The owner asks for large messages by long-read (1) or not (0).
+    pub const PREFER: usize = 192;
 }
 
 /// A segment's shape, from its header.

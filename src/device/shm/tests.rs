@@ -348,3 +348,39 @@ fn the_default_trail_follows_the_l2_size_within_a_quarter_of_the_ring() {
     let (rx, _tx, _ah) = trail_pair("cap", 1 << 30);
     assert_eq!(rx.trail, rx.shape.ring as u64 / 4);
 }
+
+#[test]
+fn the_owner_asks_for_reads_only_while_they_are_clearly_the_faster() {
+    let (mut rx, _tx, _ah) = pair("prefer", 2);
+    let word = |rx: &ShmDevice| rx.map.u32_at(off::PREFER).load(Ordering::Relaxed);
+    // Only one of the two timed: nothing asked.
+    rx.note_ring(64 * 1024, 64 * 100);
+    assert_eq!(word(&rx), 0);
+    // Reads 10% faster: within the margin.
+    rx.note_cma(1 << 20, 1024 * 90);
+    assert_eq!(word(&rx), 0);
+    // Reads clearly faster (their average moves an eighth per sample).
+    for _ in 0..20 {
+        rx.note_cma(1 << 20, 1024 * 50);
+    }
+    assert_eq!(word(&rx), 1);
+    // The ring speeds up (the CPUs moved closer): back to the ring.
+    for _ in 0..40 {
+        rx.note_ring(64 * 1024, 64 * 30);
+    }
+    assert_eq!(word(&rx), 0);
+}
+
+#[test]
+fn senders_follow_the_owners_wish_for_large_messages_and_probe_the_other_way() {
+    let (rx, mut tx, ah) = pair("follow", 2);
+    let big = 1 << 20;
+    assert!(!tx.wants_longread(ah, 255 * 1024), "small messages keep the ring");
+    let count = |tx: &mut ShmDevice| (0..512).filter(|_| tx.wants_longread(ah, big)).count();
+    assert_eq!(count(&mut tx), 2, "the ring, but every 256th by long-read");
+    rx.map.u32_at(off::PREFER).store(1, Ordering::Relaxed);
+    assert_eq!(count(&mut tx), 510, "long-read, but every 256th through the ring");
+    assert!(!tx.wants_longread(ah, 255 * 1024));
+    tx.cma = false;
+    assert_eq!(count(&mut tx), 0, "no reads without cross-memory attach");
+}
