@@ -3,7 +3,7 @@
 //! happen — its copies of bulk packets out of the ring, its
 //! `process_vm_readv` reads — and publishes in its header (`off::PREFER`)
 //! whether reads are the faster; senders send messages from
-//! `ADAPT_MIN` bytes by long-read while it says so, and every
+//! `ADAPT_MIN` bytes by long-read while it says so, and the 8th and every
 //! `PROBE_EVERY`th such message the other way, so that both times stay
 //! fresh when the machine changes.
 //!
@@ -26,6 +26,9 @@ const ADAPT_MIN: usize = 256 * 1024;
 /// Every this many messages from `ADAPT_MIN` to one peer, one goes the way
 /// not preferred (1 MiB tag_bw near: ~0.6% of the ring's rate).
 const PROBE_EVERY: u32 = 256;
+
+/// The large message that probes first.
+const FIRST_PROBE: u32 = 8;
 
 /// Reads must be this much faster (ticks per KiB times 5/4 below the
 /// ring's) before the owner asks for them: in spells where both run at the
@@ -98,6 +101,8 @@ impl ShmDevice {
         let Some(p) = self.peers.get_mut(ah as usize).and_then(Option::as_mut) else { return false };
         let prefer = p.map.u32_at(off::PREFER).load(Ordering::Relaxed) == 1;
         p.large_sends = p.large_sends.wrapping_add(1);
-        prefer != (p.large_sends % PROBE_EVERY == 0)
+        // The first probe early: a short run finds out soon.
+        let probe = p.large_sends == FIRST_PROBE || p.large_sends % PROBE_EVERY == 0;
+        prefer != probe
     }
 }
