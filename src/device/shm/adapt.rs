@@ -1,17 +1,20 @@
-//! Which way large messages should come: through the ring or by one
-//! cross-memory-attach read (long-read). The owner times both as they
-//! happen — its copies of bulk packets out of the ring, its
-//! `process_vm_readv` reads — and publishes in its header (`off::PREFER`)
-//! whether reads are the faster; senders send messages from
-//! `ADAPT_MIN` bytes by long-read while it says so, and the 8th and every
-//! `PROBE_EVERY`th such message the other way, so that both times stay
+//! Which way large messages should go: through the ring or by one
+//! cross-memory-attach read (long-read). Each side times what it does as it
+//! happens: a sender its copies of bulk packets into a peer's ring, the
+//! owner its copies out of its ring and its `process_vm_readv` reads, which
+//! it publishes in its header (`off::RING_OUT`, `off::CMA_IN`, ticks per
+//! KiB). The ring moves no faster than the slower of its two copies; a
+//! sender sends messages from `ADAPT_MIN` bytes by long-read while the
+//! owner's reads are clearly faster than that, and the 8th and every
+//! `PROBE_EVERY`th such message the other way, so that all the times stay
 //! fresh when the machine changes.
 //!
 //! Why: where the two CPUs sit far apart (cross-process cache-line floor
-//! ~195 ns instead of ~60 on a 2-core VM whose vCPUs move), the ring's two
+//! ~195 ns instead of ~50 on a 2-core VM whose vCPUs move), the ring's two
 //! copies pull every line across and streamed 6.8-7.1 GB/s for 1 MiB
 //! messages while one read got 10.4-11.0 (UCX's, the same read: 10.2-10.9);
-//! near, the ring streams ~27 GB/s and reads ~11.
+//! near, the ring streams ~27 GB/s and reads ~11. Timing the owner's copies
+//! alone was not enough: far apart, the sender's copy was the slow one.
 
 use std::sync::atomic::Ordering;
 
@@ -20,32 +23,25 @@ use super::{off, Ah, ShmDevice};
 /// Packets and reads from this many bytes are timed.
 pub(super) const TIMED_MIN: usize = 32 * 1024;
 
-/// Messages from this many bytes follow the owner's preference.
+/// Messages from this many bytes follow the timings.
 const ADAPT_MIN: usize = 256 * 1024;
 
 /// Every this many messages from `ADAPT_MIN` to one peer, one goes the way
-/// not preferred (1 MiB tag_bw near: ~0.6% of the ring's rate).
+/// not preferred (1 MiB tag_bw near: ~0.6% of the ring's rate)...
 const PROBE_EVERY: u32 = 256;
 
-/// The large message that probes first.
+/// ... and the 8th, so that a short run finds out soon.
 const FIRST_PROBE: u32 = 8;
 
-/// Reads must be this much faster (ticks per KiB times 5/4 below the
-/// ring's) before the owner asks for them: in spells where both run at the
-/// same speed the ring stays.
+/// Reads must be this much faster (their ticks per KiB times 5/4 below the
+/// ring's) to be chosen: where both run at the same speed the ring stays.
 const MARGIN_NUM: u64 = 5;
 const MARGIN_DEN: u64 = 4;
 
-/// Running averages of ticks per KiB (0: not measured yet).
-#[derive(Debug, Default, Clone, Copy)]
-pub(super) struct Rates {
-    pub ring: u64,
-    pub cma: u64,
-}
-
 /// A timestamp in ticks: the CPU's counter where there is one (a read
-/// costs ~10 ns; the monotonic clock costs more on some VMs), else
-/// nanoseconds. Only differences are used, and both rates in the same unit.
+/// costs ~10 ns; the monotonic clock costs more on some VMs, and the
+/// counter is the same on every core of a host, so the two processes'
+/// figures compare), else nanoseconds. Only differences are used.
 pub(super) fn ticks() -> u64 {
     #[cfg(target_arch = "x86_64")]
     {
@@ -59,49 +55,48 @@ pub(super) fn ticks() -> u64 {
     }
 }
 
-/// `avg` moved an eighth of the way to `sample` (or set to it first).
-fn ewma(avg: u64, sample: u64) -> u64 {
+/// A running average of ticks per KiB (0: none yet) moved an eighth of the
+/// way to the sample `dt` ticks for `len` bytes.
+pub(super) fn ewma(avg: u32, len: usize, dt: u64) -> u32 {
+    let sample = (dt.saturating_mul(1024) / len.max(1) as u64).clamp(1, u64::from(u32::MAX)) as u32;
     if avg == 0 {
-        sample.max(1)
+        sample
     } else {
-        (avg * 7 + sample) / 8
+        ((u64::from(avg) * 7 + u64::from(sample)) / 8) as u32
     }
 }
 
+/// Whether reads at `cma` ticks per KiB beat a ring whose copies take
+/// `copy_in` and `copy_out` (0: not timed yet: no).
+fn reads_win(copy_in: u32, copy_out: u32, cma: u32) -> bool {
+    let ring = u64::from(copy_in.max(copy_out));
+    copy_in > 0 && copy_out > 0 && cma > 0 && u64::from(cma) * MARGIN_NUM / MARGIN_DEN < ring
+}
+
 impl ShmDevice {
-    /// Records a bulk packet of `len` bytes handled in `dt` ticks.
-    pub(super) fn note_ring(&mut self, len: usize, dt: u64) {
-        self.rates.ring = ewma(self.rates.ring, dt * 1024 / len.max(1) as u64);
-        self.publish_preference();
+    /// The owner: a bulk packet of `len` bytes handled in `dt` ticks.
+    pub(super) fn note_ring_out(&mut self, len: usize, dt: u64) {
+        let w = self.map.u32_at(off::RING_OUT);
+        w.store(ewma(w.load(Ordering::Relaxed), len, dt), Ordering::Relaxed);
     }
 
-    /// Records a cross-memory-attach read of `len` bytes in `dt` ticks.
-    pub(super) fn note_cma(&mut self, len: usize, dt: u64) {
-        self.rates.cma = ewma(self.rates.cma, dt * 1024 / len.max(1) as u64);
-        self.publish_preference();
+    /// The owner: a cross-memory-attach read of `len` bytes in `dt` ticks.
+    pub(super) fn note_cma_in(&mut self, len: usize, dt: u64) {
+        let w = self.map.u32_at(off::CMA_IN);
+        w.store(ewma(w.load(Ordering::Relaxed), len, dt), Ordering::Relaxed);
     }
 
-    /// Says in the header whether reads are the faster way in, once both
-    /// have been timed.
-    pub(super) fn publish_preference(&mut self) {
-        let Rates { ring, cma } = self.rates;
-        let want = ring > 0 && cma > 0 && cma * MARGIN_NUM / MARGIN_DEN < ring;
-        if want != self.prefer_reads {
-            self.prefer_reads = want;
-            self.map.u32_at(off::PREFER).store(u32::from(want), Ordering::Relaxed);
-        }
-    }
-
-    /// Whether a message of `len` bytes to `ah` should go by long-read: the
-    /// peer's preference, with a probe the other way every `PROBE_EVERY`.
+    /// Whether a message of `len` bytes to `ah` should go by long-read (see
+    /// the module docs).
     pub(super) fn wants_longread(&mut self, ah: Ah, len: usize) -> bool {
         if len < ADAPT_MIN || !self.cma {
             return false;
         }
         let Some(p) = self.peers.get_mut(ah as usize).and_then(Option::as_mut) else { return false };
-        let prefer = p.map.u32_at(off::PREFER).load(Ordering::Relaxed) == 1;
+        let out = p.map.u32_at(off::RING_OUT).load(Ordering::Relaxed);
+        let cma = p.map.u32_at(off::CMA_IN).load(Ordering::Relaxed);
+        let prefer = reads_win(p.copy_in, out, cma);
         p.large_sends = p.large_sends.wrapping_add(1);
-        // The first probe early: a short run finds out soon.
         let probe = p.large_sends == FIRST_PROBE || p.large_sends % PROBE_EVERY == 0;
         prefer != probe
     }

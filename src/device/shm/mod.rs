@@ -6,8 +6,9 @@
 //! offset 0    header: magic, layout version, ring size, MTU, owner pid and
 //!             start time, endpoint id, connid, closing and sleeping flags,
 //!             the ring's seal; the ring's tail (producers) and head
-//!             (consumer) on their own cache lines; whether the owner asks
-//!             for large messages by long-read (`adapt.rs`)
+//!             (consumer) on their own cache lines; how fast the owner
+//!             copies out of its ring and reads by cross-memory attach
+//!             (`adapt.rs`)
 //! 256         the ring: a power-of-two number of bytes holding entries
 //!             back to back, each a whole number of cache lines: a 24-byte
 //!             entry header (sealed position, sender endpoint id and connid,
@@ -53,9 +54,9 @@
 //! the same endpoint id are never attributed to its successor.
 //!
 //! Two-sided messages move through the ring (eager up to one packet, then
-//! long-CTS) unless `longread_min` says otherwise or, from 256 KiB, their
-//! receiver asks for long-read because it times its reads clearly faster
-//! than its copies out of the ring (`adapt.rs`). RMA read and write use
+//! long-CTS) unless `longread_min` says otherwise or, from 256 KiB, the
+//! receiver's reads are timed clearly faster than the slower of the ring's
+//! two copies (`adapt.rs`). RMA read and write use
 //! cross-memory attach (`process_vm_readv` /
 //! `process_vm_writev`) after checking key, bounds and access in the memory
 //! owner's published registration table; the owner does nothing. When the OS
@@ -226,6 +227,9 @@ struct Peer {
     full_wait: u32,
     /// Sends from `adapt::ADAPT_MIN` bytes so far (for the probes).
     large_sends: u32,
+    /// Our copies of bulk packets into this peer's ring, ticks per KiB
+    /// (`adapt.rs`; 0: none yet).
+    copy_in: u32,
 }
 
 /// One endpoint's shared-memory device.
@@ -265,10 +269,6 @@ pub struct ShmDevice {
     held: u32,
     /// The engine's hint for the next packet sent ([`Device::more_follows`]).
     more: bool,
-    /// How fast bulk packets and reads come in (`adapt.rs`).
-    rates: adapt::Rates,
-    /// What the header's `PREFER` says.
-    prefer_reads: bool,
 }
 
 /// Cross-memory attach is usable: the syscall works here, and the ptrace
@@ -432,8 +432,6 @@ impl ShmDevice {
             trail: cfg.trail_bytes().min(shape.ring / 4) as u64,
             held: 0,
             more: false,
-            rates: adapt::Rates::default(),
-            prefer_reads: false,
         })
     }
 
@@ -504,7 +502,7 @@ impl ShmDevice {
                 if len >= adapt::TIMED_MIN {
                     let t = adapt::ticks();
                     go_on = f(ah, pkt, None).go_on();
-                    self.note_ring(len, adapt::ticks().wrapping_sub(t));
+                    self.note_ring_out(len, adapt::ticks().wrapping_sub(t));
                 } else {
                     go_on = f(ah, pkt, None).go_on();
                 }
@@ -708,7 +706,7 @@ impl ShmDevice {
                     Ok(())
                 });
                 if r.is_ok() && !write && local.len() >= adapt::TIMED_MIN {
-                    self.note_cma(local.len(), adapt::ticks().wrapping_sub(t));
+                    self.note_cma_in(local.len(), adapt::ticks().wrapping_sub(t));
                 }
                 r
             }
@@ -785,6 +783,7 @@ impl Device for ShmDevice {
             full_skip: 0,
             full_wait: 0,
             large_sends: 0,
+            copy_in: 0,
             name,
         }));
         self.by_id.insert(key, ah);
@@ -871,7 +870,16 @@ impl Device for ShmDevice {
         // SAFETY: the claimed entry's packet bytes (`SLOT_HDR + cap <=
         // need`), in bounds as above and ours until published.
         let slot = unsafe { std::slice::from_raw_parts_mut(p.map.ptr_at(HDR_LEN + p.shape.at(pos) + SLOT_HDR), cap) };
-        let len = build(slot).min(cap);
+        let len = if cap >= adapt::TIMED_MIN {
+            let t = adapt::ticks();
+            let len = build(slot).min(cap);
+            if len >= adapt::TIMED_MIN {
+                p.copy_in = adapt::ewma(p.copy_in, len, adapt::ticks().wrapping_sub(t));
+            }
+            len
+        } else {
+            build(slot).min(cap)
+        };
         publish(pos, len, need as u32 | if more { segment::MORE } else { 0 });
         // In a stream of sends the next entry most likely starts where this
         // one ends: ask for its first line in exclusive state now, so that

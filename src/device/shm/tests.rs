@@ -350,37 +350,63 @@ fn the_default_trail_follows_the_l2_size_within_a_quarter_of_the_ring() {
 }
 
 #[test]
-fn the_owner_asks_for_reads_only_while_they_are_clearly_the_faster() {
-    let (mut rx, _tx, _ah) = pair("prefer", 2);
-    let word = |rx: &ShmDevice| rx.map.u32_at(off::PREFER).load(Ordering::Relaxed);
-    // Only one of the two timed: nothing asked.
-    rx.note_ring(64 * 1024, 64 * 100);
-    assert_eq!(word(&rx), 0);
-    // Reads 10% faster: within the margin.
-    rx.note_cma(1 << 20, 1024 * 90);
-    assert_eq!(word(&rx), 0);
-    // Reads clearly faster (their average moves an eighth per sample).
-    for _ in 0..20 {
-        rx.note_cma(1 << 20, 1024 * 50);
-    }
-    assert_eq!(word(&rx), 1);
-    // The ring speeds up (the CPUs moved closer): back to the ring.
-    for _ in 0..40 {
-        rx.note_ring(64 * 1024, 64 * 30);
-    }
-    assert_eq!(word(&rx), 0);
+fn the_owner_publishes_running_averages_of_its_copies_out_and_its_reads() {
+    let (mut rx, _tx, _ah) = pair("rates", 2);
+    let word = |rx: &ShmDevice, at: usize| rx.map.u32_at(at).load(Ordering::Relaxed);
+    assert_eq!((word(&rx, off::RING_OUT), word(&rx, off::CMA_IN)), (0, 0), "nothing timed yet");
+    rx.note_ring_out(64 * 1024, 64 * 100);
+    assert_eq!(word(&rx, off::RING_OUT), 100, "the first sample as it is: ticks per KiB");
+    rx.note_ring_out(64 * 1024, 64 * 180);
+    assert_eq!(word(&rx, off::RING_OUT), 110, "then an eighth of the way to each sample");
+    rx.note_cma_in(1 << 20, 1024 * 50);
+    assert_eq!(word(&rx, off::CMA_IN), 50);
+    assert_eq!(adapt::ewma(0, 1, 0), 1, "never 0 (not timed) once timed");
 }
 
 #[test]
-fn senders_follow_the_owners_wish_for_large_messages_and_probe_the_other_way() {
+fn senders_take_long_read_while_reads_beat_the_slower_copy_and_probe_the_other_way() {
     let (rx, mut tx, ah) = pair("follow", 2);
     let big = 1 << 20;
-    assert!(!tx.wants_longread(ah, 255 * 1024), "small messages keep the ring");
+    let set = |tx: &mut ShmDevice, copy_in: u32, out: u32, cma: u32| {
+        tx.peers[ah as usize].as_mut().unwrap().copy_in = copy_in;
+        rx.map.u32_at(off::RING_OUT).store(out, Ordering::Relaxed);
+        rx.map.u32_at(off::CMA_IN).store(cma, Ordering::Relaxed);
+    };
     let count = |tx: &mut ShmDevice| (0..512).filter(|_| tx.wants_longread(ah, big)).count();
-    assert_eq!(count(&mut tx), 3, "the ring, but the 8th and every 256th by long-read");
-    rx.map.u32_at(off::PREFER).store(1, Ordering::Relaxed);
-    assert_eq!(count(&mut tx), 510, "long-read, but every 256th through the ring");
-    assert!(!tx.wants_longread(ah, 255 * 1024));
+    // Nothing timed: the ring, but the 8th and every 256th by long-read.
+    assert_eq!(count(&mut tx), 3);
+    // Near: both copies fast, reads slow.
+    set(&mut tx, 40, 70, 255);
+    assert_eq!(count(&mut tx), 2);
+    // Far: the sender's copy is the slow one, and reads beat it by more
+    // than the margin: long-read, but every 256th through the ring.
+    set(&mut tx, 360, 150, 230);
+    assert_eq!(count(&mut tx), 510);
+    assert!(!tx.wants_longread(ah, 255 * 1024), "small messages keep the ring");
+    // Reads faster, but within the margin of the slower copy: the ring.
+    set(&mut tx, 100, 280, 230);
+    assert_eq!(count(&mut tx), 2);
+    // A copy not timed yet: the ring.
+    set(&mut tx, 0, 400, 100);
+    assert_eq!(count(&mut tx), 2);
+    set(&mut tx, 360, 150, 230);
     tx.cma = false;
     assert_eq!(count(&mut tx), 0, "no reads without cross-memory attach");
+}
+
+#[test]
+fn a_sender_times_its_bulk_copies_into_a_peers_ring_and_the_owner_its_copies_out() {
+    let cfg = ShmConfig { prefix: format!("rdm4u{}bulk", std::process::id()), slots: 4, ..ShmConfig::default() };
+    let mut rx = ShmDevice::open_with(cfg.clone()).unwrap();
+    let mut tx = ShmDevice::open_with(cfg).unwrap();
+    let ah = tx.insert(&rx.local_addr()).unwrap();
+    let copy_in = |tx: &ShmDevice| tx.peers[ah as usize].as_ref().unwrap().copy_in;
+    tx.send(ah, &packet(1, 1000), 0).unwrap();
+    assert_eq!(copy_in(&tx), 0, "small packets are not timed");
+    tx.send(ah, &packet(2, 40_000), 0).unwrap();
+    assert!(copy_in(&tx) > 0);
+    let mut sizes = Vec::new();
+    rx.recv(8, |_, p: &[u8], _| sizes.push(p.len()));
+    assert_eq!(sizes, [1000, 40_000]);
+    assert!(rx.map.u32_at(off::RING_OUT).load(Ordering::Relaxed) > 0);
 }
