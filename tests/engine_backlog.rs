@@ -2,8 +2,7 @@
 //! marked when at least `Caps::backlog_min` bytes for the same peer are
 //! queued behind it — the rest of its message and the other sends not yet
 //! completed — so that a lone message is never marked, a stream is, and the
-//! count goes back to nothing once the sends complete. And the device's
-//! say in the protocol (`Device::prefer_longread`).
+//! count goes back to nothing once the sends complete.
 
 mod common;
 
@@ -95,25 +94,4 @@ fn long_read_sends_leave_the_count_with_their_rtm() {
     assert!(c.all_types().contains(&"LONGREAD_MSGRTM"), "{:?}", c.all_types());
     let pkts = stream(&mut c, 1, 100 * KIB);
     assert!(!pkts.is_empty() && pkts.iter().all(|r| !r.more), "{pkts:?}");
-}
-
-#[test]
-fn a_device_that_prefers_long_read_gets_it_below_the_size_limits() {
-    for prefer in [false, true] {
-        let sim = SimConfig {
-            mtu: 16 * KIB,
-            rdma: true,
-            longread_min: usize::MAX,
-            prefer_longread: prefer,
-            ..SimConfig::default()
-        };
-        let mut c = Cluster::new(2, sim, Config::default());
-        stream(&mut c, 1, KIB); // the receiver's HANDSHAKE says it can read
-        c.settle(10_000);
-        c.net.clear_log();
-        let ctsdata = stream(&mut c, 2, 100 * KIB);
-        let types = c.all_types();
-        assert_eq!(types.contains(&"LONGREAD_MSGRTM"), prefer, "{types:?}");
-        assert_eq!(ctsdata.is_empty(), prefer);
-    }
 }

@@ -173,14 +173,6 @@ pub trait Device {
         build: impl FnMut(&mut [u8]) -> usize,
     ) -> Result<Sent, DevError>;
 
-    /// Whether a two-sided message of `len` bytes to `ah` should move by
-    /// long-read although it is below `Caps::longread_min`: the device
-    /// knows that way to be the faster one now (the shm device asks the
-    /// receiver). The default: no.
-    fn prefer_longread(&mut self, _ah: Ah, _len: usize) -> bool {
-        false
-    }
-
     /// Says whether at least [`Caps::backlog_min`] bytes for the same peer
     /// are queued behind the next packet sent: the engine says so before
     /// each bulk packet (CTSDATA) when the device asks for it. A hint for

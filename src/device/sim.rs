@@ -56,8 +56,6 @@ pub struct SimConfig {
     /// The device's `Caps::backlog_min` (0: it takes no hints); the hints
     /// are recorded in the log.
     pub backlog_min: u64,
-    /// What `Device::prefer_longread` answers for messages of 64 KiB and more.
-    pub prefer_longread: bool,
 }
 
 impl Default for SimConfig {
@@ -75,7 +73,6 @@ impl Default for SimConfig {
             longread_min: 0,
             capture: true,
             backlog_min: 0,
-            prefer_longread: false,
         }
     }
 }
@@ -442,10 +439,6 @@ impl Device for SimDevice {
 
     fn more_follows(&mut self, more: bool) {
         self.more = more;
-    }
-
-    fn prefer_longread(&mut self, _ah: Ah, len: usize) -> bool {
-        len >= 64 * 1024 && self.net.borrow().cfg.prefer_longread
     }
 
     fn send_gather(

@@ -28,13 +28,13 @@ use crate::wire::{self, IdsHdr, Packet, PacketType, ReqFamily, RmaIov, Subprotoc
 impl Core {
     /// The long-read RTM type for a send of `len` bytes to `peer`, if the
     /// protocol applies.
-    pub(crate) fn longread_type(&self, peer: u32, len: usize, tagged: bool, prefer: bool) -> Option<PacketType> {
+    pub(crate) fn longread_type(&self, peer: u32, len: usize, tagged: bool) -> Option<PacketType> {
         let p = self.peers.get(peer)?;
         let usable = !self.cfg.legacy
             && self.caps.rdma_read
             && p.hs_recv
             && p.has(wire::extra::RDMA_READ)
-            && (prefer || len >= self.cfg.longread_min.max(self.caps.longread_min).max(1))
+            && len >= self.cfg.longread_min.max(self.caps.longread_min).max(1)
             && len as u64 <= u64::from(u32::MAX);
         usable.then(|| PacketType::req_type(ReqFamily::Rtm, Subprotocol::Longread, tagged, false)).flatten()
     }

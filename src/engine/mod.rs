@@ -462,10 +462,7 @@ impl<D: Device> Endpoint<D> {
             self.core.flush(&mut self.dev);
             return Ok(());
         }
-        // The device may know long-read to be the faster way now.
-        let ah = self.core.peers.get(dest).and_then(|p| p.ah);
-        let prefer_lr = ah.is_some_and(|ah| self.dev.prefer_longread(ah, buf.len()));
-        if let Some(key) = self.core.post_send(dest, buf, opts, prefer_lr)? {
+        if let Some(key) = self.core.post_send(dest, buf, opts)? {
             self.core.register_longread(&mut self.dev, key);
         }
         self.core.flush(&mut self.dev);

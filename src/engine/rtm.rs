@@ -31,14 +31,7 @@ fn takes(src: Option<u32>, tag: Option<(u64, u64)>, peer: u32, msg_tag: u64) -> 
 impl Core {
     /// Queues a send; see [`super::Endpoint::send`]. `Some(key)`: a
     /// long-read send whose buffer must be registered with the device.
-    /// `prefer_lr`: the device asks for long-read whatever the size limits.
-    pub(crate) fn post_send(
-        &mut self,
-        dest: Addr,
-        buf: UserBuf,
-        opts: SendOpts,
-        prefer_lr: bool,
-    ) -> Result<Option<u32>, Status> {
+    pub(crate) fn post_send(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<Option<u32>, Status> {
         let peer = self.reachable_peer(dest)?;
         let tagged = opts.tag.is_some();
         let len = buf.len();
@@ -49,7 +42,7 @@ impl Core {
         } else {
             2
         };
-        let longread = if proto == 2 { self.longread_type(dest, len, tagged, prefer_lr) } else { None };
+        let longread = if proto == 2 { self.longread_type(dest, len, tagged) } else { None };
         let mut op = Op::new(OpKind::Send, dest, opts.context, buf);
         op.ptype = Some(longread.unwrap_or(self.rtm_types[proto][usize::from(tagged)]));
         // A long-read send ends with the receiver's EOR.

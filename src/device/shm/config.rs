@@ -33,9 +33,7 @@ pub struct ShmConfig {
     pub cma: bool,
     /// Two-sided messages of at least this many bytes move by long-read (one
     /// copy by cross-memory attach, the sender passive) instead of long-CTS
-    /// through the ring (`usize::MAX`, the default: only while the receiver
-    /// finds its reads clearly faster than its copies out of the ring, for
-    /// messages from 256 KiB: see `adapt.rs`). Measured on a
+    /// through the ring (`usize::MAX`, the default: never). Measured on a
     /// 2-core VM, the ring's pipelined copies — the sender copying in while
     /// the receiver copies out — beat one `process_vm_readv` at every size
     /// from 64 KiB to 16 MiB (1 MiB: ~10.5 vs ~8.6 GB/s; 16 MiB: ~7 vs

@@ -6,9 +6,7 @@
 //! offset 0    header: magic, layout version, ring size, MTU, owner pid and
 //!             start time, endpoint id, connid, closing and sleeping flags,
 //!             the ring's seal; the ring's tail (producers) and head
-//!             (consumer) on their own cache lines; how fast the owner
-//!             copies out of its ring and reads by cross-memory attach
-//!             (`adapt.rs`)
+//!             (consumer) on their own cache lines
 //! 256         the ring: a power-of-two number of bytes holding entries
 //!             back to back, each a whole number of cache lines: a 24-byte
 //!             entry header (sealed position, sender endpoint id and connid,
@@ -54,9 +52,7 @@
 //! the same endpoint id are never attributed to its successor.
 //!
 //! Two-sided messages move through the ring (eager up to one packet, then
-//! long-CTS) unless `longread_min` says otherwise or, from 256 KiB, the
-//! receiver's reads are timed clearly faster than the slower of the ring's
-//! two copies (`adapt.rs`). RMA read and write use
+//! long-CTS) unless `longread_min` says otherwise. RMA read and write use
 //! cross-memory attach (`process_vm_readv` /
 //! `process_vm_writev`) after checking key, bounds and access in the memory
 //! owner's published registration table; the owner does nothing. When the OS
@@ -81,7 +77,7 @@
 //! `RDM4_SHM_EPID` (open this endpoint id), `RDM4_SHM_SLOTS` (default 128:
 //! the ring holds `slots` × `mtu` bytes, rounded up to a power of two),
 //! `RDM4_SHM_MTU` (default 65536), `RDM4_SHM_CMA` (0 disables),
-//! `RDM4_SHM_LONGREAD_MIN` (default: adaptive, see [`ShmConfig::longread_min`]),
+//! `RDM4_SHM_LONGREAD_MIN` (default: never, see [`ShmConfig::longread_min`]),
 //! `RDM4_SHM_TRAIL` (default three L2s, see [`ShmConfig::trail`]),
 //! `RDM4_SHM_PEER_CHECK_MS` (default 100).
 
@@ -95,7 +91,6 @@ use crate::mem::UserBuf;
 use crate::status::Status;
 use crate::wire::RawAddr;
 
-mod adapt;
 mod config;
 mod segment;
 mod trail;
@@ -108,7 +103,7 @@ use segment::{
 };
 
 const MAGIC: u64 = u64::from_le_bytes(*b"rdm4shm1");
-const LAYOUT_VERSION: u32 = 6;
+const LAYOUT_VERSION: u32 = 5;
 const HDR_LEN: usize = 256;
 const SLOT_HDR: usize = 24;
 const MR_ENTRIES: usize = 1024;
@@ -225,11 +220,6 @@ struct Peer {
     /// on a calm machine (with the wait: the 8 MiB ring's rate).
     full_skip: u32,
     full_wait: u32,
-    /// Sends from `adapt::ADAPT_MIN` bytes so far (for the probes).
-    large_sends: u32,
-    /// Our copies of bulk packets into this peer's ring, ticks per KiB
-    /// (`adapt.rs`; 0: none yet).
-    copy_in: u32,
 }
 
 /// One endpoint's shared-memory device.
@@ -499,13 +489,7 @@ impl ShmDevice {
                 // SAFETY: `SLOT_HDR + len <= span <= ring - at` (checked
                 // just above), so the packet ends inside the ring.
                 let pkt = unsafe { self.map.bytes(e + SLOT_HDR, len) };
-                if len >= adapt::TIMED_MIN {
-                    let t = adapt::ticks();
-                    go_on = f(ah, pkt, None).go_on();
-                    self.note_ring_out(len, adapt::ticks().wrapping_sub(t));
-                } else {
-                    go_on = f(ah, pkt, None).go_on();
-                }
+                go_on = f(ah, pkt, None).go_on();
             }
             self.head += span as u64;
             n += 1;
@@ -676,8 +660,7 @@ impl ShmDevice {
             None => Err(Status::RemoteAccess),
             Some(addr) => {
                 let pid = p.pid as libc::pid_t;
-                let t = adapt::ticks();
-                let r = local.with_slice_mut(|buf| {
+                local.with_slice_mut(|buf| {
                     let mut done = 0usize;
                     while done < buf.len() {
                         let liov = libc::iovec { iov_base: buf[done..].as_mut_ptr().cast(), iov_len: buf.len() - done };
@@ -704,11 +687,7 @@ impl ShmDevice {
                         done += n as usize;
                     }
                     Ok(())
-                });
-                if r.is_ok() && !write && local.len() >= adapt::TIMED_MIN {
-                    self.note_cma_in(local.len(), adapt::ticks().wrapping_sub(t));
-                }
-                r
+                })
             }
         };
         self.events.push(DevEvent::SendDone { wr_id, ah, status });
@@ -782,8 +761,6 @@ impl Device for ShmDevice {
             head_seen: 0,
             full_skip: 0,
             full_wait: 0,
-            large_sends: 0,
-            copy_in: 0,
             name,
         }));
         self.by_id.insert(key, ah);
@@ -870,16 +847,7 @@ impl Device for ShmDevice {
         // SAFETY: the claimed entry's packet bytes (`SLOT_HDR + cap <=
         // need`), in bounds as above and ours until published.
         let slot = unsafe { std::slice::from_raw_parts_mut(p.map.ptr_at(HDR_LEN + p.shape.at(pos) + SLOT_HDR), cap) };
-        let len = if cap >= adapt::TIMED_MIN {
-            let t = adapt::ticks();
-            let len = build(slot).min(cap);
-            if len >= adapt::TIMED_MIN {
-                p.copy_in = adapt::ewma(p.copy_in, len, adapt::ticks().wrapping_sub(t));
-            }
-            len
-        } else {
-            build(slot).min(cap)
-        };
+        let len = build(slot).min(cap);
         publish(pos, len, need as u32 | if more { segment::MORE } else { 0 });
         // In a stream of sends the next entry most likely starts where this
         // one ends: ask for its first line in exclusive state now, so that
@@ -918,10 +886,6 @@ impl Device for ShmDevice {
 
     fn more_follows(&mut self, more: bool) {
         self.more = more;
-    }
-
-    fn prefer_longread(&mut self, ah: Ah, len: usize) -> bool {
-        self.wants_longread(ah, len)
     }
 
     fn reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {

@@ -148,10 +148,6 @@ pub(super) mod off {
     pub const SEAL: usize = 56;
     pub const TAIL: usize = 64;
     pub const HEAD: usize = 128;
-    /// The owner's copies out of its ring and its cross-memory-attach
-    /// reads, ticks per KiB (running averages, 0: none yet).
-    pub const RING_OUT: usize = 192;
-    pub const CMA_IN: usize = 196;
 }
 
 /// A segment's shape, from its header.
