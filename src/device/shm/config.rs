@@ -57,7 +57,9 @@ pub struct ShmConfig {
     /// Measured with the hint, 504 paired 1 MiB tag_bw runs in a rough
     /// half hour of that VM: slow runs (< 20 GB/s) 108 instead of 173,
     /// median 27.1 GB/s instead of 25.9, better in 432 pairs; the spells
-    /// where every run is slow, trail or not, remain.
+    /// where every run is slow, trail or not, remain. With the two vCPUs far
+    /// apart (cache-line floor ~170 ns) it cost 2-4% (11.3-11.6 against
+    /// 11.5-12.1 GB/s, 6 of 6 pairs).
     pub trail: Option<usize>,
     /// How often peers' liveness is checked.
     pub peer_check: Duration,
