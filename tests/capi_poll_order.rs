@@ -46,6 +46,30 @@ impl Pair {
     }
 }
 
+impl Pair {
+    /// b posts `n` tagged receives from `src` (contexts 10, 11, ...), then a
+    /// sends `n` messages, the k-th all bytes k (contexts 20, 21, ...).
+    /// Returns the receive buffers, lent to b until their completions.
+    fn a_to_b(&self, n: usize, src: rdm4_addr) -> Vec<[u8; 8]> {
+        let mut bufs = vec![[0u8; 8]; n];
+        for (i, r) in bufs.iter_mut().enumerate() {
+            assert_eq!(rdm4_trecv(self.b, r.as_mut_ptr().cast(), 8, src, 5, 0, ctx(10 + i)), 0);
+        }
+        for i in 0..n {
+            let m = [i as u8; 8];
+            assert_eq!(rdm4_tsend(self.a, m.as_ptr().cast(), 8, self.to_b, 5, ctx(20 + i)), 0);
+        }
+        bufs
+    }
+}
+
+/// Receive buffer k holds message k.
+fn check(bufs: &[[u8; 8]]) {
+    for (i, r) in bufs.iter().enumerate() {
+        assert_eq!(r, &[i as u8; 8]);
+    }
+}
+
 impl Drop for Pair {
     fn drop(&mut self) {
         assert_eq!(rdm4_ep_close(self.a), 0);
@@ -82,17 +106,10 @@ fn ctx(v: usize) -> *mut c_void {
 fn queued_entries_come_out_before_entries_of_later_messages() {
     let p = Pair::open();
     p.warm_up();
-    let mut bufs = [[0u8; 8]; 3];
-    for (i, r) in bufs.iter_mut().enumerate() {
-        assert_eq!(rdm4_trecv(p.b, r.as_mut_ptr().cast(), 8, p.to_a, 5, 0, ctx(10 + i)), 0);
-    }
     // b's own send completes at once over shm and waits in its queue.
     let s = [9u8; 8];
     assert_eq!(rdm4_tsend(p.b, s.as_ptr().cast(), 8, p.to_a, 6, ctx(100)), 0);
-    for i in 0..3u8 {
-        let m = [i; 8];
-        assert_eq!(rdm4_tsend(p.a, m.as_ptr().cast(), 8, p.to_b, 5, ctx(20 + i as usize)), 0);
-    }
+    let bufs = p.a_to_b(3, p.to_a);
     let mut order = Vec::new();
     let mut cq = [zero(); 2];
     for _ in 0..1000 {
@@ -109,9 +126,7 @@ fn queued_entries_come_out_before_entries_of_later_messages() {
         }
     }
     assert_eq!(order, [100, 10, 11, 12]);
-    for (i, r) in bufs.iter().enumerate() {
-        assert_eq!(r, &[i as u8; 8]);
-    }
+    check(&bufs);
     assert_eq!(drain(p.a, 3).len(), 3);
 }
 
@@ -122,14 +137,7 @@ fn queued_entries_come_out_before_entries_of_later_messages() {
 fn entries_beyond_max_wait_for_the_next_call_in_order() {
     let p = Pair::open();
     p.warm_up();
-    let mut bufs = [[0u8; 8]; 5];
-    for (i, r) in bufs.iter_mut().enumerate() {
-        assert_eq!(rdm4_trecv(p.b, r.as_mut_ptr().cast(), 8, RDM4_ADDR_UNSPEC, 5, 0, ctx(10 + i)), 0);
-    }
-    for i in 0..5u8 {
-        let m = [i; 8];
-        assert_eq!(rdm4_tsend(p.a, m.as_ptr().cast(), 8, p.to_b, 5, std::ptr::null_mut()), 0);
-    }
+    let bufs = p.a_to_b(5, RDM4_ADDR_UNSPEC);
     assert_eq!(rdm4_poll(p.b, std::ptr::null_mut(), 0), 0);
     let mut cq = [zero(); 4];
     for e in &mut cq {
@@ -143,8 +151,6 @@ fn entries_beyond_max_wait_for_the_next_call_in_order() {
     assert_eq!(cq[0].len, 8);
     let rest: Vec<usize> = drain(p.b, 3).iter().map(|e| e.context as usize).collect();
     assert_eq!(rest, [12, 13, 14]);
-    for (i, r) in bufs.iter().enumerate() {
-        assert_eq!(r, &[i as u8; 8]);
-    }
+    check(&bufs);
     assert_eq!(drain(p.a, 5).len(), 5);
 }

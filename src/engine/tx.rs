@@ -192,12 +192,10 @@ impl Core {
                     if op.backlog && op.sent >= op.len {
                         // Its last byte is the device's: nothing of it waits now.
                         op.backlog = false;
-                        let (peer, len) = (op.peer, op.len);
-                        if let Some(p) = self.peers.get_mut(peer) {
-                            p.tx_bytes = p.tx_bytes.saturating_sub(len);
+                        if let Some(p) = self.peers.get_mut(op.peer) {
+                            p.tx_bytes = p.tx_bytes.saturating_sub(op.len);
                         }
                     }
-                    let Some(op) = self.ops.get_mut(key) else { return true };
                     if how == Sent::Pending {
                         op.inflight += 1;
                     } else if op.sent >= op.len {

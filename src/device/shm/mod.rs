@@ -452,12 +452,11 @@ impl ShmDevice {
                 break;
             }
             let (from, connid) = segment::halves(h.ids.load(Ordering::Relaxed));
-            let (len, span) = segment::halves(h.sizes.load(Ordering::Relaxed));
-            let (more, len, span) = (span & segment::MORE != 0, len as usize, (span & !segment::MORE) as usize);
-            // Producers write whole cache lines that end by the ring's end.
-            // Anything else is a peer scribbling on the segment (which any
-            // process of the user can): skip one line and read nothing.
-            let sane = span % 64 == 0 && span > 0 && span <= self.shape.ring - at;
+            let (len, span, more) = h.sizes();
+            // A span no producer writes is a peer scribbling on the segment
+            // (which any process of the user can): skip one line and read
+            // nothing.
+            let sane = self.shape.span_fits(at, span);
             let span = if sane { span } else { 64 };
             if more && sane && self.trail > 0 && self.trailing(span) {
                 break;

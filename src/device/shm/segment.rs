@@ -110,6 +110,15 @@ pub(super) struct EntryHdr {
 /// may leave it for a later poll while the producer writes on (the trail).
 pub(super) const MORE: u32 = 1;
 
+impl EntryHdr {
+    /// The packet length, the entry's span as written (unchecked: see
+    /// [`Shape::span_fits`]) and its [`MORE`] flag.
+    pub(super) fn sizes(&self) -> (usize, usize, bool) {
+        let (len, span) = halves(self.sizes.load(Ordering::Relaxed));
+        (len as usize, (span & !MORE) as usize, span & MORE != 0)
+    }
+}
+
 /// Two u32 halves of a header word.
 pub(super) fn halves(w: u64) -> (u32, u32) {
     (w as u32, (w >> 32) as u32)
@@ -195,6 +204,13 @@ impl Shape {
     /// The first word of a published entry at `pos`.
     pub(super) fn sealed(&self, pos: u64) -> u64 {
         (pos + 1) ^ self.seal
+    }
+
+    /// Whether an entry at ring offset `at` may span `span` bytes: whole
+    /// cache lines that end by the ring's end, as producers write them.
+    /// Anything else is a peer scribbling on the segment.
+    pub(super) fn span_fits(&self, at: usize, span: usize) -> bool {
+        span % 64 == 0 && span > 0 && span <= self.ring - at
     }
 }
 

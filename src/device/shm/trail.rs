@@ -1,6 +1,6 @@
 //! The owner trailing a streaming producer ([`ShmConfig::trail`]).
 //!
-//! A packet marked [`segment::MORE`] is left at the head while fewer than
+//! A packet marked [`super::segment::MORE`] is left at the head while fewer than
 //! `trail` bytes were claimed after it and one of the entries in those bytes
 //! is still unsealed (a producer is writing it). The owner never waits for
 //! a producer that is not writing: one that stopped (its window used up, its
@@ -10,7 +10,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{off, segment, ShmDevice, HDR_LEN};
+use super::{off, ShmDevice, HDR_LEN};
 
 #[cfg(doc)]
 use super::ShmConfig;
@@ -45,12 +45,11 @@ impl ShmDevice {
                 self.held += 1;
                 return true; // claimed, still being written
             }
-            let (_, s) = segment::halves(h.sizes.load(Ordering::Relaxed));
-            let s = (s & !segment::MORE) as usize;
-            if s == 0 || s % 64 != 0 || s > self.shape.ring - at {
+            let (_, span, _) = h.sizes();
+            if !self.shape.span_fits(at, span) {
                 return false; // a scribbled entry: read on, as recv_batch will
             }
-            p += s as u64;
+            p += span as u64;
         }
         false
     }
