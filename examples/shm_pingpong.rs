@@ -29,8 +29,11 @@ use std::os::fd::FromRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use rdm4::capi::*;
 use rdm4::device::shm::ShmDevice;
 use rdm4::device::Device;
+use rdm4::engine::{Config, Endpoint, RecvOpts, SendOpts};
+use rdm4::mem::OwnedBuf;
 use rdm4::wire::RawAddr;
 
 const BATCH: usize = 1000;
@@ -144,6 +147,94 @@ fn device(client: bool, link: &mut Link, batches: usize, pause: bool) -> f64 {
     }
 }
 
+/// The engine on the shm device: 8-byte tagged messages, each completion
+/// polled (what `rdm4-perf` does, without the C API).
+fn engine(client: bool, link: &mut Link, batches: usize) -> f64 {
+    let mut ep = Endpoint::new(ShmDevice::open().expect("shm device"), Config::default());
+    let theirs = link.swap(&ep.addr().to_bytes());
+    let to = ep.av_insert(&RawAddr::from_bytes(&theirs).expect("address")).expect("insert");
+    let (mut s, mut r) = (OwnedBuf::from_slice(&[7u8; 8]), OwnedBuf::zeroed(8));
+    let mut cq = Vec::with_capacity(16);
+    let mut complete = |ep: &mut Endpoint<ShmDevice>, n: usize| {
+        let (mut got, mut spins, mut since) = (0, 0, None);
+        while got < n {
+            check_alive(&mut spins, &mut since);
+            ep.progress(0);
+            cq.clear();
+            got += ep.poll_cq(&mut cq, 16);
+        }
+    };
+    let tag = |t| RecvOpts { tag: Some((t, 0)), src: Some(to), context: 0 };
+    link.swap(&[0; 32]);
+    if client {
+        time(batches, || {
+            ep.send(to, s.buf(), SendOpts { tag: Some(1), ..Default::default() }).expect("send");
+            ep.recv(r.buf(), tag(1)).expect("recv");
+            complete(&mut ep, 2);
+        })
+    } else {
+        for _ in 0..batches * BATCH {
+            ep.recv(r.buf(), tag(1)).expect("recv");
+            complete(&mut ep, 1);
+            ep.send(to, s.buf(), SendOpts { tag: Some(1), ..Default::default() }).expect("send");
+            complete(&mut ep, 1);
+        }
+        0.0
+    }
+}
+
+/// The C API, as `rdm4-perf --test tag_lat` calls it (manual progress, one
+/// thread, tagged 8-byte messages, receives naming their source).
+fn capi(client: bool, link: &mut Link, batches: usize) -> f64 {
+    let ok = |what: &str, rc: i32| assert!(rc >= 0, "{what}: {rc}");
+    let mut attr = std::mem::MaybeUninit::<rdm4_ep_attr>::uninit();
+    ok("attr", rdm4_ep_attr_init(attr.as_mut_ptr()));
+    // SAFETY: initialised by rdm4_ep_attr_init.
+    let mut attr = unsafe { attr.assume_init() };
+    attr.progress = RDM4_PROGRESS_MANUAL;
+    attr.threading = RDM4_THREAD_SINGLE;
+    let mut ep = std::ptr::null_mut();
+    ok("open", rdm4_ep_open(&attr, &mut ep));
+    let (mut name, mut len) = ([0u8; 32], 32);
+    ok("getname", rdm4_ep_getname(ep, name.as_mut_ptr().cast(), &mut len));
+    let theirs = link.swap(&name);
+    let mut to = 0;
+    ok("av", rdm4_av_insert(ep, theirs.as_ptr().cast(), 1, &mut to));
+    let (s, mut r) = ([7u8; 8], [0u8; 8]);
+    // SAFETY: rdm4_cqe is plain data.
+    let mut cq = [unsafe { std::mem::zeroed::<rdm4_cqe>() }; 16];
+    let null = std::ptr::null_mut();
+    let mut complete = |n: usize| {
+        let (mut got, mut spins, mut since) = (0, 0, None);
+        while got < n {
+            check_alive(&mut spins, &mut since);
+            let k = rdm4_poll(ep, cq.as_mut_ptr(), cq.len());
+            ok("poll", k);
+            got += k as usize;
+        }
+    };
+    link.swap(&[0; 32]);
+    let ms = if client {
+        time(batches, || {
+            ok("send", rdm4_tsend(ep, s.as_ptr().cast(), 8, to, 1, null));
+            ok("recv", rdm4_trecv(ep, r.as_mut_ptr().cast(), 8, to, 1, 0, null));
+            complete(2);
+        })
+    } else {
+        for _ in 0..batches * BATCH {
+            ok("recv", rdm4_trecv(ep, r.as_mut_ptr().cast(), 8, to, 1, 0, null));
+            complete(1);
+            ok("send", rdm4_tsend(ep, s.as_ptr().cast(), 8, to, 1, null));
+            complete(1);
+        }
+        0.0
+    };
+    // Both ends done before either closes.
+    link.swap(&[0; 32]);
+    ok("close", rdm4_ep_close(ep));
+    ms
+}
+
 fn main() {
     let round_trips: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(200_000);
     let batches = round_trips.div_ceil(BATCH).max(1);
@@ -180,11 +271,17 @@ fn main() {
         device(client, &mut link, batches / 10 + 1, pause);
         device(client, &mut link, batches, pause)
     });
+    engine(client, &mut link, batches / 10 + 1);
+    let e = engine(client, &mut link, batches);
+    capi(client, &mut link, batches / 10 + 1);
+    let c = capi(client, &mut link, batches);
     if client {
         println!("one-way ns, median of {batches} batches of {BATCH} round trips:");
         println!("  line (floor)             {l:6.1}");
         println!("  shm device, tight poll   {d:6.1}  (+{:.1})", d - l);
         println!("  shm device, PAUSE        {p:6.1}  (+{:.1})", p - l);
+        println!("  engine (8 B tagged)      {e:6.1}  (+{:.1} over the device with PAUSE)", e - p);
+        println!("  C API (8 B tagged)       {c:6.1}  (+{:.1} over the engine)", c - e);
     } else {
         let mut status = 0;
         // SAFETY: waits for our own child.
