@@ -1,5 +1,5 @@
 //! Where one-way latency goes: a ping-pong of 8-byte messages between two
-//! processes pinned to CPUs 0 and 1, measured at two levels in one run —
+//! processes pinned to CPUs 0 and 1, measured at four levels in one run —
 //!
 //! - `line`: one cache line per direction, a sequence number written and
 //!   spun on (the cross-process floor, as `../shared/bench/peers.py`'s
@@ -7,15 +7,18 @@
 //! - `device`: the shm device alone ([`ShmDevice::send`] and
 //!   [`Device::recv`], packets of 40 bytes, the size of an 8-byte eager
 //!   message with its usual header), polled in a tight loop and with a
-//!   PAUSE (`spin_loop`) after each empty poll.
+//!   PAUSE (`spin_loop`) after each empty poll;
+//! - `engine`: [`Endpoint`] on the shm device, tagged 8-byte messages with
+//!   receives naming their source, every completion polled;
+//! - `C API`: the same through `rdm4_tsend` / `rdm4_trecv` / `rdm4_poll`,
+//!   as `rdm4-perf --test tag_lat` calls them.
 //!
 //! The two device rows show what a tight poll loop costs: the receiver's
 //! loads take the line back while the sender's stores wait for it. A poll
 //! of the whole stack is long enough (~150 instructions) to act as that
 //! pause already: a PAUSE there only adds to the time to notice a packet.
 //!
-//! `rdm4-perf --test tag_lat --sizes 8` gives the whole stack (C API and
-//! engine on top); the differences say what each layer adds. One-way time
+//! The differences say what each layer adds. One-way time
 //! is half a round trip; each figure is the median over batches of 1000
 //! round trips (so it compares with rdm4-perf's average more than its
 //! median).
