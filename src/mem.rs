@@ -41,6 +41,50 @@ pub(crate) unsafe fn copy_bytes(src: *const u8, dst: *mut u8, n: usize) {
     }
 }
 
+/// Copies `n` bytes from `src` to `dst` (which must not overlap) with
+/// non-temporal stores where the CPU has them: the copy's lines go to memory
+/// instead of into this CPU's caches, and stores to lines that another CPU
+/// holds do not first fetch them. The stores are ordered before any later
+/// store (a store fence ends the copy), so a flag published after the copy
+/// is seen after the data.
+///
+/// # Safety
+/// `src` must be valid for reading and `dst` for writing `n` bytes, and the
+/// two must not overlap.
+pub(crate) unsafe fn copy_bytes_nt(src: *const u8, dst: *mut u8, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: every access is within the first `n` bytes of `src` and `dst`;
+    // the streaming stores are to 16-aligned addresses (`head` aligns
+    // `dst`); SSE2 is part of x86_64.
+    unsafe {
+        use std::arch::x86_64::{_mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+        let head = (dst as usize).wrapping_neg() & 15;
+        if n < head + 64 {
+            return copy_bytes(src, dst, n);
+        }
+        copy_bytes(src, dst, head);
+        let mut i = head;
+        while i + 64 <= n {
+            let a = _mm_loadu_si128(src.add(i).cast());
+            let b = _mm_loadu_si128(src.add(i + 16).cast());
+            let c = _mm_loadu_si128(src.add(i + 32).cast());
+            let d = _mm_loadu_si128(src.add(i + 48).cast());
+            _mm_stream_si128(dst.add(i).cast(), a);
+            _mm_stream_si128(dst.add(i + 16).cast(), b);
+            _mm_stream_si128(dst.add(i + 32).cast(), c);
+            _mm_stream_si128(dst.add(i + 48).cast(), d);
+            i += 64;
+        }
+        copy_bytes(src.add(i), dst.add(i), n - i);
+        _mm_sfence();
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: as the caller vouches.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src, dst, n)
+    }
+}
+
 /// `dst.copy_from_slice(src)` through [`copy_bytes`] (no library call for
 /// small copies). Panics, as `copy_from_slice` does, when the lengths differ.
 #[inline(always)]
@@ -139,6 +183,20 @@ impl UserBuf {
         }
     }
 
+    /// As [`UserBuf::read_at`], with non-temporal stores into `dst`
+    /// ([`copy_bytes_nt`]).
+    pub fn read_at_nt(&self, off: usize, dst: &mut [u8]) -> bool {
+        match off.checked_add(dst.len()) {
+            Some(end) if end <= self.len => {
+                // SAFETY: in bounds (checked above) of memory lent to us; `dst`
+                // is a Rust slice and cannot overlap memory lent exclusively.
+                unsafe { copy_bytes_nt(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len()) };
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Copies `src` to offset `off`; `false` (and nothing written) when the
     /// range is out of bounds.
     #[inline(always)]
@@ -214,5 +272,24 @@ impl OwnedBuf {
     /// The bytes, mutable (after the operations using them completed).
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         &mut self.bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_temporal_copies_equal_plain_ones_at_every_length_and_alignment() {
+        let src: Vec<u8> = (0..600u32).map(|i| (i * 37 + 11) as u8).collect();
+        for len in (0..300).chain([511, 512, 513]) {
+            for (s_off, d_off) in [(0, 0), (1, 0), (0, 1), (3, 15), (15, 3), (8, 16), (16, 8)] {
+                let mut dst = vec![0xEEu8; 600];
+                // SAFETY: both ranges are inside their vectors and distinct.
+                unsafe { copy_bytes_nt(src.as_ptr().add(s_off), dst.as_mut_ptr().add(d_off), len) };
+                assert_eq!(&dst[d_off..d_off + len], &src[s_off..s_off + len], "len {len}, offsets {s_off}/{d_off}");
+                assert!(dst[..d_off].iter().chain(&dst[d_off + len..]).all(|&b| b == 0xEE), "len {len}: wrote outside");
+            }
+        }
     }
 }

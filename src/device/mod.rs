@@ -179,6 +179,13 @@ pub trait Device {
     /// that one packet; the default ignores it.
     fn more_follows(&mut self, _more: bool) {}
 
+    /// Whether the default [`Device::send_gather`] writes a payload of `len`
+    /// bytes for peer `ah` into its packet with non-temporal stores
+    /// ([`crate::mem::UserBuf::read_at_nt`]). The default: never.
+    fn gather_nt(&mut self, _ah: Ah, _len: usize) -> bool {
+        false
+    }
+
     /// Queues `pkt` (at most `mtu` bytes) for `ah`: [`Device::send_with`] with a copy.
     fn send(&mut self, ah: Ah, pkt: &[u8], wr_id: u64) -> Result<Sent, DevError> {
         if pkt.len() > self.caps().mtu {
@@ -215,9 +222,17 @@ pub trait Device {
         if hdr_max.saturating_add(plen) > self.caps().mtu {
             return Err(DevError::Failed(Status::Inval));
         }
+        let nt = self.gather_nt(ah, plen);
         self.send_with(ah, wr_id, hdr_max + plen, |buf: &mut [u8]| {
             let n = build(buf);
-            let copied = n > 0 && buf.get_mut(n..n + plen).is_some_and(|dst| payload.read_at(0, dst));
+            let copied = n > 0
+                && buf.get_mut(n..n + plen).is_some_and(|dst| {
+                    if nt {
+                        payload.read_at_nt(0, dst)
+                    } else {
+                        payload.read_at(0, dst)
+                    }
+                });
             if copied {
                 n + plen
             } else {

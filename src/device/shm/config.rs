@@ -61,9 +61,19 @@ pub struct ShmConfig {
     /// apart (cache-line floor ~170 ns) it cost 2-4% (11.3-11.6 against
     /// 11.5-12.1 GB/s, 6 of 6 pairs).
     pub trail: Option<usize>,
+    /// Bulk packets (payloads of 32 KiB or more: long messages' CTSDATA)
+    /// to a peer whose cache lines take longer than this many nanoseconds
+    /// to fetch are written with non-temporal stores; `None`: never;
+    /// `Some(0)`: always. The producer times a load of the peer's ring
+    /// head once per 16 such packets and decides on the least of the last
+    /// four times (see `far.rs`).
+    pub far_ns: Option<u32>,
     /// How often peers' liveness is checked.
     pub peer_check: Duration,
 }
+
+/// The default [`ShmConfig::far_ns`].
+pub const FAR_NS: u32 = 120;
 
 impl Default for ShmConfig {
     fn default() -> Self {
@@ -75,6 +85,7 @@ impl Default for ShmConfig {
             cma: true,
             longread_min: usize::MAX,
             trail: None,
+            far_ns: Some(FAR_NS),
             peer_check: Duration::from_millis(100),
         }
     }
@@ -108,6 +119,9 @@ impl ShmConfig {
         }
         if let Some(n) = var("RDM4_SHM_TRAIL").and_then(|v| v.parse().ok()) {
             c.trail = Some(n);
+        }
+        if let Some(v) = var("RDM4_SHM_FAR_NS") {
+            c.far_ns = if v == "off" { None } else { v.parse().ok().or(c.far_ns) };
         }
         if let Some(ms) = var("RDM4_SHM_PEER_CHECK_MS").and_then(|v| v.parse().ok()) {
             c.peer_check = Duration::from_millis(ms);

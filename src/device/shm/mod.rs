@@ -92,6 +92,7 @@ use crate::status::Status;
 use crate::wire::RawAddr;
 
 mod config;
+mod far;
 mod segment;
 mod trail;
 
@@ -220,6 +221,8 @@ struct Peer {
     /// on a calm machine (with the wait: the 8 MiB ring's rate).
     full_skip: u32,
     full_wait: u32,
+    /// How far the peer's CPU is (see `far.rs`).
+    placement: far::Placement,
 }
 
 /// One endpoint's shared-memory device.
@@ -760,6 +763,7 @@ impl Device for ShmDevice {
             head_seen: 0,
             full_skip: 0,
             full_wait: 0,
+            placement: far::Placement::default(),
             name,
         }));
         self.by_id.insert(key, ah);
@@ -885,6 +889,14 @@ impl Device for ShmDevice {
 
     fn more_follows(&mut self, more: bool) {
         self.more = more;
+    }
+
+    fn gather_nt(&mut self, ah: Ah, len: usize) -> bool {
+        let limit = self.cfg.far_ns;
+        match self.peers.get_mut(ah as usize).and_then(Option::as_mut) {
+            Some(p) => p.placement.nt(limit, len, p.map.u64_at(off::HEAD)),
+            None => false,
+        }
     }
 
     fn reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {

@@ -348,3 +348,48 @@ fn the_default_trail_follows_the_l2_size_within_a_quarter_of_the_ring() {
     let (rx, _tx, _ah) = trail_pair("cap", 1 << 30);
     assert_eq!(rx.trail, rx.shape.ring as u64 / 4);
 }
+
+#[test]
+fn bulk_payloads_written_past_the_caches_arrive_whole_at_any_alignment() {
+    let cfg = ShmConfig {
+        prefix: format!("rdm4u{}nt", std::process::id()),
+        slots: 8,
+        mtu: 64 * 1024,
+        far_ns: Some(0),
+        ..ShmConfig::default()
+    };
+    let mut rx = ShmDevice::open_with(cfg.clone()).unwrap();
+    let mut tx = ShmDevice::open_with(cfg).unwrap();
+    let ah = tx.insert(&rx.local_addr()).unwrap();
+    assert!(tx.gather_nt(ah, far::NT_MIN), "far_ns Some(0): always past the caches");
+    assert!(!tx.gather_nt(ah, far::NT_MIN - 1), "small payloads never");
+    let src = packet(3, 64 * 1024);
+    // Headers of 1 to 64 bytes put the payload at every alignment; payload
+    // lengths around NT_MIN and up to the MTU, and sources at odd offsets.
+    for (k, (hdr_len, plen, src_off)) in
+        (1..=64).map(|h| (h, far::NT_MIN + 61 * h % 200, h % 7)).chain([(8, 64 * 1024 - 8, 0)]).enumerate()
+    {
+        let mut payload = crate::mem::OwnedBuf::from_slice(&src[src_off..src_off + plen]);
+        let r = tx.send_gather(
+            ah,
+            k as u64,
+            hdr_len,
+            |buf: &mut [u8]| {
+                buf[..hdr_len].fill(0xA5);
+                hdr_len
+            },
+            payload.buf(),
+        );
+        assert_eq!(r, Ok(Sent::Done), "packet {k}");
+        // One packet, maybe behind the padding that skips the ring's end.
+        let mut got = Vec::new();
+        for _ in 0..2 {
+            if got.is_empty() {
+                rx.recv(1, |_, p: &[u8], _| got = p.to_vec());
+            }
+        }
+        assert_eq!(got.len(), hdr_len + plen, "packet {k}");
+        assert!(got[..hdr_len].iter().all(|&b| b == 0xA5), "packet {k}: header");
+        assert!(got[hdr_len..] == src[src_off..src_off + plen], "packet {k}: payload ({hdr_len}, {plen}, {src_off})");
+    }
+}
