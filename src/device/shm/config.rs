@@ -65,15 +65,15 @@ pub struct ShmConfig {
     /// to a peer whose cache lines take longer than this many nanoseconds
     /// to fetch are written with non-temporal stores; `None`: never;
     /// `Some(0)`: always. The producer times a load of the peer's ring
-    /// head once per 16 such packets and decides on the least of the last
-    /// four times (see `far.rs`).
+    /// head once per 16 such packets and decides on the median of the last
+    /// five times (see `far.rs`).
     pub far_ns: Option<u32>,
     /// How often peers' liveness is checked.
     pub peer_check: Duration,
 }
 
 /// The default [`ShmConfig::far_ns`].
-pub const FAR_NS: u32 = 120;
+pub const FAR_NS: u32 = 90;
 
 impl Default for ShmConfig {
     fn default() -> Self {

@@ -894,7 +894,7 @@ impl Device for ShmDevice {
     fn gather_nt(&mut self, ah: Ah, len: usize) -> bool {
         let limit = self.cfg.far_ns;
         match self.peers.get_mut(ah as usize).and_then(Option::as_mut) {
-            Some(p) => p.placement.nt(limit, len, p.map.u64_at(off::HEAD)),
+            Some(p) => p.placement.nt(limit, len, p.map.u64_at(off::HEAD), &mut p.head_seen),
             None => false,
         }
     }
