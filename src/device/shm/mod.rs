@@ -79,7 +79,8 @@
 //! `RDM4_SHM_MTU` (default 65536), `RDM4_SHM_CMA` (0 disables),
 //! `RDM4_SHM_LONGREAD_MIN` (default: never, see [`ShmConfig::longread_min`]),
 //! `RDM4_SHM_TRAIL` (default three L2s, see [`ShmConfig::trail`]),
-//! `RDM4_SHM_PEER_CHECK_MS` (default 100).
+//! `RDM4_SHM_FAR_NS` (default 90, `off` never, 0 always; see
+//! [`ShmConfig::far_ns`]), `RDM4_SHM_PEER_CHECK_MS` (default 100).
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{fence, Ordering};
