@@ -183,8 +183,9 @@ impl UserBuf {
         }
     }
 
-    /// As [`UserBuf::read_at`], with non-temporal stores into `dst`
-    /// ([`copy_bytes_nt`]).
+    /// As [`UserBuf::read_at`], with non-temporal stores into `dst`: its
+    /// lines go to memory rather than into this CPU's caches, and the
+    /// stores are ordered before any later store.
     pub fn read_at_nt(&self, off: usize, dst: &mut [u8]) -> bool {
         match off.checked_add(dst.len()) {
             Some(end) if end <= self.len => {
