@@ -33,6 +33,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use rdm4::capi::*;
+
+mod common;
+use common::ok;
 use rdm4::device::shm::ShmDevice;
 use rdm4::device::Device;
 use rdm4::engine::{Config, Endpoint, RecvOpts, SendOpts};
@@ -189,17 +192,7 @@ fn engine(client: bool, link: &mut Link, batches: usize) -> f64 {
 /// The C API, as `rdm4-perf --test tag_lat` calls it (manual progress, one
 /// thread, tagged 8-byte messages, receives naming their source).
 fn capi(client: bool, link: &mut Link, batches: usize) -> f64 {
-    let ok = |what: &str, rc: i32| assert!(rc >= 0, "{what}: {rc}");
-    let mut attr = std::mem::MaybeUninit::<rdm4_ep_attr>::uninit();
-    ok("attr", rdm4_ep_attr_init(attr.as_mut_ptr()));
-    // SAFETY: initialised by rdm4_ep_attr_init.
-    let mut attr = unsafe { attr.assume_init() };
-    attr.progress = RDM4_PROGRESS_MANUAL;
-    attr.threading = RDM4_THREAD_SINGLE;
-    let mut ep = std::ptr::null_mut();
-    ok("open", rdm4_ep_open(&attr, &mut ep));
-    let (mut name, mut len) = ([0u8; 32], 32);
-    ok("getname", rdm4_ep_getname(ep, name.as_mut_ptr().cast(), &mut len));
+    let (ep, name) = common::open();
     let theirs = link.swap(&name);
     let mut to = 0;
     ok("av", rdm4_av_insert(ep, theirs.as_ptr().cast(), 1, &mut to));

@@ -172,11 +172,24 @@ impl UserBuf {
     /// when the range is out of bounds.
     #[inline]
     pub fn read_at(&self, off: usize, dst: &mut [u8]) -> bool {
+        self.read_with(off, dst, false)
+    }
+
+    /// [`UserBuf::read_at`], with non-temporal stores when `nt`.
+    #[inline(always)]
+    fn read_with(&self, off: usize, dst: &mut [u8], nt: bool) -> bool {
         match off.checked_add(dst.len()) {
             Some(end) if end <= self.len => {
+                let (src, to, n) = (self.ptr.as_ptr().wrapping_add(off), dst.as_mut_ptr(), dst.len());
                 // SAFETY: in bounds (checked above) of memory lent to us; `dst`
                 // is a Rust slice and cannot overlap memory lent exclusively.
-                unsafe { copy_bytes(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len()) };
+                unsafe {
+                    if nt {
+                        copy_bytes_nt(src, to, n)
+                    } else {
+                        copy_bytes(src, to, n)
+                    }
+                }
                 true
             }
             _ => false,
@@ -187,15 +200,7 @@ impl UserBuf {
     /// lines go to memory rather than into this CPU's caches, and the
     /// stores are ordered before any later store.
     pub fn read_at_nt(&self, off: usize, dst: &mut [u8]) -> bool {
-        match off.checked_add(dst.len()) {
-            Some(end) if end <= self.len => {
-                // SAFETY: in bounds (checked above) of memory lent to us; `dst`
-                // is a Rust slice and cannot overlap memory lent exclusively.
-                unsafe { copy_bytes_nt(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len()) };
-                true
-            }
-            _ => false,
-        }
+        self.read_with(off, dst, true)
     }
 
     /// Copies `src` to offset `off`; `false` (and nothing written) when the
