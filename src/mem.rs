@@ -172,12 +172,14 @@ impl UserBuf {
     /// when the range is out of bounds.
     #[inline]
     pub fn read_at(&self, off: usize, dst: &mut [u8]) -> bool {
-        self.read_with(off, dst, false)
+        self.read_at_with(off, dst, false)
     }
 
-    /// [`UserBuf::read_at`], with non-temporal stores when `nt`.
+    /// [`UserBuf::read_at`], with non-temporal stores into `dst` when `nt`:
+    /// its lines go to memory rather than into this CPU's caches, and the
+    /// stores are ordered before any later store.
     #[inline(always)]
-    fn read_with(&self, off: usize, dst: &mut [u8], nt: bool) -> bool {
+    pub fn read_at_with(&self, off: usize, dst: &mut [u8], nt: bool) -> bool {
         match off.checked_add(dst.len()) {
             Some(end) if end <= self.len => {
                 let (src, to, n) = (self.ptr.as_ptr().wrapping_add(off), dst.as_mut_ptr(), dst.len());
@@ -194,13 +196,6 @@ impl UserBuf {
             }
             _ => false,
         }
-    }
-
-    /// As [`UserBuf::read_at`], with non-temporal stores into `dst`: its
-    /// lines go to memory rather than into this CPU's caches, and the
-    /// stores are ordered before any later store.
-    pub fn read_at_nt(&self, off: usize, dst: &mut [u8]) -> bool {
-        self.read_with(off, dst, true)
     }
 
     /// Copies `src` to offset `off`; `false` (and nothing written) when the

@@ -181,7 +181,7 @@ pub trait Device {
 
     /// Whether the default [`Device::send_gather`] writes a payload of `len`
     /// bytes for peer `ah` into its packet with non-temporal stores
-    /// ([`crate::mem::UserBuf::read_at_nt`]). The default: never.
+    /// ([`crate::mem::UserBuf::read_at_with`]). The default: never.
     fn gather_nt(&mut self, _ah: Ah, _len: usize) -> bool {
         false
     }
@@ -225,14 +225,7 @@ pub trait Device {
         let nt = self.gather_nt(ah, plen);
         self.send_with(ah, wr_id, hdr_max + plen, |buf: &mut [u8]| {
             let n = build(buf);
-            let copied = n > 0
-                && buf.get_mut(n..n + plen).is_some_and(|dst| {
-                    if nt {
-                        payload.read_at_nt(0, dst)
-                    } else {
-                        payload.read_at(0, dst)
-                    }
-                });
+            let copied = n > 0 && buf.get_mut(n..n + plen).is_some_and(|dst| payload.read_at_with(0, dst, nt));
             if copied {
                 n + plen
             } else {

@@ -50,7 +50,7 @@ pub(super) struct Placement {
     next: usize,
     filled: usize,
     /// The peer counts as far: large packets go past the caches.
-    pub far: bool,
+    far: bool,
 }
 
 impl Placement {
@@ -86,7 +86,7 @@ impl Placement {
     }
 
     /// Keeps one sample and decides again.
-    pub(super) fn record(&mut self, limit: u32, ns: u32) {
+    fn record(&mut self, limit: u32, ns: u32) {
         self.samples[self.next] = ns;
         self.next = (self.next + 1) % SAMPLES;
         self.filled = (self.filled + 1).min(SAMPLES);

@@ -894,10 +894,7 @@ impl Device for ShmDevice {
 
     fn gather_nt(&mut self, ah: Ah, len: usize) -> bool {
         let limit = self.cfg.far_ns;
-        match self.peers.get_mut(ah as usize).and_then(Option::as_mut) {
-            Some(p) => p.placement.nt(limit, len, p.map.u64_at(off::HEAD), &mut p.head_seen),
-            None => false,
-        }
+        self.peer(ah).is_ok_and(|p| p.placement.nt(limit, len, p.map.u64_at(off::HEAD), &mut p.head_seen))
     }
 
     fn reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {
