@@ -416,13 +416,17 @@ pub extern "C" fn rdm4_poll(ep: *mut rdm4_ep, entries: *mut rdm4_cqe, max: usize
         let max = max.min(i32::MAX as usize);
         // The common receive's entry goes straight into `entries` during
         // progress; the rest of the room is then filled from the queue.
-        let mut direct = Direct { out: entries, room: if g.passes_through() { max } else { 0 }, n: 0 };
+        // Progress leaves the C API's own queues alone, so whether entries
+        // pass through is decided once for the call.
+        let pass = g.passes_through();
+        let mut direct = Direct { out: entries, room: if pass { max } else { 0 }, n: 0 };
         g.ep.progress_into(0, &mut direct);
         let k = direct.n;
-        let n = g.take_completions(max - k, |i, e| {
+        let out = |i: usize, e: &Cqe| {
             // SAFETY: `entries` has room for `max` entries, `k` taken.
             unsafe { entries.add(k + i).write(to_c(e)) };
-        });
+        };
+        let n = g.take_completions(max - k, pass, out);
         Ok((k + n) as i32)
     })
 }

@@ -300,9 +300,11 @@ impl EpInner {
         !self.ready.is_empty()
     }
 
-    /// Hands up to `max` completions to `out` (with their index); returns how many.
-    pub(crate) fn take_completions(&mut self, max: usize, mut out: impl FnMut(usize, &Cqe)) -> usize {
-        if self.passes_through() {
+    /// Hands up to `max` completions to `out` (with their index); returns
+    /// how many. `pass`: [`Self::passes_through`], which the caller already
+    /// knows.
+    pub(crate) fn take_completions(&mut self, max: usize, pass: bool, mut out: impl FnMut(usize, &Cqe)) -> usize {
+        if pass {
             // Nothing to filter or rewrite: straight from the engine's queue.
             return self.ep.drain_cq(max, out);
         }

@@ -472,8 +472,12 @@ impl<D: Device> Endpoint<D> {
     /// Posts a receive into `buf`.
     #[inline(always)]
     pub fn recv(&mut self, buf: UserBuf, opts: RecvOpts) -> Result<(), Status> {
-        self.core.post_recv(buf, opts)?;
-        self.core.flush(&mut self.dev);
+        // A receive that only joined the queue has nothing to send: the
+        // flush's checks stay off the posting path (8 B streams post one
+        // receive per message).
+        if self.core.post_recv(buf, opts)? {
+            self.core.flush(&mut self.dev);
+        }
         Ok(())
     }
 

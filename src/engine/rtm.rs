@@ -69,16 +69,20 @@ impl Core {
     /// Posts a receive, matching the oldest acceptable unexpected message
     /// first. The common case — nothing unexpected waiting — is decided
     /// inline, with or without a source filter.
+    ///
+    /// `Ok(true)`: an unexpected message took it, which may have queued
+    /// packets (a CTS, reads) to flush; `Ok(false)`: it only joined the
+    /// posted receives, and there is nothing new to send.
     #[inline(always)]
-    pub(crate) fn post_recv(&mut self, buf: UserBuf, opts: RecvOpts) -> Result<(), Status> {
+    pub(crate) fn post_recv(&mut self, buf: UserBuf, opts: RecvOpts) -> Result<bool, Status> {
         self.recvs_posted = true;
         if let Some(src) = opts.src {
             self.live_peer(src)?;
         }
         if !self.unexpected[q(opts.tag.is_some())].is_empty() {
-            return self.post_recv_matching(buf, opts);
+            return self.post_recv_matching(buf, opts).map(|()| true);
         }
-        self.queue_posted(buf, opts)
+        self.queue_posted(buf, opts).map(|()| false)
     }
 
     /// Queues a receive that no unexpected message takes.
