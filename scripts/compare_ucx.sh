@@ -6,7 +6,10 @@
 # the machine this was written on), only numbers taken seconds apart
 # compare; ../shared/bench/peers.py runs each tool's repeats in a block.
 # Rounds alternate which tool goes first; the last line gives the median of
-# the rounds' ratios.
+# the rounds' ratios. Each round starts with the cross-process cache-line
+# floor (examples/shm_pingpong's `line` row, ns one way), which names the
+# placement the host gave the two vCPUs for that round: ~16-25 ns when they
+# are hyperthreads of one core, ~45-60 near, ~160-200 far.
 #
 # usage: scripts/compare_ucx.sh [ROUNDS] [RDM4_PERF]
 set -euo pipefail
@@ -22,22 +25,25 @@ ucx() { # test iters -> last result line of the client
         awk 'NF == 8 && $1 ~ /^[0-9.]+$/ { line = $0 } END { print line }'
     wait "$srv" 2>/dev/null || true
 }
-printf '%-6s %10s %10s %7s   %10s %10s %7s\n' round "rdm4 us" "ucx us" ratio "rdm4 M/s" "ucx M/s" ratio
+cargo build --release --example shm_pingpong >/dev/null 2>&1
+floor() { target/release/examples/shm_pingpong 20000 | awk '/line/ { print $3 }'; }
+printf '%-6s %6s %10s %10s %7s   %10s %10s %7s\n' round floor "rdm4 us" "ucx us" ratio "rdm4 M/s" "ucx M/s" ratio
 theirs() {
     ulat=$(ucx tag_lat 1000000 | awk '{ print $2 }')
     urate=$(ucx tag_bw 5000000 | awk '{ print $8 / 1e6 }')
 }
 ratios=()
 for r in $(seq "$rounds"); do
+    line=$(floor)
     [ $((r % 2)) = 0 ] && theirs
     mine=$("$perf" --test tag_lat,tag_bw --sizes 8 --json)
     [ $((r % 2)) = 1 ] && theirs
     lat=$(echo "$mine" | python3 -c 'import sys,json; print([d for d in map(json.loads, sys.stdin) if d["test"]=="tag_lat"][0]["lat_us_median"])')
     rate=$(echo "$mine" | python3 -c 'import sys,json; print([d for d in map(json.loads, sys.stdin) if d["test"]=="tag_bw"][0]["msg_rate"]/1e6)')
-    python3 -c "print('%-6s %10.3f %10.3f %7.2f   %10.2f %10.2f %7.2f' % ('$r', $lat, $ulat, $lat/$ulat, $rate, $urate, $rate/$urate))"
+    python3 -c "print('%-6s %6.0f %10.3f %10.3f %7.2f   %10.2f %10.2f %7.2f' % ('$r', $line, $lat, $ulat, $lat/$ulat, $rate, $urate, $rate/$urate))"
     ratios+=("$lat/$ulat,$rate/$urate")
 done
 python3 -c "
 import statistics as st
 r = [tuple(map(eval, x.split(','))) for x in '${ratios[*]}'.split()]
-print('median %37.2f %32.2f' % (st.median(a for a, _ in r), st.median(b for _, b in r)))"
+print('median %44.2f %32.2f' % (st.median(a for a, _ in r), st.median(b for _, b in r)))"
