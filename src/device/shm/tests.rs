@@ -393,3 +393,44 @@ fn bulk_payloads_written_past_the_caches_arrive_whole_at_any_alignment() {
         assert!(got[hdr_len..] == src[src_off..src_off + plen], "packet {k}: payload ({hdr_len}, {plen}, {src_off})");
     }
 }
+
+#[test]
+fn only_an_answering_endpoint_asks_for_its_reply_lines_as_many_as_it_received() {
+    // A receiver whose last packet was received (a one-way stream) never asks.
+    assert_eq!(reply_lines(false, true, 64), 0);
+    // Only after the first packet of a poll.
+    assert_eq!(reply_lines(true, false, 64), 0);
+    // One line for an entry of one line (an 8 B message), two for two, at
+    // most REPLY_LINES for anything longer.
+    assert_eq!(reply_lines(true, true, 64), 1);
+    assert_eq!(reply_lines(true, true, 128), 2);
+    assert_eq!(reply_lines(true, true, 4160), REPLY_LINES);
+    assert_eq!(reply_lines(true, true, 65536), REPLY_LINES);
+}
+
+#[test]
+fn ping_pongs_whose_replies_are_asked_for_ahead_cross_the_ring_end_intact() {
+    // Both directions; every reply is asked for ahead (each side sent
+    // last), over rings of 1 KiB whose ends the asked-for lines cross.
+    let (mut a, mut b, to_a) = pair("pingpong", 2);
+    let to_b = a.insert(&b.local_addr()).unwrap();
+    for k in 0..600usize {
+        let len = [8, 40, 100, 200, 256][k % 5];
+        let (ping, pong) = (packet(k, len), packet(k + 1000, len));
+        assert_eq!(a.send(to_b, &ping, 0), Ok(Sent::Done));
+        let mut got = 0;
+        b.recv(4, |from, pkt: &[u8], _| {
+            assert_eq!((from, pkt), (Some(to_a), ping.as_slice()), "ping {k}");
+            got += 1;
+        });
+        assert_eq!(got, 1);
+        assert_eq!(b.send(to_a, &pong, 0), Ok(Sent::Done));
+        a.recv(4, |from, pkt: &[u8], _| {
+            assert_eq!((from, pkt), (Some(to_b), pong.as_slice()), "pong {k}");
+            got += 1;
+        });
+        assert_eq!(got, 2);
+    }
+    // 600 entries of up to 320 bytes each way went around 1 KiB rings.
+    assert!(a.head > 50 * 1024 && b.head > 50 * 1024);
+}
