@@ -39,6 +39,12 @@
 //! and no allocation on that path. A full ring is "try again". Packets from
 //! one sender arrive in order, which the engine does not rely on.
 //!
+//! Answers: an endpoint whose last packet was one it sent asks for the
+//! lines its reply would take in the sender's ring as soon as the engine has
+//! handled a packet, so that their transfer from the peer (which polls
+//! them) overlaps the application's work before it answers
+//! ([`reply_lines`], `prefetch_reply`).
+//!
 //! Trail: a producer marks a bulk packet that has a long stream queued
 //! behind it (the engine says so, [`Device::more_follows`]); the owner
 //! leaves such a packet at the head while fewer than `trail` bytes were
