@@ -43,7 +43,7 @@
 //! lines its reply would take in the sender's ring as soon as the engine has
 //! handled a packet, so that their transfer from the peer (which polls
 //! them) overlaps the application's work before it answers
-//! ([`reply_lines`], `prefetch_reply`).
+//! (`reply_lines`, `prefetch_reply`).
 //!
 //! Trail: a producer marks a bulk packet that has a long stream queued
 //! behind it (the engine says so, [`Device::more_follows`]); the owner
