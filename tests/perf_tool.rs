@@ -30,8 +30,20 @@ fn every_test_mode_on_shm_prints_the_json_contract() {
     // Both RMA paths, and the locked endpoints of `--thread-safe`.
     for (cma, locked) in [("1", false), ("0", false), ("1", true)] {
         let mut args = vec![
-            "--device", "shm", "--sizes", "8,5000", "--iters", "20", "--warmup", "2", "--window", "4", "--json",
+            "--device",
+            "shm",
+            "--sizes",
+            "8,5000",
+            "--iters",
+            "20",
+            "--warmup",
+            "2",
+            "--window",
+            "4",
+            "--json",
             "--no-pin",
+            "--settle-ms",
+            "0",
         ];
         if locked {
             args.push("--thread-safe");
@@ -77,7 +89,8 @@ fn every_test_mode_on_shm_prints_the_json_contract() {
 }
 
 #[test]
-fn the_default_run_prints_a_table() {
+fn the_default_run_settles_before_the_first_test_and_prints_a_table() {
+    let t = std::time::Instant::now();
     let out = run(
         "table",
         &["--sizes", "8,64", "--iters", "10", "--warmup", "1", "--test", "tag_lat,tag_bw", "--no-pin"],
@@ -86,11 +99,20 @@ fn the_default_run_prints_a_table() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let s = String::from_utf8_lossy(&out.stdout);
     assert!(s.contains("test") && s.contains("lat med") && s.contains("tag_bw"), "{s}");
+    // Both processes polled for the default half second first.
+    assert!(t.elapsed() >= std::time::Duration::from_millis(500), "{:?}", t.elapsed());
 }
 
 #[test]
 fn bad_arguments_get_usage_and_a_non_zero_exit() {
-    for args in [&["--test", "nope"][..], &["--sizes", "x"], &["--bogus"], &["--window", "0"], &["--device", "ib"]] {
+    for args in [
+        &["--test", "nope"][..],
+        &["--sizes", "x"],
+        &["--bogus"],
+        &["--window", "0"],
+        &["--device", "ib"],
+        &["--settle-ms", "-1"],
+    ] {
         let out = run("usage", args, &[]);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(String::from_utf8_lossy(&out.stderr).contains("usage"), "{args:?}");
