@@ -98,11 +98,15 @@ use crate::mem::UserBuf;
 use crate::status::Status;
 use crate::wire::RawAddr;
 
+mod barrier;
+mod cma;
 mod config;
 mod far;
 mod segment;
 mod trail;
 
+use barrier::{asymmetric_barriers, prefetch, producer_fence, sleeper_fence};
+use cma::cma_works;
 pub use config::ShmConfig;
 pub use segment::remove_stale_segments;
 use segment::{
@@ -118,6 +122,8 @@ const MR_ENTRIES: usize = 1024;
 const MR_ENTRY_LEN: usize = 40;
 /// Most sends refused without a look at a full ring's head (see `Peer::full_skip`).
 const FULL_WAIT_MAX: u32 = 16;
+/// Endpoint ids scanned for a free one when none is asked for.
+const EPID_SCAN: u32 = 4096;
 /// Most cache lines of a reply asked for ahead (see [`reply_lines`]):
 /// 4 KiB tag_lat was 4% shorter with 8, 1% longer with 4 and 2.5% longer
 /// with 2 (paired runs, 2026-11-24).
@@ -138,8 +144,6 @@ fn reply_lines(answering: bool, first: bool, span: usize) -> usize {
         0
     }
 }
-/// Endpoint ids scanned for a free one when none is asked for.
-const EPID_SCAN: u32 = 4096;
 
 /// `CLOCK_MONOTONIC_COARSE`: milliseconds-grained, and cheap enough to read
 /// on every poll.
@@ -148,65 +152,6 @@ fn coarse_now() -> Duration {
     // SAFETY: a valid out-pointer; this clock exists on every Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
-// Wake-ups are a Dekker handshake: a producer publishes a packet, then reads
-// the owner's sleeping flag; an owner going to sleep sets the flag, then
-// rechecks its ring. Each side needs a store-load barrier. A full fence per
-// packet would stall every send until its slot's cache line arrives, so the
-// cost is moved to the sleeper where the kernel allows it: processes
-// register for `membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED)`, producers then
-// need only a compiler barrier, and a sleeper's membarrier call puts a full
-// barrier in every running registered thread before it rechecks its ring.
-// Where registration fails, producers use the full fence, and sleepers both
-// fence and call membarrier (which then covers the registered producers).
-
-const MEMBARRIER_CMD_GLOBAL_EXPEDITED: libc::c_int = 1 << 1;
-const MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED: libc::c_int = 1 << 2;
-
-/// This process is registered for expedited global membarrier.
-fn asymmetric_barriers() -> bool {
-    static REGISTERED: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
-        // SAFETY: membarrier takes no pointers; failure only returns -1.
-        unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0 }
-    });
-    *REGISTERED
-}
-
-/// The producer's barrier between publishing a packet and reading the
-/// owner's sleeping flag.
-fn producer_fence() {
-    if asymmetric_barriers() {
-        std::sync::atomic::compiler_fence(Ordering::SeqCst);
-    } else {
-        fence(Ordering::SeqCst);
-    }
-}
-
-/// Hints the CPU to fetch the cache line at `p`, for writing (PREFETCHW,
-/// a no-op on CPUs without it) or for reading. Only a hint: `p` is never
-/// dereferenced, and any address will do.
-#[inline(always)]
-fn prefetch<const FOR_WRITE: bool>(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch reads nothing architecturally and cannot fault.
-    unsafe {
-        if FOR_WRITE {
-            std::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly));
-        } else {
-            std::arch::asm!("prefetcht0 [{0}]", in(reg) p, options(nostack, preserves_flags, readonly));
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
-/// The sleeper's barrier between setting its sleeping flag and rechecking its ring.
-fn sleeper_fence() {
-    fence(Ordering::SeqCst);
-    // SAFETY: as above. With no registered process it is a cheap no-op; an
-    // error (old kernel) means no producer relies on it (none registered).
-    unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) };
 }
 
 impl ShmDevice {
@@ -289,35 +234,6 @@ pub struct ShmDevice {
     held: u32,
     /// The engine's hint for the next packet sent ([`Device::more_follows`]).
     more: bool,
-}
-
-/// Cross-memory attach is usable: the syscall works here, and the ptrace
-/// policy lets peers attach (Yama scope 0, or 1 with this process opting in
-/// through `PR_SET_PTRACER`, or any scope for root).
-fn cma_works() -> bool {
-    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
-        .ok()
-        .and_then(|s| s.trim().parse::<u32>().ok())
-        .unwrap_or(0);
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if scope == 1 && !root {
-        // SAFETY: PR_SET_PTRACER with PR_SET_PTRACER_ANY only widens who may attach.
-        unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
-    } else if scope >= 2 && !root {
-        return false;
-    }
-    self_read_works()
-}
-
-fn self_read_works() -> bool {
-    let src = [0x5Au8; 8];
-    let mut dst = [0u8; 8];
-    let local = libc::iovec { iov_base: dst.as_mut_ptr().cast(), iov_len: 8 };
-    let remote = libc::iovec { iov_base: src.as_ptr() as *mut _, iov_len: 8 };
-    // SAFETY: both iovecs name 8 valid bytes of this process.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    n == 8 && dst == src
 }
 
 impl ShmDevice {
@@ -670,90 +586,6 @@ impl ShmDevice {
             Some(p) => Ok(p),
             None => Err(DevError::Failed(Status::NoAddr)),
         }
-    }
-
-    /// Finds `key` in `map`'s registration table and checks access and
-    /// bounds; returns the (address, length) to access.
-    fn lookup_remote(map: &Mapping, shape: &Shape, key: u64, addr: u64, len: u64, need: Access) -> Option<u64> {
-        // The key's low bits name its entry (see `reg`); the whole key must match.
-        let i = (key % MR_ENTRIES as u64) as usize;
-        let e = shape.mr_off() + i * MR_ENTRY_LEN;
-        if map.u64_at(e + 8).load(Ordering::Relaxed) != key || key == 0 {
-            return None;
-        }
-        for _ in 0..64 {
-            let s1 = map.u32_at(e).load(Ordering::Acquire);
-            if s1 % 2 == 1 {
-                std::hint::spin_loop();
-                continue;
-            }
-            let k = map.u64_at(e + 8).load(Ordering::Relaxed);
-            let base = map.u64_at(e + 16).load(Ordering::Relaxed);
-            let mlen = map.u64_at(e + 24).load(Ordering::Relaxed);
-            let access = Access::from_bits_truncate(map.u32_at(e + 32).load(Ordering::Relaxed));
-            fence(Ordering::Acquire);
-            if map.u32_at(e).load(Ordering::Relaxed) != s1 {
-                continue;
-            }
-            let ok = k == key
-                && access.contains(need)
-                && addr >= base
-                && addr.checked_add(len).is_some_and(|end| base.checked_add(mlen).is_some_and(|mend| end <= mend));
-            return ok.then_some(addr);
-        }
-        None
-    }
-
-    fn rdma(
-        &mut self,
-        ah: Ah,
-        local: UserBuf,
-        remote_addr: u64,
-        key: u64,
-        wr_id: u64,
-        write: bool,
-    ) -> Result<(), DevError> {
-        if !self.cma {
-            return Err(DevError::Failed(Status::NotSup));
-        }
-        let p = self.peer(ah)?;
-        let need = if write { Access::REMOTE_WRITE } else { Access::REMOTE_READ };
-        let status = match Self::lookup_remote(&p.map, &p.shape, key, remote_addr, local.len() as u64, need) {
-            None => Err(Status::RemoteAccess),
-            Some(addr) => {
-                let pid = p.pid as libc::pid_t;
-                local.with_slice_mut(|buf| {
-                    let mut done = 0usize;
-                    while done < buf.len() {
-                        let liov = libc::iovec { iov_base: buf[done..].as_mut_ptr().cast(), iov_len: buf.len() - done };
-                        let riov =
-                            libc::iovec { iov_base: (addr as usize + done) as *mut _, iov_len: buf.len() - done };
-                        // SAFETY: `liov` names the rest of a buffer lent to us;
-                        // `riov` names memory the peer registered for this
-                        // access (checked above); the kernel validates it again.
-                        let n = unsafe {
-                            if write {
-                                libc::process_vm_writev(pid, &liov, 1, &riov, 1, 0)
-                            } else {
-                                libc::process_vm_readv(pid, &liov, 1, &riov, 1, 0)
-                            }
-                        };
-                        if n <= 0 {
-                            let e = std::io::Error::last_os_error().raw_os_error();
-                            return Err(if e == Some(libc::ESRCH) {
-                                Status::PeerUnreachable
-                            } else {
-                                Status::RemoteAccess
-                            });
-                        }
-                        done += n as usize;
-                    }
-                    Ok(())
-                })
-            }
-        };
-        self.events.push(DevEvent::SendDone { wr_id, ah, status });
-        Ok(())
     }
 }
 
