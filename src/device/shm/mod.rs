@@ -145,6 +145,13 @@ fn reply_lines(answering: bool, first: bool, span: usize) -> usize {
     }
 }
 
+/// Asks for the cache line of ring position `pos` in the ring that `map`
+/// holds, for writing or for reading ([`prefetch`]; any position will do).
+#[inline(always)]
+fn prefetch_pos<const FOR_WRITE: bool>(map: &Mapping, shape: &Shape, pos: u64) {
+    prefetch::<FOR_WRITE>(map.base().wrapping_add(HDR_LEN + shape.at(pos)));
+}
+
 /// `CLOCK_MONOTONIC_COARSE`: milliseconds-grained, and cheap enough to read
 /// on every poll.
 fn coarse_now() -> Duration {
@@ -420,7 +427,7 @@ impl ShmDevice {
             // scripts/ab_perf.sh, 8 B tag_bw: 1.33x the rate in 28 of 30
             // paired runs without; tag_lat unchanged).
             if n == 0 {
-                prefetch::<false>(self.map.base().wrapping_add(HDR_LEN + self.shape.at(self.head + span as u64)));
+                prefetch_pos::<false>(&self.map, &self.shape, self.head + span as u64);
             }
             // Packets are delivered even when their sender has closed since:
             // they were sent while it was open (the device is reliable).
@@ -481,8 +488,7 @@ impl ShmDevice {
         if let Some(Some(p)) = ah.and_then(|a| self.peers.get(a as usize)) {
             let pos = p.map.u64_at(off::TAIL).load(Ordering::Relaxed);
             for line in 0..lines {
-                let at = p.shape.at(pos + (line * 64) as u64);
-                prefetch::<true>(p.map.base().wrapping_add(HDR_LEN + at));
+                prefetch_pos::<true>(&p.map, &p.shape, pos + (line * 64) as u64);
             }
         }
     }
@@ -697,7 +703,7 @@ impl Device for ShmDevice {
         // polls it) overlaps the claim and the packet's building instead
         // of waiting for the first store (8 B tag_lat: 4-5% shorter in 61
         // of 80 paired runs, scripts/ab_perf.sh; rate unchanged).
-        prefetch::<true>(p.map.base().wrapping_add(HDR_LEN + p.shape.at(pos)));
+        prefetch_pos::<true>(&p.map, &p.shape, pos);
         // Claim `pad` bytes up to the ring's end (when the entry would cross
         // it) and the entry.
         let pad = loop {
@@ -753,7 +759,7 @@ impl Device for ShmDevice {
         // every round trip (measured: 0.44 -> 0.6 us one way when the two
         // CPUs are far apart).
         if streaming {
-            prefetch::<true>(p.map.base().wrapping_add(HDR_LEN + p.shape.at(pos + need as u64)));
+            prefetch_pos::<true>(&p.map, &p.shape, pos + need as u64);
         }
         producer_fence();
         if p.map.u32_at(off::SLEEPING).load(Ordering::SeqCst) != 0 {
