@@ -24,15 +24,17 @@
 #![forbid(unsafe_code)]
 
 mod addr;
+mod datartm;
 mod handshake;
 mod nonreq;
 mod req;
 mod types;
 
 pub use addr::{RawAddr, RmaIov};
+pub use datartm::DataRtm;
 pub use handshake::{Handshake, UserRecvQp};
 pub use nonreq::{AtomRsp, Cts, CtsData, Eor, IdsHdr, PeerError, ReadNack, ReadRsp, Receipt};
-pub use req::{DataRtm, RawAddrHdr, Req, ReqFields, ReqView};
+pub use req::{RawAddrHdr, Req, ReqFields, ReqView};
 pub use types::{Category, NonReqKind, PacketType, ReqFamily, ReqInfo, Subprotocol};
 pub use zerocopy::little_endian::U64 as LeU64;
 
