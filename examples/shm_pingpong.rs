@@ -18,6 +18,13 @@
 //! of the whole stack is long enough (~150 instructions) to act as that
 //! pause already: a PAUSE there only adds to the time to notice a packet.
 //!
+//! A last row gives the client CPU's throughput on independent integer
+//! work: it falls by about a third when the host runs another tenant on
+//! the core's other hardware thread, while the line floor stays (seen
+//! 7.5-7.9 against 10.6-11.3 on the VM this was written on). Latencies
+//! dominated by instructions, as the library's, rise with it; those
+//! dominated by line transfers hardly move.
+//!
 //! The differences say what each layer adds. One-way time
 //! is half a round trip; each figure is the median over batches of 1000
 //! round trips (so it compares with rdm4-perf's average more than its
@@ -231,6 +238,24 @@ fn capi(client: bool, link: &mut Link, batches: usize) -> f64 {
     ms
 }
 
+/// Billions of simple integer operations per second on this CPU: four
+/// independent xorshift generators, so the work is bound by how many
+/// instructions the core issues for this thread, not by a dependency chain.
+fn alu_rate() -> f64 {
+    const STEPS: u64 = 10_000_000;
+    let mut x = std::hint::black_box([1u64, 2, 3, 4]);
+    let t = Instant::now();
+    for _ in 0..STEPS {
+        for v in &mut x {
+            *v ^= *v << 13;
+            *v ^= *v >> 7;
+            *v ^= *v << 17;
+        }
+    }
+    std::hint::black_box(x);
+    (STEPS * 4 * 6) as f64 / t.elapsed().as_nanos() as f64
+}
+
 fn main() {
     let round_trips: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(200_000);
     let batches = round_trips.div_ceil(BATCH).max(1);
@@ -272,12 +297,14 @@ fn main() {
     capi(client, &mut link, batches / 10 + 1);
     let c = capi(client, &mut link, batches);
     if client {
+        let cpu = alu_rate();
         println!("one-way ns, median of {batches} batches of {BATCH} round trips:");
         println!("  line (floor)             {l:6.1}");
         println!("  shm device, tight poll   {d:6.1}  (+{:.1})", d - l);
         println!("  shm device, PAUSE        {p:6.1}  (+{:.1})", p - l);
         println!("  engine (8 B tagged)      {e:6.1}  (+{:.1} over the device with PAUSE)", e - p);
         println!("  C API (8 B tagged)       {c:6.1}  (+{:.1} over the engine)", c - e);
+        println!("CPU throughput, G integer ops/s: {cpu:.2}");
     } else {
         let mut status = 0;
         // SAFETY: waits for our own child.

@@ -9,7 +9,11 @@
 # the rounds' ratios. Each round starts with the cross-process cache-line
 # floor (examples/shm_pingpong's `line` row, ns one way), which names the
 # placement the host gave the two vCPUs for that round: ~16-25 ns when they
-# are hyperthreads of one core, ~45-60 near, ~160-200 far.
+# are hyperthreads of one core, ~45-60 near, ~160-200 far. The `cpu`
+# column is shm_pingpong's integer throughput (G ops/s) at the same moment:
+# ~11 when the core is ours alone, ~7.5 when the host runs another tenant
+# on its other hardware thread (rdm4's latency and rate, bound by
+# instructions, fall with it; UCX's, bound by line transfers, hardly move).
 #
 # usage: scripts/compare_ucx.sh [ROUNDS] [RDM4_PERF]
 set -euo pipefail
@@ -26,24 +30,24 @@ ucx() { # test iters -> last result line of the client
     wait "$srv" 2>/dev/null || true
 }
 cargo build --release --example shm_pingpong >/dev/null 2>&1
-floor() { target/release/examples/shm_pingpong 20000 | awk '/line/ { print $3 }'; }
-printf '%-6s %6s %10s %10s %7s   %10s %10s %7s\n' round floor "rdm4 us" "ucx us" ratio "rdm4 M/s" "ucx M/s" ratio
+probe() { target/release/examples/shm_pingpong 20000 | awk '/line/ { l = $3 } /CPU throughput/ { c = $NF } END { print l, c }'; }
+printf '%-6s %6s %5s %10s %10s %7s   %10s %10s %7s\n' round floor cpu "rdm4 us" "ucx us" ratio "rdm4 M/s" "ucx M/s" ratio
 theirs() {
     ulat=$(ucx tag_lat 1000000 | awk '{ print $2 }')
     urate=$(ucx tag_bw 5000000 | awk '{ print $8 / 1e6 }')
 }
 ratios=()
 for r in $(seq "$rounds"); do
-    line=$(floor)
+    read -r line cpu < <(probe)
     [ $((r % 2)) = 0 ] && theirs
     mine=$("$perf" --test tag_lat,tag_bw --sizes 8 --json)
     [ $((r % 2)) = 1 ] && theirs
     lat=$(echo "$mine" | python3 -c 'import sys,json; print([d for d in map(json.loads, sys.stdin) if d["test"]=="tag_lat"][0]["lat_us_median"])')
     rate=$(echo "$mine" | python3 -c 'import sys,json; print([d for d in map(json.loads, sys.stdin) if d["test"]=="tag_bw"][0]["msg_rate"]/1e6)')
-    python3 -c "print('%-6s %6.0f %10.3f %10.3f %7.2f   %10.2f %10.2f %7.2f' % ('$r', $line, $lat, $ulat, $lat/$ulat, $rate, $urate, $rate/$urate))"
+    python3 -c "print('%-6s %6.0f %5.1f %10.3f %10.3f %7.2f   %10.2f %10.2f %7.2f' % ('$r', $line, $cpu, $lat, $ulat, $lat/$ulat, $rate, $urate, $rate/$urate))"
     ratios+=("$lat/$ulat,$rate/$urate")
 done
 python3 -c "
 import statistics as st
 r = [tuple(map(eval, x.split(','))) for x in '${ratios[*]}'.split()]
-print('median %44.2f %32.2f' % (st.median(a for a, _ in r), st.median(b for _, b in r)))"
+print('median %50.2f %32.2f' % (st.median(a for a, _ in r), st.median(b for _, b in r)))"
