@@ -11,11 +11,12 @@
 # cross-process cache-line floor (examples/shm_pingpong's `line` row, ns
 # one way), which names the placement the host gave the two vCPUs for that
 # round: ~16-25 ns when they are hyperthreads of one core, ~45-60 near,
-# ~160-200 far. The `cpu` column is shm_pingpong's integer throughput
-# (G ops/s) at the same moment: ~11 when the core is ours alone, ~7.5 when
-# the host runs another tenant on its other hardware thread (rdm4's latency
-# and rate, bound by instructions, fall with it; UCX's, bound by line
-# transfers, hardly move).
+# ~160-200 far. The `cpu` column is the lower of shm_pingpong's integer
+# throughputs of the two CPUs (G ops/s, measured by both processes at once
+# at the end of the same run): ~11 when a core is ours alone, ~7.5 when the
+# host runs another tenant on its other hardware thread (rdm4's latency and
+# rate, bound by instructions, fall with it; UCX's, bound by line transfers,
+# hardly move).
 #
 # usage: scripts/compare_ucx.sh [ROUNDS] [RDM4_PERF]
 set -euo pipefail
