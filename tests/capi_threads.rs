@@ -183,3 +183,41 @@ fn single_threaded_endpoints_work_from_thread_to_thread_and_their_handles_die_at
     assert_eq!(rdm4_ep_close(c.h()), 0);
     assert_eq!(rdm4_ep_close(d.h()), 0);
 }
+
+/// A handle is checked by comparing it whole with the handle of the table
+/// slot it names, and the slot number is taken modulo the table's size: so
+/// values that name a live endpoint's slot, but are not its handle, must
+/// be refused, for locked and lock-free endpoints alike. The variants are
+/// ones no other endpoint of this process can hold (a test running beside
+/// this one has its own slots): unaligned, another generation of the same
+/// slot, and slot numbers past the table that wrap onto this slot.
+#[test]
+fn values_naming_a_live_endpoints_slot_but_not_its_handle_are_refused() {
+    std::env::set_var("RDM4_SHM_PREFIX", format!("rdm4thr{}", std::process::id()));
+    let bad = rdm4::status::codes::RDM4_EBADHANDLE;
+    let mut cq = [unsafe { std::mem::zeroed::<rdm4_cqe>() }; 1];
+    for ep in [open(), open_single()] {
+        let live = ep.h() as usize as u64;
+        let table = 4096u64 << 4;
+        let forged = [
+            live | 1,
+            live | 8,
+            live ^ 1 << 36,
+            live ^ 1 << 40,
+            live ^ 1 << 63,
+            live + table,
+            live + 7 * table,
+            live.wrapping_sub(table),
+        ];
+        for v in forged {
+            let h = v as usize as *mut rdm4_ep;
+            assert_eq!(rdm4_poll(h, cq.as_mut_ptr(), 1), bad, "poll with {v:#x} (live {live:#x})");
+            assert_eq!(rdm4_trecv(h, cq.as_mut_ptr().cast(), 8, RDM4_ADDR_UNSPEC, 1, 0, std::ptr::null_mut()), bad);
+            assert_eq!(rdm4_ep_close(h), bad, "close with {v:#x}");
+        }
+        // The real handle still works, and nothing was posted through a forged one.
+        assert_eq!(rdm4_poll(ep.h(), cq.as_mut_ptr(), 1), 0);
+        assert_eq!(rdm4_ep_close(ep.h()), 0);
+        assert_eq!(rdm4_poll(ep.h(), cq.as_mut_ptr(), 1), bad);
+    }
+}
