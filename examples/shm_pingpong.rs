@@ -22,9 +22,8 @@
 //! measured by both processes at once: it falls by about a third when the
 //! host runs another tenant on the core's other hardware thread, while the
 //! line floor stays (seen 7.5-7.9 against 10.6-11.3 on the VM this was
-//! written on). Latencies
-//! dominated by instructions, as the library's, rise with it; those
-//! dominated by line transfers hardly move.
+//! written on). Latencies dominated by instructions, as the library's, rise
+//! with it; those dominated by line transfers hardly move.
 //!
 //! The differences say what each layer adds. One-way time
 //! is half a round trip; each figure is the median over batches of 1000

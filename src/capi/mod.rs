@@ -228,8 +228,8 @@ pub(crate) fn uninstall(ep: *mut rdm4_ep) -> Result<(Box<EpInner>, Option<JoinHa
     Ok((inner.ok_or(Status::BadHandle)?, thread))
 }
 
-/// Generations a handle holds: its 64 bits are the generation, 32 bits of
-/// slot number and 4 zero bits.
+/// The largest generation a handle holds: its 64 bits are 28 of
+/// generation, 32 of slot number and 4 zero bits.
 const GEN_MAX: u32 = (1 << 28) - 1;
 
 /// Gives the slot of a closed endpoint back (after its thread has ended).
