@@ -128,12 +128,12 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
         }
         let inner = EpInner::new(Endpoint::new(dev, cfg));
         let single = a.threading == RDM4_THREAD_SINGLE;
-        let (slot, gen, handle) = super::install(inner, single).ok_or(Status::NoMem)?;
+        let (slot, handle) = super::install(inner, single).ok_or(Status::NoMem)?;
         if a.progress == RDM4_PROGRESS_AUTO {
             let spawned = std::thread::Builder::new().name("rdm4-progress".into()).spawn(move || {
                 while !slot.stop.load(Ordering::Acquire) {
                     // Ends when the endpoint is closed.
-                    let Some(mut g) = slot.lock(gen) else { break };
+                    let Some(mut g) = slot.lock(handle) else { break };
                     let busy = g.progress_once();
                     drop(g);
                     if !busy {
@@ -144,6 +144,7 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
             match spawned {
                 Ok(t) => *slot.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(t),
                 Err(_) => {
+                    let handle = handle as usize as *mut rdm4_ep;
                     let _ = super::uninstall(handle);
                     super::release_slot(handle);
                     return Err(Status::NoMem);
@@ -151,7 +152,7 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
             }
         }
         // SAFETY: non-NULL out-pointer.
-        unsafe { ep.write(handle) };
+        unsafe { ep.write(handle as usize as *mut rdm4_ep) };
         Ok(0)
     })
 }

@@ -95,11 +95,11 @@ impl EpSlot {
         }
     }
 
-    /// The endpoint of generation `gen`, locked; `None` once closed (a
-    /// panic in another call does not poison it for good).
-    pub(crate) fn lock(&self, gen: u32) -> Option<EpGuard<'_>> {
+    /// The endpoint of `handle`, locked; `None` once closed (a panic in
+    /// another call does not poison it for good).
+    pub(crate) fn lock(&self, handle: u64) -> Option<EpGuard<'_>> {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        (g.is_some() && self.gen.load(Ordering::Relaxed) == gen).then_some(EpGuard::Locked(g))
+        (g.is_some() && self.handle.load(Ordering::Relaxed) == handle).then_some(EpGuard::Locked(g))
     }
 }
 
@@ -135,52 +135,53 @@ impl DerefMut for EpGuard<'_> {
     }
 }
 
-/// (slot index, generation) of a handle value, if it is well formed.
+/// The largest generation a handle holds.
+const GEN_MAX: u32 = (1 << 28) - 1;
+
+/// The handle of the open of generation `gen` (1..=[`GEN_MAX`]) in slot
+/// `idx`: 28 bits of generation, 32 of slot number plus one, 4 zero bits.
+fn handle_of(idx: usize, gen: u32) -> u64 {
+    (u64::from(gen) << 32 | (idx as u64 + 1)) << 4
+}
+
+/// The slot a handle value names: its own for a handle, some slot for any
+/// other value (the slot number masked to the table), whose handle that
+/// value then does not equal.
 #[inline(always)]
-fn decode(ep: *mut rdm4_ep) -> Option<(usize, u32)> {
-    let v = ep as usize as u64;
-    if v & 0xF != 0 {
-        return None;
-    }
-    let x = v >> 4;
-    let idx = (x & 0xFFFF_FFFF).checked_sub(1)? as usize;
-    let gen = u32::try_from(x >> 32).ok().filter(|&g| g != 0)?;
-    (idx < MAX_EPS).then_some((idx, gen))
+fn slot_index(v: u64) -> usize {
+    ((v >> 4) as usize).wrapping_sub(1) & (MAX_EPS - 1)
 }
 
 /// The open endpoint behind a C handle, locked for the length of a call.
 ///
-/// The first check compares the whole value with the handle of the slot it
-/// would name: a handle names its slot by its index bits, and any other
-/// value names some slot as well (index bits masked), whose handle it then
-/// does not equal. One load and one comparison, where decoding and
+/// The check compares the whole value with the handle held by the slot it
+/// names ([`slot_index`]): one load and one comparison, where decoding and
 /// checking each field took ~20 instructions, three times per 8 B
 /// ping-pong message (send, receive, poll).
 #[inline(always)]
 pub(crate) fn lookup(ep: *mut rdm4_ep) -> Result<EpGuard<'static>, Status> {
     let v = ep as usize as u64;
-    let slot = &SLOTS[((v >> 4) as usize).wrapping_sub(1) & (MAX_EPS - 1)];
+    let slot = &SLOTS[slot_index(v)];
     // A cheap first check, so that stale handles do not wait for the lock.
     if v == 0 || slot.handle.load(Ordering::Acquire) != v {
         return Err(Status::BadHandle);
     }
-    let gen = (v >> 36) as u32;
     let single = slot.single.load(Ordering::Acquire);
     if !single.is_null() {
         // SAFETY: `install` published the pointer of the endpoint that the
-        // slot owns until `uninstall` clears it; the generation matched, so
+        // slot owns until `uninstall` clears it; the handle matched, so
         // the handle is that endpoint's, and the application promised
         // (`RDM4_THREAD_SINGLE`) that no other call on it, `rdm4_ep_close`
         // included, overlaps this one.
         return Ok(EpGuard::Single(unsafe { &mut *single }));
     }
-    slot.lock(gen).ok_or(Status::BadHandle)
+    slot.lock(v).ok_or(Status::BadHandle)
 }
 
 /// Fills a free slot with `inner`; returns the slot and the handle. `None`:
 /// the table is full.
 /// With `single`, calls use the endpoint without the slot's lock.
-pub(crate) fn install(inner: EpInner, single: bool) -> Option<(&'static EpSlot, u32, *mut rdm4_ep)> {
+pub(crate) fn install(inner: EpInner, single: bool) -> Option<(&'static EpSlot, u64)> {
     let idx = {
         let mut f = FREE.lock().unwrap_or_else(|e| e.into_inner());
         match f.0.pop() {
@@ -201,25 +202,25 @@ pub(crate) fn install(inner: EpInner, single: bool) -> Option<(&'static EpSlot, 
     slot.single.store(ptr, Ordering::Release);
     slot.stop.store(false, Ordering::Relaxed);
     slot.gen.store(gen, Ordering::Release);
-    let handle = (u64::from(gen) << 32 | (u64::from(idx) + 1)) << 4;
+    let handle = handle_of(idx as usize, gen);
     slot.handle.store(handle, Ordering::Release);
     drop(g);
-    Some((slot, gen, handle as usize as *mut rdm4_ep))
+    Some((slot, handle))
 }
 
 /// Empties the slot of `ep`: later uses of the handle fail. Returns the
 /// endpoint and the slot's progress thread (to join before dropping it).
 pub(crate) fn uninstall(ep: *mut rdm4_ep) -> Result<(Box<EpInner>, Option<JoinHandle<()>>), Status> {
-    let (idx, gen) = decode(ep).ok_or(Status::BadHandle)?;
-    let slot = &SLOTS[idx];
+    let v = ep as usize as u64;
+    let slot = &SLOTS[slot_index(v)];
     let inner = {
         let mut g = slot.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if g.is_none() || slot.gen.load(Ordering::Relaxed) != gen {
+        if g.is_none() || slot.handle.load(Ordering::Relaxed) != v {
             return Err(Status::BadHandle);
         }
         // Under the lock: every call that checks after this fails.
         slot.handle.store(0, Ordering::Release);
-        slot.gen.store(gen.wrapping_add(1).max(1), Ordering::Release);
+        slot.gen.fetch_add(1, Ordering::Release);
         slot.single.store(std::ptr::null_mut(), Ordering::Release);
         g.take()
     };
@@ -228,18 +229,13 @@ pub(crate) fn uninstall(ep: *mut rdm4_ep) -> Result<(Box<EpInner>, Option<JoinHa
     Ok((inner.ok_or(Status::BadHandle)?, thread))
 }
 
-/// The largest generation a handle holds: its 64 bits are 28 of
-/// generation, 32 of slot number and 4 zero bits.
-const GEN_MAX: u32 = (1 << 28) - 1;
-
-/// Gives the slot of a closed endpoint back (after its thread has ended).
-/// A slot whose next generation would not fit in a handle is retired
-/// instead.
+/// Gives the slot of a closed endpoint (the handle `uninstall` took) back,
+/// after its thread has ended. A slot whose next generation would not fit
+/// in a handle is retired instead.
 pub(crate) fn release_slot(ep: *mut rdm4_ep) {
-    if let Some((idx, _)) = decode(ep) {
-        if SLOTS[idx].gen.load(Ordering::Relaxed) < GEN_MAX {
-            FREE.lock().unwrap_or_else(|e| e.into_inner()).0.push(idx as u32);
-        }
+    let idx = slot_index(ep as usize as u64);
+    if SLOTS[idx].gen.load(Ordering::Relaxed) < GEN_MAX {
+        FREE.lock().unwrap_or_else(|e| e.into_inner()).0.push(idx as u32);
     }
 }
 
