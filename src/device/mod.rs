@@ -241,6 +241,19 @@ pub trait Device {
     /// `f` returns `()`, or a `bool`: false ends the call after that packet.
     fn recv<R: Flow>(&mut self, max: usize, f: impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R) -> usize;
 
+    /// The express receive ([`crate::engine::Endpoint::progress_express`]):
+    /// offers the next packet to `f` when it waits whole, from a sender
+    /// with a handle, and nothing else is due (no device events, no
+    /// periodic work); when `f` takes it (true) it leaves the device as
+    /// through [`Device::recv`]. `None`: nothing taken (no packet, a packet
+    /// for `recv`, or `f` declined: the packet stays for `recv`);
+    /// `Some(more)`: one packet taken, `more` telling whether another waits.
+    /// The default offers nothing, and every packet goes through `recv`.
+    #[inline(always)]
+    fn recv_one(&mut self, _f: impl FnOnce(Ah, &[u8]) -> bool) -> Option<bool> {
+        None
+    }
+
     /// Moves pending events into `out`.
     fn events(&mut self, out: &mut Vec<DevEvent>);
 

@@ -89,22 +89,42 @@ impl Core {
         // Two copies of the work below: the usual layout's, where the
         // header's options are constants, and any other eager RTM's.
         if let Some(e) = wire::DataRtm::parse_eager_usual(bytes) {
-            return self.eager_take(ah, e, sink);
+            return self.eager_take::<S, false>(ah, e, sink);
         }
         let Some(e) = wire::DataRtm::parse_eager(bytes) else { return false };
-        self.eager_take(ah, e, sink)
+        self.eager_take::<S, false>(ah, e, sink)
     }
 
-    /// [`Self::eager_fast`] once the packet is read.
+    /// The express receive's packet ([`super::Endpoint::progress_express`]):
+    /// [`Self::eager_take`] for the usual layout, when the message goes
+    /// straight into the oldest posted receive. False: nothing done.
     #[inline(always)]
-    fn eager_take<S: CqSink>(&mut self, ah: Ah, e: wire::DataRtm<'_>, sink: &mut S) -> bool {
+    pub(crate) fn eager_express<S: CqSink>(&mut self, ah: Ah, bytes: &[u8], sink: &mut S) -> bool {
+        let Some(e) = wire::DataRtm::parse_eager_usual(bytes) else { return false };
+        let taken = self.eager_take::<S, true>(ah, e, sink);
+        self.stats.rx_packets += u64::from(taken);
+        taken
+    }
+
+    /// [`Self::eager_fast`] once the packet is read. `EXPRESS`: only when a
+    /// posted receive takes the message and no later message waits for it
+    /// in the reorder buffer; else false, with nothing done.
+    #[inline(always)]
+    fn eager_take<S: CqSink, const EXPRESS: bool>(&mut self, ah: Ah, e: wire::DataRtm<'_>, sink: &mut S) -> bool {
         let Some(p) = self.by_ah.get(ah) else { return false };
         let Some(peer) = self.peers.get_mut(p) else { return false };
         if !peer.hs_sent || e.msg_id != peer.rx_msg_id || e.connid.is_some_and(|c| c != peer.raw.connid()) {
             return false;
         }
+        let drain = !peer.reorder.is_empty();
+        if EXPRESS && drain {
+            return false;
+        }
         let qi = usize::from(e.tagged());
         let Some(&r) = self.posted[qi].front() else {
+            if EXPRESS {
+                return false;
+            }
             // The fields, not the parsed header: a reference would keep the
             // whole header in memory on every packet.
             self.eager_unexpected(p, e.tagged(), e.tag, e.cq_data, e.data);
@@ -114,7 +134,6 @@ impl Core {
             return false;
         }
         peer.rx_msg_id = peer.rx_msg_id.wrapping_add(1);
-        let drain = !peer.reorder.is_empty();
         // `r`, a copy of the front, is what leaves the queue.
         self.posted[qi].skip_front();
         // The whole message is here: into the buffer (truncated to it) and

@@ -563,6 +563,35 @@ impl<D: Device> Endpoint<D> {
         core.flush(dev);
     }
 
+    /// The express receive: takes the next packet when it is the usual
+    /// eager message from the last sender and the oldest posted receive
+    /// takes it, and offers its completion to `sink` (which must take it:
+    /// room for one entry). Nothing else is done: nothing may be queued
+    /// (completions, packets to send), and the device's own periodic work
+    /// must not be due; else, and for any other packet, `None` with
+    /// nothing changed, and [`Self::progress_into`] does the work.
+    /// `Some(more)`: one entry given, `more` telling whether another packet
+    /// waits (then `progress_into` takes the rest).
+    ///
+    /// It is the receiving half of a ping-pong, and the first message of
+    /// each poll of a stream, in about half the instructions of
+    /// `progress_into`: no batch loop, no look at a second packet, no
+    /// events or queues to go through afterwards.
+    #[inline(always)]
+    pub fn progress_express<S: CqSink>(&mut self, sink: &mut S) -> Option<bool> {
+        let Endpoint { dev, core } = self;
+        if !core.quiet() {
+            return None;
+        }
+        let more = dev.recv_one(
+            #[inline(always)]
+            |ah, pkt| core.eager_express(ah, pkt, sink),
+        )?;
+        // As at the end of a progress call that took packets.
+        core.recvs_posted &= more;
+        Some(more)
+    }
+
     /// Blocks until the device may have a packet or `timeout_ms` passed
     /// (negative: no limit); returns at once when completions are waiting.
     /// False when the device cannot block (then busy-poll with `progress`).
@@ -603,6 +632,18 @@ impl Core {
         if b.capacity() <= self.caps.mtu && self.rx_pool.len() < 256 {
             self.rx_pool.push(b);
         }
+    }
+
+    /// Nothing queued for a progress call to do, and packets may be taken:
+    /// the express receive's condition.
+    #[inline(always)]
+    fn quiet(&self) -> bool {
+        self.cq.is_empty()
+            && self.ctrl.is_empty()
+            && self.txq.is_empty()
+            && self.pending_insert.is_empty()
+            && self.dereg.is_empty()
+            && self.rx_allowed()
     }
 
     fn rx_allowed(&self) -> bool {

@@ -494,6 +494,7 @@ impl ShmDevice {
     }
 
     /// True when a packet waits in the ring.
+    #[inline(always)]
     fn ready(&self) -> bool {
         let word = self.map.u64_at(HDR_LEN + self.shape.at(self.head)).load(Ordering::Acquire);
         word == self.shape.sealed(self.head)
@@ -775,6 +776,49 @@ impl Device for ShmDevice {
             return 0;
         }
         self.recv_batch(max, f)
+    }
+
+    /// The same steps as [`Self::recv_batch`] for its first packet, for
+    /// the usual one: a whole packet from the last sender. It does not look
+    /// for a second packet past asking for its line (`more` is one load of
+    /// it), and leaves every 64th poll's peer check to [`Device::events`].
+    #[inline(always)]
+    fn recv_one(&mut self, f: impl FnOnce(Ah, &[u8]) -> bool) -> Option<bool> {
+        let at = self.shape.at(self.head);
+        let e = HDR_LEN + at;
+        // SAFETY: as in `recv_batch`.
+        let h = unsafe { self.map.entry_at(e) };
+        if h.seal.load(Ordering::Acquire) != self.shape.sealed(self.head) {
+            return None;
+        }
+        let Some((last, Some(ah))) = self.last_from else { return None };
+        if self.polls % 64 == 63 || !self.events.is_empty() {
+            return None;
+        }
+        let (len, span, more) = h.sizes();
+        let whole =
+            !more && self.shape.span_fits(at, span) && len > 0 && len <= self.shape.mtu && SLOT_HDR + len <= span;
+        if !whole || segment::halves(h.ids.load(Ordering::Relaxed)) != last {
+            return None;
+        }
+        prefetch_pos::<false>(&self.map, &self.shape, self.head + span as u64);
+        // SAFETY: `SLOT_HDR + len <= span <= ring - at`, as in `recv_batch`.
+        if !f(ah, unsafe { self.map.bytes(e + SLOT_HDR, len) }) {
+            return None;
+        }
+        let lines = reply_lines(self.streaming, true, span);
+        if lines > 0 {
+            self.prefetch_reply(Some(ah), lines);
+        }
+        self.head += span as u64;
+        self.polls = self.polls.wrapping_add(1);
+        self.streaming = false;
+        self.held = 0;
+        self.map.u64_at(off::HEAD).store(self.head, Ordering::Release);
+        if self.fd_mode {
+            self.drain_fifo();
+        }
+        Some(self.ready())
     }
 
     #[inline(always)]
