@@ -1,0 +1,203 @@
+//! The express receive (`Endpoint::progress_express` over the shm device):
+//! it takes the usual eager message whole, with the completion the general
+//! path would give, and declines everything else without changing anything,
+//! so that the general path then does what it always did.
+
+use std::time::{Duration, Instant};
+
+use rdm4::device::shm::{ShmConfig, ShmDevice};
+use rdm4::engine::{Addr, Config, CqFlags, CqSink, Cqe, Endpoint, RecvOpts, SendOpts};
+use rdm4::mem::OwnedBuf;
+use rdm4::Status;
+
+type Ep = Endpoint<ShmDevice>;
+
+/// A sink that takes every entry offered.
+#[derive(Default)]
+struct Got(Vec<Cqe>);
+
+impl CqSink for Got {
+    fn offer(&mut self, e: &Cqe) -> bool {
+        self.0.push(*e);
+        true
+    }
+}
+
+fn open(name: &str) -> Ep {
+    let prefix = format!("rdm4x{}{name}", std::process::id());
+    Endpoint::new(ShmDevice::open_with(ShmConfig { prefix, ..ShmConfig::default() }).unwrap(), Config::default())
+}
+
+/// Progresses `ep` until its queue holds `n` completions (at most 10 s).
+fn until(ep: &mut Ep, n: usize) -> Vec<Cqe> {
+    let mut cq = Vec::new();
+    let t = Instant::now();
+    while cq.len() < n {
+        assert!(t.elapsed() < Duration::from_secs(10), "{} of {n} completions", cq.len());
+        ep.progress(0);
+        ep.poll_cq(&mut cq, usize::MAX);
+    }
+    cq
+}
+
+fn tagged(tag: u64, context: u64) -> SendOpts {
+    SendOpts { tag: Some(tag), cq_data: None, context }
+}
+
+/// Two endpoints that know each other, one message each way done (both
+/// HANDSHAKEs exchanged): a's messages to b now have the usual layout.
+/// Returns (a, b, a's address of b, b's address of a).
+fn pair(name: &str) -> (Ep, Ep, Addr, Addr) {
+    let (mut a, mut b) = (open(name), open(name));
+    let a_to_b = a.av_insert(&b.addr()).unwrap();
+    let b_to_a = b.av_insert(&a.addr()).unwrap();
+    one_way(&mut a, &mut b, a_to_b);
+    one_way(&mut b, &mut a, b_to_a);
+    (a, b, a_to_b, b_to_a)
+}
+
+/// One byte from `from` to `to` (`dest`), both completions polled.
+fn one_way(from: &mut Ep, to: &mut Ep, dest: Addr) {
+    let mut r = OwnedBuf::zeroed(1);
+    let mut s = OwnedBuf::from_slice(&[1]);
+    to.recv(r.buf(), RecvOpts::default()).unwrap();
+    from.send(dest, s.buf(), SendOpts::default()).unwrap();
+    until(to, 1);
+    until(from, 1);
+}
+
+#[test]
+fn the_usual_message_is_taken_whole_with_its_completion() {
+    let (mut a, mut b, a_to_b, b_to_a) = pair("whole");
+    let mut r = OwnedBuf::zeroed(16);
+    let rbuf = r.buf();
+    b.recv(rbuf, RecvOpts { tag: Some((0x55, 0)), src: Some(b_to_a), context: 7 }).unwrap();
+    let mut s = OwnedBuf::from_slice(b"8 bytes!");
+    a.send(a_to_b, s.buf(), tagged(0x55, 1)).unwrap();
+    let mut got = Got::default();
+    assert_eq!(b.progress_express(&mut got), Some(false), "one message, none behind it");
+    assert_eq!(got.0.len(), 1);
+    let e = got.0[0];
+    assert_eq!((e.context, e.flags), (7, CqFlags::RECV | CqFlags::TAGGED));
+    assert_eq!((e.len, e.olen, e.buf, e.tag, e.src), (8, 0, rbuf.addr(), 0x55, b_to_a));
+    assert_eq!(e.status, Status::Success);
+    assert_eq!(&r.bytes()[..8], b"8 bytes!");
+    assert_eq!(&r.bytes()[8..], &[0; 8]);
+    // It was taken: nothing more to receive, nothing queued.
+    assert_eq!(b.progress_express(&mut got), None);
+    b.progress(0);
+    assert_eq!((b.cq_len(), b.unexpected_messages(), got.0.len()), (0, 0, 1));
+    assert_eq!(until(&mut a, 1)[0].context, 1);
+}
+
+#[test]
+fn untagged_messages_truncation_and_messages_behind() {
+    let (mut a, mut b, a_to_b, _) = pair("more");
+    let mut r1 = OwnedBuf::zeroed(4);
+    let mut r2 = OwnedBuf::zeroed(8);
+    b.recv(r1.buf(), RecvOpts { context: 1, ..RecvOpts::default() }).unwrap();
+    b.recv(r2.buf(), RecvOpts { context: 2, ..RecvOpts::default() }).unwrap();
+    let mut s1 = OwnedBuf::from_slice(b"abcdefgh");
+    let mut s2 = OwnedBuf::from_slice(b"ijkl");
+    a.send(a_to_b, s1.buf(), SendOpts::default()).unwrap();
+    a.send(a_to_b, s2.buf(), SendOpts::default()).unwrap();
+    let mut got = Got::default();
+    // The first says another waits; the second does not.
+    assert_eq!(b.progress_express(&mut got), Some(true));
+    assert_eq!(b.progress_express(&mut got), Some(false));
+    let [e1, e2] = [got.0[0], got.0[1]];
+    assert_eq!((e1.context, e1.flags), (1, CqFlags::RECV | CqFlags::MSG));
+    assert_eq!((e1.status, e1.len, e1.olen), (Status::Trunc, 4, 8));
+    assert_eq!(r1.bytes(), b"abcd");
+    assert_eq!((e2.context, e2.status, e2.len), (2, Status::Success, 4));
+    assert_eq!(&r2.bytes()[..4], b"ijkl");
+}
+
+/// Each case: the express receive returns `None` and takes nothing (the
+/// sink gets nothing, the message is still there), and the general path
+/// then delivers the message as before.
+#[test]
+fn whatever_is_not_the_usual_case_is_left_to_the_general_path() {
+    let mut got = Got::default();
+
+    // First contact: the message carries the sender's raw address.
+    let (mut a, mut b) = (open("first1"), open("first1"));
+    let a_to_b = a.av_insert(&b.addr()).unwrap();
+    let mut r = OwnedBuf::zeroed(8);
+    b.recv(r.buf(), RecvOpts { context: 3, ..RecvOpts::default() }).unwrap();
+    let mut s = OwnedBuf::from_slice(b"hello");
+    a.send(a_to_b, s.buf(), SendOpts::default()).unwrap();
+    assert_eq!(b.progress_express(&mut got), None);
+    assert_eq!(until(&mut b, 1)[0].context, 3);
+    assert_eq!(&r.bytes()[..5], b"hello");
+
+    // No receive posted: the message becomes unexpected by the general path.
+    let (mut a, mut b, a_to_b, _) = pair("unexp");
+    a.send(a_to_b, s.buf(), tagged(9, 0)).unwrap();
+    assert_eq!(b.progress_express(&mut got), None);
+    b.progress(0);
+    assert_eq!(b.unexpected_messages(), 1);
+    let mut r = OwnedBuf::zeroed(8);
+    b.recv(r.buf(), RecvOpts { tag: Some((9, 0)), src: None, context: 4 }).unwrap();
+    assert_eq!(until(&mut b, 1)[0].context, 4);
+    assert_eq!(&r.bytes()[..5], b"hello");
+
+    // The oldest receive wants another tag.
+    let (mut a, mut b, a_to_b, _) = pair("tag");
+    let mut r6 = OwnedBuf::zeroed(8);
+    b.recv(r6.buf(), RecvOpts { tag: Some((6, 0)), src: None, context: 6 }).unwrap();
+    a.send(a_to_b, s.buf(), tagged(5, 0)).unwrap();
+    assert_eq!(b.progress_express(&mut got), None);
+    b.progress(0);
+    assert_eq!((b.unexpected_messages(), b.cq_len()), (1, 0));
+
+    // The oldest receive wants another sender.
+    let (mut a, mut b, a_to_b, _) = pair("src");
+    let c = open("src");
+    let b_to_c = b.av_insert(&c.addr()).unwrap();
+    let mut rc = OwnedBuf::zeroed(8);
+    b.recv(rc.buf(), RecvOpts { tag: None, src: Some(b_to_c), context: 8 }).unwrap();
+    a.send(a_to_b, s.buf(), SendOpts::default()).unwrap();
+    assert_eq!(b.progress_express(&mut got), None);
+    b.progress(0);
+    assert_eq!((b.unexpected_messages(), b.cq_len()), (1, 0));
+
+    // A completion is queued already: entries keep their order.
+    let (mut a, mut b, a_to_b, b_to_a) = pair("order");
+    let mut r = OwnedBuf::zeroed(8);
+    b.recv(r.buf(), RecvOpts { context: 11, ..RecvOpts::default() }).unwrap();
+    b.send(b_to_a, s.buf(), SendOpts { context: 10, ..SendOpts::default() }).unwrap();
+    assert_eq!(b.cq_len(), 1, "the send completed at once and waits");
+    a.send(a_to_b, s.buf(), SendOpts::default()).unwrap();
+    assert_eq!(b.progress_express(&mut got), None);
+    let order: Vec<u64> = until(&mut b, 2).iter().map(|e| e.context).collect();
+    assert_eq!(order, [10, 11]);
+
+    assert!(got.0.is_empty(), "{:?}", got.0);
+}
+
+/// The express receive skips the device's periodic work (the peer check),
+/// so it leaves every 64th packet to the general path, which does it.
+#[test]
+fn one_packet_in_64_is_left_to_the_general_path() {
+    let (mut a, mut b, a_to_b, _) = pair("every64");
+    let (mut express, mut general) = (0, 0);
+    let mut r = OwnedBuf::zeroed(8);
+    let mut s = OwnedBuf::from_slice(b"x");
+    for _ in 0..640 {
+        b.recv(r.buf(), RecvOpts::default()).unwrap();
+        a.send(a_to_b, s.buf(), SendOpts::default()).unwrap();
+        let mut got = Got::default();
+        match b.progress_express(&mut got) {
+            Some(false) => express += 1,
+            None => {
+                general += 1;
+                assert_eq!(until(&mut b, 1).len(), 1);
+            }
+            Some(true) => panic!("a second message waits"),
+        }
+        until(&mut a, 1);
+    }
+    assert!((8..=12).contains(&general), "{general} of 640 by the general path");
+    assert_eq!(express + general, 640);
+}
