@@ -75,7 +75,7 @@ fn the_usual_message_is_taken_whole_with_its_completion() {
     let mut s = OwnedBuf::from_slice(b"8 bytes!");
     a.send(a_to_b, s.buf(), tagged(0x55, 1)).unwrap();
     let mut got = Got::default();
-    assert_eq!(b.progress_express(&mut got), Some(false), "one message, none behind it");
+    assert_eq!(b.progress_express(&mut got, 4), (1, false), "one message, none behind it");
     assert_eq!(got.0.len(), 1);
     let e = got.0[0];
     assert_eq!((e.context, e.flags), (7, CqFlags::RECV | CqFlags::TAGGED));
@@ -84,7 +84,7 @@ fn the_usual_message_is_taken_whole_with_its_completion() {
     assert_eq!(&r.bytes()[..8], b"8 bytes!");
     assert_eq!(&r.bytes()[8..], &[0; 8]);
     // It was taken: nothing more to receive, nothing queued.
-    assert_eq!(b.progress_express(&mut got), None);
+    assert_eq!(b.progress_express(&mut got, 4).0, 0);
     b.progress(0);
     assert_eq!((b.cq_len(), b.unexpected_messages(), got.0.len()), (0, 0, 1));
     assert_eq!(until(&mut a, 1)[0].context, 1);
@@ -102,15 +102,42 @@ fn untagged_messages_truncation_and_messages_behind() {
     a.send(a_to_b, s1.buf(), SendOpts::default()).unwrap();
     a.send(a_to_b, s2.buf(), SendOpts::default()).unwrap();
     let mut got = Got::default();
-    // The first says another waits; the second does not.
-    assert_eq!(b.progress_express(&mut got), Some(true));
-    assert_eq!(b.progress_express(&mut got), Some(false));
+    // With room for one, the first says another waits; the second does not.
+    assert_eq!(b.progress_express(&mut got, 1), (1, true));
+    assert_eq!(b.progress_express(&mut got, 1), (1, false));
     let [e1, e2] = [got.0[0], got.0[1]];
     assert_eq!((e1.context, e1.flags), (1, CqFlags::RECV | CqFlags::MSG));
     assert_eq!((e1.status, e1.len, e1.olen), (Status::Trunc, 4, 8));
     assert_eq!(r1.bytes(), b"abcd");
     assert_eq!((e2.context, e2.status, e2.len), (2, Status::Success, 4));
     assert_eq!(&r2.bytes()[..4], b"ijkl");
+}
+
+/// One call takes waiting messages up to its room and stops at the first
+/// that is not the usual case, which it leaves for the general path.
+#[test]
+fn a_call_takes_messages_up_to_its_room_and_stops_at_another_case() {
+    let (mut a, mut b, a_to_b, _) = pair("room");
+    let mut rs: Vec<OwnedBuf> = (0..4).map(|_| OwnedBuf::zeroed(8)).collect();
+    for (i, r) in rs.iter_mut().enumerate() {
+        b.recv(r.buf(), RecvOpts { tag: Some((1, 0)), src: None, context: i as u64 }).unwrap();
+    }
+    let mut ss: Vec<OwnedBuf> = (0..5u8).map(|i| OwnedBuf::from_slice(&[i; 8])).collect();
+    for (i, s) in ss.iter_mut().enumerate() {
+        // The last one has a tag no receive wants.
+        a.send(a_to_b, s.buf(), tagged(if i < 4 { 1 } else { 2 }, 0)).unwrap();
+    }
+    let mut got = Got::default();
+    assert_eq!(b.progress_express(&mut got, 3), (3, true));
+    assert_eq!(b.progress_express(&mut got, 3), (1, true));
+    assert_eq!(b.progress_express(&mut got, 3), (0, true));
+    let order: Vec<u64> = got.0.iter().map(|e| e.context).collect();
+    assert_eq!(order, [0, 1, 2, 3]);
+    for (i, r) in rs.iter().enumerate() {
+        assert_eq!(r.bytes(), &[i as u8; 8]);
+    }
+    b.progress(0);
+    assert_eq!((b.unexpected_messages(), b.cq_len()), (1, 0));
 }
 
 /// Each case: the express receive returns `None` and takes nothing (the
@@ -127,14 +154,14 @@ fn whatever_is_not_the_usual_case_is_left_to_the_general_path() {
     b.recv(r.buf(), RecvOpts { context: 3, ..RecvOpts::default() }).unwrap();
     let mut s = OwnedBuf::from_slice(b"hello");
     a.send(a_to_b, s.buf(), SendOpts::default()).unwrap();
-    assert_eq!(b.progress_express(&mut got), None);
+    assert_eq!(b.progress_express(&mut got, 4).0, 0);
     assert_eq!(until(&mut b, 1)[0].context, 3);
     assert_eq!(&r.bytes()[..5], b"hello");
 
     // No receive posted: the message becomes unexpected by the general path.
     let (mut a, mut b, a_to_b, _) = pair("unexp");
     a.send(a_to_b, s.buf(), tagged(9, 0)).unwrap();
-    assert_eq!(b.progress_express(&mut got), None);
+    assert_eq!(b.progress_express(&mut got, 4).0, 0);
     b.progress(0);
     assert_eq!(b.unexpected_messages(), 1);
     let mut r = OwnedBuf::zeroed(8);
@@ -147,7 +174,7 @@ fn whatever_is_not_the_usual_case_is_left_to_the_general_path() {
     let mut r6 = OwnedBuf::zeroed(8);
     b.recv(r6.buf(), RecvOpts { tag: Some((6, 0)), src: None, context: 6 }).unwrap();
     a.send(a_to_b, s.buf(), tagged(5, 0)).unwrap();
-    assert_eq!(b.progress_express(&mut got), None);
+    assert_eq!(b.progress_express(&mut got, 4).0, 0);
     b.progress(0);
     assert_eq!((b.unexpected_messages(), b.cq_len()), (1, 0));
 
@@ -158,7 +185,7 @@ fn whatever_is_not_the_usual_case_is_left_to_the_general_path() {
     let mut rc = OwnedBuf::zeroed(8);
     b.recv(rc.buf(), RecvOpts { tag: None, src: Some(b_to_c), context: 8 }).unwrap();
     a.send(a_to_b, s.buf(), SendOpts::default()).unwrap();
-    assert_eq!(b.progress_express(&mut got), None);
+    assert_eq!(b.progress_express(&mut got, 4).0, 0);
     b.progress(0);
     assert_eq!((b.unexpected_messages(), b.cq_len()), (1, 0));
 
@@ -169,7 +196,7 @@ fn whatever_is_not_the_usual_case_is_left_to_the_general_path() {
     b.send(b_to_a, s.buf(), SendOpts { context: 10, ..SendOpts::default() }).unwrap();
     assert_eq!(b.cq_len(), 1, "the send completed at once and waits");
     a.send(a_to_b, s.buf(), SendOpts::default()).unwrap();
-    assert_eq!(b.progress_express(&mut got), None);
+    assert_eq!(b.progress_express(&mut got, 4).0, 0);
     let order: Vec<u64> = until(&mut b, 2).iter().map(|e| e.context).collect();
     assert_eq!(order, [10, 11]);
 
@@ -188,13 +215,13 @@ fn one_packet_in_64_is_left_to_the_general_path() {
         b.recv(r.buf(), RecvOpts::default()).unwrap();
         a.send(a_to_b, s.buf(), SendOpts::default()).unwrap();
         let mut got = Got::default();
-        match b.progress_express(&mut got) {
-            Some(false) => express += 1,
-            None => {
+        match b.progress_express(&mut got, 1) {
+            (1, false) => express += 1,
+            (0, _) => {
                 general += 1;
                 assert_eq!(until(&mut b, 1).len(), 1);
             }
-            Some(true) => panic!("a second message waits"),
+            other => panic!("{other:?}: a second message waits"),
         }
         until(&mut a, 1);
     }

@@ -242,16 +242,17 @@ pub trait Device {
     fn recv<R: Flow>(&mut self, max: usize, f: impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R) -> usize;
 
     /// The express receive ([`crate::engine::Endpoint::progress_express`]):
-    /// offers the next packet to `f` when it waits whole, from a sender
-    /// with a handle, and nothing else is due (no device events, no
-    /// periodic work); when `f` takes it (true) it leaves the device as
-    /// through [`Device::recv`]. `None`: nothing taken (no packet, a packet
-    /// for `recv`, or `f` declined: the packet stays for `recv`);
-    /// `Some(more)`: one packet taken, `more` telling whether another waits.
-    /// The default offers nothing, and every packet goes through `recv`.
+    /// hands waiting packets to `f`, at most `max`, as long as each is one
+    /// the device takes this way (whole, from a sender with a handle) and
+    /// nothing else is due (device events, periodic work); a packet `f`
+    /// takes (true) leaves the device as through [`Device::recv`], one it
+    /// declines stays for `recv`, and so does every packet after it.
+    /// Returns how many `f` took and whether another packet may wait
+    /// (false: the next position was seen empty). The default takes none,
+    /// and every packet goes through `recv`.
     #[inline(always)]
-    fn recv_one(&mut self, _f: impl FnOnce(Ah, &[u8]) -> bool) -> Option<bool> {
-        None
+    fn recv_express(&mut self, _max: usize, _f: impl FnMut(Ah, &[u8]) -> bool) -> (usize, bool) {
+        (0, true)
     }
 
     /// Moves pending events into `out`.

@@ -778,47 +778,60 @@ impl Device for ShmDevice {
         self.recv_batch(max, f)
     }
 
-    /// The same steps as [`Self::recv_batch`] for its first packet, for
-    /// the usual one: a whole packet from the last sender. It does not look
-    /// for a second packet past asking for its line (`more` is one load of
-    /// it), and leaves every 64th poll's peer check to [`Device::events`].
+    /// The steps of [`Self::recv_batch`] for the usual packets only: whole,
+    /// from the last sender. It stops before any other packet (left for
+    /// `recv`) and before the 64th packet since the last peer check, which
+    /// `recv` and [`Device::events`] then do.
     #[inline(always)]
-    fn recv_one(&mut self, f: impl FnOnce(Ah, &[u8]) -> bool) -> Option<bool> {
-        let at = self.shape.at(self.head);
-        let e = HDR_LEN + at;
-        // SAFETY: as in `recv_batch`.
-        let h = unsafe { self.map.entry_at(e) };
-        if h.seal.load(Ordering::Acquire) != self.shape.sealed(self.head) {
-            return None;
+    fn recv_express(&mut self, max: usize, mut f: impl FnMut(Ah, &[u8]) -> bool) -> (usize, bool) {
+        let Some((last, Some(ah))) = self.last_from else { return (0, true) };
+        if !self.events.is_empty() {
+            return (0, true);
         }
-        let Some((last, Some(ah))) = self.last_from else { return None };
-        if self.polls % 64 == 63 || !self.events.is_empty() {
-            return None;
+        let answering = self.streaming;
+        let mut n = 0;
+        let more = loop {
+            let at = self.shape.at(self.head);
+            let e = HDR_LEN + at;
+            // SAFETY: as in `recv_batch`.
+            let h = unsafe { self.map.entry_at(e) };
+            if h.seal.load(Ordering::Acquire) != self.shape.sealed(self.head) {
+                break false;
+            }
+            if n == max || self.polls % 64 == 63 {
+                break true;
+            }
+            let (len, span, more) = h.sizes();
+            let whole =
+                !more && self.shape.span_fits(at, span) && len > 0 && len <= self.shape.mtu && SLOT_HDR + len <= span;
+            if !whole || segment::halves(h.ids.load(Ordering::Relaxed)) != last {
+                break true;
+            }
+            // As in `recv_batch`: the next entry's line after a poll's first packet only.
+            if n == 0 {
+                prefetch_pos::<false>(&self.map, &self.shape, self.head + span as u64);
+            }
+            // SAFETY: `SLOT_HDR + len <= span <= ring - at`, as in `recv_batch`.
+            if !f(ah, unsafe { self.map.bytes(e + SLOT_HDR, len) }) {
+                break true;
+            }
+            let lines = reply_lines(answering, n == 0, span);
+            if lines > 0 {
+                self.prefetch_reply(Some(ah), lines);
+            }
+            self.head += span as u64;
+            self.polls = self.polls.wrapping_add(1);
+            n += 1;
+        };
+        if n > 0 {
+            self.streaming = false;
+            self.held = 0;
+            self.map.u64_at(off::HEAD).store(self.head, Ordering::Release);
+            if self.fd_mode {
+                self.drain_fifo();
+            }
         }
-        let (len, span, more) = h.sizes();
-        let whole =
-            !more && self.shape.span_fits(at, span) && len > 0 && len <= self.shape.mtu && SLOT_HDR + len <= span;
-        if !whole || segment::halves(h.ids.load(Ordering::Relaxed)) != last {
-            return None;
-        }
-        prefetch_pos::<false>(&self.map, &self.shape, self.head + span as u64);
-        // SAFETY: `SLOT_HDR + len <= span <= ring - at`, as in `recv_batch`.
-        if !f(ah, unsafe { self.map.bytes(e + SLOT_HDR, len) }) {
-            return None;
-        }
-        let lines = reply_lines(self.streaming, true, span);
-        if lines > 0 {
-            self.prefetch_reply(Some(ah), lines);
-        }
-        self.head += span as u64;
-        self.polls = self.polls.wrapping_add(1);
-        self.streaming = false;
-        self.held = 0;
-        self.map.u64_at(off::HEAD).store(self.head, Ordering::Release);
-        if self.fd_mode {
-            self.drain_fifo();
-        }
-        Some(self.ready())
+        (n, more)
     }
 
     #[inline(always)]
