@@ -457,15 +457,21 @@ impl ShmDevice {
             }
         }
         if n > 0 {
-            self.streaming = false;
-            self.held = 0;
-            // Hands the slots read back to the producers.
-            self.map.u64_at(off::HEAD).store(self.head, Ordering::Release);
-            if self.fd_mode {
-                self.drain_fifo();
-            }
+            self.taken();
         }
         n
+    }
+
+    /// After a call that took packets: hands the slots read back to the
+    /// producers, and notes that the last packet moved was a received one.
+    #[inline(always)]
+    fn taken(&mut self) {
+        self.streaming = false;
+        self.held = 0;
+        self.map.u64_at(off::HEAD).store(self.head, Ordering::Release);
+        if self.fd_mode {
+            self.drain_fifo();
+        }
     }
 
     /// Asks, in exclusive state, for the first `lines` cache lines of
@@ -824,12 +830,7 @@ impl Device for ShmDevice {
             n += 1;
         };
         if n > 0 {
-            self.streaming = false;
-            self.held = 0;
-            self.map.u64_at(off::HEAD).store(self.head, Ordering::Release);
-            if self.fd_mode {
-                self.drain_fifo();
-            }
+            self.taken();
         }
         (n, more)
     }
