@@ -25,7 +25,8 @@ impl CqSink for Got {
 
 fn open(name: &str) -> Ep {
     let prefix = format!("rdm4x{}{name}", std::process::id());
-    Endpoint::new(ShmDevice::open_with(ShmConfig { prefix, ..ShmConfig::default() }).unwrap(), Config::default())
+    let cfg = ShmConfig { prefix, peer_check: Duration::from_millis(20), ..ShmConfig::default() };
+    Endpoint::new(ShmDevice::open_with(cfg).unwrap(), Config::default())
 }
 
 /// Progresses `ep` until its queue holds `n` completions (at most 10 s).
@@ -227,4 +228,25 @@ fn one_packet_in_64_is_left_to_the_general_path() {
     }
     assert!((8..=12).contains(&general), "{general} of 640 by the general path");
     assert_eq!(express + general, 640);
+}
+
+/// A poll that finds no packet does the rest of a progress call on the
+/// express path: the device's peer check runs, and an operation towards a
+/// peer that closed fails.
+#[test]
+fn an_empty_express_poll_still_checks_the_peers() {
+    let (a, mut b, _, b_to_a) = pair("lost");
+    // A long message waits for a's CTS, which never comes.
+    let mut big = OwnedBuf::zeroed(1 << 20);
+    b.send(b_to_a, big.buf(), SendOpts { context: 5, ..SendOpts::default() }).unwrap();
+    drop(a);
+    let mut got = Got::default();
+    let t = Instant::now();
+    while b.cq_len() == 0 {
+        assert!(t.elapsed() < Duration::from_secs(10), "the closed peer was never noticed");
+        assert_eq!(b.progress_express(&mut got, 4), (0, false), "not the express path's empty poll");
+    }
+    let e = until(&mut b, 1)[0];
+    assert_eq!((e.context, e.status), (5, Status::PeerUnreachable));
+    assert!(got.0.is_empty());
 }

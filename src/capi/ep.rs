@@ -421,15 +421,15 @@ pub extern "C" fn rdm4_poll(ep: *mut rdm4_ep, entries: *mut rdm4_cqe, max: usize
         // pass through is decided once for the call.
         let pass = g.passes_through();
         let mut direct = Direct { out: entries, room: if pass { max } else { 0 }, n: 0 };
-        // The usual receives first, by the express path: done when no
-        // other packet waits (every queue was empty).
-        if pass {
-            let (n, more) = g.ep.progress_express(&mut direct, max);
-            if n > 0 && !more {
-                return Ok(n as i32);
-            }
+        // The usual receives first, by the express path: with every queue
+        // empty, done when no other packet waits.
+        let (n, more) = if pass { g.ep.progress_express(&mut direct, max) } else { (0, true) };
+        if n > 0 && !more {
+            return Ok(n as i32);
         }
-        g.ep.progress_into(0, &mut direct);
+        if more {
+            g.ep.progress_into(0, &mut direct);
+        }
         let k = direct.n;
         let out = |i: usize, e: &Cqe| {
             // SAFETY: `entries` has room for `max` entries, `k` taken.
