@@ -12,10 +12,10 @@
 //! device; what it wants sent goes to the control queue) → newly learnt
 //! senders inserted into the device → control queue and transmit queue
 //! flushed until the device says "try again". Beside it, the express
-//! receive ([`Endpoint::progress_express`]) takes the usual case alone —
-//! eager messages from the last sender that go straight into the oldest
-//! posted receive, while nothing is queued — and leaves everything else,
-//! untouched, to the progress call.
+//! receive ([`progress_express`](crate::engine::Endpoint::progress_express))
+//! takes the usual case alone — eager messages from the last sender that
+//! go straight into the oldest posted receive, while nothing is queued —
+//! and leaves everything else, untouched, to the progress call.
 //!
 //! Decisions recorded here (where the protocol leaves room):
 //! - Sends are queued, never refused for a full device queue: up to

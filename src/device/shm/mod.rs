@@ -45,6 +45,11 @@
 //! them) overlaps the application's work before it answers
 //! (`reply_lines`, `prefetch_reply`).
 //!
+//! Express receive ([`Device::recv_express`]): whole packets from the last
+//! sender are handed over by a loop that does only what they need, until
+//! the first other packet, which stays for `recv`. Every 64th packet is
+//! left to `recv` and `events`, whose peer check the loop skips.
+//!
 //! Trail: a producer marks a bulk packet that has a long stream queued
 //! behind it (the engine says so, [`Device::more_follows`]); the owner
 //! leaves such a packet at the head while fewer than `trail` bytes were
@@ -784,7 +789,7 @@ impl Device for ShmDevice {
         self.recv_batch(max, f)
     }
 
-    /// The steps of [`Self::recv_batch`] for the usual packets only: whole,
+    /// The steps of `recv_batch` for the usual packets only: whole,
     /// from the last sender. It stops before any other packet (left for
     /// `recv`) and before the 64th packet since the last peer check, which
     /// `recv` and [`Device::events`] then do.
