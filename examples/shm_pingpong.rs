@@ -9,9 +9,12 @@
 //!   message with its usual header), polled in a tight loop and with a
 //!   PAUSE (`spin_loop`) after each empty poll;
 //! - `engine`: [`Endpoint`] on the shm device, tagged 8-byte messages with
-//!   receives naming their source, every completion polled;
+//!   receives naming their source, every completion polled through the
+//!   general path (`progress`, `poll_cq`);
 //! - `C API`: the same through `rdm4_tsend` / `rdm4_trecv` / `rdm4_poll`,
-//!   as `rdm4-perf --test tag_lat` calls them.
+//!   as `rdm4-perf --test tag_lat` calls them. `rdm4_poll` takes these
+//!   messages by the express receive (`Endpoint::progress_express`), so
+//!   this row can be below the engine's.
 //!
 //! The two device rows show what a tight poll loop costs: the receiver's
 //! loads take the line back while the sender's stores wait for it. A poll
