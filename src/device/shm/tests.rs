@@ -96,6 +96,47 @@ fn a_peer_scribbling_entry_headers_gets_nothing_delivered_and_the_ring_goes_on()
     assert_eq!(n, 1);
 }
 
+/// The express receive applies the same checks: forged entries that name
+/// the last sender are not handed over and stay for `recv`, which skips
+/// them; so does a packet marked `MORE` (for the trail), which `recv`
+/// delivers; a real packet after them goes the express way.
+#[test]
+fn the_express_receive_hands_over_no_forged_entry() {
+    let (mut rx, mut tx, ah) = pair("scribblex", 4);
+    let from_tx = rx.insert(&tx.local_addr()).unwrap();
+    tx.send(ah, b"first", 0).unwrap();
+    assert_eq!(rx.recv(64, |from, _: &[u8], _| assert_eq!(from, Some(from_tx))), 1);
+    let seal = rx.map.u64_at(off::SEAL).load(Ordering::Relaxed);
+    let ring = rx.shape.ring;
+    // One at a time, each at the head: (length, entry length, whether
+    // `recv` delivers it).
+    let entries = [(300u32, 64u32, false), (41, 63, false), (10, 0, false), (10, 1 << 30, false)];
+    let more = [(0, 64, false), (u32::MAX, 64, false), (60, 64, false), (10, 64 | segment::MORE, true)];
+    for (len, span, real) in entries.into_iter().chain(more) {
+        let pos = rx.map.u64_at(off::TAIL).fetch_add(64, Ordering::Relaxed);
+        let e = HDR_LEN + (pos as usize & (ring - 1));
+        rx.map.u64_at(e + 8).store(segment::word(tx.epid, tx.connid), Ordering::Relaxed);
+        rx.map.u32_at(e + 16).store(len, Ordering::Relaxed);
+        rx.map.u32_at(e + 20).store(span, Ordering::Relaxed);
+        rx.map.u64_at(e).store((pos + 1) ^ seal, Ordering::Release);
+        let took = rx.recv_express(64, |_, pkt: &[u8]| panic!("handed over ({len}, {span}): {} bytes", pkt.len()));
+        assert_eq!((took, rx.head), ((0, true), pos), "({len}, {span})");
+        let mut n = 0;
+        rx.recv(64, |_, _: &[u8], _| n += 1);
+        assert_eq!((n, rx.head), (usize::from(real), pos + 64), "({len}, {span})");
+    }
+    tx.send(ah, b"after", 0).unwrap();
+    let mut got = Vec::new();
+    assert_eq!(
+        rx.recv_express(64, |from, pkt: &[u8]| {
+            got.push((from, pkt.to_vec()));
+            true
+        }),
+        (1, false)
+    );
+    assert_eq!(got, [(from_tx, b"after".to_vec())]);
+}
+
 #[test]
 fn small_packets_take_one_cache_line_each() {
     let (mut rx, mut tx, ah) = pair("dense", 2);
