@@ -70,7 +70,7 @@ const _: () = assert!(MAX_EPS.is_power_of_two());
 
 /// One slot of the endpoint table.
 pub(crate) struct EpSlot {
-    /// Generation of the open that fills the slot (0: never filled).
+    /// Generation of the slot's last open (0: never filled).
     gen: AtomicU32,
     /// The handle of the open endpoint in the slot (0: none): every call's
     /// first check, one comparison (see [`lookup`]).
@@ -218,9 +218,9 @@ pub(crate) fn uninstall(ep: *mut rdm4_ep) -> Result<(Box<EpInner>, Option<JoinHa
         if g.is_none() || slot.handle.load(Ordering::Relaxed) != v {
             return Err(Status::BadHandle);
         }
-        // Under the lock: every call that checks after this fails.
+        // Under the lock: every call that checks after this fails. The
+        // next open takes the next generation.
         slot.handle.store(0, Ordering::Release);
-        slot.gen.fetch_add(1, Ordering::Release);
         slot.single.store(std::ptr::null_mut(), Ordering::Release);
         g.take()
     };

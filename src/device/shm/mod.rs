@@ -437,7 +437,7 @@ impl ShmDevice {
             // Packets are delivered even when their sender has closed since:
             // they were sent while it was open (the device is reliable).
             let mut go_on = true;
-            if sane && len > 0 && len <= self.shape.mtu && SLOT_HDR + len <= span {
+            if sane && self.shape.holds(len, span) {
                 let ah = match self.last_from {
                     Some((id, ah)) if id == (from, connid) => ah,
                     _ => {
@@ -446,8 +446,8 @@ impl ShmDevice {
                         ah
                     }
                 };
-                // SAFETY: `SLOT_HDR + len <= span <= ring - at` (checked
-                // just above), so the packet ends inside the ring.
+                // SAFETY: `SLOT_HDR + len <= span <= ring - at` (`holds` and
+                // `span_fits`, above), so the packet ends inside the ring.
                 let pkt = unsafe { self.map.bytes(e + SLOT_HDR, len) };
                 go_on = f(ah, pkt, None).go_on();
                 let lines = reply_lines(answering, n == 0, span);
@@ -813,8 +813,7 @@ impl Device for ShmDevice {
                 break true;
             }
             let (len, span, more) = h.sizes();
-            let whole =
-                !more && self.shape.span_fits(at, span) && len > 0 && len <= self.shape.mtu && SLOT_HDR + len <= span;
+            let whole = !more && self.shape.span_fits(at, span) && self.shape.holds(len, span);
             if !whole || segment::halves(h.ids.load(Ordering::Relaxed)) != last {
                 break true;
             }

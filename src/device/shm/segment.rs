@@ -212,6 +212,14 @@ impl Shape {
     pub(super) fn span_fits(&self, at: usize, span: usize) -> bool {
         span % 64 == 0 && span > 0 && span <= self.ring - at
     }
+
+    /// Whether an entry of `span` bytes (one that fits) holds a packet of
+    /// `len` bytes: not empty, at most an MTU, inside the entry after its
+    /// header. Anything else is delivered to no one.
+    #[inline(always)]
+    pub(super) fn holds(&self, len: usize, span: usize) -> bool {
+        len > 0 && len <= self.mtu && SLOT_HDR + len <= span
+    }
 }
 
 /// Ring bytes an entry of a packet of up to `len` bytes takes.
