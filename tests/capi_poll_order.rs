@@ -130,6 +130,30 @@ fn queued_entries_come_out_before_entries_of_later_messages() {
     assert_eq!(drain(p.a, 3).len(), 3);
 }
 
+/// With room for all, one call hands out the queued send completion and
+/// then the receives taken in that call, each written once, in order,
+/// none past the count returned.
+#[test]
+fn a_queued_entry_and_the_receives_behind_it_come_out_in_one_call() {
+    let p = Pair::open();
+    p.warm_up();
+    let s = [9u8; 8];
+    assert_eq!(rdm4_tsend(p.b, s.as_ptr().cast(), 8, p.to_a, 6, ctx(100)), 0);
+    let bufs = p.a_to_b(3, p.to_a);
+    let mut cq = [zero(); 6];
+    for e in &mut cq {
+        e.context = ctx(0xdead);
+    }
+    let k = rdm4_poll(p.b, cq.as_mut_ptr(), 5);
+    let got: Vec<usize> = cq[..k as usize].iter().map(|e| e.context as usize).collect();
+    assert_eq!(got, [100, 10, 11, 12], "shm: the messages are in b's ring before the call");
+    assert_eq!(cq[0].flags, RDM4_CQ_SEND | RDM4_CQ_TAGGED);
+    assert!(cq[1..4].iter().all(|e| e.flags == RDM4_CQ_RECV | RDM4_CQ_TAGGED && e.len == 8 && e.src == p.to_a));
+    assert_eq!([cq[4].context, cq[5].context], [ctx(0xdead), ctx(0xdead)]);
+    check(&bufs);
+    assert_eq!(drain(p.a, 3).len(), 3);
+}
+
 /// Messages that arrive together are spread over calls by `max`: none is
 /// lost or written past the room given, the rest come out in order, and a
 /// call with no room (NULL, 0) takes none.

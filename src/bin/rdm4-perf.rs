@@ -376,14 +376,11 @@ fn stream(c: &mut Ctx, client: bool, size: usize, iters: usize, warmup: usize, w
     }
     let mut ack = [0u8; 1];
     // One stream of `warmup + iters` messages with `window` in flight; the
-    // clock starts once `warmup` have completed. Not a warm-up round and a
-    // timed round: at the boundary the sender runs on into the second
-    // round before the receiver has posted its receives, and a receiver
-    // that is handed messages ahead of its receives keeps getting them
-    // ahead (each receive then takes an unexpected message and each new
-    // message finds no receive): the timed round measured that state
-    // (measured: 8 B ~11 M msg/s instead of ~19 on the same machine).
-    // `ucx_perftest` times the same way.
+    // clock starts once `warmup` have completed, as `ucx_perftest` times.
+    // (A warm-up round and a timed round once measured the state where a
+    // receiver handed messages ahead of its receives takes each as
+    // unexpected: 8 B ~11 M msg/s instead of ~19. The library now gets
+    // out of that state by itself: `Endpoint::take_took_unexpected`.)
     let total = warmup + iters;
     let (mut posted, mut done) = (0usize, 0usize);
     let mut start = None;

@@ -415,27 +415,34 @@ pub extern "C" fn rdm4_poll(ep: *mut rdm4_ep, entries: *mut rdm4_cqe, max: usize
             return Err(Status::Inval);
         }
         let max = max.min(i32::MAX as usize);
-        // The common receive's entry goes straight into `entries` during
-        // progress; the rest of the room is then filled from the queue.
+        let out = |at: usize| {
+            move |i: usize, e: &Cqe| {
+                // SAFETY: `entries` has room for `max` entries; `at + i < max`.
+                unsafe { entries.add(at + i).write(to_c(e)) };
+            }
+        };
         // Progress leaves the C API's own queues alone, so whether entries
         // pass through is decided once for the call.
         let pass = g.passes_through();
-        let mut direct = Direct { out: entries, room: if pass { max } else { 0 }, n: 0 };
+        // After a receive took an unexpected message, the queued
+        // completions go first (entries keep their order), so that the
+        // express path below may run (`Endpoint::take_took_unexpected`).
+        let k0 = if pass && g.ep.take_took_unexpected() { g.take_completions(max, true, out(0)) } else { 0 };
+        // The common receive's entry goes straight into `entries` during
+        // progress; the rest of the room is then filled from the queue.
+        let room = if pass { max - k0 } else { 0 };
+        let mut direct = Direct { out: entries.wrapping_add(k0), room, n: 0 };
         // The usual receives first, by the express path: with every queue
         // empty, done when no other packet waits.
-        let (n, more) = if pass { g.ep.progress_express(&mut direct, max) } else { (0, true) };
+        let (n, more) = if pass { g.ep.progress_express(&mut direct, room) } else { (0, true) };
         if n > 0 && !more {
-            return Ok(n as i32);
+            return Ok((k0 + n) as i32);
         }
         if more {
             g.ep.progress_into(0, &mut direct);
         }
-        let k = direct.n;
-        let out = |i: usize, e: &Cqe| {
-            // SAFETY: `entries` has room for `max` entries, `k` taken.
-            unsafe { entries.add(k + i).write(to_c(e)) };
-        };
-        let n = g.take_completions(max - k, pass, out);
+        let k = k0 + direct.n;
+        let n = g.take_completions(max - k, pass, out(k));
         Ok((k + n) as i32)
     })
 }

@@ -244,7 +244,8 @@ pub trait Device {
     /// The express receive ([`crate::engine::Endpoint::progress_express`]):
     /// hands waiting packets to `f`, at most `max`, as long as each is one
     /// the device takes this way (whole, from a sender with a handle) and
-    /// nothing else is due (device events, periodic work); a packet `f`
+    /// no device event waits (its periodic work, such as a peer check, it
+    /// does itself, stopping when that makes an event); a packet `f`
     /// takes (true) leaves the device as through [`Device::recv`], one it
     /// declines stays for `recv`, and so does every packet after it.
     /// Returns how many `f` took and whether another packet may wait

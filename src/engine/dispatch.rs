@@ -123,6 +123,9 @@ impl Core {
         let qi = usize::from(e.tagged());
         let Some(&r) = self.posted[qi].front() else {
             if EXPRESS {
+                // The usual message, but no receive yet: the express call
+                // may end here (see `Endpoint::progress_express`).
+                self.rx_stop = true;
                 return false;
             }
             // The fields, not the parsed header: a reference would keep the

@@ -115,6 +115,7 @@ impl Core {
         let key = match taken {
             Some(Unexpected::Op(key)) => key,
             Some(Unexpected::Eager(m)) => {
+                self.took_unexpected = true;
                 // The whole message is here: complete at once.
                 let n = m.data.len().min(buf.len());
                 buf.write_at(0, &m.data[..n]);

@@ -47,8 +47,9 @@
 //!
 //! Express receive ([`Device::recv_express`]): whole packets from the last
 //! sender are handed over by a loop that does only what they need, until
-//! the first other packet, which stays for `recv`. Every 64th packet is
-//! left to `recv` and `events`, whose peer check the loop skips.
+//! the first other packet, which stays for `recv`. Every 64th packet the
+//! loop runs the periodic peer check as `events` does, and stops when that
+//! found a peer gone.
 //!
 //! Trail: a producer marks a bulk packet that has a long stream queued
 //! behind it (the engine says so, [`Device::more_follows`]); the owner
@@ -791,8 +792,10 @@ impl Device for ShmDevice {
 
     /// The steps of `recv_batch` for the usual packets only: whole,
     /// from the last sender. It stops before any other packet (left for
-    /// `recv`) and before the 64th packet since the last peer check, which
-    /// `recv` and [`Device::events`] then do.
+    /// `recv`). Every 64th packet it runs the periodic peer check, as
+    /// [`Device::events`] does, and stops if that found a peer gone (the
+    /// event is then handled by the general path): a receiver kept busy by
+    /// this path alone still notices closed peers.
     #[inline(always)]
     fn recv_express(&mut self, max: usize, mut f: impl FnMut(Ah, &[u8]) -> bool) -> (usize, bool) {
         let Some((last, Some(ah))) = self.last_from else { return (0, true) };
@@ -809,7 +812,7 @@ impl Device for ShmDevice {
             if h.seal.load(Ordering::Acquire) != self.shape.sealed(self.head) {
                 break false;
             }
-            if n == max || self.polls % 64 == 63 {
+            if n == max {
                 break true;
             }
             let (len, span, more) = h.sizes();
@@ -832,6 +835,12 @@ impl Device for ShmDevice {
             self.head += span as u64;
             self.polls = self.polls.wrapping_add(1);
             n += 1;
+            if self.polls % 64 == 63 {
+                self.check_peers();
+                if !self.events.is_empty() {
+                    break true;
+                }
+            }
         };
         if n > 0 {
             self.taken();
