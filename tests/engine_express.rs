@@ -313,3 +313,34 @@ fn an_empty_express_poll_still_checks_the_peers() {
     assert_eq!((e.context, e.status), (5, Status::PeerUnreachable));
     assert!(got.0.is_empty());
 }
+
+/// A receive that takes an unexpected message when posted marks the queue
+/// (its completion waits there) until a look finds the queue empty: the C
+/// API's poll then hands the queue out first, so that the express path may
+/// run.
+#[test]
+fn a_receive_that_took_an_unexpected_message_marks_the_queue_until_emptied() {
+    let (mut a, mut b, a_to_b, b_to_a) = pair("mark");
+    let mut s = OwnedBuf::from_slice(b"early");
+    a.send(a_to_b, s.buf(), SendOpts::default()).unwrap();
+    let mut got = Got::default();
+    assert_eq!(b.progress_express(&mut got, 4), (0, true), "no receive: the general path's");
+    b.progress(0);
+    assert_eq!(b.unexpected_messages(), 1);
+    assert!(!b.took_unexpected(), "nothing taken by a receive yet");
+    // A send's completion first, then the receive that takes the message.
+    b.send(b_to_a, s.buf(), SendOpts { context: 1, ..SendOpts::default() }).unwrap();
+    let mut r = OwnedBuf::zeroed(8);
+    b.recv(r.buf(), RecvOpts { context: 2, ..RecvOpts::default() }).unwrap();
+    assert!(b.took_unexpected());
+    assert_eq!(b.cq_len(), 2);
+    let mut order = Vec::new();
+    assert_eq!(b.drain_cq(1, |_, e| order.push(e.context)), 1);
+    assert!(b.took_unexpected(), "its entry may still wait");
+    assert_eq!(b.drain_cq(8, |_, e| order.push(e.context)), 1);
+    assert!(b.took_unexpected(), "marked until a look finds the queue empty");
+    assert!(!b.took_unexpected(), "the last look found the queue empty");
+    assert_eq!(order, [1, 2]);
+    assert_eq!(&r.bytes()[..5], b"early");
+    until(&mut a, 1);
+}

@@ -380,7 +380,7 @@ fn stream(c: &mut Ctx, client: bool, size: usize, iters: usize, warmup: usize, w
     // (A warm-up round and a timed round once measured the state where a
     // receiver handed messages ahead of its receives takes each as
     // unexpected: 8 B ~11 M msg/s instead of ~19. The library now gets
-    // out of that state by itself: `Endpoint::take_took_unexpected`.)
+    // out of that state by itself: `Endpoint::took_unexpected`.)
     let total = warmup + iters;
     let (mut posted, mut done) = (0usize, 0usize);
     let mut start = None;

@@ -426,8 +426,8 @@ pub extern "C" fn rdm4_poll(ep: *mut rdm4_ep, entries: *mut rdm4_cqe, max: usize
         let pass = g.passes_through();
         // After a receive took an unexpected message, the queued
         // completions go first (entries keep their order), so that the
-        // express path below may run (`Endpoint::take_took_unexpected`).
-        let k0 = if pass && g.ep.take_took_unexpected() { g.take_completions(max, true, out(0)) } else { 0 };
+        // express path below may run (`Endpoint::took_unexpected`).
+        let k0 = if pass && g.ep.took_unexpected() { g.take_completions(max, true, out(0)) } else { 0 };
         // The common receive's entry goes straight into `entries` during
         // progress; the rest of the room is then filled from the queue.
         let room = if pass { max - k0 } else { 0 };

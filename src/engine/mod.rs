@@ -214,8 +214,8 @@ pub(crate) struct Core {
     /// End this progress call's packet batch (the general path: after an
     /// eager message that found no receive; the express path: before one).
     rx_stop: bool,
-    /// A receive posted since the last [`Endpoint::take_took_unexpected`]
-    /// took an unexpected eager message, and its completion is queued.
+    /// A receive took an unexpected eager message when posted, and its
+    /// completion may still be queued ([`Endpoint::took_unexpected`]).
     took_unexpected: bool,
     /// Bytes of REQs held for `msg_id` order (bounded by the reorder window).
     reorder_bytes: usize,
@@ -603,7 +603,7 @@ impl<D: Device> Endpoint<D> {
     /// the general way, and so on: the usual state of `rdm4-perf`'s 8 B
     /// stream before (`scripts/icount.sh ahead`: 821 instructions per
     /// message for both ends, 762 now, as many as with no message ahead;
-    /// see also [`Self::take_took_unexpected`]). The next call that
+    /// see also [`Self::took_unexpected`]). The next call that
     /// delivers nothing this way takes it by the general path, so a caller
     /// that posts no receive still gets every packet taken, one call later.
     ///
@@ -673,9 +673,9 @@ impl<D: Device> Endpoint<D> {
         self.core.cq.len()
     }
 
-    /// Whether a receive posted since the last call of this took an
-    /// unexpected eager message whole (its completion then waits in the
-    /// queue); clears it. A poll that then hands out the queue first lets
+    /// Whether an entry queued by a receive that took an unexpected eager
+    /// message whole (completed when posted) may still wait in the queue.
+    /// A poll that then hands out the queue first lets
     /// [`Self::progress_express`] run: a streaming receiver that fell
     /// behind its sender once (one message taken as unexpected, so its
     /// next receive's completion is queued, so the next call goes the
@@ -684,15 +684,15 @@ impl<D: Device> Endpoint<D> {
     /// at ~7% more instructions per message (`scripts/icount.sh ahead`).
     /// Other queued completions (a send's, in a ping-pong) are left to
     /// the end of the call, as before: handing them out first would cost
-    /// the ping-pong ~35 instructions a round trip.
+    /// the ping-pong ~35 instructions a round trip. True until a call of
+    /// this finds the queue empty.
     #[inline(always)]
-    pub fn take_took_unexpected(&mut self) -> bool {
-        // Written only when set: a load on an empty poll.
-        let took = self.core.took_unexpected;
-        if took {
-            self.core.took_unexpected = false;
+    pub fn took_unexpected(&mut self) -> bool {
+        if !self.core.took_unexpected {
+            return false;
         }
-        took
+        self.core.took_unexpected = !self.core.cq.is_empty();
+        true
     }
 }
 
