@@ -708,7 +708,7 @@ impl Device for ShmDevice {
         let streaming = std::mem::replace(&mut self.streaming, true);
         let more = std::mem::take(&mut self.more);
         let p = self.peer(ah)?;
-        let tail = p.map.u64_at(off::TAIL);
+        let tail = p.map.hdr_u64::<{ off::TAIL }>();
         let ring = p.shape.ring;
         let mut pos = tail.load(Ordering::Relaxed);
         // The entry most likely goes at `pos`: its line is asked for in
@@ -746,23 +746,27 @@ impl Device for ShmDevice {
         // is below `ring`, and the claim logic above keeps an entry from
         // crossing the ring's end, so `HDR_LEN + at + span` stays within
         // `HDR_LEN + ring`, which `Shape::valid` bounds by the mapping.
-        let publish = |pos: u64, len: usize, span: u32| {
+        // `entry` is the entry's address (`HDR_LEN + at` in the mapping).
+        let publish = |entry: *mut u8, pos: u64, len: usize, span: u32| {
             // SAFETY: in bounds as above; 8-aligned (entries are whole
             // cache lines); `EntryHdr` is atomics only.
-            let h = unsafe { &*p.map.ptr_at(HDR_LEN + p.shape.at(pos)).cast::<segment::EntryHdr>() };
+            let h = unsafe { &*entry.cast::<segment::EntryHdr>() };
             h.ids.store(segment::word(me, connid), Ordering::Relaxed);
             h.sizes.store(segment::word(len as u32, span), Ordering::Relaxed);
             h.seal.store(p.shape.sealed(pos), Ordering::Release);
         };
         if pad > 0 {
-            publish(pos, 0, pad as u32);
+            // SAFETY: the padding's entry, in bounds as above.
+            publish(unsafe { p.map.ptr_at(HDR_LEN + p.shape.at(pos)) }, pos, 0, pad as u32);
             pos += pad as u64;
         }
+        // SAFETY: in bounds as above.
+        let entry = unsafe { p.map.ptr_at(HDR_LEN + p.shape.at(pos)) };
         // SAFETY: the claimed entry's packet bytes (`SLOT_HDR + cap <=
         // need`), in bounds as above and ours until published.
-        let slot = unsafe { std::slice::from_raw_parts_mut(p.map.ptr_at(HDR_LEN + p.shape.at(pos) + SLOT_HDR), cap) };
+        let slot = unsafe { std::slice::from_raw_parts_mut(entry.add(SLOT_HDR), cap) };
         let len = build(slot).min(cap);
-        publish(pos, len, need as u32 | if more { segment::MORE } else { 0 });
+        publish(entry, pos, len, need as u32 | if more { segment::MORE } else { 0 });
         // In a stream of sends the next entry most likely starts where this
         // one ends: ask for its first line in exclusive state now, so that
         // the next send does not wait for it (a stream of 8-byte messages:
@@ -775,7 +779,7 @@ impl Device for ShmDevice {
             prefetch_pos::<true>(&p.map, &p.shape, pos + need as u64);
         }
         producer_fence();
-        if p.map.u32_at(off::SLEEPING).load(Ordering::SeqCst) != 0 {
+        if p.map.hdr_u32::<{ off::SLEEPING }>().load(Ordering::SeqCst) != 0 {
             Self::wake(p);
         }
         Ok(Sent::Done)

@@ -46,6 +46,23 @@ impl Mapping {
         unsafe { &*self.base().add(off).cast::<AtomicU64>() }
     }
 
+    /// The header's atomic u64 at `OFF`, without a run-time bounds check:
+    /// every mapping holds a whole header (`open_existing` and `create`
+    /// check the length first), and `OFF` is checked against it at compile
+    /// time. For the send path's fields (the tail).
+    pub(super) fn hdr_u64<const OFF: usize>(&self) -> &AtomicU64 {
+        const { assert!(OFF % 8 == 0 && OFF + 8 <= super::HDR_LEN) };
+        // SAFETY: within the header, which every mapping holds; aligned.
+        unsafe { &*self.base().add(OFF).cast::<AtomicU64>() }
+    }
+
+    /// [`Self::hdr_u64`] for a u32 field (the sleeping flag).
+    pub(super) fn hdr_u32<const OFF: usize>(&self) -> &AtomicU32 {
+        const { assert!(OFF % 4 == 0 && OFF + 4 <= super::HDR_LEN) };
+        // SAFETY: as `hdr_u64`.
+        unsafe { &*self.base().add(OFF).cast::<AtomicU32>() }
+    }
+
     /// An atomic u32 at `off` (4-aligned, in bounds).
     pub(super) fn u32_at(&self, off: usize) -> &AtomicU32 {
         assert!(off % 4 == 0 && off + 4 <= self.len);
