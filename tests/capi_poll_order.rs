@@ -63,6 +63,20 @@ impl Pair {
     }
 }
 
+impl Pair {
+    /// A warm pair where b's own send (context 100) completed at once over
+    /// shm and waits in its queue, and then three messages a -> b as
+    /// [`Pair::a_to_b`] from `to_a` (contexts 10-12).
+    fn queued_send_then_three() -> (Pair, Vec<[u8; 8]>) {
+        let p = Pair::open();
+        p.warm_up();
+        let s = [9u8; 8];
+        assert_eq!(rdm4_tsend(p.b, s.as_ptr().cast(), 8, p.to_a, 6, ctx(100)), 0);
+        let bufs = p.a_to_b(3, p.to_a);
+        (p, bufs)
+    }
+}
+
 /// Receive buffer k holds message k.
 fn check(bufs: &[[u8; 8]]) {
     for (i, r) in bufs.iter().enumerate() {
@@ -104,12 +118,7 @@ fn ctx(v: usize) -> *mut c_void {
 /// the order their messages were sent.
 #[test]
 fn queued_entries_come_out_before_entries_of_later_messages() {
-    let p = Pair::open();
-    p.warm_up();
-    // b's own send completes at once over shm and waits in its queue.
-    let s = [9u8; 8];
-    assert_eq!(rdm4_tsend(p.b, s.as_ptr().cast(), 8, p.to_a, 6, ctx(100)), 0);
-    let bufs = p.a_to_b(3, p.to_a);
+    let (p, bufs) = Pair::queued_send_then_three();
     let mut order = Vec::new();
     let mut cq = [zero(); 2];
     for _ in 0..1000 {
@@ -135,11 +144,7 @@ fn queued_entries_come_out_before_entries_of_later_messages() {
 /// none past the count returned.
 #[test]
 fn a_queued_entry_and_the_receives_behind_it_come_out_in_one_call() {
-    let p = Pair::open();
-    p.warm_up();
-    let s = [9u8; 8];
-    assert_eq!(rdm4_tsend(p.b, s.as_ptr().cast(), 8, p.to_a, 6, ctx(100)), 0);
-    let bufs = p.a_to_b(3, p.to_a);
+    let (p, bufs) = Pair::queued_send_then_three();
     let mut cq = [zero(); 6];
     for e in &mut cq {
         e.context = ctx(0xdead);

@@ -233,7 +233,8 @@ pub struct ShmDevice {
     last_check: Duration,
     /// The FIFO was handed out for polling: keep it signalled.
     fd_mode: bool,
-    /// `events` calls, for `check_peers`.
+    /// `events` calls and packets taken by the express receive, for
+    /// `check_peers`.
     polls: u32,
     /// The last packet this endpoint moved was one it sent: a stream of
     /// sends, whose next entry is worth fetching ahead (see `send_with`).
@@ -571,15 +572,19 @@ impl ShmDevice {
         }
     }
 
+    /// The periodic peer check. Every 64th call looks at the coarse clock
+    /// (a plain read of the kernel's tick; the precise clock would cost a
+    /// timer read on every poll) and checks the peers when `peer_check`
+    /// has passed. Returns whether this was such a call (it may have
+    /// queued events: a peer found gone).
     #[inline(always)]
-    fn check_peers(&mut self) {
-        // Every 64th call looks at the coarse clock (a plain read of the
-        // kernel's tick): the precise clock would cost a timer read on
-        // every poll.
+    fn check_peers(&mut self) -> bool {
         self.polls = self.polls.wrapping_add(1);
-        if self.polls % 64 == 0 {
+        let due = self.polls % 64 == 0;
+        if due {
             self.check_peers_now();
         }
+        due
     }
 
     #[inline(never)]
@@ -837,13 +842,10 @@ impl Device for ShmDevice {
                 self.prefetch_reply(Some(ah), lines);
             }
             self.head += span as u64;
-            self.polls = self.polls.wrapping_add(1);
             n += 1;
-            if self.polls % 64 == 63 {
-                self.check_peers();
-                if !self.events.is_empty() {
-                    break true;
-                }
+            // Each packet counts as a poll for the periodic peer check.
+            if self.check_peers() && !self.events.is_empty() {
+                break true;
             }
         };
         if n > 0 {
