@@ -120,6 +120,7 @@ static int32_t (*const p_tsend)(struct rdm4_ep *, const void *, size_t, rdm4_add
 static int32_t (*const p_senddata)(struct rdm4_ep *, const void *, size_t, uint64_t, rdm4_addr, void *) =
     rdm4_senddata;
 static int32_t (*const p_inject)(struct rdm4_ep *, const void *, size_t, rdm4_addr) = rdm4_inject;
+static int32_t (*const p_tinject)(struct rdm4_ep *, const void *, size_t, rdm4_addr, uint64_t) = rdm4_tinject;
 static int32_t (*const p_sendmsg)(struct rdm4_ep *, const struct rdm4_msg *, uint64_t) = rdm4_sendmsg;
 static int32_t (*const p_recv)(struct rdm4_ep *, void *, size_t, rdm4_addr, void *) = rdm4_recv;
 static int32_t (*const p_trecv)(struct rdm4_ep *, void *, size_t, rdm4_addr, uint64_t, uint64_t, void *) =
@@ -168,7 +169,7 @@ static void check_symbols(void)
         (const void *)(uintptr_t)p_av_remove,      (const void *)(uintptr_t)p_av_straddr,
         (const void *)(uintptr_t)p_mr_reg,         (const void *)(uintptr_t)p_mr_close,
         (const void *)(uintptr_t)p_poll,           (const void *)(uintptr_t)p_wait,
-        (const void *)(uintptr_t)p_ep_fd,
+        (const void *)(uintptr_t)p_ep_fd,          (const void *)(uintptr_t)p_tinject,
     };
     size_t n = sizeof syms / sizeof syms[0];
     int all = 1;
@@ -177,7 +178,7 @@ static void check_symbols(void)
             all = 0;
         }
     }
-    CHECK(n == 29 && all, "the %zu exported functions link with the pinned prototypes", n);
+    CHECK(n == 30 && all, "the %zu exported functions link with the pinned prototypes", n);
 }
 
 /* ---------------------------------------------------------------------- */

@@ -223,6 +223,7 @@ static void check_bad_handle(rdm4_ep *bad, const char *what, rdm4_addr dest, con
     BAD(rdm4_tsend(bad, buf, 8, dest, 5, NULL));
     BAD(rdm4_senddata(bad, buf, 8, 42, dest, NULL));
     BAD(rdm4_inject(bad, buf, 8, dest));
+    BAD(rdm4_tinject(bad, buf, 8, dest, 5));
     BAD(rdm4_sendmsg(bad, &msg, 0));
     BAD(rdm4_recv(bad, buf, 8, RDM4_ADDR_UNSPEC, NULL));
     BAD(rdm4_trecv(bad, buf, 8, RDM4_ADDR_UNSPEC, 5, 0, NULL));
@@ -291,6 +292,8 @@ static void check_null_args(rdm4_ep *a, rdm4_addr dest)
     EXPECT(rdm4_inject(a, NULL, 8, dest), RDM4_EINVAL);
     EXPECT(rdm4_inject(a, buf, 64 * 1024 + 1, dest), RDM4_EINVAL);
     EXPECT(rdm4_inject(a, buf, SIZE_MAX, dest), RDM4_EINVAL);
+    EXPECT(rdm4_tinject(a, NULL, 8, dest, 5), RDM4_EINVAL);
+    EXPECT(rdm4_tinject(a, buf, 64 * 1024 + 1, dest, 5), RDM4_EINVAL);
     EXPECT(rdm4_recv(a, NULL, 8, RDM4_ADDR_UNSPEC, NULL), RDM4_EINVAL);
     EXPECT(rdm4_trecv(a, NULL, 8, RDM4_ADDR_UNSPEC, 5, 0, NULL), RDM4_EINVAL);
 
@@ -418,6 +421,7 @@ static void check_unknown_addr(rdm4_ep *a, rdm4_addr good)
         NOADDR(rdm4_tsend(a, buf, 8, u, 5, NULL));
         NOADDR(rdm4_senddata(a, buf, 8, 42, u, NULL));
         NOADDR(rdm4_inject(a, buf, 8, u));
+        NOADDR(rdm4_tinject(a, buf, 8, u, 5));
         NOADDR(rdm4_sendmsg(a, &msg, 0));
         NOADDR(rdm4_sendmsg(a, &msg, RDM4_MSG_TAGGED | RDM4_MSG_REMOTE_CQ_DATA));
         NOADDR(rdm4_write(a, buf, 8, u, raddr, 1, NULL));

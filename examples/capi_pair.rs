@@ -17,7 +17,8 @@
 //! difference to a plain run, divided by 32 × rounds); `ahead` keeps the
 //! sender one message ahead of the receives (as in `rdm4-perf`'s stream,
 //! where the sender runs ahead): every poll of the receiver finds one
-//! message more than it has receives for.
+//! message more than it has receives for; `inject` sends with
+//! `rdm4_tinject`, which leaves no completion to poll.
 
 use std::ffi::c_void;
 
@@ -29,7 +30,7 @@ use common::{ok, open};
 fn main() {
     let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(100_000);
     let mode = std::env::args().nth(2).unwrap_or_default();
-    let (directed, idle, ahead) = (mode == "directed", mode == "idle", mode == "ahead");
+    let (directed, idle, ahead, inject) = (mode == "directed", mode == "idle", mode == "ahead", mode == "inject");
     // A third argument sets the round's size (default 16; 1: every
     // message polled on its own, as in a ping-pong).
     let window: usize = std::env::args().nth(3).and_then(|a| a.parse().ok()).filter(|&w| w > 0).unwrap_or(16);
@@ -53,17 +54,22 @@ fn main() {
         // more than receives is in flight from then on (and one is left).
         let sends = if ahead && round == 0 { 2 } else { k };
         for _ in 0..sends {
-            ok("tsend", rdm4_tsend(a, s.as_ptr().cast(), 8, to_b, 1, std::ptr::null_mut::<c_void>()));
+            if inject {
+                ok("tinject", rdm4_tinject(a, s.as_ptr().cast(), 8, to_b, 1));
+            } else {
+                ok("tsend", rdm4_tsend(a, s.as_ptr().cast(), 8, to_b, 1, std::ptr::null_mut::<c_void>()));
+            }
         }
+        let want_a = if inject { 0 } else { sends };
         let (mut got_b, mut got_a) = (0, 0);
         for _ in 0..1000 {
             got_b += ok("poll b", rdm4_poll(b, cq.as_mut_ptr(), window)) as usize;
             got_a += ok("poll a", rdm4_poll(a, cq.as_mut_ptr(), window)) as usize;
-            if got_a == sends && got_b == k {
+            if got_a == want_a && got_b == k {
                 break;
             }
         }
-        assert!(got_a == sends && got_b == k, "round {round}: {got_a}/{got_b} of {k} completions");
+        assert!(got_a == want_a && got_b == k, "round {round}: {got_a}/{got_b} of {k} completions");
         for _ in 0..if idle { 16 } else { 0 } {
             assert_eq!(ok("poll b", rdm4_poll(b, cq.as_mut_ptr(), window)), 0);
             assert_eq!(ok("poll a", rdm4_poll(a, cq.as_mut_ptr(), window)), 0);

@@ -579,13 +579,22 @@ int32_t rdm4_senddata(struct rdm4_ep *ep,
 /**
  * Sends a copy of `len` bytes at `buf`: the buffer is the caller's again
  * when the call returns, and no completion is written (a failure of the
- * transfer is not reported). At most 64 KiB.
+ * transfer is not reported). At most 64 KiB. A message that fits one
+ * packet goes out during the call, straight from `buf`, when nothing is
+ * queued to the peer before it (the usual case); otherwise the library
+ * sends a copy, in order with the peer's other messages.
  *
  * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `buf`
  * with `len > 0`, or `len` over 64 KiB); `RDM4_ENOADDR`; `RDM4_EPEER`;
  * `RDM4_EAGAIN`. Thread safety: any thread.
  */
 int32_t rdm4_inject(struct rdm4_ep *ep, const void *buf, size_t len, rdm4_addr dest);
+
+/**
+ * `rdm4_inject` of a tagged message: the receiver matches `tag` (see
+ * `rdm4_trecv`). Returns as `rdm4_inject`.
+ */
+int32_t rdm4_tinject(struct rdm4_ep *ep, const void *buf, size_t len, rdm4_addr dest, uint64_t tag);
 
 /**
  * Sends the message described by `msg` with `RDM4_MSG_*` `flags` (tagged,

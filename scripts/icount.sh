@@ -5,7 +5,7 @@
 # `plain` (any-source receives, rounds of 16), `directed` (named source, as
 # rdm4-perf), `idle`; a second argument sets the round size (1: ping-pong-like).
 #
-# usage: scripts/icount.sh [plain|directed|idle] [ROUND]
+# usage: scripts/icount.sh [plain|directed|idle|ahead|inject] [ROUND]
 set -euo pipefail
 mode=${1:-plain} round=${2:-16}
 command -v valgrind >/dev/null || { echo "valgrind not found (apt-get install valgrind)" >&2; exit 1; }

@@ -84,22 +84,43 @@ pub extern "C" fn rdm4_senddata(
 
 /// Sends a copy of `len` bytes at `buf`: the buffer is the caller's again
 /// when the call returns, and no completion is written (a failure of the
-/// transfer is not reported). At most 64 KiB.
+/// transfer is not reported). At most 64 KiB. A message that fits one
+/// packet goes out during the call, straight from `buf`, when nothing is
+/// queued to the peer before it (the usual case); otherwise the library
+/// sends a copy, in order with the peer's other messages.
 ///
 /// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `buf`
 /// with `len > 0`, or `len` over 64 KiB); `RDM4_ENOADDR`; `RDM4_EPEER`;
 /// `RDM4_EAGAIN`. Thread safety: any thread.
 #[no_mangle]
 pub extern "C" fn rdm4_inject(ep: *mut rdm4_ep, buf: *const c_void, len: usize, dest: rdm4_addr) -> i32 {
+    inject_common(ep, buf, len, dest, None)
+}
+
+/// `rdm4_inject` of a tagged message: the receiver matches `tag` (see
+/// `rdm4_trecv`). Returns as `rdm4_inject`.
+#[no_mangle]
+pub extern "C" fn rdm4_tinject(ep: *mut rdm4_ep, buf: *const c_void, len: usize, dest: rdm4_addr, tag: u64) -> i32 {
+    inject_common(ep, buf, len, dest, Some(tag))
+}
+
+fn inject_common(ep: *mut rdm4_ep, buf: *const c_void, len: usize, dest: rdm4_addr, tag: Option<u64>) -> i32 {
     boundary(|| {
         let mut g = lookup(ep)?;
         if len > 64 * 1024 {
             return Err(Status::Inval);
         }
         let src = c_buf(buf as *mut c_void, len)?;
+        let dest = addr(dest)?;
+        // Straight from the caller's buffer when it goes out now: no copy
+        // to keep and no completion to drop, so polls keep passing the
+        // engine's completions through (`EpInner::passes_through`).
+        if g.ep.inject_now(dest, src, SendOpts { tag, cq_data: None, context: 0 }) {
+            return Ok(0);
+        }
         let bytes = src.with_slice(|s| s.to_vec());
         let (copy, ctx) = g.inject_copy(&bytes);
-        if let Err(e) = g.ep.send(addr(dest)?, copy, SendOpts { tag: None, cq_data: None, context: ctx }) {
+        if let Err(e) = g.ep.send(dest, copy, SendOpts { tag, cq_data: None, context: ctx }) {
             g.take_injected(ctx);
             return Err(e);
         }

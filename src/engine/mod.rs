@@ -472,7 +472,7 @@ impl<D: Device> Endpoint<D> {
     /// Sends `buf` to `dest` (two-sided).
     #[inline(always)]
     pub fn send(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<(), Status> {
-        if let Some(done) = self.core.send_now(&mut self.dev, dest, buf, opts) {
+        if let Some(done) = self.core.send_now::<D, true>(&mut self.dev, dest, buf, opts) {
             return done;
         }
         if self.core.queue_eager(dest, buf, opts)? {
@@ -484,6 +484,18 @@ impl<D: Device> Endpoint<D> {
         }
         self.core.flush(&mut self.dev);
         Ok(())
+    }
+
+    /// Sends `buf` now, without a completion, when it can go out at once
+    /// by the eager fast path of [`Self::send`] (it fits one packet,
+    /// nothing is queued before it, the peer's HANDSHAKE is known and the
+    /// device takes the packet whole): then its bytes are in the device
+    /// when this returns, and the caller may reuse `buf`. False: nothing
+    /// was sent, and the caller sends a copy the usual way (which keeps
+    /// messages to one peer in order: this path is taken only when nothing
+    /// is queued). `opts.context` is not used.
+    pub fn inject_now(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts) -> bool {
+        self.core.send_now::<D, false>(&mut self.dev, dest, buf, opts).is_some()
     }
 
     /// Posts a receive into `buf`.

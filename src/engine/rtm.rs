@@ -428,7 +428,9 @@ impl Core {
     /// The eager fast path: when nothing is queued before it and the device
     /// completes sends at once, the message goes out now and completes
     /// without an operation entry. `None`: take the queued path.
-    pub(crate) fn send_now<D: Device>(
+    /// `COMPLETE`: queue the send's completion (false for an inject, which
+    /// has none: its bytes are in the device when this returns).
+    pub(crate) fn send_now<D: Device, const COMPLETE: bool>(
         &mut self,
         dev: &mut D,
         dest: Addr,
@@ -466,7 +468,9 @@ impl Core {
         if let Some(p) = self.peers.get_mut(dest) {
             p.tx_msg_id = p.tx_msg_id.wrapping_add(1);
         }
-        self.cq.push_back(Cqe::new(opts.context, send_flags(tagged), buf.len() as u64, Status::Success));
+        if COMPLETE {
+            self.cq.push_back(Cqe::new(opts.context, send_flags(tagged), buf.len() as u64, Status::Success));
+        }
         Some(Ok(()))
     }
 }
