@@ -27,7 +27,8 @@ fn run(test: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Output 
 
 #[test]
 fn every_test_mode_on_shm_prints_the_json_contract() {
-    // Both RMA paths, and the locked endpoints of `--thread-safe`.
+    // Both RMA paths, and the locked endpoints of `--thread-safe` with
+    // the streams' sends injected (`--inject`).
     for (cma, locked) in [("1", false), ("0", false), ("1", true)] {
         let mut args = vec![
             "--device",
@@ -46,7 +47,7 @@ fn every_test_mode_on_shm_prints_the_json_contract() {
             "0",
         ];
         if locked {
-            args.push("--thread-safe");
+            args.extend(["--thread-safe", "--inject"]);
         }
         let out = run("json", &args, &[("RDM4_SHM_CMA", cma)]);
         let stdout = String::from_utf8_lossy(&out.stdout);

@@ -12,7 +12,10 @@
 //! `--thread-safe` measures the locked mode instead. Before the first test
 //! both processes poll for `--settle-ms` (default 500): where the host
 //! brings busy vCPUs to full copying speed only after a few hundred
-//! milliseconds, the first tests would measure that ramp.
+//! milliseconds, the first tests would measure that ramp. `--inject` makes
+//! the streams' sends `rdm4_tinject` calls (up to 64 KiB), which leave no
+//! completion to poll, as `ucx_perftest`'s sends that complete in place;
+//! the default sends with `rdm4_tsend` and polls every completion.
 //!
 //! Honesty rules: data is verified on the last iteration of every size;
 //! ping-pong latency is half the round trip; bandwidth counts completed
@@ -30,7 +33,7 @@ use rdm4::status::codes::RDM4_EAGAIN;
 
 const USAGE: &str = "usage: rdm4-perf [--device shm|udp] [--test NAME[,NAME...]] [--sizes N,N,...]
                  [--iters N] [--warmup N] [--window N] [--settle-ms MS] [--json] [--no-pin] [--thread-safe]
-                 [--server [--oob-port P] | --client HOST [--oob-port P]]
+                 [--inject] [--server [--oob-port P] | --client HOST [--oob-port P]]
 tests: tag_lat msg_lat tag_bw msg_rate put_lat put_bw get_lat get_bw atomic_lat";
 
 const TESTS: [&str; 9] =
@@ -51,6 +54,9 @@ struct Opts {
     pin: bool,
     /// Open the endpoints with `RDM4_THREAD_SAFE` (locked calls).
     thread_safe: bool,
+    /// Streams send with `rdm4_tinject` (sizes up to 64 KiB): no send
+    /// completions, as `ucx_perftest`'s sends that complete in place.
+    inject: bool,
     role: Role,
     port: u16,
 }
@@ -82,6 +88,7 @@ fn parse_args() -> Opts {
         json: false,
         pin: true,
         thread_safe: false,
+        inject: false,
         role: Role::Local,
         port: 0,
     };
@@ -110,6 +117,7 @@ fn parse_args() -> Opts {
             "--json" => o.json = true,
             "--no-pin" => o.pin = false,
             "--thread-safe" => o.thread_safe = true,
+            "--inject" => o.inject = true,
             "--server" => o.role = Role::Server,
             "--client" => o.role = Role::Client(val("--client")),
             "-h" | "--help" => {
@@ -367,7 +375,7 @@ fn pingpong(c: &mut Ctx, client: bool, size: usize, iters: usize, warmup: usize,
 /// per side): the test measures the library, not how fast the machine
 /// streams `window` distinct buffers through its memory. The receiver checks
 /// the buffer after the last message.
-fn stream(c: &mut Ctx, client: bool, size: usize, iters: usize, warmup: usize, window: usize) -> Result {
+fn stream(c: &mut Ctx, client: bool, size: usize, iters: usize, warmup: usize, window: usize, inject: bool) -> Result {
     // The receive buffer is written once too, so that its pages exist
     // before the clock starts; a fresh allocation would time page faults.
     let mut buf = vec![0xA5u8; size];
@@ -382,15 +390,21 @@ fn stream(c: &mut Ctx, client: bool, size: usize, iters: usize, warmup: usize, w
     // unexpected: 8 B ~11 M msg/s instead of ~19. The library now gets
     // out of that state by itself: `Endpoint::took_unexpected`.)
     let total = warmup + iters;
+    // `--inject`: the client's sends are done when the call returns (no
+    // completion); it still posts at most `window` between polls.
+    let inject = inject && client && size <= 64 * 1024;
     let (mut posted, mut done) = (0usize, 0usize);
     let mut start = None;
     while done < total {
         if start.is_none() && done >= warmup {
             start = Some((Instant::now(), done));
         }
-        while posted < total && posted - done < window {
+        let pass_end = (posted + window).min(total);
+        while posted < pass_end && posted - done < window {
             let ctx = (posted % window) as *mut c_void;
-            let rc = if client {
+            let rc = if inject {
+                rdm4_tinject(c.ep, buf.as_ptr().cast(), size, c.peer, 9)
+            } else if client {
                 rdm4_tsend(c.ep, buf.as_ptr().cast(), size, c.peer, 9, ctx)
             } else {
                 rdm4_trecv(c.ep, buf.as_mut_ptr().cast(), size, c.peer, 9, 0, ctx)
@@ -400,6 +414,7 @@ fn stream(c: &mut Ctx, client: bool, size: usize, iters: usize, warmup: usize, w
             }
             ok("stream post", rc);
             posted += 1;
+            done += usize::from(inject);
         }
         let k = ok("rdm4_poll", rdm4_poll(c.ep, c.cq.as_mut_ptr(), c.cq.len())) as usize;
         for e in &c.cq[..k] {
@@ -566,7 +581,7 @@ fn run_test(c: &mut Ctx, o: &Opts, client: bool, test: &str, size: usize) -> Opt
     let mut res = match test {
         "tag_lat" => pingpong(c, client, size, iters, warmup, true),
         "msg_lat" => pingpong(c, client, size, iters, warmup, false),
-        "tag_bw" | "msg_rate" => stream(c, client, size, iters, warmup, o.window),
+        "tag_bw" | "msg_rate" => stream(c, client, size, iters, warmup, o.window, o.inject),
         _ if client && test.ends_with("_lat") => one_sided_lat(c, test, size, iters, warmup),
         _ if client => one_sided(c, test, size, iters, warmup, o.window),
         _ => Result::default(),
