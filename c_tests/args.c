@@ -788,6 +788,19 @@ static void check_valid_edges(rdm4_ep *a, rdm4_ep *b, rdm4_addr a_to_b, struct t
     int got = quiet_for(qa, qb, 20);
     CHECK(got == 0, "inject wrote no completion (%d)", got);
 
+    /* A small tagged inject goes out during the call, straight from the buffer. */
+    uint8_t small[24], small_in[24] = { 0 };
+    tu_fill(small, sizeof small, 7);
+    EXPECT(rdm4_trecv(b, small_in, sizeof small_in, RDM4_ADDR_UNSPEC, 0x77, 0, small_in), RDM4_SUCCESS);
+    EXPECT(rdm4_tinject(a, small, sizeof small, a_to_b, 0x77), RDM4_SUCCESS);
+    memset(small, 0, sizeof small);
+    c = tu_cq_expect(qb, small_in, qs, 2, 5000, "tagged inject");
+    CHECK(c.status == RDM4_SUCCESS && c.len == sizeof small && c.tag == 0x77 && (c.flags & RDM4_CQ_TAGGED) &&
+              tu_verify(small_in, sizeof small_in, 7) < 0,
+          "a tagged inject arrives intact with its tag (%s, len %llu)", tu_status(c.status), (unsigned long long)c.len);
+    got = quiet_for(qa, qb, 20);
+    CHECK(got == 0, "tinject wrote no completion (%d)", got);
+
     /* Contexts are the caller's: every value comes back, top bits included. */
     static const uintptr_t ctxs[] = { 1, 0x00007fffffffffffULL, 0x4000000000000000ULL, 0x8000000000000000ULL,
                                       0xc000000000000000ULL, UINTPTR_MAX };

@@ -592,7 +592,9 @@ int32_t rdm4_inject(struct rdm4_ep *ep, const void *buf, size_t len, rdm4_addr d
 
 /**
  * `rdm4_inject` of a tagged message: the receiver matches `tag` (see
- * `rdm4_trecv`). Returns as `rdm4_inject`.
+ * `rdm4_trecv`). The buffer is the caller's again when the call returns;
+ * no completion is written. Returns as `rdm4_inject`. Thread safety: any
+ * thread.
  */
 int32_t rdm4_tinject(struct rdm4_ep *ep, const void *buf, size_t len, rdm4_addr dest, uint64_t tag);
 

@@ -98,7 +98,9 @@ pub extern "C" fn rdm4_inject(ep: *mut rdm4_ep, buf: *const c_void, len: usize, 
 }
 
 /// `rdm4_inject` of a tagged message: the receiver matches `tag` (see
-/// `rdm4_trecv`). Returns as `rdm4_inject`.
+/// `rdm4_trecv`). The buffer is the caller's again when the call returns;
+/// no completion is written. Returns as `rdm4_inject`. Thread safety: any
+/// thread.
 #[no_mangle]
 pub extern "C" fn rdm4_tinject(ep: *mut rdm4_ep, buf: *const c_void, len: usize, dest: rdm4_addr, tag: u64) -> i32 {
     inject_common(ep, buf, len, dest, Some(tag))
