@@ -117,7 +117,7 @@ fn inject_common(ep: *mut rdm4_ep, buf: *const c_void, len: usize, dest: rdm4_ad
         // Straight from the caller's buffer when it goes out now: no copy
         // to keep and no completion to drop, so polls keep passing the
         // engine's completions through (`EpInner::passes_through`).
-        if g.ep.inject_now(dest, src, SendOpts { tag, cq_data: None, context: 0 }) {
+        if g.ep.inject_now(dest, src, tag) {
             return Ok(0);
         }
         let bytes = src.with_slice(|s| s.to_vec());

@@ -493,8 +493,9 @@ impl<D: Device> Endpoint<D> {
     /// when this returns, and the caller may reuse `buf`. False: nothing
     /// was sent, and the caller sends a copy the usual way (which keeps
     /// messages to one peer in order: this path is taken only when nothing
-    /// is queued). `opts.context` is not used.
-    pub fn inject_now(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts) -> bool {
+    /// is queued). `tag`: a tagged message.
+    pub fn inject_now(&mut self, dest: Addr, buf: UserBuf, tag: Option<u64>) -> bool {
+        let opts = SendOpts { tag, cq_data: None, context: 0 };
         self.core.send_now::<D, false>(&mut self.dev, dest, buf, opts).is_some()
     }
 
