@@ -278,6 +278,9 @@ fn a_receiver_fed_by_the_express_path_alone_still_checks_the_peers() {
         let mut got = Got::default();
         match b.progress_express(&mut got, 1) {
             (1, false) => taken += 1,
+            // A hold behind what became a fast one-way stream (the shm
+            // device's lag): nothing taken this time.
+            (0, false) => {}
             // The check found c gone: the general path handles the event
             // (and takes the message).
             (0, true) => {

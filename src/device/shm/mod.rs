@@ -51,6 +51,10 @@
 //! loop runs the periodic peer check as `events` does, and stops when that
 //! found a peer gone.
 //!
+//! Lag: behind a fast one-way stream of small packets, the express receive
+//! takes only what lies a few pages behind the ring's tail, so that it does
+//! not read lines the producer is writing (`lag.rs`, [`ShmConfig::lag`]).
+//!
 //! Trail: a producer marks a bulk packet that has a long stream queued
 //! behind it (the engine says so, [`Device::more_follows`]); the owner
 //! leaves such a packet at the head while fewer than `trail` bytes were
@@ -92,7 +96,8 @@
 //! `RDM4_SHM_LONGREAD_MIN` (default: never, see [`ShmConfig::longread_min`]),
 //! `RDM4_SHM_TRAIL` (default three L2s, see [`ShmConfig::trail`]),
 //! `RDM4_SHM_FAR_NS` (default 90, `off` never, 0 always; see
-//! [`ShmConfig::far_ns`]), `RDM4_SHM_PEER_CHECK_MS` (default 100).
+//! [`ShmConfig::far_ns`]), `RDM4_SHM_LAG` (default 16384, 0 never; see
+//! [`ShmConfig::lag`]), `RDM4_SHM_PEER_CHECK_MS` (default 100).
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{fence, Ordering};
@@ -108,6 +113,7 @@ mod barrier;
 mod cma;
 mod config;
 mod far;
+mod lag;
 mod segment;
 mod trail;
 
@@ -248,6 +254,10 @@ pub struct ShmDevice {
     held: u32,
     /// The engine's hint for the next packet sent ([`Device::more_follows`]).
     more: bool,
+    /// How far (bytes) the owner stays behind a fast one-way stream of
+    /// small packets (0: not at all; `lag.rs`), and what it remembers.
+    lag: u64,
+    lag_state: lag::Lag,
 }
 
 impl ShmDevice {
@@ -382,6 +392,8 @@ impl ShmDevice {
             trail: cfg.trail_bytes().min(shape.ring / 4) as u64,
             held: 0,
             more: false,
+            lag: cfg.lag.min(shape.ring / 8) as u64,
+            lag_state: lag::Lag::default(),
         })
     }
 
@@ -793,7 +805,7 @@ impl Device for ShmDevice {
     #[inline]
     fn recv<R: Flow>(&mut self, max: usize, f: impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R) -> usize {
         // The common empty poll stays small: one load, no register spills.
-        if max == 0 || !self.ready() {
+        if max == 0 || self.holding() || !self.ready() {
             return 0;
         }
         self.recv_batch(max, f)
@@ -812,6 +824,12 @@ impl Device for ShmDevice {
             return (0, true);
         }
         let answering = self.streaming;
+        // Behind a fast one-way stream, only what lies `lag` behind its
+        // tail, or nothing for a while (`lag.rs`).
+        // A poll stopped by the lag says no more waits: the general path
+        // would take the rest.
+        let Some(lag_max) = self.lag_limit(answering) else { return (0, false) };
+        let cap = max.min(lag_max);
         let mut n = 0;
         let more = loop {
             let at = self.shape.at(self.head);
@@ -821,8 +839,8 @@ impl Device for ShmDevice {
             if h.seal.load(Ordering::Acquire) != self.shape.sealed(self.head) {
                 break false;
             }
-            if n == max {
-                break true;
+            if n == cap {
+                break cap == max;
             }
             let (len, span, more) = h.sizes();
             let whole = !more && self.shape.span_fits(at, span) && self.shape.holds(len, span);
@@ -849,6 +867,9 @@ impl Device for ShmDevice {
             }
         };
         if n > 0 {
+            if !answering {
+                self.count_run(n);
+            }
             self.taken();
         }
         (n, more)

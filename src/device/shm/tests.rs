@@ -475,3 +475,131 @@ fn ping_pongs_whose_replies_are_asked_for_ahead_cross_the_ring_end_intact() {
     // 600 entries of up to 320 bytes each way went around 1 KiB rings.
     assert!(a.head > 50 * 1024 && b.head > 50 * 1024);
 }
+
+/// `rx`, `tx` with a ring of 64 KiB and a lag of 4 KiB (64 lines), `rx`
+/// knowing `tx` (so that the express receive takes its packets), and a
+/// first packet already taken.
+fn lag_pair(name: &str, lag: usize) -> (ShmDevice, ShmDevice, Ah, Ah) {
+    let cfg = ShmConfig {
+        prefix: format!("rdm4u{}{name}", std::process::id()),
+        slots: 256,
+        mtu: 256,
+        lag,
+        ..ShmConfig::default()
+    };
+    let mut rx = ShmDevice::open_with(cfg.clone()).unwrap();
+    let mut tx = ShmDevice::open_with(cfg).unwrap();
+    let ah = tx.insert(&rx.local_addr()).unwrap();
+    let from_tx = rx.insert(&tx.local_addr()).unwrap();
+    tx.send(ah, b"hello", 0).unwrap();
+    assert_eq!(rx.recv(64, |from, _: &[u8], _| assert_eq!(from, Some(from_tx))), 1);
+    (rx, tx, ah, from_tx)
+}
+
+/// Sends packets `ks` (8 bytes each, one line per entry).
+fn send_small(tx: &mut ShmDevice, ah: Ah, ks: std::ops::Range<usize>) {
+    for k in ks {
+        assert_eq!(tx.send(ah, &packet(k, 8), 0), Ok(Sent::Done));
+    }
+}
+
+/// One express poll: the packets taken, checked against `next`, `next + 1`, ...
+fn take_express(rx: &mut ShmDevice, next: &mut usize, from: Ah) -> (usize, bool) {
+    rx.recv_express(1000, |ah, pkt: &[u8]| {
+        assert_eq!((ah, pkt), (from, packet(*next, 8).as_slice()), "packet {next}");
+        *next += 1;
+        true
+    })
+}
+
+#[test]
+fn behind_a_fast_one_way_stream_packets_are_taken_a_lag_behind_the_tail_or_after_one_hold() {
+    let (mut rx, mut tx, ah, from) = lag_pair("lagx", 4096);
+    assert_eq!(rx.lag, 4096);
+    rx.enter_stream(None);
+    let mut next = 0;
+    // 100 lines claimed: the 36 more than 64 lines behind the tail are taken.
+    send_small(&mut tx, ah, 0..100);
+    assert_eq!(take_express(&mut rx, &mut next, from), (36, false));
+    // Now all that is there lies within the lag: a hold begins, and polls
+    // of either path read nothing while it lasts.
+    assert_eq!(take_express(&mut rx, &mut next, from), (0, false));
+    assert_eq!(rx.recv(64, |_, _: &[u8], _| -> () { panic!("read during a hold") }), 0);
+    assert_eq!(take_express(&mut rx, &mut next, from), (0, false));
+    // The first poll after the hold takes everything.
+    std::thread::sleep(lag::HOLD * 2);
+    assert_eq!(take_express(&mut rx, &mut next, from), (64, false));
+    assert_eq!(next, 100);
+    // A packet after that waits for one hold at most.
+    send_small(&mut tx, ah, 100..101);
+    assert_eq!(take_express(&mut rx, &mut next, from), (0, false));
+    std::thread::sleep(lag::HOLD * 2);
+    assert_eq!(take_express(&mut rx, &mut next, from), (1, false));
+    // A stream whose last mark is older than a run's worth of gaps is
+    // over: what comes after a pause is taken at once.
+    rx.enter_stream(Some(lag::STREAM_GAP * lag::STREAM_RUN * 2));
+    send_small(&mut tx, ah, 101..102);
+    assert_eq!(take_express(&mut rx, &mut next, from), (1, false));
+    assert!(!rx.in_stream());
+    // Sending ends the run: the next poll takes everything at once.
+    rx.enter_stream(None);
+    send_small(&mut tx, ah, 102..110);
+    assert_eq!(take_express(&mut rx, &mut next, from), (0, false));
+    let to_tx = rx.insert(&tx.local_addr()).unwrap();
+    assert_eq!(rx.send(to_tx, b"answer", 0), Ok(Sent::Done));
+    assert_eq!(take_express(&mut rx, &mut next, from), (8, false));
+    assert!(!rx.in_stream());
+}
+
+#[test]
+fn a_quick_run_of_one_way_packets_counts_as_a_stream_and_a_slow_one_never_does() {
+    let (mut rx, mut tx, ah, from) = lag_pair("lagrun", 4096);
+    let mut next = 0;
+    // A trickle: a sleep between packets (at least a microsecond, 4x the
+    // longest gap of a stream); every packet is taken by the first poll.
+    for k in 0..3 * lag::STREAM_RUN as usize {
+        std::thread::sleep(std::time::Duration::from_micros(1));
+        send_small(&mut tx, ah, k..k + 1);
+        assert_eq!(take_express(&mut rx, &mut next, from), (1, false), "packet {k}");
+        assert!(!rx.in_stream());
+    }
+    // Runs of back-to-back packets in rounds of 64. A preempted run may
+    // miss the rate; one of twenty has to make it.
+    let mut sent = next;
+    let mut stream = false;
+    for _ in 0..20 {
+        for _ in 0..2 * lag::STREAM_RUN / 64 {
+            send_small(&mut tx, ah, sent..sent + 64);
+            sent += 64;
+            while take_express(&mut rx, &mut next, from).0 > 0 {}
+        }
+        stream |= rx.in_stream();
+        if stream {
+            break;
+        }
+    }
+    assert!(stream, "no run of {} packets counted as a stream", 2 * lag::STREAM_RUN);
+    // Held packets still arrive: the rest are taken within a few holds.
+    send_small(&mut tx, ah, sent..sent + 100);
+    sent += 100;
+    for _ in 0..1000 {
+        take_express(&mut rx, &mut next, from);
+        if next == sent {
+            break;
+        }
+        std::thread::sleep(lag::HOLD);
+    }
+    assert_eq!(next, sent);
+}
+
+#[test]
+fn without_a_lag_no_run_counts_as_a_stream() {
+    let (mut rx, mut tx, ah, from) = lag_pair("lagoff", 0);
+    assert_eq!(rx.lag, 0);
+    let mut next = 0;
+    for _ in 0..4 * lag::STREAM_RUN / 64 {
+        send_small(&mut tx, ah, next..next + 64);
+        assert_eq!(take_express(&mut rx, &mut next, from), (64, false));
+        assert!(!rx.in_stream());
+    }
+}

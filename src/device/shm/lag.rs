@@ -1,0 +1,185 @@
+//! The owner lagging behind a fast one-way stream of small packets
+//! ([`ShmConfig::lag`]).
+//!
+//! A receiver that keeps up with a stream of 8-byte messages reads each
+//! entry's cache line while its producer is about to write it, or has just
+//! asked for it: the line moves to the reader and back for every message,
+//! and the producer waits for it. On the 2-core VM this was measured on, the
+//! stream then settled at ~22-25 M msg/s, where spells in which the
+//! receiver happened to fall behind ran at 42-45 M msg/s (rdm4-perf 8 B
+//! `tag_bw`, rate per 100,000 messages within single runs; in the fast
+//! spells every poll found a full window of 64 packets waiting, in the slow
+//! ones 3 to 30).
+//!
+//! So, in a fast one-way stream, the express receive reads the ring's tail
+//! once per poll and takes only the packets that lie more than `lag` bytes
+//! behind it. When fewer are there, it leaves the ring alone for
+//! [`HOLD`] (polls in that time return at once, without reading it); the
+//! first poll after that takes everything there, so that no packet waits
+//! for more than one hold, however the stream goes on or stops.
+//!
+//! A fast one-way stream: the express receive took at least [`STREAM_RUN`]
+//! packets in a row without this endpoint sending anything between them,
+//! at a rate of at least one per [`STREAM_GAP`]. Sending ends it (a
+//! ping-pong, a request and its reply: every packet is answered and none is
+//! held), and so does a slower run. A receiver of sparse one-way traffic
+//! therefore never holds a packet back.
+//!
+//! Measured (2026-11-24, rdm4-perf 8 B `tag_bw`, 2-core AMD EPYC VM):
+//! - trial builds, near vCPU placement, three rounds each: 24.3-25.2 M
+//!   msg/s without, 34.4-38.4 with lags of 16 or 32 KiB and holds of 0.5-2
+//!   us (16 KiB and 1.5 us: 37.9-38.3); lags of 4 or 8 KiB were not enough
+//!   (22-31, unsteady);
+//! - this code, near: 37.7-38.4 against 22.1-22.9 (three pairs); far
+//!   (cache-line floor ~190 ns): median 17.2 against 7.6 (8 pairs, higher
+//!   in all); 8 B `tag_lat` unchanged (paired median 1.000, 30 pairs);
+//! - `scripts/icount.sh directed 1` (one thread plays a one-way receiver):
+//!   1156 instructions per message against 1119.
+
+use std::time::{Duration, Instant};
+
+use super::{off, ShmDevice};
+
+#[cfg(doc)]
+use super::ShmConfig;
+
+/// How long a lagging receiver leaves the ring alone once it has caught up.
+pub(super) const HOLD: Duration = Duration::from_nanos(1500);
+
+/// Packets in a row, none answered, before a stream counts as one.
+pub(super) const STREAM_RUN: u32 = 256;
+
+/// The slowest mean gap between a run's packets for it to count as fast.
+pub(super) const STREAM_GAP: Duration = Duration::from_nanos(250);
+
+/// What the lag needs to remember between polls.
+#[derive(Debug)]
+pub(super) struct Lag {
+    /// In a fast one-way stream, or holding: polls take the slow path.
+    on: bool,
+    /// Packets to the next mark of the current run (none answered).
+    left: u32,
+    /// Polls leave the ring alone until then.
+    hold: Option<Instant>,
+    /// The last poll held: the next takes everything there.
+    held: bool,
+    /// When the current run last reached a mark (every [`STREAM_RUN`]).
+    mark: Option<Instant>,
+    /// The current run is a fast one-way stream: lag behind it.
+    stream: bool,
+}
+
+impl Default for Lag {
+    fn default() -> Lag {
+        Lag { on: false, left: STREAM_RUN, hold: None, held: false, mark: None, stream: false }
+    }
+}
+
+impl ShmDevice {
+    /// Whether polls leave the ring alone for now (a hold; see the module
+    /// docs). One branch outside fast one-way streams.
+    #[inline(always)]
+    pub(super) fn holding(&mut self) -> bool {
+        self.lag_state.on && self.hold_goes_on()
+    }
+
+    fn hold_goes_on(&mut self) -> bool {
+        if self.lag_state.hold.is_some_and(|t| Instant::now() < t) {
+            return true;
+        }
+        self.lag_state.hold = None;
+        false
+    }
+
+    /// How many packets the express receive may take now: any number
+    /// (`usize::MAX`) unless in a fast one-way stream, where as many lines
+    /// as lie more than `lag` bytes behind the tail (the packets there, when
+    /// each takes one line, as the small packets of such a stream do);
+    /// `None`: none (a hold, begun or going on). `answering`: this endpoint
+    /// sent since its last receive, which ends any run (and its hold).
+    #[inline(always)]
+    pub(super) fn lag_limit(&mut self, answering: bool) -> Option<usize> {
+        if !self.lag_state.on {
+            if answering {
+                self.lag_state.left = STREAM_RUN;
+            }
+            return Some(usize::MAX);
+        }
+        self.stream_limit(answering)
+    }
+
+    #[inline(never)]
+    fn stream_limit(&mut self, answering: bool) -> Option<usize> {
+        if answering {
+            self.lag_state = Lag::default();
+            return Some(usize::MAX);
+        }
+        if self.hold_goes_on() {
+            return None;
+        }
+        // A peer may store anything in the tail: a wrong value only moves
+        // the limit, and packets are still read only once sealed.
+        let tail = self.map.hdr_u64::<{ off::TAIL }>().load(std::sync::atomic::Ordering::Relaxed);
+        if tail > self.head.saturating_add(self.lag) {
+            self.lag_state.held = false;
+            return Some(((tail - self.lag - self.head) / 64).try_into().unwrap_or(usize::MAX));
+        }
+        if self.lag_state.held {
+            self.lag_state.held = false;
+            return Some(usize::MAX);
+        }
+        // A stream that has not reached its next mark for a run's worth of
+        // gaps is over: a trickle after it is not held.
+        let now = Instant::now();
+        if self.lag_state.mark.is_some_and(|t| now.duration_since(t) > STREAM_GAP * STREAM_RUN) {
+            self.lag_state.stream = false;
+            self.lag_state.on = false;
+            return Some(usize::MAX);
+        }
+        self.lag_state.held = true;
+        self.lag_state.hold = Some(now + HOLD);
+        None
+    }
+
+    /// Counts `n` packets the express receive took (none answered since the
+    /// run began), and decides at every [`STREAM_RUN`] whether the run is
+    /// a fast stream.
+    #[inline(always)]
+    pub(super) fn count_run(&mut self, n: usize) {
+        let left = self.lag_state.left.saturating_sub(n as u32);
+        self.lag_state.left = left;
+        if left == 0 {
+            self.mark_run();
+        }
+    }
+
+    #[inline(never)]
+    fn mark_run(&mut self) {
+        let now = Instant::now();
+        let fast = self.lag_state.mark.is_some_and(|t| now.duration_since(t) <= STREAM_GAP * STREAM_RUN);
+        self.lag_state.stream = fast && self.lag > 0;
+        self.lag_state.on = self.lag_state.stream || self.lag_state.hold.is_some();
+        self.lag_state.mark = Some(now);
+        self.lag_state.left = STREAM_RUN;
+    }
+}
+
+#[cfg(test)]
+impl ShmDevice {
+    /// Whether the current run counts as a fast one-way stream.
+    pub(super) fn in_stream(&self) -> bool {
+        self.lag_state.stream
+    }
+
+    /// Makes the current run a fast one-way stream, as `mark_run` would
+    /// after two quick marks; its last mark `age` ago (`None`: a mark that
+    /// does not get old).
+    pub(super) fn enter_stream(&mut self, age: Option<Duration>) {
+        let now = Instant::now();
+        let mark = match age {
+            Some(a) => now.checked_sub(a),
+            None => now.checked_add(Duration::from_secs(3600)),
+        };
+        self.lag_state = Lag { on: true, stream: true, mark, ..Lag::default() };
+    }
+}
