@@ -117,12 +117,20 @@ impl ShmDevice {
         if self.hold_goes_on() {
             return None;
         }
+        if !self.lag_state.stream {
+            // The hold that kept the slow path on is over.
+            self.lag_state.on = false;
+            return Some(usize::MAX);
+        }
         // A peer may store anything in the tail: a wrong value only moves
         // the limit, and packets are still read only once sealed.
         let tail = self.map.hdr_u64::<{ off::TAIL }>().load(std::sync::atomic::Ordering::Relaxed);
         if tail > self.head.saturating_add(self.lag) {
             self.lag_state.held = false;
-            return Some(((tail - self.lag - self.head) / 64).try_into().unwrap_or(usize::MAX));
+            // At least one: a stream that stops a few bytes past the lag
+            // is still read to its end.
+            let lines = ((tail - self.lag - self.head) / 64).max(1);
+            return Some(lines.try_into().unwrap_or(usize::MAX));
         }
         if self.lag_state.held {
             self.lag_state.held = false;

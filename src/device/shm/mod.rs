@@ -392,7 +392,7 @@ impl ShmDevice {
             trail: cfg.trail_bytes().min(shape.ring / 4) as u64,
             held: 0,
             more: false,
-            lag: cfg.lag.min(shape.ring / 8) as u64,
+            lag: cfg.lag.min(shape.ring / 8).next_multiple_of(64) as u64,
             lag_state: lag::Lag::default(),
         })
     }
@@ -804,7 +804,8 @@ impl Device for ShmDevice {
 
     #[inline]
     fn recv<R: Flow>(&mut self, max: usize, f: impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R) -> usize {
-        // The common empty poll stays small: one load, no register spills.
+        // The common empty poll stays small: two loads (the lag's flag, the
+        // ring's head entry), no register spills.
         if max == 0 || self.holding() || !self.ready() {
             return 0;
         }
@@ -826,8 +827,6 @@ impl Device for ShmDevice {
         let answering = self.streaming;
         // Behind a fast one-way stream, only what lies `lag` behind its
         // tail, or nothing for a while (`lag.rs`).
-        // A poll stopped by the lag says no more waits: the general path
-        // would take the rest.
         let Some(lag_max) = self.lag_limit(answering) else { return (0, false) };
         let cap = max.min(lag_max);
         let mut n = 0;
@@ -839,6 +838,8 @@ impl Device for ShmDevice {
             if h.seal.load(Ordering::Acquire) != self.shape.sealed(self.head) {
                 break false;
             }
+            // A poll stopped by the lag says that no more waits: the
+            // general path would take the rest.
             if n == cap {
                 break cap == max;
             }

@@ -603,3 +603,26 @@ fn without_a_lag_no_run_counts_as_a_stream() {
         assert!(!rx.in_stream());
     }
 }
+
+#[test]
+fn an_odd_lag_is_rounded_to_lines_and_a_forged_tail_only_moves_the_limit() {
+    let (mut rx, mut tx, ah, from) = lag_pair("lagodd", 1000);
+    assert_eq!(rx.lag, 1024);
+    rx.enter_stream(None);
+    let mut next = 0;
+    // 17 lines: the one more than 16 lines behind the tail is taken.
+    send_small(&mut tx, ah, 0..17);
+    assert_eq!(take_express(&mut rx, &mut next, from), (1, false));
+    // A peer moves the tail a few bytes past the lag: one more is taken
+    // (never none, so a stream that ends there is read to its end).
+    let tail = |rx: &ShmDevice, v: u64| rx.map.u64_at(off::TAIL).store(v, Ordering::Relaxed);
+    tail(&rx, rx.head + 1024 + 8);
+    assert_eq!(take_express(&mut rx, &mut next, from), (1, false));
+    // A tail far ahead lets everything sealed be read, and nothing more.
+    tail(&rx, u64::MAX / 2);
+    assert_eq!(take_express(&mut rx, &mut next, from), (15, false));
+    // A tail behind the head: a hold, then everything (none is left).
+    tail(&rx, 0);
+    assert_eq!(take_express(&mut rx, &mut next, from), (0, false));
+    assert_eq!(next, 17);
+}
