@@ -1,10 +1,10 @@
 //! The owner lagging behind a fast one-way stream of small packets
 //! ([`ShmConfig::lag`]).
 //!
-//! A receiver that keeps up with a stream of 8-byte messages reads each
-//! entry's cache line while its producer is about to write it, or has just
-//! asked for it: the line moves to the reader and back for every message,
-//! and the producer waits for it. On the 2-core VM this was measured on, the
+//! A receiver that keeps up with a stream of 8-byte messages reads (itself
+//! or by its hardware prefetcher, most likely) the cache lines its producer
+//! is about to write, or has just asked for: they move to the reader and
+//! back, and the producer waits for them. On the 2-core VM this was measured on, the
 //! stream then settled at ~22-25 M msg/s, where spells in which the
 //! receiver happened to fall behind ran at 42-45 M msg/s (rdm4-perf 8 B
 //! `tag_bw`, rate per 100,000 messages within single runs; in the fast
@@ -15,15 +15,18 @@
 //! once per poll and takes only the packets that lie more than `lag` bytes
 //! behind it. When fewer are there, it leaves the ring alone for
 //! [`HOLD`] (polls in that time return at once, without reading it); the
-//! first poll after that takes everything there, so that no packet waits
-//! for more than one hold, however the stream goes on or stops.
+//! first poll after that takes what lies beyond the lag by then, or, when
+//! nothing does, everything there: no packet waits for more than one hold,
+//! however the stream goes on or stops.
 //!
 //! A fast one-way stream: the express receive took at least [`STREAM_RUN`]
 //! packets in a row without this endpoint sending anything between them,
 //! at a rate of at least one per [`STREAM_GAP`]. Sending ends it (a
 //! ping-pong, a request and its reply: every packet is answered and none is
-//! held), and so does a slower run. A receiver of sparse one-way traffic
-//! therefore never holds a packet back.
+//! held), and so does a slower run, or a pause of a run's worth of gaps
+//! (64 us). A receiver of sparse one-way traffic therefore never holds a
+//! packet back, and one of a trickle after a fast stream only within
+//! those 64 us.
 //!
 //! Measured (2026-11-24, rdm4-perf 8 B `tag_bw`, 2-core AMD EPYC VM):
 //! - trial builds, near vCPU placement, three rounds each: 24.3-25.2 M
