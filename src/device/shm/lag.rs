@@ -16,8 +16,11 @@
 //! behind it. When fewer are there, it leaves the ring alone for
 //! [`HOLD`] (polls in that time return at once, without reading it); the
 //! first poll after that takes what lies beyond the lag by then, or, when
-//! nothing does, everything there: no packet waits for more than one hold,
-//! however the stream goes on or stops.
+//! nothing does, everything there. So a packet waits until the stream has
+//! written `lag` bytes after it, or, when the stream pauses or stops, one
+//! hold at most: with 16 KiB and packets of one line, ~6-13 us at 20-40 M
+//! msg/s, and 64 us at the slowest stream that counts (4 M/s). A stream
+//! that stops is read to its end.
 //!
 //! A fast one-way stream: the express receive took at least [`STREAM_RUN`]
 //! packets in a row without this endpoint sending anything between them,
