@@ -81,7 +81,7 @@ pub struct ShmConfig {
     /// default, at most an eighth of the ring; 0: not at all. Only in such
     /// a stream (256 packets in a row, none answered, at least 4 M/s) does
     /// a packet wait for it: until `lag` more bytes follow it (16 KiB of
-    /// 8 B messages: ~6-13 us at 20-40 M msg/s, 64 us at 4 M/s), or one
+    /// 8 B messages: ~6-13 us at 20-40 M msg/s), 10 us at most, or one
     /// hold (1.5 us) when the stream pauses or stops. Measured on
     /// a 2-core VM, 8 B tag_bw: 24-25 M msg/s without, 36-38 with 16 KiB;
     /// 4 and 8 KiB were not enough. 1 MiB against 16 KiB, paired rounds:

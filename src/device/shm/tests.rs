@@ -541,9 +541,14 @@ fn behind_a_fast_one_way_stream_packets_are_taken_a_lag_behind_the_tail_or_after
     send_small(&mut tx, ah, 101..102);
     assert_eq!(take_express(&mut rx, &mut next, from), (1, false));
     assert!(!rx.in_stream());
+    // A poll that finds the last one to take everything 10 us ago takes
+    // everything, however much lies within the lag.
+    send_small(&mut tx, ah, 102..202);
+    rx.enter_stream(Some(lag::WAIT_MAX * 2));
+    assert_eq!(take_express(&mut rx, &mut next, from), (100, false));
     // Sending ends the run: the next poll takes everything at once.
     rx.enter_stream(None);
-    send_small(&mut tx, ah, 102..110);
+    send_small(&mut tx, ah, 202..210);
     assert_eq!(take_express(&mut rx, &mut next, from), (0, false));
     let to_tx = rx.insert(&tx.local_addr()).unwrap();
     assert_eq!(rx.send(to_tx, b"answer", 0), Ok(Sent::Done));
