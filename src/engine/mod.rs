@@ -496,7 +496,7 @@ impl<D: Device> Endpoint<D> {
     /// is queued). `tag`: a tagged message.
     pub fn inject_now(&mut self, dest: Addr, buf: UserBuf, tag: Option<u64>) -> bool {
         let opts = SendOpts { tag, cq_data: None, context: 0 };
-        self.core.send_now::<D, false>(&mut self.dev, dest, buf, opts).is_some()
+        self.core.send_now::<D, false>(&mut self.dev, dest, buf, opts) == Some(Ok(()))
     }
 
     /// Posts a receive into `buf`.

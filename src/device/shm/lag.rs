@@ -65,6 +65,12 @@ pub(super) const STREAM_RUN: u32 = 256;
 /// The slowest mean gap between a run's packets for it to count as fast.
 pub(super) const STREAM_GAP: Duration = Duration::from_nanos(250);
 
+/// A run's worth of the slowest gaps: marks further apart than this are
+/// not a fast stream, and a stream that reached no mark for this long is
+/// over.
+const RUN_SPAN: Duration = Duration::from_nanos(250 * STREAM_RUN as u64);
+const _: () = assert!(RUN_SPAN.as_nanos() == STREAM_GAP.as_nanos() * STREAM_RUN as u128);
+
 /// What the lag needs to remember between polls.
 #[derive(Debug)]
 pub(super) struct Lag {
@@ -159,7 +165,7 @@ impl ShmDevice {
         // A stream that has not reached its next mark for a run's worth of
         // gaps is over: a trickle after it is not held.
         let now = Instant::now();
-        if self.lag_state.mark.is_some_and(|t| now.duration_since(t) > STREAM_GAP * STREAM_RUN) {
+        if self.mark_age(now).is_some_and(|a| a > RUN_SPAN) {
             self.lag_state.stream = false;
             self.lag_state.on = false;
             return Some(usize::MAX);
@@ -183,12 +189,22 @@ impl ShmDevice {
 
     #[inline(never)]
     fn mark_run(&mut self) {
+        if self.lag == 0 {
+            // No lag, no stream to find: count on without reading the clock.
+            self.lag_state.left = u32::MAX;
+            return;
+        }
         let now = Instant::now();
-        let fast = self.lag_state.mark.is_some_and(|t| now.duration_since(t) <= STREAM_GAP * STREAM_RUN);
-        self.lag_state.stream = fast && self.lag > 0;
+        let fast = self.mark_age(now).is_some_and(|a| a <= RUN_SPAN);
+        self.lag_state.stream = fast;
         self.lag_state.on = self.lag_state.stream || self.lag_state.hold.is_some();
         self.lag_state.mark = Some(now);
         self.lag_state.left = STREAM_RUN;
+    }
+
+    /// How long ago the current run last reached a mark.
+    fn mark_age(&self, now: Instant) -> Option<Duration> {
+        self.lag_state.mark.map(|t| now.duration_since(t))
     }
 }
 
