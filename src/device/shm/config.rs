@@ -65,11 +65,15 @@ pub struct ShmConfig {
     /// to a peer whose cache lines take longer than this many nanoseconds
     /// to fetch are written with non-temporal stores; `None`: never;
     /// `Some(0)`: always. The producer times a load of the peer's ring
-    /// head once per 16 such packets and decides on the median of the last
-    /// five times (see `far.rs`). Measured on a 2-core VM whose host placed
-    /// the two vCPUs close (cache-line floor ~50 ns) or far apart (~160-200
-    /// ns) from one minute to the next. Far, 1 MiB tag_bw: 6.8-7.6 GB/s
-    /// with plain stores against 12.1-12.5 (this rule) and 12.2-13.0
+    /// head once per 16 such packets; the peer is far while 4 of the last
+    /// 16 times are over the limit (see `far.rs`: far apart, up to two in
+    /// five loads still find the line at hand, and the median of five once
+    /// used said "close" for a third of the packets: 1 MiB tag_bw 7.2-9.4
+    /// GB/s against 12.4-18.9 by the count, 6 paired far rounds). Measured
+    /// on a 2-core VM whose host placed the two vCPUs close (cache-line
+    /// floor ~50 ns) or far apart (~160-200 ns) from one minute to the
+    /// next. Far, 1 MiB tag_bw: 6.8-7.6 GB/s with plain stores against
+    /// 12.1-12.5 (the median rule then) and 12.2-13.0
     /// (always non-temporal), three pairs at 07:54; 6.8-11.1 against
     /// 15.7-16.6 in an earlier spell; 1 MiB tag_lat 174-191 us against
     /// 93-119. Close: always non-temporal halves 1 MiB streams (~14 against
