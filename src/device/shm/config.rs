@@ -78,7 +78,11 @@ pub struct ShmConfig {
     /// 15.7-16.6 in an earlier spell; 1 MiB tag_lat 174-191 us against
     /// 93-119. Close: always non-temporal halves 1 MiB streams (~14 against
     /// ~28 GB/s), so the rule must say close there, and it did: 1.002x
-    /// against never (20 paired runs).
+    /// against never (20 paired runs). Close, a stream that does not pause
+    /// also tries the other way now and then and keeps whichever laps the
+    /// ring quicker (`far.rs`): in slow close spells, 1 MiB tag_bw went
+    /// from 11.1-11.6 to 17.8-32.7 GB/s (4 paired rounds), elsewhere the
+    /// same (26 rounds). `None` and `Some(0)` fix the way, trials and all.
     pub far_ns: Option<u32>,
     /// How far (bytes) the owner stays behind a fast one-way stream of
     /// small packets that the express receive takes (`lag.rs`): 16 KiB by

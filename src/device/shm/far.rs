@@ -27,6 +27,27 @@
 //! stream, and those plain-stored packets crossed at a third of the speed
 //! (1 MiB tag_bw 6.6-13 GB/s against 13-15 with every packet past the
 //! caches, paired rounds).
+//!
+//! Close, plain stores usually win (1 MiB tag_bw ~33 GB/s against ~18),
+//! but not always: in spells that came and went for seconds on that VM,
+//! with the floor at ~50 ns, streams through the ring with plain stores ran
+//! at ~11 GB/s, and non-temporal ones kept 15-19. Timing the producer's own
+//! copies cannot tell these spells: a plain copy among non-temporal ones is
+//! slow even where plain stores win (the owner, slower then, holds the
+//! lines just behind the producer). What tells them is the stream's pace.
+//! So, close, a producer streaming to a peer times each lap of the ring
+//! (the ring's size, by its tail) written without a pause (every bulk
+//! packet marked "more follows", [`crate::device::Device::more_follows`];
+//! laps with a pause are passed over). Every [`TRIAL_LAPS`] laps (the
+//! first time after [`FIRST_TRIAL`]) it writes two laps the other way; at
+//! once, too, when the last [`RECENT`] laps all took over 3/2 of the
+//! quickest since the last trial (a spell began). If the second lap of the
+//! trial took under 7/8 of the quickest of the last [`RECENT`] laps the
+//! usual way, the other way becomes the usual one, until a trial says
+//! otherwise or the peer is found far. Measured there, 8 MiB laps: ~250 us
+//! plain and ~400 non-temporal where plain stores win; ~740 plain and ~420
+//! non-temporal in a slow spell (1 MiB tag_bw 17.5-19.9 GB/s instead of
+//! ~11 once the trial had swapped the ways).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -52,6 +73,101 @@ const SAMPLES: u32 = 16;
 /// misses it about once in 1,400.
 const FAR_COUNT: u32 = 4;
 
+/// Laps the usual way between trials of the other (8 MiB laps: 2 GiB),
+/// unless the usual way slows down.
+const TRIAL_LAPS: u32 = 256;
+
+/// Laps the usual way before a peer's first trial (the first laps of a
+/// stream ran slow on that VM, at either way).
+const FIRST_TRIAL: u32 = 16;
+
+/// Laps the usual way a trial is held against: the quickest of the last
+/// four (the spells come and go within a stream).
+const RECENT: usize = 4;
+
+/// Paused laps that end a trial.
+const TRIAL_PAUSES: u8 = 4;
+
+/// A close peer's laps and trials (see the module docs).
+#[derive(Debug, Default)]
+pub(super) struct Laps {
+    /// When the current lap's first packet was written, and the ring's
+    /// tail then (sends refused for want of room count for nothing).
+    start: Option<(Instant, u64)>,
+    /// A packet of the current lap was not marked "more follows".
+    paused: bool,
+    /// Unpaused laps the usual way since the last trial (paused ones pass).
+    laps: u32,
+    /// A trial has been made.
+    tried: bool,
+    /// The quickest unpaused lap the usual way since the last trial.
+    best: u64,
+    /// Laps of the trial under way (0: none), and paused laps met in it.
+    trial: u8,
+    trial_pauses: u8,
+    /// The last [`RECENT`] unpaused laps the usual way (ns; 0: none), the
+    /// newest at `laps % RECENT`.
+    recent: [u64; RECENT],
+    /// Non-temporal stores are the usual way.
+    swapped: bool,
+}
+
+impl Laps {
+    /// Whether a bulk packet, marked `more` follows, goes past the caches;
+    /// `tail`: the ring's tail before it; `ring`: the ring's bytes; `now`:
+    /// the clock.
+    pub(super) fn nt(&mut self, more: bool, tail: u64, ring: usize, now: impl Fn() -> Instant) -> bool {
+        let (start, from) = *self.start.get_or_insert_with(|| (now(), tail));
+        if tail.wrapping_sub(from) >= ring as u64 {
+            // This packet starts the next lap.
+            let t = now();
+            let ns = u64::try_from(t.duration_since(start).as_nanos()).unwrap_or(u64::MAX);
+            let paused = std::mem::take(&mut self.paused);
+            self.start = Some((t, tail));
+            self.lap_done(ns, paused);
+        }
+        self.paused |= !more;
+        self.swapped != (self.trial > 0)
+    }
+
+    /// Keeps the time of a lap just written, `paused` or not. A paused lap
+    /// says nothing of either way and is passed over (a benchmark's window
+    /// of sends drains at its end: every few laps); a trial that meets
+    /// [`TRIAL_PAUSES`] of them ends without a verdict.
+    fn lap_done(&mut self, ns: u64, paused: bool) {
+        if paused {
+            if self.trial > 0 {
+                self.trial_pauses += 1;
+                if self.trial_pauses >= TRIAL_PAUSES {
+                    self.trial = 0;
+                }
+            }
+            return;
+        }
+        match self.trial {
+            0 => {
+                self.recent[self.laps as usize % RECENT] = ns;
+                self.best = if self.laps == 0 { ns } else { self.best.min(ns) };
+                self.laps += 1;
+                let recent = self.recent.iter().copied().min().unwrap_or(0);
+                let slowed = self.laps as usize >= RECENT && recent.saturating_mul(2) > self.best.saturating_mul(3);
+                if slowed || self.laps >= if self.tried { TRIAL_LAPS } else { FIRST_TRIAL } {
+                    (self.laps, self.trial, self.tried, self.trial_pauses) = (0, 1, true, 0);
+                }
+            }
+            1 => self.trial = 2, // the first lap only turns the ring over
+            _ => {
+                self.trial = 0;
+                let usual = self.recent.iter().copied().filter(|&t| t > 0).min().unwrap_or(0);
+                if ns.saturating_mul(8) < usual.saturating_mul(7) {
+                    self.swapped = !self.swapped;
+                }
+                self.recent = [0; RECENT];
+            }
+        }
+    }
+}
+
 /// What a producer knows of how far a peer's CPU is.
 #[derive(Debug, Default)]
 pub(super) struct Placement {
@@ -62,13 +178,27 @@ pub(super) struct Placement {
     over: u32,
     /// The peer counts as far: large packets go past the caches.
     far: bool,
+    /// While it is close, its laps and trials.
+    laps: Laps,
 }
 
 impl Placement {
     /// Whether a payload of `len` bytes goes past the caches; `limit`:
     /// [`ShmConfig::far_ns`]; `head`: the peer's head word; `seen`: its
-    /// value as last loaded (updated when this loads it).
-    pub(super) fn nt(&mut self, limit: Option<u32>, len: usize, head: &AtomicU64, seen: &mut u64) -> bool {
+    /// value as last loaded (updated when this loads it); `more`: the
+    /// packet is marked "more follows"; `tail`: the ring's tail word;
+    /// `ring`: the ring's bytes.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn nt(
+        &mut self,
+        limit: Option<u32>,
+        len: usize,
+        head: &AtomicU64,
+        seen: &mut u64,
+        more: bool,
+        tail: &AtomicU64,
+        ring: usize,
+    ) -> bool {
         match limit {
             _ if len < NT_MIN => false,
             None => false,
@@ -78,7 +208,11 @@ impl Placement {
                     self.probe(limit, head, seen);
                 }
                 self.count = self.count.wrapping_add(1);
-                self.far
+                if self.far {
+                    self.laps = Laps::default();
+                    return true;
+                }
+                self.laps.nt(more, tail.load(Ordering::Relaxed), ring, Instant::now)
             }
         }
     }
@@ -105,17 +239,22 @@ impl Placement {
 
 #[cfg(test)]
 mod tests {
+    use std::cell::Cell;
+    use std::time::Duration;
+
     use super::*;
 
     const LIMIT: Option<u32> = Some(120);
+    const RING: usize = 1000;
+    const PKT: u64 = 100;
 
     #[test]
     fn small_payloads_and_the_off_switch_keep_plain_stores() {
-        let (head, mut seen) = (AtomicU64::new(1), 0);
+        let (head, mut seen, tail) = (AtomicU64::new(1), 0, AtomicU64::new(0));
         let mut p = Placement { far: true, ..Placement::default() };
-        assert!(!p.nt(LIMIT, NT_MIN - 1, &head, &mut seen), "below NT_MIN");
-        assert!(!p.nt(None, 1 << 20, &head, &mut seen), "None: never");
-        assert!(Placement::default().nt(Some(0), NT_MIN, &head, &mut seen), "Some(0): always");
+        assert!(!p.nt(LIMIT, NT_MIN - 1, &head, &mut seen, true, &tail, RING), "below NT_MIN");
+        assert!(!p.nt(None, 1 << 20, &head, &mut seen, true, &tail, RING), "None: never");
+        assert!(Placement::default().nt(Some(0), NT_MIN, &head, &mut seen, true, &tail, RING), "Some(0): always");
         assert_eq!(p.count, 0, "no probe for what never goes past the caches");
     }
 
@@ -149,13 +288,13 @@ mod tests {
 
     #[test]
     fn the_head_is_timed_once_per_sixteen_packets_and_only_when_it_moved() {
-        let (head, mut seen) = (AtomicU64::new(7), 0);
+        let (head, mut seen, tail) = (AtomicU64::new(7), 0, AtomicU64::new(0));
         let mut p = marked();
         for k in 0..PROBE_EVERY * 3 {
             if k > 0 && k % PROBE_EVERY == 0 {
                 head.fetch_add(1, Ordering::Relaxed);
             }
-            p.nt(LIMIT, NT_MIN, &head, &mut seen);
+            p.nt(LIMIT, NT_MIN, &head, &mut seen, true, &tail, RING);
         }
         // Probes at packets 0, 16 and 32; the head moved before each.
         assert_eq!(recorded(&p), 3);
@@ -163,12 +302,12 @@ mod tests {
         // An unmoved head gives no sample, nor one the room check has
         // already loaded.
         for _ in 0..PROBE_EVERY {
-            p.nt(LIMIT, NT_MIN, &head, &mut seen);
+            p.nt(LIMIT, NT_MIN, &head, &mut seen, true, &tail, RING);
         }
         head.store(10, Ordering::Relaxed);
         seen = 10;
         for _ in 0..PROBE_EVERY {
-            p.nt(LIMIT, NT_MIN, &head, &mut seen);
+            p.nt(LIMIT, NT_MIN, &head, &mut seen, true, &tail, RING);
         }
         assert_eq!(recorded(&p), 3);
     }
@@ -182,5 +321,99 @@ mod tests {
     /// A placement whose history holds only a mark bit.
     fn marked() -> Placement {
         Placement { over: 1, ..Placement::default() }
+    }
+
+    /// A stream of `n` packets of `PKT` bytes through `l`, each taking
+    /// `plain` or `nt` ns by the way it went: the ways, in order.
+    fn stream(l: &mut Laps, clock: &Cell<Instant>, tail: &mut u64, n: usize, plain: u64, nt: u64) -> Vec<bool> {
+        (0..n)
+            .map(|_| {
+                let way = l.nt(true, *tail, RING, || clock.get());
+                clock.set(clock.get() + Duration::from_nanos(if way { nt } else { plain }));
+                *tail += PKT;
+                way
+            })
+            .collect()
+    }
+
+    /// Laps of ten packets: `FIRST_TRIAL` laps plain, then the trial.
+    const TRIAL_AT: usize = FIRST_TRIAL as usize * 10;
+
+    #[test]
+    fn close_a_trial_of_two_laps_makes_a_quicker_way_usual() {
+        let (clock, mut tail, mut l) = (Cell::new(Instant::now()), 0, Laps::default());
+        let ways = stream(&mut l, &clock, &mut tail, TRIAL_AT + 21, 200, 170);
+        assert!(ways[..TRIAL_AT].iter().all(|w| !w), "plain stores first");
+        assert!(ways[TRIAL_AT..TRIAL_AT + 20].iter().all(|w| *w), "two laps of trial");
+        assert!(ways[TRIAL_AT + 20], "1700 ns a lap against 2000: non-temporal stores now usual");
+        // The next trial, of plain stores, comes TRIAL_LAPS laps later and
+        // finds them still slower.
+        let ways = stream(&mut l, &clock, &mut tail, TRIAL_LAPS as usize * 10 + 21, 200, 170);
+        let n = TRIAL_LAPS as usize * 10 - 1;
+        assert!(ways[..n].iter().all(|w| *w));
+        assert!(ways[n..n + 20].iter().all(|w| !w), "the trial of plain stores");
+        assert!(ways[n + 20], "back to non-temporal stores");
+    }
+
+    #[test]
+    fn close_a_slowdown_of_the_usual_way_brings_the_trial_forward() {
+        let (clock, mut tail) = (Cell::new(Instant::now()), 0);
+        let mut l = Laps { tried: true, ..Laps::default() };
+        let ways = stream(&mut l, &clock, &mut tail, 100, 100, 170);
+        assert!(!ways.iter().any(|w| *w), "plain laps of 1000 ns");
+        // Plain laps now take 2000 ns: after four of them, the trial.
+        let ways = stream(&mut l, &clock, &mut tail, 61, 200, 170);
+        assert!(!ways[..40].iter().any(|w| *w));
+        assert!(ways[40..].iter().all(|w| *w), "the trial, then non-temporal stores as usual");
+        assert!(l.swapped);
+    }
+
+    #[test]
+    fn close_a_way_not_quicker_by_an_eighth_stays_unused() {
+        let (clock, mut tail, mut l) = (Cell::new(Instant::now()), 0, Laps::default());
+        let ways = stream(&mut l, &clock, &mut tail, TRIAL_AT + 40, 200, 180);
+        assert_eq!(ways.iter().filter(|w| **w).count(), 20, "only the trial");
+        assert!(!ways[TRIAL_AT + 20..].iter().any(|w| *w), "1800 ns is not under 7/8 of 2000");
+    }
+
+    #[test]
+    fn paused_laps_and_refused_sends_count_for_nothing() {
+        let (clock, mut tail, mut l) = (Cell::new(Instant::now()), 0, Laps::default());
+        let mut send = |l: &mut Laps, more: bool| {
+            let way = l.nt(more, tail, RING, || clock.get());
+            clock.set(clock.get() + Duration::from_nanos(if way { 170 } else { 200 }));
+            tail += PKT;
+            way
+        };
+        // One packet of every lap not marked "more follows": never a trial.
+        for k in 0..TRIAL_AT * 3 {
+            assert!(!send(&mut l, k % 10 != 3), "packet {k}");
+        }
+        // Six laps without a pause, two with one (a benchmark's window):
+        // the trial comes after FIRST_TRIAL unpaused laps all the same.
+        let mut l = Laps::default();
+        let ways: Vec<bool> = (0..TRIAL_AT * 2).map(|k| send(&mut l, k % 80 < 60 || k % 10 != 0)).collect();
+        let first = ways.iter().position(|w| *w).expect("a trial");
+        assert_eq!(first / 10, FIRST_TRIAL as usize / 6 * 8 + FIRST_TRIAL as usize % 6, "after 16 unpaused laps");
+        // A trial whose laps keep pausing ends without a verdict.
+        let mut l = Laps { laps: FIRST_TRIAL - 1, ..Laps::default() };
+        let ways: Vec<bool> = (0..100).map(|k| send(&mut l, k < 10)).collect();
+        assert!(ways[10..50].iter().all(|w| *w), "the trial holds through paused laps");
+        assert!(!ways[50..].iter().any(|w| *w), "until the fourth ends it");
+        // Refused sends ask again at the same tail: no lap ends.
+        let mut l = Laps::default();
+        for _ in 0..TRIAL_AT * 3 {
+            assert!(!l.nt(true, 0, RING, || clock.get()));
+        }
+        assert_eq!(l.laps, 0);
+    }
+
+    #[test]
+    fn far_resets_the_laps() {
+        let (head, mut seen, tail) = (AtomicU64::new(1), 0, AtomicU64::new(0));
+        let laps = Laps { swapped: true, ..Laps::default() };
+        let mut p = Placement { far: true, count: 1, laps, ..Placement::default() };
+        assert!(p.nt(LIMIT, NT_MIN, &head, &mut seen, true, &tail, RING), "far: past the caches");
+        assert!(!p.laps.swapped, "a close spell after this one starts afresh");
     }
 }

@@ -889,8 +889,11 @@ impl Device for ShmDevice {
     }
 
     fn gather_nt(&mut self, ah: Ah, len: usize) -> bool {
-        let limit = self.cfg.far_ns;
-        self.peer(ah).is_ok_and(|p| p.placement.nt(limit, len, p.map.u64_at(off::HEAD), &mut p.head_seen))
+        let (limit, more) = (self.cfg.far_ns, self.more);
+        self.peer(ah).is_ok_and(|p| {
+            let ring = p.shape.ring;
+            p.placement.nt(limit, len, p.map.u64_at(off::HEAD), &mut p.head_seen, more, p.map.u64_at(off::TAIL), ring)
+        })
     }
 
     fn reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {
