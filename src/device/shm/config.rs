@@ -83,6 +83,9 @@ pub struct ShmConfig {
     /// ring quicker (`far.rs`): in slow close spells, 1 MiB tag_bw went
     /// from 11.1-11.6 to 17.8-32.7 GB/s (4 paired rounds), elsewhere the
     /// same (26 rounds). `None` and `Some(0)` fix the way, trials and all.
+    /// The "more follows" mark comes with the trail's hint
+    /// ([`crate::device::Caps::backlog_min`]): with `trail` 0 every lap
+    /// counts as paused and no trial is made.
     pub far_ns: Option<u32>,
     /// How far (bytes) the owner stays behind a fast one-way stream of
     /// small packets that the express receive takes (`lag.rs`): 16 KiB by

@@ -1,4 +1,5 @@
-//! Large packets written past the caches when the two CPUs are far apart
+//! Large packets written past the caches when the two CPUs are far apart,
+//! or when a stream to a close peer laps the ring quicker that way
 //! ([`ShmConfig::far_ns`]).
 //!
 //! A producer's plain stores into the ring first fetch each line, and the
