@@ -169,6 +169,16 @@ impl Laps {
     }
 }
 
+/// The words of a peer's ring that [`Placement::nt`] reads.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Ring<'a> {
+    /// The owner's head (read position) and the producers' tail.
+    pub(super) head: &'a AtomicU64,
+    pub(super) tail: &'a AtomicU64,
+    /// The ring's bytes.
+    pub(super) len: usize,
+}
+
 /// What a producer knows of how far a peer's CPU is.
 #[derive(Debug, Default)]
 pub(super) struct Placement {
@@ -185,35 +195,24 @@ pub(super) struct Placement {
 
 impl Placement {
     /// Whether a payload of `len` bytes goes past the caches; `limit`:
-    /// [`ShmConfig::far_ns`]; `head`: the peer's head word; `seen`: its
+    /// [`ShmConfig::far_ns`]; `ring`: the peer's ring; `seen`: its head's
     /// value as last loaded (updated when this loads it); `more`: the
-    /// packet is marked "more follows"; `tail`: the ring's tail word;
-    /// `ring`: the ring's bytes.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn nt(
-        &mut self,
-        limit: Option<u32>,
-        len: usize,
-        head: &AtomicU64,
-        seen: &mut u64,
-        more: bool,
-        tail: &AtomicU64,
-        ring: usize,
-    ) -> bool {
+    /// packet is marked "more follows".
+    pub(super) fn nt(&mut self, limit: Option<u32>, len: usize, ring: Ring, seen: &mut u64, more: bool) -> bool {
         match limit {
             _ if len < NT_MIN => false,
             None => false,
             Some(0) => true,
             Some(limit) => {
                 if self.count % PROBE_EVERY == 0 {
-                    self.probe(limit, head, seen);
+                    self.probe(limit, ring.head, seen);
                 }
                 self.count = self.count.wrapping_add(1);
                 if self.far {
                     self.laps = Laps::default();
                     return true;
                 }
-                self.laps.nt(more, tail.load(Ordering::Relaxed), ring, Instant::now)
+                self.laps.nt(more, ring.tail.load(Ordering::Relaxed), ring.len, Instant::now)
             }
         }
     }
@@ -253,9 +252,9 @@ mod tests {
     fn small_payloads_and_the_off_switch_keep_plain_stores() {
         let (head, mut seen, tail) = (AtomicU64::new(1), 0, AtomicU64::new(0));
         let mut p = Placement { far: true, ..Placement::default() };
-        assert!(!p.nt(LIMIT, NT_MIN - 1, &head, &mut seen, true, &tail, RING), "below NT_MIN");
-        assert!(!p.nt(None, 1 << 20, &head, &mut seen, true, &tail, RING), "None: never");
-        assert!(Placement::default().nt(Some(0), NT_MIN, &head, &mut seen, true, &tail, RING), "Some(0): always");
+        assert!(!p.nt(LIMIT, NT_MIN - 1, ring(&head, &tail), &mut seen, true), "below NT_MIN");
+        assert!(!p.nt(None, 1 << 20, ring(&head, &tail), &mut seen, true), "None: never");
+        assert!(Placement::default().nt(Some(0), NT_MIN, ring(&head, &tail), &mut seen, true), "Some(0): always");
         assert_eq!(p.count, 0, "no probe for what never goes past the caches");
     }
 
@@ -295,7 +294,7 @@ mod tests {
             if k > 0 && k % PROBE_EVERY == 0 {
                 head.fetch_add(1, Ordering::Relaxed);
             }
-            p.nt(LIMIT, NT_MIN, &head, &mut seen, true, &tail, RING);
+            p.nt(LIMIT, NT_MIN, ring(&head, &tail), &mut seen, true);
         }
         // Probes at packets 0, 16 and 32; the head moved before each.
         assert_eq!(recorded(&p), 3);
@@ -303,12 +302,12 @@ mod tests {
         // An unmoved head gives no sample, nor one the room check has
         // already loaded.
         for _ in 0..PROBE_EVERY {
-            p.nt(LIMIT, NT_MIN, &head, &mut seen, true, &tail, RING);
+            p.nt(LIMIT, NT_MIN, ring(&head, &tail), &mut seen, true);
         }
         head.store(10, Ordering::Relaxed);
         seen = 10;
         for _ in 0..PROBE_EVERY {
-            p.nt(LIMIT, NT_MIN, &head, &mut seen, true, &tail, RING);
+            p.nt(LIMIT, NT_MIN, ring(&head, &tail), &mut seen, true);
         }
         assert_eq!(recorded(&p), 3);
     }
@@ -322,6 +321,11 @@ mod tests {
     /// A placement whose history holds only a mark bit.
     fn marked() -> Placement {
         Placement { over: 1, ..Placement::default() }
+    }
+
+    /// The ring of `RING` bytes with these words.
+    fn ring<'a>(head: &'a AtomicU64, tail: &'a AtomicU64) -> Ring<'a> {
+        Ring { head, tail, len: RING }
     }
 
     /// A stream of `n` packets of `PKT` bytes through `l`, each taking
@@ -414,7 +418,7 @@ mod tests {
         let (head, mut seen, tail) = (AtomicU64::new(1), 0, AtomicU64::new(0));
         let laps = Laps { swapped: true, ..Laps::default() };
         let mut p = Placement { far: true, count: 1, laps, ..Placement::default() };
-        assert!(p.nt(LIMIT, NT_MIN, &head, &mut seen, true, &tail, RING), "far: past the caches");
+        assert!(p.nt(LIMIT, NT_MIN, ring(&head, &tail), &mut seen, true), "far: past the caches");
         assert!(!p.laps.swapped, "a close spell after this one starts afresh");
     }
 }

@@ -891,8 +891,8 @@ impl Device for ShmDevice {
     fn gather_nt(&mut self, ah: Ah, len: usize) -> bool {
         let (limit, more) = (self.cfg.far_ns, self.more);
         self.peer(ah).is_ok_and(|p| {
-            let ring = p.shape.ring;
-            p.placement.nt(limit, len, p.map.u64_at(off::HEAD), &mut p.head_seen, more, p.map.u64_at(off::TAIL), ring)
+            let ring = far::Ring { head: p.map.u64_at(off::HEAD), tail: p.map.u64_at(off::TAIL), len: p.shape.ring };
+            p.placement.nt(limit, len, ring, &mut p.head_seen, more)
         })
     }
 
