@@ -106,8 +106,8 @@ pub(super) struct Laps {
     /// Laps of the trial under way (0: none), and paused laps met in it.
     trial: u8,
     trial_pauses: u8,
-    /// The last [`RECENT`] unpaused laps the usual way (ns; 0: none), the
-    /// newest at `laps % RECENT`.
+    /// The last [`RECENT`] unpaused laps the usual way (ns), the newest at
+    /// `(laps - 1) % RECENT`.
     recent: [u64; RECENT],
     /// Non-temporal stores are the usual way.
     swapped: bool,
@@ -150,8 +150,8 @@ impl Laps {
                 self.recent[self.laps as usize % RECENT] = ns;
                 self.best = if self.laps == 0 { ns } else { self.best.min(ns) };
                 self.laps += 1;
-                let recent = self.recent.iter().copied().min().unwrap_or(0);
-                let slowed = self.laps as usize >= RECENT && recent.saturating_mul(2) > self.best.saturating_mul(3);
+                let slowed =
+                    self.laps as usize >= RECENT && self.recent_best().saturating_mul(2) > self.best.saturating_mul(3);
                 if slowed || self.laps >= if self.tried { TRIAL_LAPS } else { FIRST_TRIAL } {
                     (self.laps, self.trial, self.tried, self.trial_pauses) = (0, 1, true, 0);
                 }
@@ -159,13 +159,18 @@ impl Laps {
             1 => self.trial = 2, // the first lap only turns the ring over
             _ => {
                 self.trial = 0;
-                let usual = self.recent.iter().copied().filter(|&t| t > 0).min().unwrap_or(0);
-                if ns.saturating_mul(8) < usual.saturating_mul(7) {
+                if ns.saturating_mul(8) < self.recent_best().saturating_mul(7) {
                     self.swapped = !self.swapped;
                 }
-                self.recent = [0; RECENT];
             }
         }
+    }
+
+    /// The quickest of the last [`RECENT`] laps the usual way. A trial
+    /// starts only after at least that many (`FIRST_TRIAL`, `TRIAL_LAPS`
+    /// or the slowdown's `RECENT`), so all are of the way now usual.
+    fn recent_best(&self) -> u64 {
+        self.recent.iter().copied().min().unwrap_or(0)
     }
 }
 
@@ -328,17 +333,18 @@ mod tests {
         Ring { head, tail, len: RING }
     }
 
-    /// A stream of `n` packets of `PKT` bytes through `l`, each taking
-    /// `plain` or `nt` ns by the way it went: the ways, in order.
+    /// One packet of `PKT` bytes through `l`, marked `more` or not, taking
+    /// `plain` or `nt` ns by the way it went: that way.
+    fn send(l: &mut Laps, clock: &Cell<Instant>, tail: &mut u64, more: bool, plain: u64, nt: u64) -> bool {
+        let way = l.nt(more, *tail, RING, || clock.get());
+        clock.set(clock.get() + Duration::from_nanos(if way { nt } else { plain }));
+        *tail += PKT;
+        way
+    }
+
+    /// `n` packets marked "more follows", as [`send`]: the ways, in order.
     fn stream(l: &mut Laps, clock: &Cell<Instant>, tail: &mut u64, n: usize, plain: u64, nt: u64) -> Vec<bool> {
-        (0..n)
-            .map(|_| {
-                let way = l.nt(true, *tail, RING, || clock.get());
-                clock.set(clock.get() + Duration::from_nanos(if way { nt } else { plain }));
-                *tail += PKT;
-                way
-            })
-            .collect()
+        (0..n).map(|_| send(l, clock, tail, true, plain, nt)).collect()
     }
 
     /// Laps of ten packets: `FIRST_TRIAL` laps plain, then the trial.
@@ -384,12 +390,7 @@ mod tests {
     #[test]
     fn paused_laps_and_refused_sends_count_for_nothing() {
         let (clock, mut tail, mut l) = (Cell::new(Instant::now()), 0, Laps::default());
-        let mut send = |l: &mut Laps, more: bool| {
-            let way = l.nt(more, tail, RING, || clock.get());
-            clock.set(clock.get() + Duration::from_nanos(if way { 170 } else { 200 }));
-            tail += PKT;
-            way
-        };
+        let mut send = |l: &mut Laps, more: bool| send(l, &clock, &mut tail, more, 200, 170);
         // One packet of every lap not marked "more follows": never a trial.
         for k in 0..TRIAL_AT * 3 {
             assert!(!send(&mut l, k % 10 != 3), "packet {k}");
