@@ -95,3 +95,25 @@ fn long_read_sends_leave_the_count_with_their_rtm() {
     let pkts = stream(&mut c, 1, 100 * KIB);
     assert!(!pkts.is_empty() && pkts.iter().all(|r| !r.more), "{pkts:?}");
 }
+
+#[test]
+fn over_a_copying_device_long_cts_rtms_are_marked_as_their_segments_are() {
+    // A device that copies gathered bytes (as shm does) gets the RTM's
+    // bytes by `send_gather` too, so its hint covers the RTM.
+    let sim = SimConfig { mtu: 16 * KIB, backlog_min: MIN, copy_gathered: true, ..SimConfig::default() };
+    let mut c = Cluster::new(2, sim, Config::default());
+    let rtms = |c: &Cluster| -> Vec<SimRecord> {
+        let rtm = PacketType::LongctsMsgRtm as u8;
+        c.net.log().into_iter().filter(|r| r.ptype == rtm && r.from == 0).collect()
+    };
+    stream(&mut c, 8, 100 * KIB);
+    let sent = rtms(&c);
+    assert_eq!(sent.len(), 8, "{sent:?}");
+    assert!(sent.iter().all(|r| r.gathered > 0), "RTMs without bytes handed over: {sent:?}");
+    // Each RTM goes out at its send's post: behind the first only the rest
+    // of its message; behind the last, the other seven messages as well.
+    assert!(!sent[0].more && sent[7].more, "{sent:?}");
+    stream(&mut c, 1, 200 * KIB);
+    let sent = rtms(&c);
+    assert!(sent.len() == 1 && !sent[0].more, "a lone message's RTM marked: {sent:?}");
+}

@@ -173,6 +173,30 @@ fn a_long_cts_send_completes_only_after_the_receiver_took_its_segments() {
 }
 
 #[test]
+fn over_a_copying_device_a_long_cts_rtm_hands_its_bytes_over_as_ctsdata_does() {
+    // A device that copies gathered bytes into the packet (as shm does, with
+    // non-temporal stores when the receiver is far) gets every byte of a
+    // long-CTS message by `send_gather`: the RTM's share too.
+    let sim = SimConfig { copy_gathered: true, ..SimConfig::default() };
+    let mut c = Cluster::new(2, sim, Config::default());
+    let data = pattern(200_000, 6);
+    let mut src = OwnedBuf::from_slice(&data);
+    let mut dst = OwnedBuf::zeroed(data.len());
+    c.eps[1].recv(dst.buf(), RecvOpts::default()).unwrap();
+    c.eps[0].send(c.addrs[0][1], src.buf(), SendOpts { context: 13, ..Default::default() }).unwrap();
+    c.run_until(10_000, |c| c.cqs[0].len() == 1 && c.cqs[1].len() == 1);
+    assert_eq!((c.cqs[0][0].context, c.cqs[0][0].status), (13, Status::Success));
+    assert_eq!(dst.bytes(), &data[..]);
+    let log = c.net.log();
+    let rtm = log.iter().find(|r| r.ptype == PacketType::LongctsMsgRtm as u8).unwrap();
+    assert!(rtm.gathered > 4096 && rtm.len > rtm.gathered, "RTM of {} bytes, {} handed over", rtm.len, rtm.gathered);
+    let ctsdata: Vec<_> = log.iter().filter(|r| r.ptype == PacketType::CtsData as u8).collect();
+    assert!(ctsdata.iter().all(|r| r.gathered == r.len - CtsData::HDR_LEN - 8), "{ctsdata:?}");
+    let handed: usize = log.iter().map(|r| r.gathered).sum();
+    assert_eq!(handed, data.len(), "every byte of the message, and nothing else, handed over");
+}
+
+#[test]
 fn a_send_canceled_with_segments_in_flight_completes_after_the_device_let_go() {
     let mut c = Cluster::new(2, SimConfig::default(), Config::default());
     let mut src = OwnedBuf::from_slice(&pattern(300_000, 5));

@@ -72,7 +72,10 @@ pub struct Caps {
     /// NIC's gather from registered memory; the sim device). The engine then
     /// sends long-CTS RTMs without data, so that every byte of the message
     /// moves by gathered CTSDATA (copied once, by the receiver) rather than
-    /// the first segment being copied into the RTM and out again.
+    /// the first segment being copied into the RTM and out again. Over a
+    /// device that copies (false), a long-CTS RTM carries data, handed over
+    /// by `send_gather` as CTSDATA payloads are, so that the device copies
+    /// all of a message's bytes the same way (`Device::gather_nt`).
     pub gather_in_place: bool,
     /// Smallest two-sided message the device would rather move by one RDMA
     /// read than by packets (`usize::MAX`: never). The engine uses long-read
@@ -143,6 +146,34 @@ impl Flow for bool {
     }
 }
 
+/// [`Device::send_gather`] by copying: the packet is the header `build`
+/// writes followed by a copy of `payload` (with non-temporal stores when
+/// `nt`), sent by [`Device::send_with`]; `Err(Failed(Inval))` when the two
+/// exceed the MTU.
+pub(crate) fn copy_gather<D: Device + ?Sized>(
+    dev: &mut D,
+    ah: Ah,
+    wr_id: u64,
+    hdr_max: usize,
+    build: &mut BuildFn<'_>,
+    payload: UserBuf,
+    nt: bool,
+) -> Result<Sent, DevError> {
+    let plen = payload.len();
+    if hdr_max.saturating_add(plen) > dev.caps().mtu {
+        return Err(DevError::Failed(Status::Inval));
+    }
+    dev.send_with(ah, wr_id, hdr_max + plen, |buf: &mut [u8]| {
+        let n = build(buf);
+        let copied = n > 0 && buf.get_mut(n..n + plen).is_some_and(|dst| payload.read_at_with(0, dst, nt));
+        if copied {
+            n + plen
+        } else {
+            0
+        }
+    })
+}
+
 /// A reliable, unordered datagram device (see the module docs).
 pub trait Device {
     /// Capabilities.
@@ -175,8 +206,9 @@ pub trait Device {
 
     /// Says whether at least [`Caps::backlog_min`] bytes for the same peer
     /// are queued behind the next packet sent: the engine says so before
-    /// each bulk packet (CTSDATA) when the device asks for it. A hint for
-    /// that one packet; the default ignores it.
+    /// each bulk packet (CTSDATA, and a long-CTS RTM whose bytes it hands
+    /// over by [`Device::send_gather`]) when the device asks for it. A hint
+    /// for that one packet; the default ignores it.
     fn more_follows(&mut self, _more: bool) {}
 
     /// Whether the default [`Device::send_gather`] writes a payload of `len`
@@ -218,20 +250,8 @@ pub trait Device {
         mut build: impl FnMut(&mut [u8]) -> usize,
         payload: UserBuf,
     ) -> Result<Sent, DevError> {
-        let plen = payload.len();
-        if hdr_max.saturating_add(plen) > self.caps().mtu {
-            return Err(DevError::Failed(Status::Inval));
-        }
-        let nt = self.gather_nt(ah, plen);
-        self.send_with(ah, wr_id, hdr_max + plen, |buf: &mut [u8]| {
-            let n = build(buf);
-            let copied = n > 0 && buf.get_mut(n..n + plen).is_some_and(|dst| payload.read_at_with(0, dst, nt));
-            if copied {
-                n + plen
-            } else {
-                0
-            }
-        })
+        let nt = self.gather_nt(ah, payload.len());
+        copy_gather(self, ah, wr_id, hdr_max, &mut build, payload, nt)
     }
 
     /// Hands received packets to `f`, at most `max`; returns how many. `f`

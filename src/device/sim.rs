@@ -56,6 +56,10 @@ pub struct SimConfig {
     /// The device's `Caps::backlog_min` (0: it takes no hints); the hints
     /// are recorded in the log.
     pub backlog_min: u64,
+    /// `send_gather` copies the payload into the packet at once, as the
+    /// shm device does (`Caps::gather_in_place` false), instead of handing
+    /// it over apart from the header.
+    pub copy_gathered: bool,
 }
 
 impl Default for SimConfig {
@@ -73,6 +77,7 @@ impl Default for SimConfig {
             longread_min: 0,
             capture: true,
             backlog_min: 0,
+            copy_gathered: false,
         }
     }
 }
@@ -104,6 +109,9 @@ pub struct SimRecord {
     pub len: usize,
     /// The engine's [`Device::more_follows`] hint for the packet.
     pub more: bool,
+    /// Payload bytes of the packet handed over by [`Device::send_gather`]
+    /// (copied into it or gathered apart); 0 for a packet built whole.
+    pub gathered: usize,
 }
 
 struct InPkt {
@@ -199,7 +207,7 @@ impl SimNet {
             events: Vec::new(),
             mrs: FxHashMap::default(),
         });
-        SimDevice { net: self.net.clone(), me: node, more: false }
+        SimDevice { net: self.net.clone(), me: node, more: false, gathering: 0 }
     }
 
     /// Virtual time in nanoseconds.
@@ -278,6 +286,8 @@ pub struct SimDevice {
     me: usize,
     /// The hint for the next packet ([`Device::more_follows`]).
     more: bool,
+    /// The payload length of the `send_gather` being copied, for the log.
+    gathering: usize,
 }
 
 impl SimDevice {
@@ -297,6 +307,7 @@ impl SimDevice {
         gathered: Option<UserBuf>,
     ) -> Result<Sent, DevError> {
         let more = std::mem::take(&mut self.more);
+        let copied = std::mem::take(&mut self.gathering);
         let mut net = self.net.borrow_mut();
         let me = self.me;
         let target = net.nodes[me].ahs.get(ah as usize).copied().flatten().ok_or(DevError::Failed(Status::NoAddr))?;
@@ -325,7 +336,14 @@ impl SimDevice {
         let delay = if net.cfg.max_delay_ns > 0 { net.rand() % (net.cfg.max_delay_ns + 1) } else { 0 };
         let at = net.now + delay;
         if net.cfg.capture {
-            net.log.push(SimRecord { from: me, to: target, ptype: data[0], len: len + extra, more });
+            net.log.push(SimRecord {
+                from: me,
+                to: target,
+                ptype: data[0],
+                len: len + extra,
+                more,
+                gathered: extra + copied,
+            });
         }
         let gathered = gathered.map(|p| (p, wr_id, ah));
         let sent = if gathered.is_some() { Sent::Pending } else { Sent::Done };
@@ -392,7 +410,7 @@ impl Device for SimDevice {
             rdma_read: rdma,
             rdma_write: rdma,
             sync_send: true,
-            gather_in_place: true,
+            gather_in_place: !net.cfg.copy_gathered,
             longread_min: net.cfg.longread_min,
             backlog_min: net.cfg.backlog_min,
         }
@@ -449,6 +467,12 @@ impl Device for SimDevice {
         mut build: impl FnMut(&mut [u8]) -> usize,
         payload: UserBuf,
     ) -> Result<Sent, DevError> {
+        if self.net.borrow().cfg.copy_gathered {
+            self.gathering = payload.len();
+            let sent = super::copy_gather(self, ah, wr_id, hdr_max, &mut build, payload, false);
+            self.gathering = 0; // also when nothing was queued
+            return sent;
+        }
         let gathered = if payload.is_empty() { None } else { Some(payload) };
         self.queue(ah, wr_id, hdr_max, &mut build, gathered)
     }

@@ -304,6 +304,45 @@ impl Core {
         })
     }
 
+    /// The RTM of long-CTS send `key` as its headers and the message bytes
+    /// it carries, for [`Device::send_gather`] on a device that copies
+    /// gathered bytes into the packet (not `Caps::gather_in_place`). The
+    /// packet is the same byte for byte; what changes is who copies the
+    /// bytes: the device copies them as it copies CTSDATA payloads, past
+    /// the caches when the receiver is far (`Device::gather_nt`), where the
+    /// packet builder's copy goes through them. Measured on the 2-vCPU VM,
+    /// 1 MiB `tag_bw` with the vCPUs far apart: the RTM's 64 KiB copied
+    /// through the caches put about half of the runs at ~15 GB/s where the
+    /// others made ~22 (the first segment of each message crossing at a
+    /// few GB/s). `None`: any other packet (built whole).
+    pub(crate) fn longcts_rtm_gather(&self, key: u32) -> Option<(RtmArgs, usize, UserBuf)> {
+        if self.caps.gather_in_place {
+            return None;
+        }
+        let op = self.ops.get(key)?;
+        let ptype = op.ptype?;
+        let info = ptype.req_info()?;
+        if op.kind != OpKind::Send || op.started || op.nodata || info.family != ReqFamily::Rtm {
+            return None;
+        }
+        if info.proto != Subprotocol::Longcts {
+            return None;
+        }
+        let a = RtmArgs::of(key, ptype, op);
+        let r = self.rtm_req(&a, self.peers.get(op.peer)?);
+        let hdr = r.hdr_len() + r.opt_hdr_len();
+        let chunk = a.chunk().min(self.caps.mtu.saturating_sub(hdr) as u64) as usize;
+        let payload = op.buf.slice(a.sent as usize, chunk).filter(|p| !p.is_empty())?;
+        Some((RtmArgs { nodata: true, ..a }, hdr, payload))
+    }
+
+    /// The headers of RTM `a` (built without data) for op `key`'s peer;
+    /// their length.
+    pub(crate) fn rtm_headers(&self, key: u32, a: &RtmArgs, out: &mut [u8]) -> Option<usize> {
+        let peer = self.peers.get(self.ops.get(key)?.peer)?;
+        self.rtm_packet(a, peer, out).map(|(n, _)| n)
+    }
+
     /// The length of the packet [`Self::rtm_packet`] builds for `a` (at
     /// most the MTU): the bound the device reserves.
     pub(crate) fn rtm_len(&self, a: &RtmArgs, peer: &Peer) -> usize {

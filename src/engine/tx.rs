@@ -120,6 +120,18 @@ impl Core {
         }
     }
 
+    /// Tells a device that takes hints (`Caps::backlog_min`) whether enough
+    /// bytes to op `key`'s peer wait behind its next packet, of `len` bytes
+    /// of the op's message: the rest of the message and the other sends to
+    /// the peer.
+    fn hint_backlog<D: Device>(&self, dev: &mut D, key: u32, len: u64) {
+        let Some(op) = self.ops.get(key).filter(|_| self.caps.backlog_min > 0) else { return };
+        let rest = op.len.saturating_sub(op.sent + len);
+        let mine = if op.backlog { op.len } else { 0 };
+        let others = self.peers.get(op.peer).map_or(0, |p| p.tx_bytes.saturating_sub(mine));
+        dev.more_follows(rest + others >= self.caps.backlog_min);
+    }
+
     /// Sends the packets `key` may send now. False when the device pushed back.
     pub(crate) fn pump<D: Device>(&mut self, dev: &mut D, key: u32) -> bool {
         let (cap, my_connid) = (self.ctsdata_cap(), self.my_connid());
@@ -155,14 +167,7 @@ impl Core {
                 let hs_recv = self.peers.get(op.peer).is_some_and(|p| p.hs_recv);
                 let hdr = Core::ctsdata_hdr(op, off, my_connid.filter(|_| hs_recv));
                 let len = payload.len() as u64;
-                if self.caps.backlog_min > 0 {
-                    // Behind this packet: the rest of its message and the
-                    // other sends to the peer.
-                    let rest = op.len.saturating_sub(op.sent + len);
-                    let mine = if op.backlog { op.len } else { 0 };
-                    let others = self.peers.get(op.peer).map_or(0, |p| p.tx_bytes.saturating_sub(mine));
-                    dev.more_follows(rest + others >= self.caps.backlog_min);
-                }
+                self.hint_backlog(dev, key, len);
                 dev.send_gather(
                     ah,
                     wr_id,
@@ -171,6 +176,22 @@ impl Core {
                         let n = hdr.emit_headers_only(slot, len).unwrap_or(0);
                         built = (n > 0).then_some((n, len));
                         n
+                    },
+                    payload,
+                )
+            } else if let Some((args, hdr_len, payload)) = self.longcts_rtm_gather(key) {
+                // A long-CTS RTM: its headers in the device's buffer, its
+                // bytes copied by the device (`Core::longcts_rtm_gather`).
+                let len = payload.len() as u64;
+                self.hint_backlog(dev, key, len);
+                let core: &Core = self;
+                dev.send_gather(
+                    ah,
+                    wr_id,
+                    hdr_len,
+                    |slot: &mut [u8]| {
+                        built = core.rtm_headers(key, &args, slot).map(|n| (n, len));
+                        built.map_or(0, |(n, _)| n)
                     },
                     payload,
                 )
