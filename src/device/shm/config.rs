@@ -65,9 +65,9 @@ pub struct ShmConfig {
     /// to a peer whose cache lines take longer than this many nanoseconds
     /// to fetch are written with non-temporal stores; `None`: never;
     /// `Some(0)`: always. The producer times a load of the peer's ring
-    /// head once per 16 such packets; the peer is far while 4 of the last
-    /// 16 times are over the limit (see `far.rs`: far apart, up to two in
-    /// five loads still find the line at hand, and the median of five once
+    /// head once per 16 such packets; the peer is far while 3 of the last
+    /// 32 times are over the limit (see `far.rs`: far apart, up to seven
+    /// in ten loads still find the line at hand, and the median of five once
     /// used said "close" for a third of the packets: 1 MiB tag_bw 7.2-9.4
     /// GB/s against 12.4-18.9 by the count, 6 paired far rounds). Measured
     /// on a 2-core VM whose host placed the two vCPUs close (cache-line
