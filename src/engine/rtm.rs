@@ -288,7 +288,7 @@ impl Core {
     }
 
     /// Builds an RTM carrying the message bytes from `a.sent` on (as many as fit).
-    fn rtm_packet(&self, a: &RtmArgs, peer: &Peer, out: &mut [u8]) -> Option<(usize, u64)> {
+    pub(crate) fn rtm_packet(&self, a: &RtmArgs, peer: &Peer, out: &mut [u8]) -> Option<(usize, u64)> {
         let (raw_addr, connid) = self.req_opts(peer);
         if raw_addr.is_none()
             && matches!(a.ptype.req_info(), Some(i) if i.family == ReqFamily::Rtm && !i.dc && matches!(i.proto, Subprotocol::Eager | Subprotocol::Medium))
@@ -314,33 +314,27 @@ impl Core {
     /// 1 MiB `tag_bw` with the vCPUs far apart: the RTM's 64 KiB copied
     /// through the caches put about half of the runs at ~15 GB/s where the
     /// others made ~22 (the first segment of each message crossing at a
-    /// few GB/s). `None`: any other packet (built whole).
-    pub(crate) fn longcts_rtm_gather(&self, key: u32) -> Option<(RtmArgs, usize, UserBuf)> {
+    /// few GB/s). The RTM's headers are [`Self::rtm_packet`] of the
+    /// returned args (marked `nodata`) for the returned peer, at most the
+    /// returned length. `None`: any other packet (built whole).
+    pub(crate) fn longcts_rtm_gather(&self, key: u32) -> Option<(RtmArgs, &Peer, usize, UserBuf)> {
         if self.caps.gather_in_place {
             return None;
         }
         let op = self.ops.get(key)?;
         let ptype = op.ptype?;
         let info = ptype.req_info()?;
-        if op.kind != OpKind::Send || op.started || op.nodata || info.family != ReqFamily::Rtm {
-            return None;
-        }
-        if info.proto != Subprotocol::Longcts {
+        let longcts_rtm = info.family == ReqFamily::Rtm && info.proto == Subprotocol::Longcts;
+        if op.kind != OpKind::Send || op.started || op.nodata || !longcts_rtm {
             return None;
         }
         let a = RtmArgs::of(key, ptype, op);
-        let r = self.rtm_req(&a, self.peers.get(op.peer)?);
+        let peer = self.peers.get(op.peer)?;
+        let r = self.rtm_req(&a, peer);
         let hdr = r.hdr_len() + r.opt_hdr_len();
         let chunk = a.chunk().min(self.caps.mtu.saturating_sub(hdr) as u64) as usize;
         let payload = op.buf.slice(a.sent as usize, chunk).filter(|p| !p.is_empty())?;
-        Some((RtmArgs { nodata: true, ..a }, hdr, payload))
-    }
-
-    /// The headers of RTM `a` (built without data) for op `key`'s peer;
-    /// their length.
-    pub(crate) fn rtm_headers(&self, key: u32, a: &RtmArgs, out: &mut [u8]) -> Option<usize> {
-        let peer = self.peers.get(self.ops.get(key)?.peer)?;
-        self.rtm_packet(a, peer, out).map(|(n, _)| n)
+        Some((RtmArgs { nodata: true, ..a }, peer, hdr, payload))
     }
 
     /// The length of the packet [`Self::rtm_packet`] builds for `a` (at

@@ -179,18 +179,17 @@ impl Core {
                     },
                     payload,
                 )
-            } else if let Some((args, hdr_len, payload)) = self.longcts_rtm_gather(key) {
+            } else if let Some((args, peer, hdr_len, payload)) = self.longcts_rtm_gather(key) {
                 // A long-CTS RTM: its headers in the device's buffer, its
                 // bytes copied by the device (`Core::longcts_rtm_gather`).
                 let len = payload.len() as u64;
                 self.hint_backlog(dev, key, len);
-                let core: &Core = self;
                 dev.send_gather(
                     ah,
                     wr_id,
                     hdr_len,
                     |slot: &mut [u8]| {
-                        built = core.rtm_headers(key, &args, slot).map(|n| (n, len));
+                        built = self.rtm_packet(&args, peer, slot).map(|(n, _)| (n, len));
                         built.map_or(0, |(n, _)| n)
                     },
                     payload,
