@@ -357,11 +357,16 @@ impl ShmDevice {
         map.u64_at(off::SEAL).store(shape.seal, Ordering::Relaxed);
         // The FIFO for wake-ups.
         let fpath = cstr(&fifo_path(name));
+        // Opened for reading and writing: the owner then always holds a
+        // writer, so the read end never reports POLLHUP when a peer that
+        // woke it closes its own writer (a read-only end would poll ready
+        // forever after the first such peer, spinning every poll/epoll
+        // loop and `rdm4_wait`). Linux opens a FIFO O_RDWR without blocking.
         // SAFETY: valid path; a leftover FIFO of a dead owner is replaced.
         let fifo = unsafe {
             libc::unlink(fpath.as_ptr());
             libc::mkfifo(fpath.as_ptr(), 0o600);
-            libc::open(fpath.as_ptr(), libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            libc::open(fpath.as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC)
         };
         if fifo < 0 {
             unlink_segment(name);
@@ -957,3 +962,5 @@ impl Device for ShmDevice {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_life;
