@@ -8,6 +8,7 @@ pub mod capi;
 pub mod device;
 /// cbindgen:ignore
 pub mod engine;
+mod env;
 mod fxhash;
 /// cbindgen:ignore
 pub mod mem;

@@ -76,11 +76,10 @@ fn read_attr(attr: *const rdm4_ep_attr) -> Result<rdm4_ep_attr, Status> {
 }
 
 fn open_device(attr: &rdm4_ep_attr) -> Result<super::CDevice, Status> {
-    let kind = match std::env::var("RDM4_DEVICE").ok().as_deref() {
-        Some("shm") => RDM4_DEVICE_SHM,
-        Some("udp") => RDM4_DEVICE_UDP,
-        Some("") | None => attr.device,
-        Some(_) => return Err(Status::Inval),
+    let kind = match crate::env::word("RDM4_DEVICE", &["shm", "udp"])? {
+        Some(0) => RDM4_DEVICE_SHM,
+        Some(_) => RDM4_DEVICE_UDP,
+        None => attr.device,
     };
     match kind {
         RDM4_DEVICE_DEFAULT | RDM4_DEVICE_SHM => ShmDevice::open(),

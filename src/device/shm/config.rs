@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+use crate::env;
+use crate::status::Status;
+
 /// Settings of a shm endpoint.
 #[derive(Debug, Clone)]
 pub struct ShmConfig {
@@ -131,39 +134,83 @@ impl ShmConfig {
     }
 
     /// The defaults, overridden by the `RDM4_SHM_*` environment variables.
-    pub fn from_env() -> ShmConfig {
+    /// Every variable that is set must hold a valid value within its
+    /// bounds, or this fails with `Status::Inval` after a line on stderr
+    /// that names it (see `crate::env`): a typo never silently leaves a
+    /// default in place.
+    pub fn from_env() -> Result<ShmConfig, Status> {
         let mut c = ShmConfig::default();
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        if let Some(p) = var("RDM4_SHM_PREFIX") {
+        if let Some(p) = env::var("RDM4_SHM_PREFIX") {
+            if !prefix_ok(&p) {
+                return Err(env::reject("RDM4_SHM_PREFIX", &p, "1 to 64 of A-Z a-z 0-9 . _ -"));
+            }
             c.prefix = p;
         }
-        c.epid = var("RDM4_SHM_EPID").and_then(|v| v.parse().ok());
-        if let Some(n) = var("RDM4_SHM_SLOTS").and_then(|v| v.parse().ok()) {
+        c.epid = env::number("RDM4_SHM_EPID", 0..=u32::from(u16::MAX))?;
+        if let Some(n) = env::number("RDM4_SHM_SLOTS", 2..=MAX_SLOTS)? {
+            if !n.is_power_of_two() {
+                return Err(env::reject("RDM4_SHM_SLOTS", &n.to_string(), "a power of two from 2 to 65536"));
+            }
             c.slots = n;
         }
-        if let Some(n) = var("RDM4_SHM_MTU").and_then(|v| v.parse().ok()) {
+        if let Some(n) = env::number("RDM4_SHM_MTU", 256..=MAX_MTU)? {
+            if n % 64 != 0 {
+                return Err(env::reject("RDM4_SHM_MTU", &n.to_string(), "a multiple of 64 from 256 to 16777216"));
+            }
             c.mtu = n;
         }
-        if var("RDM4_SHM_CMA").as_deref() == Some("0") {
-            c.cma = false;
+        if c.ring_bytes() > MAX_RING {
+            let v = format!("{} (RDM4_SHM_MTU={})", c.slots, c.mtu);
+            return Err(env::reject("RDM4_SHM_SLOTS", &v, "slots x MTU of at most 1 GiB"));
         }
-        if let Some(n) = var("RDM4_SHM_LONGREAD_MIN").and_then(|v| v.parse().ok()) {
-            c.longread_min = n;
+        if let Some(i) = env::word("RDM4_SHM_CMA", &["0", "1"])? {
+            c.cma = i == 1;
         }
-        if let Some(n) = var("RDM4_SHM_TRAIL").and_then(|v| v.parse().ok()) {
+        if let Some(v) = env::number_or_word("RDM4_SHM_LONGREAD_MIN", 0..=usize::MAX, &["off"])? {
+            c.longread_min = v.unwrap_or(usize::MAX);
+        }
+        if let Some(n) = env::number("RDM4_SHM_TRAIL", 0..=MAX_RING)? {
             c.trail = Some(n);
         }
-        if let Some(v) = var("RDM4_SHM_FAR_NS") {
-            c.far_ns = if v == "off" { None } else { v.parse().ok().or(c.far_ns) };
+        if let Some(v) = env::number_or_word("RDM4_SHM_FAR_NS", 0..=1_000_000, &["off"])? {
+            c.far_ns = v.ok();
         }
-        if let Some(n) = var("RDM4_SHM_LAG").and_then(|v| v.parse().ok()) {
+        if let Some(n) = env::number("RDM4_SHM_LAG", 0..=MAX_RING)? {
             c.lag = n;
         }
-        if let Some(ms) = var("RDM4_SHM_PEER_CHECK_MS").and_then(|v| v.parse().ok()) {
+        if let Some(ms) = env::number("RDM4_SHM_PEER_CHECK_MS", 1..=60_000)? {
             c.peer_check = Duration::from_millis(ms);
         }
-        c
+        Ok(c)
     }
+
+    /// The bytes of ring asked for (before rounding up to a power of two).
+    pub(super) fn ring_bytes(&self) -> usize {
+        self.slots as usize * self.mtu as usize
+    }
+
+    /// Whether the settings are within their bounds (`open_with` checks).
+    pub(super) fn valid(&self) -> bool {
+        self.slots.is_power_of_two()
+            && (2..=MAX_SLOTS).contains(&self.slots)
+            && self.mtu % 64 == 0
+            && (256..=MAX_MTU).contains(&self.mtu)
+            && self.ring_bytes() <= MAX_RING
+            && prefix_ok(&self.prefix)
+            && self.epid.is_none_or(|id| id <= u32::from(u16::MAX))
+    }
+}
+
+/// Most slots of a ring.
+pub const MAX_SLOTS: u32 = 1 << 16;
+/// Largest MTU.
+pub const MAX_MTU: u32 = 1 << 24;
+/// Most bytes of a ring (slots x MTU).
+pub const MAX_RING: usize = 1 << 30;
+
+/// A segment name prefix: 1 to 64 characters of A-Z a-z 0-9 . _ -.
+fn prefix_ok(p: &str) -> bool {
+    (1..=64).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
 }
 
 /// CPU 0's L2 cache size, from sysfs (e.g. "1024K").

@@ -122,8 +122,8 @@ use cma::cma_works;
 pub use config::ShmConfig;
 pub use segment::remove_stale_segments;
 use segment::{
-    alive, cstr, entry_len, fifo_path, host_gid, is_stale, off, open_existing, random_u64, seg_name, start_time,
-    unlink_segment, Mapping, OpenLock, Shape,
+    alive, cstr, entry_len, fifo_path, free_shm_bytes, host_gid, is_stale, off, open_existing, random_u64,
+    remove_stale_locked, seg_name, start_time, unlink_segment, Mapping, OpenLock, Shape,
 };
 
 const MAGIC: u64 = u64::from_le_bytes(*b"rdm4shm1");
@@ -171,6 +171,23 @@ fn coarse_now() -> Duration {
     // SAFETY: a valid out-pointer; this clock exists on every Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// The most slots, `slots` halved as often as needed, whose segment fits
+/// in `free` bytes; `None` when not even a ring of two full-size packets
+/// (or of `slots`, if fewer) fits.
+fn fitting_slots(slots: u32, mtu: u32, free: u64) -> Option<u32> {
+    let mut slots = slots.max(1);
+    loop {
+        let total = Shape::new(slots, mtu, 1 << 63).total() as u64;
+        if total <= free {
+            return Some(slots);
+        }
+        if slots <= 2 {
+            return None;
+        }
+        slots /= 2;
+    }
 }
 
 impl ShmDevice {
@@ -261,29 +278,25 @@ pub struct ShmDevice {
 }
 
 impl ShmDevice {
-    /// Opens an endpoint with the settings of the environment.
+    /// Opens an endpoint with the settings of the environment
+    /// (`Status::Inval` when one is not valid, see [`ShmConfig::from_env`]).
     pub fn open() -> Result<ShmDevice, Status> {
-        ShmDevice::open_with(ShmConfig::from_env())
+        ShmDevice::open_with(ShmConfig::from_env()?)
     }
 
-    /// Opens an endpoint: creates its segment, removing a stale one in the way.
+    /// Opens an endpoint: removes the segments of the prefix whose owners
+    /// are gone (killed, or ended without closing), then creates its own.
     pub fn open_with(cfg: ShmConfig) -> Result<ShmDevice, Status> {
-        if !cfg.slots.is_power_of_two()
-            || cfg.slots < 2
-            || cfg.mtu < 256
-            || cfg.mtu % 64 != 0
-            || cfg.mtu > 1 << 24
-            || cfg.prefix.contains('/')
-        {
+        if !cfg.valid() {
             return Err(Status::Inval);
         }
         asymmetric_barriers(); // register now, not on the first send
         let ids: Vec<u32> = match cfg.epid {
-            Some(id) if id <= u32::from(u16::MAX) => vec![id],
-            Some(_) => return Err(Status::Inval),
+            Some(id) => vec![id],
             None => (0..EPID_SCAN).collect(),
         };
         let _lock = OpenLock::take();
+        remove_stale_locked(&cfg.prefix);
         for epid in ids {
             let name = seg_name(&cfg.prefix, epid);
             match Self::create(&cfg, &name, epid) {
@@ -304,21 +317,23 @@ impl ShmDevice {
     /// Sizes the new segment and has its memory allocated now: a tmpfs that
     /// runs out (a container's small `/dev/shm`) fails here, cleanly, rather
     /// than with SIGBUS when the ring first reaches a page it cannot have.
-    /// When the full ring does not fit, the ring is halved until it does
-    /// (down to two full-size packets); false when not even that fits.
-    fn size_segment(fd: RawFd, cfg: &ShmConfig) -> (Shape, bool) {
+    /// The ring is first sized to the free space of `/dev/shm` (halved
+    /// until it fits, down to two full-size packets), so that nothing is
+    /// allocated that cannot be had; then, should the allocation still fail
+    /// (another process took the space meanwhile), halved again. `None`
+    /// when not even the smallest ring fits.
+    fn size_segment(fd: RawFd, cfg: &ShmConfig) -> Option<Shape> {
         let seal = random_u64() | 1 << 63;
-        let mut slots = cfg.slots;
+        let mut slots = fitting_slots(cfg.slots, cfg.mtu, free_shm_bytes())?;
         loop {
             let shape = Shape::new(slots, cfg.mtu, seal);
             let len = shape.total() as libc::off_t;
             // SAFETY: sizing and allocating the descriptor we created.
             let ok = unsafe { libc::ftruncate(fd, len) == 0 && libc::posix_fallocate(fd, 0, len) == 0 };
-            let smaller = Shape::new(slots / 2, cfg.mtu, seal);
-            if ok || slots <= 2 || smaller.ring == shape.ring {
-                return (shape, ok);
+            if ok {
+                return Some(shape);
             }
-            slots /= 2;
+            slots = fitting_slots(slots / 2, cfg.mtu, shape.total() as u64 - 1)?;
         }
     }
 
@@ -333,11 +348,14 @@ impl ShmDevice {
                 Status::Io
             });
         }
-        let (shape, sized) = Self::size_segment(fd, cfg);
-        let map = if sized { Mapping::map(fd, shape.total()) } else { Err(Status::NoMem) };
+        let shape = Self::size_segment(fd, cfg);
+        let map = match shape {
+            Some(shape) => Mapping::map(fd, shape.total()).map(|m| (m, shape)),
+            None => Err(Status::NoMem),
+        };
         // SAFETY: closing our descriptor; the mapping keeps the memory.
         unsafe { libc::close(fd) };
-        let map = match map {
+        let (map, shape) = match map {
             Ok(m) => m,
             Err(e) => {
                 unlink_segment(name);

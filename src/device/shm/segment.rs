@@ -368,17 +368,46 @@ pub(super) fn open_existing(name: &str) -> Result<(Mapping, Shape), Status> {
     result
 }
 
+/// The owner (pid, start time) of segment `name` (of any layout version),
+/// from its header alone:
+/// only the header is mapped, so a huge segment (or one whose owner died
+/// while allocating it) costs no more than a small one. `None` when it has
+/// no valid header.
+fn owner(name: &str) -> Option<(u32, u64)> {
+    let c = cstr(&format!("/{name}"));
+    // SAFETY: valid NUL-terminated name.
+    let fd = unsafe { libc::shm_open(c.as_ptr(), libc::O_RDONLY, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: fstat into a zeroed struct of the right type.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let big_enough = unsafe { libc::fstat(fd, &mut st) } == 0 && st.st_size as usize >= HDR_LEN;
+    // SAFETY: a read-only shared mapping of the header of an open
+    // descriptor (at least HDR_LEN bytes long); checked for failure.
+    let p = if big_enough {
+        unsafe { libc::mmap(std::ptr::null_mut(), HDR_LEN, libc::PROT_READ, libc::MAP_SHARED, fd, 0) }
+    } else {
+        libc::MAP_FAILED
+    };
+    // SAFETY: closing the descriptor we opened; the mapping stays valid.
+    unsafe { libc::close(fd) };
+    let ptr = NonNull::new(p.cast::<u8>()).filter(|_| p != libc::MAP_FAILED)?;
+    let m = Mapping { ptr, len: HDR_LEN };
+    // Every layout version keeps the owner at the same offsets: a live
+    // endpoint of another rdm4 version is not taken for a dead one.
+    let valid = m.u64_at(off::MAGIC).load(Ordering::Acquire) == MAGIC;
+    valid.then(|| (m.u32_at(off::PID).load(Ordering::Relaxed), m.u64_at(off::START).load(Ordering::Relaxed)))
+}
+
 /// True when the segment `name` exists and its owner is gone (or it was
 /// never finished and is old); such a segment may be removed.
 pub(super) fn is_stale(name: &str) -> bool {
-    match open_existing(name) {
-        Ok((m, _)) => {
-            let pid = m.u32_at(off::PID).load(Ordering::Relaxed);
-            let start = m.u64_at(off::START).load(Ordering::Relaxed);
-            !alive(pid, start)
-        }
-        // No valid header: stale unless someone is creating it right now.
-        Err(_) => std::fs::metadata(format!("/dev/shm/{name}"))
+    match owner(name) {
+        Some((pid, start)) => !alive(pid, start),
+        // No valid header (another layout, or its owner died while creating
+        // it): stale unless someone is creating it right now.
+        None => std::fs::metadata(format!("/dev/shm/{name}"))
             .and_then(|md| md.modified())
             .is_ok_and(|t| t.elapsed().unwrap_or_default() > Duration::from_secs(5)),
     }
@@ -394,18 +423,51 @@ pub(super) fn unlink_segment(name: &str) {
     }
 }
 
-/// Removes every stale segment of `prefix` (of this user); returns how many.
+/// Removes every stale segment of `prefix` (of this user), and wake-up
+/// FIFOs left without their segment; returns how many segments.
 pub fn remove_stale_segments(prefix: &str) -> usize {
     let _lock = OpenLock::take();
+    remove_stale_locked(prefix)
+}
+
+/// [`remove_stale_segments`] with the [`OpenLock`] held (every open calls
+/// it: the segments of processes that were killed or ended without
+/// closing go at the next open of the prefix).
+pub(super) fn remove_stale_locked(prefix: &str) -> usize {
     let lead = format!("{prefix}-{}-", uid());
     let Ok(dir) = std::fs::read_dir("/dev/shm") else { return 0 };
+    let names: Vec<String> = dir
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(&lead))
+        .collect();
     let mut n = 0;
-    for e in dir.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with(&lead) && !name.ends_with(".fifo") && is_stale(&name) {
-            unlink_segment(&name);
-            n += 1;
+    for name in &names {
+        match name.strip_suffix(".fifo") {
+            // A FIFO whose segment is gone (its owner died between the two unlinks).
+            Some(seg) if !names.iter().any(|m| m == seg) => {
+                let f = cstr(&format!("/dev/shm/{name}"));
+                // SAFETY: valid NUL-terminated path; failure is fine.
+                unsafe { libc::unlink(f.as_ptr()) };
+            }
+            Some(_) => {}
+            None if is_stale(name) => {
+                unlink_segment(name);
+                n += 1;
+            }
+            None => {}
         }
     }
     n
+}
+
+/// Bytes `/dev/shm` has free for this user (`u64::MAX` when unknown).
+pub(super) fn free_shm_bytes() -> u64 {
+    let dir = cstr("/dev/shm");
+    // SAFETY: statvfs into a zeroed struct of the right type.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(dir.as_ptr(), &mut st) } != 0 {
+        return u64::MAX;
+    }
+    (st.f_bavail as u64).saturating_mul(st.f_frsize as u64)
 }

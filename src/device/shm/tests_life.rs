@@ -41,3 +41,103 @@ fn the_wait_fd_is_not_ready_after_a_peer_that_woke_it_has_closed() {
     assert_ne!(revents(fd) & libc::POLLIN, 0);
     assert!(a.wait(0));
 }
+
+/// The pid of a process that has ended (and been reaped).
+fn dead_pid() -> u32 {
+    let mut c = std::process::Command::new("true").spawn().unwrap();
+    let pid = c.id();
+    c.wait().unwrap();
+    pid
+}
+
+/// Leaves `dev`'s segment behind as if its owner had died: the header
+/// names a process that has ended, and nothing is unlinked.
+fn abandon(dev: ShmDevice) -> String {
+    dev.map.u32_at(off::PID).store(dead_pid(), Ordering::Relaxed);
+    let name = dev.name.clone();
+    // SAFETY: closing the FIFO the forgotten device owned.
+    unsafe { libc::close(dev.fifo) };
+    std::mem::forget(dev);
+    name
+}
+
+fn exists(name: &str) -> bool {
+    std::path::Path::new(&format!("/dev/shm/{name}")).exists()
+}
+
+#[test]
+fn an_open_removes_every_dead_segment_of_its_prefix() {
+    let c = cfg("dead");
+    let at = |epid| ShmConfig { epid: Some(epid), ..c.clone() };
+    let devs: Vec<ShmDevice> = (0..3).map(|k| ShmDevice::open_with(at(k)).unwrap()).collect();
+    let dead: Vec<String> = devs.into_iter().map(abandon).collect();
+    assert!(dead.iter().all(|n| exists(n) && exists(&format!("{n}.fifo"))));
+    // A live endpoint of the prefix stays.
+    let live = ShmDevice::open_with(c.clone()).unwrap();
+    // The live one took the first endpoint id, whose segment was dead;
+    // the others are gone.
+    assert_eq!(live.segment_name(), dead[0]);
+    for n in &dead[1..] {
+        assert!(!exists(n), "{n} was left behind");
+        assert!(!exists(&format!("{n}.fifo")), "{n}.fifo was left behind");
+    }
+    let other = ShmDevice::open_with(c).unwrap();
+    assert!(exists(live.segment_name()) && exists(other.segment_name()));
+}
+
+#[test]
+fn a_segment_whose_owner_died_while_sizing_it_is_judged_from_its_header_alone() {
+    // A huge sparse segment with a dead owner: judging it must not map it
+    // whole (a 16 GiB one took the next open 20 s with MAP_POPULATE).
+    let c = cfg("huge");
+    let dev = ShmDevice::open_with(c.clone()).unwrap();
+    let name = dev.name.clone();
+    let path = cstr(&format!("/{name}"));
+    // SAFETY: our own segment, grown sparse to 64 GiB.
+    unsafe {
+        let fd = libc::shm_open(path.as_ptr(), libc::O_RDWR, 0);
+        assert!(fd >= 0);
+        assert_eq!(libc::ftruncate(fd, 64 << 30), 0);
+        libc::close(fd);
+    }
+    let name = abandon(dev);
+    let t = std::time::Instant::now();
+    assert!(is_stale(&name));
+    let next = ShmDevice::open_with(c).unwrap();
+    assert!(t.elapsed() < Duration::from_secs(2), "took {:?}", t.elapsed());
+    // The new endpoint took its place, at its own size.
+    assert_eq!(next.segment_name(), name);
+    let len = std::fs::metadata(format!("/dev/shm/{name}")).unwrap().len();
+    assert_eq!(len, next.shape.total() as u64);
+}
+
+#[test]
+fn a_ring_is_sized_to_the_free_space_before_anything_is_allocated() {
+    let mb = 1u64 << 20;
+    // 8 MiB asked, 3 MiB free: the largest power of two that fits with
+    // its registration table (2 MiB of ring).
+    assert_eq!(fitting_slots(128, 65536, 3 * mb), Some(32));
+    assert_eq!(fitting_slots(128, 65536, 64 * mb), Some(128));
+    // Not even two packets: nothing.
+    assert_eq!(fitting_slots(128, 65536, 100 * 1024), None);
+    assert_eq!(fitting_slots(2, 256, 0), None);
+}
+
+#[test]
+fn settings_out_of_bounds_are_refused() {
+    let ok = cfg("bounds");
+    assert!(ok.valid());
+    for bad in [
+        ShmConfig { slots: 3, ..ok.clone() },
+        ShmConfig { slots: 1 << 17, ..ok.clone() },
+        ShmConfig { slots: 1 << 16, mtu: 1 << 16, ..ok.clone() },
+        ShmConfig { mtu: 100, ..ok.clone() },
+        ShmConfig { mtu: 1000, ..ok.clone() },
+        ShmConfig { epid: Some(70_000), ..ok.clone() },
+        ShmConfig { prefix: "a/b".into(), ..ok.clone() },
+        ShmConfig { prefix: String::new(), ..ok.clone() },
+    ] {
+        assert!(!bad.valid(), "{bad:?}");
+        assert_eq!(ShmDevice::open_with(bad).err(), Some(Status::Inval));
+    }
+}
