@@ -42,6 +42,7 @@ impl Core {
         if !shapes_ok {
             return Err(Status::Inval);
         }
+        remote.check(len)?;
         let ptype = match class {
             AtomicClass::Write => PacketType::WriteRta,
             AtomicClass::Fetch => PacketType::FetchRta,
@@ -135,7 +136,7 @@ impl Core {
         if class != expect {
             return Err(Status::NotSup);
         }
-        let total: u64 = r.rma_iov.iter().map(RmaIov::len).sum();
+        let total = r.rma_iov.iter().try_fold(0u64, |t, v| t.checked_add(v.len())).ok_or(Status::RemoteAccess)?;
         let need = if fetch { Access::REMOTE_WRITE | Access::REMOTE_READ } else { Access::REMOTE_WRITE };
         let bufs = self.mr_check_all(r.rma_iov, need, total)?;
         let [target] = bufs.as_slice() else {

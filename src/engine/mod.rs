@@ -192,6 +192,14 @@ pub struct RemoteBuf {
     pub key: u64,
 }
 
+impl RemoteBuf {
+    /// `Inval` when `len` bytes from `addr` wrap around 2^64: no target
+    /// memory can hold them, so the request is refused before it is sent.
+    pub(crate) fn check(&self, len: usize) -> Result<(), Status> {
+        self.addr.checked_add(len as u64).map(|_| ()).ok_or(Status::Inval)
+    }
+}
+
 pub(crate) struct Core {
     cfg: Config,
     caps: Caps,

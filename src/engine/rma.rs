@@ -23,6 +23,7 @@ impl Core {
         context: u64,
     ) -> Result<(), Status> {
         self.reachable_peer(dest)?;
+        remote.check(buf.len())?;
         let mut op = Op::new(OpKind::Write, dest, context, buf);
         op.rma = RmaIov::new(remote.addr, buf.len() as u64, remote.key);
         op.len = buf.len() as u64;
@@ -101,6 +102,7 @@ impl Core {
         context: u64,
     ) -> Result<(), Status> {
         self.reachable_peer(dest)?;
+        remote.check(buf.len())?;
         let mut op = Op::new(OpKind::Read, dest, context, buf);
         op.rma = RmaIov::new(remote.addr, buf.len() as u64, remote.key);
         op.len = buf.len() as u64;
@@ -163,16 +165,21 @@ impl Core {
 
     /// An RTW: apply an eager write, or start receiving a long one.
     pub(crate) fn handle_rtw(&mut self, peer: u32, r: &wire::Req<'_>, info: ReqInfo) {
+        // The id to answer with: DC types and the other protocols carry the
+        // requester's send_id (a baseline eager write has nothing to answer).
+        let answer_id = (info.dc || info.proto != Subprotocol::Eager).then_some(r.fields.send_id);
         let total = match info.proto {
             Subprotocol::Eager => r.data.len() as u64,
             Subprotocol::Longcts => r.fields.msg_length,
             _ => {
+                // A write protocol this endpoint does not serve: say so.
                 self.stats.protocol_errors += 1;
+                if let Some(id) = answer_id {
+                    self.send_peer_error(peer, id, Status::NotSup);
+                }
                 return;
             }
         };
-        // The id to answer with: DC types and long-CTS carry the requester's send_id.
-        let answer_id = (info.dc || info.proto == Subprotocol::Longcts).then_some(r.fields.send_id);
         if r.rma_iov.is_empty() && total == 0 {
             return; // a handshake trigger
         }
@@ -208,6 +215,7 @@ impl Core {
         };
         if r.data.len() as u64 > total {
             self.stats.protocol_errors += 1;
+            self.send_peer_error(peer, id, Status::Proto);
             return;
         }
         let mut op = Op::new(OpKind::RemoteWrite, peer, 0, *target);
@@ -242,7 +250,7 @@ impl Core {
         if r.ptype == PacketType::ShortRtr {
             if total as usize > self.caps.mtu - wire::ReadRsp::HDR_LEN {
                 self.stats.protocol_errors += 1;
-                return;
+                return self.send_peer_error(peer, id, Status::Proto);
             }
             let mut data = vec![0u8; total as usize];
             let mut at = 0;
@@ -260,7 +268,7 @@ impl Core {
         };
         if r.fields.recv_length == 0 {
             self.stats.protocol_errors += 1;
-            return;
+            return self.send_peer_error(peer, id, Status::Proto);
         }
         let mut op = Op::new(OpKind::ReadResponder, peer, 0, *source);
         op.len = total;

@@ -19,7 +19,11 @@
 //!   header and trailing bytes (device padding) are ignored.
 //! - A REQ packet's application data is everything after its headers (spec §3.2,
 //!   eager note 5); for segmented types (`seg_offset`) the segment must lie
-//!   within `msg_length`, and every `efa_rma_iov` must not wrap around 2^64.
+//!   within `msg_length`. An `efa_rma_iov` is taken as it is, even one whose
+//!   range wraps around 2^64: ranges are the memory owner's to check (the
+//!   engine's registration check, the devices' RDMA), which refuses such a
+//!   request with an answer the requester gets, where a packet dropped as
+//!   malformed would leave it waiting.
 
 #![forbid(unsafe_code)]
 

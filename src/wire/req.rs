@@ -419,10 +419,6 @@ pub(super) fn le_u64(b: &[u8]) -> u64 {
     b.first_chunk::<8>().map_or(0, |a| u64::from_le_bytes(*a))
 }
 
-fn iovs_wrap(iovs: &[RmaIov]) -> bool {
-    iovs.iter().any(|v| v.addr().checked_add(v.len()).is_none())
-}
-
 /// The body of [`ReqView::parse`] for one layout.
 #[inline(always)]
 fn parse_view_with<'a>(layout: &'static Layout, ptype: PacketType, buf: &'a [u8]) -> Result<ReqView<'a>> {
@@ -437,7 +433,7 @@ fn parse_view_with<'a>(layout: &'static Layout, ptype: PacketType, buf: &'a [u8]
     };
     let (rma_count, read_count) = (read32(F::RmaIovCount), read32(F::ReadIovCount));
     let mut pos = layout.len;
-    let rma_iov = take_iovs(buf, &mut pos, rma_count.into(), "rma_iov")?;
+    take_iovs(buf, &mut pos, rma_count.into(), "rma_iov")?;
     let raw_at = pos as u32;
     if flags & req_flags::RAW_ADDR_HDR != 0 {
         let size = le_u32(take(buf, &mut pos, 4, "raw address header size")?);
@@ -455,7 +451,7 @@ fn parse_view_with<'a>(layout: &'static Layout, ptype: PacketType, buf: &'a [u8]
         take(buf, &mut pos, 4, "connid header")?;
     }
     let read_at = pos as u32;
-    let read_iov = take_iovs(buf, &mut pos, read_count.into(), "read_iov")?;
+    take_iovs(buf, &mut pos, read_count.into(), "read_iov")?;
     let v = ReqView {
         buf,
         ptype,
@@ -469,9 +465,6 @@ fn parse_view_with<'a>(layout: &'static Layout, ptype: PacketType, buf: &'a [u8]
         read_at,
         data_at: pos as u32,
     };
-    if iovs_wrap(rma_iov) || iovs_wrap(read_iov) {
-        return Err(WireError::LengthOverflow { what: "efa_rma_iov addr + len" });
-    }
     if layout.seg {
         let end = v.get(F::SegOffset).checked_add((buf.len() - pos) as u64);
         if !matches!(end, Some(e) if e <= v.get(F::MsgLength)) {
@@ -493,9 +486,6 @@ fn emit_with(layout: &'static Layout, req: &Req<'_>, buf: &mut [u8]) -> Result<u
     let rma = u32::try_from(req.rma_iov.len()).map_err(|_| WireError::LengthOverflow { what: "rma_iov_count" })?;
     let read = u32::try_from(req.read_iov.len()).map_err(|_| WireError::LengthOverflow { what: "read_iov_count" })?;
     // Build only what parse accepts (the same rules as `ReqView::parse`).
-    if iovs_wrap(req.rma_iov) || iovs_wrap(req.read_iov) {
-        return Err(WireError::LengthOverflow { what: "efa_rma_iov addr + len" });
-    }
     let f = &req.fields;
     if layout.seg && !matches!(f.seg_offset.checked_add(req.data.len() as u64), Some(e) if e <= f.msg_length) {
         return Err(WireError::LengthOverflow { what: "seg_offset + data beyond msg_length" });
