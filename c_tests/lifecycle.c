@@ -152,12 +152,171 @@ static void dead_segments_go_at_the_next_open(void)
     }
 }
 
+/* CPU seconds this process has used. */
+static double cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* A child endpoint that sends "hello" to the parent, then closes (or is
+ * killed) when told. Returns its pid; `to_child` tells it to go on. */
+static pid_t peer_child(int *to_child, uint8_t addr[RDM4_ADDR_LEN], const uint8_t parent[RDM4_ADDR_LEN])
+{
+    int up[2], down[2];
+    if (pipe(up) != 0 || pipe(down) != 0) {
+        FATAL("pipe");
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        FATAL("fork");
+    }
+    if (pid == 0) {
+        close(up[0]);
+        close(down[1]);
+        rdm4_ep *ep;
+        size_t len = RDM4_ADDR_LEN;
+        uint8_t me[RDM4_ADDR_LEN];
+        rdm4_addr to;
+        struct tu_cq q = { 0 };
+        char b;
+        if (rdm4_ep_open(NULL, &ep) != 0 || rdm4_ep_getname(ep, me, &len) != 0 ||
+            write(up[1], me, sizeof me) != (ssize_t)sizeof me || rdm4_av_insert(ep, parent, 1, &to) != 1 ||
+            rdm4_send(ep, "hello", 5, to, &q) != 0) {
+            _exit(2);
+        }
+        q.ep = ep;
+        struct tu_cq *qs[] = { &q };
+        rdm4_cqe c = tu_cq_expect(&q, &q, qs, 1, 10000, "child's hello");
+        if (c.status != 0) {
+            _exit(3);
+        }
+        /* Serve until told to close (progress answers the handshake). */
+        for (;;) {
+            struct pollfd pfd = { down[0], POLLIN, 0 };
+            if (poll(&pfd, 1, 1) > 0) {
+                break;
+            }
+            tu_cq_poll(&q);
+        }
+        if (read(down[0], &b, 1) != 1) {
+            _exit(4);
+        }
+        rdm4_ep_close(ep);
+        b = 1;
+        if (write(up[1], &b, 1) != 1) {
+            _exit(5);
+        }
+        _exit(0);
+    }
+    close(up[1]);
+    close(down[0]);
+    if (read(up[0], addr, RDM4_ADDR_LEN) != RDM4_ADDR_LEN) {
+        FATAL("child address");
+    }
+    *to_child = down[1];
+    /* The "closed" byte comes back on up[0]: keep it as the child's fd. */
+    to_child[1] = up[0];
+    return pid;
+}
+
+/* Item 2: a peer that closes reaches us at once; one killed is found within
+ * the documented bound; never a send completed with success after that.
+ * Item 5: the wake-up fd is quiet afterwards. */
+static void peers_that_end(int killed)
+{
+    const char *what = killed ? "killed peer" : "closed peer";
+    setenv("RDM4_SHM_PEER_CHECK_MS", "50", 1);
+    rdm4_ep *ep = NULL;
+    int32_t rc = rdm4_ep_open(NULL, &ep);
+    unsetenv("RDM4_SHM_PEER_CHECK_MS");
+    if (rc != 0) {
+        FATAL("open: %s", tu_status(rc));
+    }
+    uint8_t me[RDM4_ADDR_LEN], peer[RDM4_ADDR_LEN];
+    size_t len = sizeof me;
+    rdm4_ep_getname(ep, me, &len);
+    int fds[2];
+    pid_t pid = peer_child(fds, peer, me);
+    rdm4_addr to;
+    CHECK(rdm4_av_insert(ep, peer, 1, &to) == 1, "%s: inserted", what);
+    struct tu_cq q = { .ep = ep };
+    struct tu_cq *qs[] = { &q };
+    char hello[8] = { 0 };
+    rdm4_recv(ep, hello, sizeof hello, RDM4_ADDR_UNSPEC, hello);
+    rdm4_cqe c = tu_cq_expect(&q, hello, qs, 1, 10000, "hello");
+    CHECK(c.status == 0 && memcmp(hello, "hello", 5) == 0, "%s: hello received", what);
+    /* A long message the peer never receives: it waits for a CTS. */
+    size_t big = 1 << 20;
+    char *msg = calloc(1, big);
+    rc = rdm4_send(ep, msg, big, to, msg);
+    CHECK(rc == 0, "%s: long send posted (%s)", what, tu_status(rc));
+    for (int i = 0; i < 100; i++) {
+        tu_cq_poll(&q);
+    }
+    CHECK(!tu_cq_take(&q, msg, &c), "%s: the long send waits", what);
+    char b = 1;
+    if (killed) {
+        kill(pid, SIGKILL);
+    } else if (write(fds[0], &b, 1) != 1 || read(fds[1], &b, 1) != 1) {
+        FATAL("child did not close");
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    double t0 = tu_now_ms();
+    int ok = tu_cq_wait(&q, msg, qs, 1, 5000, &c);
+    double ms = tu_now_ms() - t0;
+    CHECK(ok && c.status == RDM4_EPEER, "%s: the pending send ends with RDM4_EPEER (%s) after %.0f ms", what,
+          ok ? tu_status(c.status) : "none", ms);
+    /* Closed: the notice was waiting; killed: within the peer check (50 ms) and some slack. */
+    CHECK(ms < (killed ? 1000 : 100), "%s: found in %.0f ms", what, ms);
+    rc = rdm4_send(ep, "x", 1, to, &b);
+    int refused = rc == RDM4_EPEER;
+    if (rc == 0) {
+        ok = tu_cq_wait(&q, &b, qs, 1, 5000, &c);
+        refused = ok && c.status == RDM4_EPEER;
+    }
+    CHECK(refused, "%s: a later send is refused with RDM4_EPEER (%s)", what, tu_status(rc));
+    /* The fd is quiet now: no POLLHUP storm, rdm4_wait sleeps. */
+    int fd = rdm4_ep_fd(ep);
+    int epfd = epoll_create1(0);
+    struct epoll_event ev = { .events = EPOLLIN };
+    epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+    tu_cq_poll(&q);
+    int wakeups = 0;
+    double until = tu_now_ms() + 200;
+    while (tu_now_ms() < until && wakeups < 1000) {
+        struct epoll_event out;
+        if (epoll_wait(epfd, &out, 1, 20) > 0) {
+            wakeups++;
+            tu_cq_poll(&q);
+        }
+    }
+    CHECK(wakeups <= 2, "%s: %d epoll wake-ups in 200 ms of nothing", what, wakeups);
+    close(epfd);
+    double cpu0 = cpu_s();
+    t0 = tu_now_ms();
+    rc = rdm4_wait(ep, 200);
+    ms = tu_now_ms() - t0;
+    double cpu = cpu_s() - cpu0;
+    CHECK(rc == RDM4_ETIMEDOUT && ms >= 190, "%s: rdm4_wait times out (%s after %.0f ms)", what, tu_status(rc), ms);
+    CHECK(cpu < 0.1, "%s: rdm4_wait used %.0f ms of CPU in 200 ms", what, cpu * 1e3);
+    close(fds[0]);
+    close(fds[1]);
+    free(msg);
+    rdm4_ep_close(ep);
+    tu_shm_files(prefix, 1, 0); /* the killed child's segment */
+}
+
 int main(void)
 {
     alarm(120);
     tu_set_prefix("life", prefix, sizeof prefix);
     bad_settings_are_refused_by_name();
     dead_segments_go_at_the_next_open();
+    peers_that_end(0);
+    peers_that_end(1);
     CHECK(tu_shm_files(prefix, 1, 1) == 0, "nothing left in /dev/shm");
     return tu_failures ? EXIT_FAILURE : EXIT_SUCCESS;
 }

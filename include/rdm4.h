@@ -14,6 +14,21 @@
  *  - Buffer ownership: a buffer passed to a data operation belongs to the
  *    library until that operation's completion has been polled; the caller
  *    must neither free nor modify it before then.
+ *
+ * What a successful send completion promises: the library is done with the
+ * buffer, and the whole message was handed to the peer's endpoint (placed
+ * in its receive queue) while that endpoint was open. It does not say that
+ * the peer's application received it: a peer that closes or dies first
+ * loses what it had not taken.
+ *
+ * Peers that end: a peer's rdm4_ep_close reaches the endpoints it knows at
+ * their next rdm4_poll/rdm4_wait (their operations towards it complete with
+ * RDM4_EPEER) and refuses every send that reaches it from then on
+ * (RDM4_EPEER at once). A peer that dies without closing (a signal) is
+ * found dead within RDM4_SHM_PEER_CHECK_MS milliseconds (default 100) of
+ * progress calls, or at once by a failed RMA to it; sends that completed
+ * between its death and then were lost with it, like messages it had not
+ * taken.
  */
 
 #ifndef RDM4_H

@@ -265,8 +265,8 @@ fn a_receiver_fed_by_the_express_path_alone_still_checks_the_peers() {
     // a is the last sender again (the express path's condition).
     one_way(&mut a, &mut b, a_to_b);
     // From here on b makes progress by the express path alone, until the
-    // check finds c gone.
-    drop(c);
+    // check finds c gone (c dies: no close notice).
+    c.into_device().vanish();
     let mut r = OwnedBuf::zeroed(8);
     let mut s = OwnedBuf::from_slice(b"x");
     let t = Instant::now();
@@ -298,14 +298,15 @@ fn a_receiver_fed_by_the_express_path_alone_still_checks_the_peers() {
 
 /// A poll that finds no packet does the rest of a progress call on the
 /// express path: the device's peer check runs, and an operation towards a
-/// peer that closed fails.
+/// peer that died fails.
 #[test]
 fn an_empty_express_poll_still_checks_the_peers() {
     let (a, mut b, _, b_to_a) = pair("lost");
     // A long message waits for a's CTS, which never comes.
     let mut big = OwnedBuf::zeroed(1 << 20);
     b.send(b_to_a, big.buf(), SendOpts { context: 5, ..SendOpts::default() }).unwrap();
-    drop(a);
+    // a dies (no close notice): the peer check finds it.
+    a.into_device().vanish();
     let mut got = Got::default();
     let t = Instant::now();
     while b.cq_len() == 0 {

@@ -212,7 +212,9 @@ fn streaming_child() {
     let rank: usize = env("RDM4_CHILD_RANK").parse().unwrap();
     let dev = ShmDevice::open().expect("open");
     let mut e = Ep { ep: Endpoint::new(dev, Config::default()), cq: Vec::new() };
-    publish(&dir, rank, &e.ep.addr(), 0, 0);
+    let mut region = OwnedBuf::from_slice(&pattern(4096, 7));
+    let key = e.ep.mr_reg(region.buf(), Access::REMOTE_READ | Access::REMOTE_WRITE).unwrap();
+    publish(&dir, rank, &e.ep.addr(), region.buf().addr(), key);
     // The receiver side: posts receives slowly so transfers are in flight when killed.
     let mut bufs: Vec<OwnedBuf> = (0..64).map(|_| OwnedBuf::zeroed(1 << 20)).collect();
     for b in bufs.iter_mut() {
@@ -400,6 +402,47 @@ fn a_peer_killed_mid_transfer_fails_operations_and_a_restart_at_its_id_works() {
     let out = again.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     drop(me);
+    clean_up(&prefix, &dir);
+}
+
+#[test]
+fn once_a_read_finds_the_peer_dead_sends_to_it_fail_at_once() {
+    if !env("RDM4_CHILD_ROLE").is_empty() {
+        return;
+    }
+    let (dir, prefix) = scratch("esrch");
+    // No peer check within the test: the failed read alone must tell.
+    let cfg = ShmConfig { prefix: prefix.clone(), peer_check: Duration::from_secs(60), ..ShmConfig::default() };
+    let dev = ShmDevice::open_with(cfg).unwrap();
+    if !dev.caps().rdma_read {
+        println!("skip: cross-memory attach is not available here");
+        return clean_up(&prefix, &dir);
+    }
+    let mut me = Ep { ep: Endpoint::new(dev, Config::default()), cq: Vec::new() };
+    let mut child = spawn("child_streaming", 1, 2, &dir, &prefix, &[]);
+    let t = Instant::now();
+    while !flag(&dir, "1.ready") {
+        assert!(t.elapsed() < LIMIT, "peer never got ready");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (addr, region, key) = read_peer(&dir, 1).unwrap();
+    let to = me.ep.av_insert(&addr).unwrap();
+    let mut buf = OwnedBuf::zeroed(4096);
+    me.ep.read(to, buf.buf(), RemoteBuf { addr: region, key }, 1).unwrap();
+    me.until(1, "a read from the live peer");
+    assert_eq!(me.cq[0].status, Status::Success);
+    assert!(buf.bytes() == pattern(4096, 7));
+    child.kill().unwrap();
+    let _ = child.wait();
+    me.cq.clear();
+    me.ep.read(to, buf.buf(), RemoteBuf { addr: region, key }, 2).unwrap();
+    me.until(1, "a read from the dead peer");
+    assert_eq!(me.cq[0].status, Status::PeerUnreachable);
+    // The next send fails at once: no success into a dead ring.
+    let mut small = OwnedBuf::from_slice(b"anyone?");
+    assert_eq!(me.ep.send(to, small.buf(), SendOpts::default()), Err(Status::PeerUnreachable));
+    drop(me);
+    assert_eq!(remove_stale_segments(&prefix), 1, "the killed peer's segment");
     clean_up(&prefix, &dir);
 }
 

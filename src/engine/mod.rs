@@ -383,6 +383,12 @@ impl<D: Device> Endpoint<D> {
         &self.dev
     }
 
+    /// Ends the endpoint, handing its device back (operations are dropped
+    /// unfinished, as when the endpoint is dropped).
+    pub fn into_device(self) -> D {
+        self.dev
+    }
+
     /// Counters of refused network input.
     pub fn stats(&self) -> Stats {
         self.core.stats
@@ -441,7 +447,7 @@ impl<D: Device> Endpoint<D> {
     /// address again resumes the same stream, as its other end expects.
     pub fn av_remove(&mut self, addr: Addr) -> Result<(), Status> {
         self.core.live_peer(addr)?;
-        self.core.cancel_ops_of(addr, Status::Canceled);
+        self.core.cancel_ops_of(addr, Status::Canceled, false);
         if let Some(p) = self.core.peers.get_mut(addr) {
             p.in_av = false;
         }
@@ -807,9 +813,13 @@ impl Core {
         self.events.clear();
     }
 
-    /// Completes every operation towards or from `peer` (posted receives
-    /// excepted) with `status`.
-    fn cancel_ops_of(&mut self, peer: u32, status: Status) {
+    /// Completes every operation towards or from `peer` with `status`:
+    /// its sends, RMA and atomics, what it asked of this endpoint, its
+    /// messages still arriving before a receive took them, and, with
+    /// `receives`, the receives it was filling. Receives not matched yet
+    /// stay posted, and so do its messages that arrived whole (they are
+    /// still delivered).
+    fn cancel_ops_of(&mut self, peer: u32, status: Status, receives: bool) {
         if self.queued_eager > 0 {
             let mut failed = Vec::new();
             self.txq.retain(|tx| match tx {
@@ -825,7 +835,15 @@ impl Core {
             }
         }
         for key in self.ops.keys() {
-            if self.ops.get(key).is_some_and(|o| o.peer == peer && o.kind != OpKind::Recv) {
+            let doomed = self.ops.get(key).is_some_and(|o| {
+                o.peer == peer
+                    && match o.kind {
+                        OpKind::Recv => receives,
+                        OpKind::Unexpected => o.received < o.len || self.lr_iovs.contains_key(&key),
+                        _ => true,
+                    }
+            });
+            if doomed {
                 self.complete(key, status);
             }
         }
@@ -833,7 +851,7 @@ impl Core {
 
     /// Fails every operation towards or from a lost `peer` and drops what it held.
     fn fail_peer(&mut self, peer: u32, status: Status) {
-        self.cancel_ops_of(peer, status);
+        self.cancel_ops_of(peer, status, true);
         if let Some(p) = self.peers.get_mut(peer) {
             p.reorder.clear();
             self.reorder_bytes -= p.reorder_bytes.min(self.reorder_bytes);

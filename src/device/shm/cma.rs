@@ -120,6 +120,14 @@ impl ShmDevice {
                 })
             }
         };
+        if status == Err(Status::PeerUnreachable) {
+            // Its process is gone: every operation towards it fails now,
+            // sends included, not only at the next peer check.
+            if let Some(p) = self.peers.get_mut(ah as usize).and_then(Option::as_mut) {
+                p.lost = true;
+            }
+            self.events.push(DevEvent::PeerLost { ah });
+        }
         self.events.push(DevEvent::SendDone { wr_id, ah, status });
         Ok(())
     }

@@ -5,8 +5,9 @@
 //! ```text
 //! offset 0    header: magic, layout version, ring size, MTU, owner pid and
 //!             start time, endpoint id, connid, closing and sleeping flags,
-//!             the ring's seal; the ring's tail (producers) and head
-//!             (consumer) on their own cache lines
+//!             the ring's seal; the ring's tail (producers; its top bit
+//!             says the owner closed) and head (consumer) on their own
+//!             cache lines
 //! 256         the ring: a power-of-two number of bytes holding entries
 //!             back to back, each a whole number of cache lines: a 24-byte
 //!             entry header (sealed position, sender endpoint id and connid,
@@ -77,9 +78,14 @@
 //! emulated protocols.
 //!
 //! Lifecycle: the segment (and its wake-up FIFO) is removed on close. A
-//! segment whose owner died (its pid gone, or reused by another process —
-//! the start time differs) is stale: the next open that meets it removes it.
-//! Peers are checked the same way every `peer_check` interval; a dead peer is
+//! close first sets the closed bit of its ring's tail (`segment::CLOSED`),
+//! so that every later claim fails and sends to it fail at once, then
+//! writes a close notice (an entry without a packet) into the rings of the
+//! peers it knows, which report it lost at their next poll. A segment whose
+//! owner died (its pid gone, or reused by another process — the start time
+//! differs) is stale: every open removes the stale segments of its prefix.
+//! Peers are checked the same way every `peer_check` interval, and a peer
+//! whose process an RMA finds gone (`ESRCH`) at once; a dead peer is
 //! reported lost, so every operation towards it fails.
 //!
 //! Blocking: [`ShmDevice::wait`] sets the header's sleeping flag and polls a
@@ -127,7 +133,7 @@ use segment::{
 };
 
 const MAGIC: u64 = u64::from_le_bytes(*b"rdm4shm1");
-const LAYOUT_VERSION: u32 = 5;
+const LAYOUT_VERSION: u32 = 6;
 const HDR_LEN: usize = 256;
 const SLOT_HDR: usize = 24;
 const MR_ENTRIES: usize = 1024;
@@ -171,6 +177,80 @@ fn coarse_now() -> Duration {
     // SAFETY: a valid out-pointer; this clock exists on every Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// The peer of `ah` among `peers`, if it is known and not lost (a free
+/// function, so that the caller may still use the device's other fields).
+fn peer_of(peers: &mut [Option<Peer>], ah: Ah) -> Result<&mut Peer, DevError> {
+    match peers.get_mut(ah as usize).and_then(Option::as_mut) {
+        Some(p) if p.lost => Err(DevError::Failed(Status::PeerUnreachable)),
+        Some(p) => Ok(p),
+        None => Err(DevError::Failed(Status::NoAddr)),
+    }
+}
+
+/// Claims an entry of `need` bytes in `p`'s ring, and the padding up to
+/// the ring's end before it when it would cross that end: returns the
+/// position of the claim and the padding's length (the entry follows it).
+/// `Again` when the ring is full; `Failed(PeerUnreachable)` (and `p` marked
+/// lost) when its owner has closed: the owner's close sets
+/// [`segment::CLOSED`] in the tail with the same compare-and-swap word
+/// that claims take, so no claim succeeds after it.
+///
+/// The claimed bytes are the caller's until it publishes them. Offsets:
+/// `at` is below `ring`, and the claim keeps an entry from crossing the
+/// ring's end, so `HDR_LEN + at + span` stays within `HDR_LEN + ring`,
+/// which `Shape::valid` bounds by the mapping.
+#[inline(always)]
+fn claim(p: &mut Peer, need: usize) -> Result<(u64, usize), DevError> {
+    let tail = p.map.hdr_u64::<{ off::TAIL }>();
+    let ring = p.shape.ring;
+    let mut pos = tail.load(Ordering::Relaxed);
+    // The entry most likely goes at `pos`: its line is asked for in
+    // exclusive state now, so that the transfer from the owner (who
+    // polls it) overlaps the claim and the packet's building instead
+    // of waiting for the first store (8 B tag_lat: 4-5% shorter in 61
+    // of 80 paired runs, scripts/ab_perf.sh; rate unchanged).
+    prefetch_pos::<true>(&p.map, &p.shape, pos);
+    loop {
+        if pos & segment::CLOSED != 0 {
+            p.lost = true;
+            return Err(DevError::Failed(Status::PeerUnreachable));
+        }
+        let left = ring - p.shape.at(pos);
+        let pad = if need <= left { 0 } else { left };
+        let end = pos + (pad + need) as u64;
+        if end > p.head_seen + ring as u64 {
+            if p.full_skip > 0 {
+                p.full_skip -= 1;
+                return Err(DevError::Again);
+            }
+            // Looks full: has the owner read further since?
+            p.head_seen = p.map.u64_at(off::HEAD).load(Ordering::Acquire);
+            if end > p.head_seen + ring as u64 {
+                p.full_wait = (p.full_wait * 2 + 1).min(FULL_WAIT_MAX);
+                p.full_skip = p.full_wait;
+                return Err(DevError::Again);
+            }
+            p.full_wait = 0;
+        }
+        match tail.compare_exchange_weak(pos, end, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return Ok((pos, pad)),
+            Err(now) => pos = now,
+        }
+    }
+}
+
+/// Publishes the claimed entry at `entry` (ring position `pos`): sender
+/// `ids`, packet length and span (with its flags), then the seal.
+#[inline(always)]
+fn publish(shape: &Shape, entry: *mut u8, pos: u64, ids: u64, len: usize, span: u32) {
+    // SAFETY: a claimed entry, in bounds (see `claim`); 8-aligned (entries
+    // are whole cache lines); `EntryHdr` is atomics only.
+    let h = unsafe { &*entry.cast::<segment::EntryHdr>() };
+    h.ids.store(ids, Ordering::Relaxed);
+    h.sizes.store(segment::word(len as u32, span), Ordering::Relaxed);
+    h.seal.store(shape.sealed(pos), Ordering::Release);
 }
 
 /// The most slots, `slots` halved as often as needed, whose segment fits
@@ -275,6 +355,8 @@ pub struct ShmDevice {
     /// small packets (0: not at all; `lag.rs`), and what it remembers.
     lag: u64,
     lag_state: lag::Lag,
+    /// Ended by [`ShmDevice::vanish`].
+    vanished: bool,
 }
 
 impl ShmDevice {
@@ -417,7 +499,17 @@ impl ShmDevice {
             more: false,
             lag: cfg.lag.min(shape.ring / 8).next_multiple_of(64) as u64,
             lag_state: lag::Lag::default(),
+            vanished: false,
         })
+    }
+
+    /// Ends the endpoint as peers see a process that dies without closing:
+    /// marked closing for their next peer check, but with no close notice
+    /// and no closed tail (for tests of that check).
+    #[doc(hidden)]
+    pub fn vanish(mut self) {
+        self.map.u32_at(off::CLOSING).store(1, Ordering::Release);
+        self.vanished = true;
     }
 
     /// This endpoint's id (its `qpn`).
@@ -451,6 +543,7 @@ impl ShmDevice {
             }
             let (from, connid) = segment::halves(h.ids.load(Ordering::Relaxed));
             let (len, span, more) = h.sizes();
+            let notice = len == 0 && h.close_notice();
             // A span no producer writes is a peer scribbling on the segment
             // (which any process of the user can): skip one line and read
             // nothing.
@@ -491,6 +584,8 @@ impl ShmDevice {
                 if lines > 0 {
                     self.prefetch_reply(ah, lines);
                 }
+            } else if sane && notice {
+                self.close_noticed(from, connid);
             }
             self.head += span as u64;
             n += 1;
@@ -502,6 +597,17 @@ impl ShmDevice {
             self.taken();
         }
         n
+    }
+
+    /// A close notice from endpoint `epid` of `connid`: the peer is lost
+    /// (its packets before the notice have all been handed over).
+    #[cold]
+    fn close_noticed(&mut self, epid: u32, connid: u32) {
+        let Some(&ah) = self.by_id.get(&(epid, connid)) else { return };
+        if let Some(p) = self.peers.get_mut(ah as usize).and_then(Option::as_mut).filter(|p| !p.lost) {
+            p.lost = true;
+            self.events.push(DevEvent::PeerLost { ah });
+        }
     }
 
     /// After a call that took packets: hands the slots read back to the
@@ -640,17 +746,44 @@ impl ShmDevice {
     }
 
     fn peer(&mut self, ah: Ah) -> Result<&mut Peer, DevError> {
-        match self.peers.get_mut(ah as usize).and_then(Option::as_mut) {
-            Some(p) if p.lost => Err(DevError::Failed(Status::PeerUnreachable)),
-            Some(p) => Ok(p),
-            None => Err(DevError::Failed(Status::NoAddr)),
-        }
+        peer_of(&mut self.peers, ah)
     }
 }
 
 impl Drop for ShmDevice {
     fn drop(&mut self) {
+        if self.vanished {
+            unlink_segment(&self.name);
+            // SAFETY: closing descriptors we own.
+            unsafe { libc::close(self.fifo) };
+            return;
+        }
+        // From here on no producer claims an entry: sends to this endpoint
+        // fail at once (`claim`).
+        self.map.hdr_u64::<{ off::TAIL }>().fetch_or(segment::CLOSED, Ordering::AcqRel);
         self.map.u32_at(off::CLOSING).store(1, Ordering::Release);
+        // Tell the peers it knows, after its last packet to each: they
+        // fail their operations towards it at their next poll. A peer
+        // whose ring is full learns it at its next send or peer check.
+        let ids = segment::word(self.epid, self.connid);
+        let need = entry_len(0);
+        for p in self.peers.iter_mut().flatten().filter(|p| !p.lost) {
+            p.full_skip = 0;
+            if let Ok((mut pos, pad)) = claim(p, need) {
+                if pad > 0 {
+                    // SAFETY: the padding's entry, in bounds (see `claim`).
+                    publish(&p.shape, unsafe { p.map.ptr_at(HDR_LEN + p.shape.at(pos)) }, pos, ids, 0, pad as u32);
+                    pos += pad as u64;
+                }
+                // SAFETY: the claimed entry, in bounds (see `claim`).
+                let entry = unsafe { p.map.ptr_at(HDR_LEN + p.shape.at(pos)) };
+                publish(&p.shape, entry, pos, ids, 0, need as u32 | segment::CLOSE_NOTICE);
+                producer_fence();
+                if p.map.hdr_u32::<{ off::SLEEPING }>().load(Ordering::SeqCst) != 0 {
+                    Self::wake(p);
+                }
+            }
+        }
         unlink_segment(&self.name);
         // SAFETY: closing descriptors we own.
         unsafe {
@@ -747,57 +880,21 @@ impl Device for ShmDevice {
         let need = entry_len(cap);
         let streaming = std::mem::replace(&mut self.streaming, true);
         let more = std::mem::take(&mut self.more);
-        let p = self.peer(ah)?;
-        let tail = p.map.hdr_u64::<{ off::TAIL }>();
-        let ring = p.shape.ring;
-        let mut pos = tail.load(Ordering::Relaxed);
-        // The entry most likely goes at `pos`: its line is asked for in
-        // exclusive state now, so that the transfer from the owner (who
-        // polls it) overlaps the claim and the packet's building instead
-        // of waiting for the first store (8 B tag_lat: 4-5% shorter in 61
-        // of 80 paired runs, scripts/ab_perf.sh; rate unchanged).
-        prefetch_pos::<true>(&p.map, &p.shape, pos);
-        // Claim `pad` bytes up to the ring's end (when the entry would cross
-        // it) and the entry.
-        let pad = loop {
-            let left = ring - p.shape.at(pos);
-            let pad = if need <= left { 0 } else { left };
-            let end = pos + (pad + need) as u64;
-            if end > p.head_seen + ring as u64 {
-                if p.full_skip > 0 {
-                    p.full_skip -= 1;
-                    return Err(DevError::Again);
+        let p = peer_of(&mut self.peers, ah)?;
+        let ids = segment::word(me, connid);
+        let (mut pos, pad) = match claim(p, need) {
+            Ok(c) => c,
+            Err(e) => {
+                if p.lost {
+                    // The owner closed: every operation towards it fails now.
+                    self.events.push(DevEvent::PeerLost { ah });
                 }
-                // Looks full: has the owner read further since?
-                p.head_seen = p.map.u64_at(off::HEAD).load(Ordering::Acquire);
-                if end > p.head_seen + ring as u64 {
-                    p.full_wait = (p.full_wait * 2 + 1).min(FULL_WAIT_MAX);
-                    p.full_skip = p.full_wait;
-                    return Err(DevError::Again);
-                }
-                p.full_wait = 0;
+                return Err(e);
             }
-            match tail.compare_exchange_weak(pos, end, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => break pad,
-                Err(now) => pos = now,
-            }
-        };
-        // The claimed bytes are ours until we publish them. Offsets: `at`
-        // is below `ring`, and the claim logic above keeps an entry from
-        // crossing the ring's end, so `HDR_LEN + at + span` stays within
-        // `HDR_LEN + ring`, which `Shape::valid` bounds by the mapping.
-        // `entry` is the entry's address (`HDR_LEN + at` in the mapping).
-        let publish = |entry: *mut u8, pos: u64, len: usize, span: u32| {
-            // SAFETY: in bounds as above; 8-aligned (entries are whole
-            // cache lines); `EntryHdr` is atomics only.
-            let h = unsafe { &*entry.cast::<segment::EntryHdr>() };
-            h.ids.store(segment::word(me, connid), Ordering::Relaxed);
-            h.sizes.store(segment::word(len as u32, span), Ordering::Relaxed);
-            h.seal.store(p.shape.sealed(pos), Ordering::Release);
         };
         if pad > 0 {
-            // SAFETY: the padding's entry, in bounds as above.
-            publish(unsafe { p.map.ptr_at(HDR_LEN + p.shape.at(pos)) }, pos, 0, pad as u32);
+            // SAFETY: the padding's entry, in bounds (see `claim`).
+            publish(&p.shape, unsafe { p.map.ptr_at(HDR_LEN + p.shape.at(pos)) }, pos, ids, 0, pad as u32);
             pos += pad as u64;
         }
         // SAFETY: in bounds as above.
@@ -806,7 +903,7 @@ impl Device for ShmDevice {
         // need`), in bounds as above and ours until published.
         let slot = unsafe { std::slice::from_raw_parts_mut(entry.add(SLOT_HDR), cap) };
         let len = build(slot).min(cap);
-        publish(entry, pos, len, need as u32 | if more { segment::MORE } else { 0 });
+        publish(&p.shape, entry, pos, ids, len, need as u32 | if more { segment::MORE } else { 0 });
         // In a stream of sends the next entry most likely starts where this
         // one ends: ask for its first line in exclusive state now, so that
         // the next send does not wait for it (a stream of 8-byte messages:

@@ -127,12 +127,32 @@ pub(super) struct EntryHdr {
 /// may leave it for a later poll while the producer writes on (the trail).
 pub(super) const MORE: u32 = 1;
 
+/// The entry span's flag of a close notice: an entry without a packet
+/// that a closing endpoint writes into the rings of the peers it knows,
+/// after its last packet to each, so that they fail their operations
+/// towards it at once rather than at their next peer check.
+pub(super) const CLOSE_NOTICE: u32 = 2;
+
+/// The span's low bits that are flags.
+const SPAN_FLAGS: u32 = 63;
+
+/// Bit 63 of a ring's tail: its owner has closed. Set with the same
+/// atomic word that producers claim entries with, so that every claim
+/// either precedes the close or fails (ring positions never reach 2^63).
+pub(super) const CLOSED: u64 = 1 << 63;
+
 impl EntryHdr {
     /// The packet length, the entry's span as written (unchecked: see
     /// [`Shape::span_fits`]) and its [`MORE`] flag.
+    #[inline(always)]
     pub(super) fn sizes(&self) -> (usize, usize, bool) {
         let (len, span) = halves(self.sizes.load(Ordering::Relaxed));
-        (len as usize, (span & !MORE) as usize, span & MORE != 0)
+        (len as usize, (span & !SPAN_FLAGS) as usize, span & MORE != 0)
+    }
+
+    /// Whether the entry is a [`CLOSE_NOTICE`].
+    pub(super) fn close_notice(&self) -> bool {
+        halves(self.sizes.load(Ordering::Relaxed)).1 & CLOSE_NOTICE != 0
     }
 }
 

@@ -31,8 +31,12 @@ fn the_wait_fd_is_not_ready_after_a_peer_that_woke_it_has_closed() {
         assert_ne!(revents(fd) & libc::POLLIN, 0, "the packet's wake-up is readable");
         assert_eq!(a.recv(8, |_, _, _| {}), 1);
         assert_eq!(revents(fd), 0, "taking the packet drained the wake-up");
-        // `b` closes here, and with it its writer of `a`'s FIFO.
+        // `b` closes here, and with it its writer of `a`'s FIFO; its close
+        // notice wakes `a` once.
     }
+    let mut delivered = 0;
+    a.recv(8, |_, _, _| delivered += 1);
+    assert_eq!(delivered, 0, "a close notice is no packet");
     assert_eq!(revents(fd), 0, "a closed writer must not make the fd ready (POLLHUP)");
     // And it still wakes for the next packet.
     let mut c = ShmDevice::open_with(cfg("hup")).unwrap();
@@ -140,4 +144,73 @@ fn settings_out_of_bounds_are_refused() {
         assert!(!bad.valid(), "{bad:?}");
         assert_eq!(ShmDevice::open_with(bad).err(), Some(Status::Inval));
     }
+}
+
+/// Takes every event of `dev`.
+fn events(dev: &mut ShmDevice) -> Vec<DevEvent> {
+    let mut v = Vec::new();
+    dev.events(&mut v);
+    v
+}
+
+#[test]
+fn sends_to_a_closed_peer_fail_at_once_and_its_close_notice_reaches_the_peers_it_knew() {
+    let c = ShmConfig { peer_check: Duration::from_secs(60), ..cfg("close") };
+    let mut a = ShmDevice::open_with(c.clone()).unwrap();
+    let mut b = ShmDevice::open_with(c.clone()).unwrap();
+    let mut bystander = ShmDevice::open_with(c).unwrap();
+    let a_to_b = a.insert(&b.local_addr()).unwrap();
+    let b_to_a = b.insert(&a.local_addr()).unwrap();
+    let by_to_a = bystander.insert(&a.local_addr()).unwrap();
+    b.send(b_to_a, b"before", 0).unwrap();
+    a.send(a_to_b, b"last words", 0).unwrap();
+    drop(a);
+    // `b` was known to `a`: its packet before the close is delivered, then
+    // the notice makes `a` lost, with no peer check (60 s away).
+    let mut got = Vec::new();
+    b.recv(8, |from, p: &[u8], _| got.push((from, p.to_vec())));
+    assert_eq!(got, vec![(Some(b_to_a), b"last words".to_vec())]);
+    assert_eq!(events(&mut b), vec![DevEvent::PeerLost { ah: b_to_a }]);
+    assert_eq!(b.send(b_to_a, b"after", 0), Err(DevError::Failed(Status::PeerUnreachable)));
+    // `a` never knew the bystander: its first send after the close fails
+    // (the closed tail refuses the claim) and reports the peer lost.
+    assert_eq!(bystander.send(by_to_a, b"after", 0), Err(DevError::Failed(Status::PeerUnreachable)));
+    assert_eq!(events(&mut bystander), vec![DevEvent::PeerLost { ah: by_to_a }]);
+    assert_eq!(bystander.send(by_to_a, b"again", 0), Err(DevError::Failed(Status::PeerUnreachable)));
+}
+
+#[test]
+fn a_close_ends_the_peers_operations_towards_it_at_their_next_poll() {
+    use crate::engine::{Config, Endpoint, RecvOpts, SendOpts};
+    use crate::mem::OwnedBuf;
+    let c = ShmConfig { peer_check: Duration::from_secs(60), ..cfg("ops") };
+    let mut a = Endpoint::new(ShmDevice::open_with(c.clone()).unwrap(), Config::default());
+    let mut b = Endpoint::new(ShmDevice::open_with(c).unwrap(), Config::default());
+    let a_to_b = a.av_insert(&b.addr()).unwrap();
+    let b_to_a = b.av_insert(&a.addr()).unwrap();
+    // Handshakes both ways.
+    let mut hi = OwnedBuf::from_slice(b"hi");
+    let mut hi_rx = OwnedBuf::zeroed(2);
+    b.recv(hi_rx.buf(), RecvOpts::default()).unwrap();
+    a.send(a_to_b, hi.buf(), SendOpts::default()).unwrap();
+    let mut cq = Vec::new();
+    for _ in 0..100 {
+        a.progress(0);
+        b.progress(0);
+    }
+    b.poll_cq(&mut cq, 8);
+    a.poll_cq(&mut cq, 8);
+    assert_eq!(cq.len(), 2);
+    // b: a long message to a that waits for a's CTS, which never comes.
+    let mut long = OwnedBuf::from_slice(&vec![7u8; 1 << 20]);
+    b.send(b_to_a, long.buf(), SendOpts { context: 99, ..SendOpts::default() }).unwrap();
+    b.progress(0);
+    drop(a);
+    cq.clear();
+    b.progress(0);
+    b.poll_cq(&mut cq, 8);
+    assert_eq!(cq.len(), 1, "{cq:?}");
+    assert_eq!((cq[0].context, cq[0].status), (99, Status::PeerUnreachable));
+    let mut small = OwnedBuf::from_slice(b"x");
+    assert_eq!(b.send(b_to_a, small.buf(), SendOpts::default()), Err(Status::PeerUnreachable));
 }
