@@ -100,6 +100,7 @@ static void dead_segments_go_at_the_next_open(void)
     if (pipe(ready) != 0 || pipe(go) != 0) {
         FATAL("pipe");
     }
+    fflush(stdout);
     pid_t kids[3];
     for (int k = 0; k < 3; k++) {
         kids[k] = fork();
@@ -168,6 +169,7 @@ static pid_t peer_child(int *to_child, uint8_t addr[RDM4_ADDR_LEN], const uint8_
     if (pipe(up) != 0 || pipe(down) != 0) {
         FATAL("pipe");
     }
+    fflush(stdout);
     pid_t pid = fork();
     if (pid < 0) {
         FATAL("fork");
@@ -309,6 +311,61 @@ static void peers_that_end(int killed)
     tu_shm_files(prefix, 1, 0); /* the killed child's segment */
 }
 
+/* Item 6: an idle endpoint in automatic progress sleeps (target: under 1%
+ * of a core; checked at 3%), and still serves a peer's emulated write at
+ * once when it comes. */
+static void idle_auto_progress_sleeps(void)
+{
+    setenv("RDM4_SHM_CMA", "0", 1); /* emulated RMA: the target's progress serves it */
+    struct rdm4_ep_attr attr;
+    rdm4_ep_attr_init(&attr);
+    attr.progress = RDM4_PROGRESS_AUTO;
+    rdm4_ep *target = NULL, *origin = NULL;
+    int32_t rc = rdm4_ep_open(&attr, &target);
+    int32_t rc2 = rdm4_ep_open(NULL, &origin);
+    unsetenv("RDM4_SHM_CMA");
+    if (rc != 0 || rc2 != 0) {
+        FATAL("open: %s %s", tu_status(rc), tu_status(rc2));
+    }
+    tu_sleep_us(100000);
+    double cpu0 = cpu_s(), t0 = tu_now_ms();
+    tu_sleep_us(1000000);
+    double share = (cpu_s() - cpu0) / ((tu_now_ms() - t0) / 1e3);
+    CHECK(share < 0.03, "an idle endpoint in automatic progress uses %.2f%% of a core", share * 100);
+    /* It still serves: a write into its memory completes while the
+     * application never calls into the target. */
+    uint64_t region[64] = { 0 };
+    uint64_t key;
+    rc = rdm4_mr_reg(target, region, sizeof region, RDM4_ACCESS_REMOTE_WRITE, &key);
+    uint8_t taddr[RDM4_ADDR_LEN];
+    size_t len = sizeof taddr;
+    rdm4_ep_getname(target, taddr, &len);
+    rdm4_addr to;
+    rdm4_av_insert(origin, taddr, 1, &to);
+    uint64_t src[64];
+    for (int i = 0; i < 64; i++) {
+        src[i] = 0x1111111111111111ULL * (uint64_t)(i % 15 + 1);
+    }
+    struct tu_cq q = { .ep = origin };
+    struct tu_cq *qs[] = { &q };
+    for (int round = 0; round < 3; round++) {
+        tu_sleep_us(200000); /* the thread has gone to sleep */
+        t0 = tu_now_ms();
+        rc = rdm4_write(origin, src, sizeof src, to, (uint64_t)(uintptr_t)region, key, src);
+        rdm4_cqe c = tu_cq_expect(&q, src, qs, 1, 5000, "write to the auto-progress endpoint");
+        double ms = tu_now_ms() - t0;
+        CHECK(rc == 0 && c.status == 0 && memcmp(region, src, sizeof src) == 0,
+              "round %d: a write to a sleeping auto-progress endpoint completes (%s) in %.1f ms", round,
+              tu_status(c.status), ms);
+        CHECK(ms < 90, "round %d: served without waiting for the thread's timeout (%.1f ms)", round, ms);
+        memset(region, 0, sizeof region);
+    }
+    rdm4_ep_close(origin);
+    t0 = tu_now_ms();
+    rdm4_ep_close(target);
+    CHECK(tu_now_ms() - t0 < 50, "closing it wakes the sleeping thread (%.1f ms)", tu_now_ms() - t0);
+}
+
 int main(void)
 {
     alarm(120);
@@ -317,6 +374,7 @@ int main(void)
     dead_segments_go_at_the_next_open();
     peers_that_end(0);
     peers_that_end(1);
+    idle_auto_progress_sleeps();
     CHECK(tu_shm_files(prefix, 1, 1) == 0, "nothing left in /dev/shm");
     return tu_failures ? EXIT_FAILURE : EXIT_SUCCESS;
 }

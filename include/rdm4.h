@@ -117,7 +117,12 @@
 
 /**
  * Progress: a thread of the library also progresses the endpoint, so
- * one-sided operations complete while the target does not call in.
+ * one-sided operations complete while the target does not call in. The
+ * thread polls while traffic flows; when none comes it spins briefly
+ * (50 us to 2 ms, adapted to the traffic) and then sleeps until a packet
+ * arrives, a call queues work for it, or the device's periodic peer check
+ * is due (`RDM4_SHM_PEER_CHECK_MS`): an idle endpoint costs well under 1%
+ * of a core.
  */
 #define RDM4_PROGRESS_AUTO 1
 

@@ -2,7 +2,7 @@
 
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::types::*;
 use super::{boundary, c_buf, lookup, EpInner};
@@ -129,17 +129,8 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
         let single = a.threading == RDM4_THREAD_SINGLE;
         let (slot, handle) = super::install(inner, single).ok_or(Status::NoMem)?;
         if a.progress == RDM4_PROGRESS_AUTO {
-            let spawned = std::thread::Builder::new().name("rdm4-progress".into()).spawn(move || {
-                while !slot.stop.load(Ordering::Acquire) {
-                    // Ends when the endpoint is closed.
-                    let Some(mut g) = slot.lock(handle) else { break };
-                    let busy = g.progress_once();
-                    drop(g);
-                    if !busy {
-                        std::thread::sleep(Duration::from_micros(20));
-                    }
-                }
-            });
+            let spawned =
+                std::thread::Builder::new().name("rdm4-progress".into()).spawn(move || progress_thread(slot, handle));
             match spawned {
                 Ok(t) => *slot.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(t),
                 Err(_) => {
@@ -156,6 +147,62 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
     })
 }
 
+/// The shortest and longest spin of the progress thread before it sleeps.
+const SPIN_MIN: Duration = Duration::from_micros(50);
+const SPIN_MAX: Duration = Duration::from_millis(2);
+
+/// The automatic progress thread of the endpoint in `slot`, until it is
+/// closed. While packets come or completions are made it polls on; with
+/// work queued that only polling moves (the device refused packets for
+/// now) it polls every 20 us; otherwise, after a spin (50 us to 2 ms:
+/// doubled when a sleep is cut short within a millisecond, as in steady
+/// traffic, halved when a sleep runs its course), it sleeps outside the
+/// lock on the device's wake-up descriptor until a packet arrives, another
+/// call wakes it (`EpSlot::parked`) or the device's periodic work is due
+/// (the shm peer check: `RDM4_SHM_PEER_CHECK_MS`). An idle endpoint so
+/// costs a wake-up per peer check, not a core.
+fn progress_thread(slot: &'static super::EpSlot, handle: u64) {
+    let mut spin = SPIN_MIN;
+    let mut idle_since: Option<Instant> = None;
+    while !slot.stop.load(Ordering::Acquire) {
+        // Ends when the endpoint is closed.
+        let Some(mut g) = slot.lock_raw(handle) else { break };
+        let Some(inner) = g.as_deref_mut() else { break };
+        let rx = inner.ep.stats().rx_packets;
+        let busy = inner.progress_once() || inner.ep.stats().rx_packets != rx;
+        if busy {
+            idle_since = None;
+            continue;
+        }
+        if inner.ep.has_queued_work() {
+            drop(g);
+            std::thread::sleep(Duration::from_micros(20));
+            continue;
+        }
+        if idle_since.get_or_insert_with(Instant::now).elapsed() < spin {
+            drop(g);
+            std::thread::yield_now();
+            continue;
+        }
+        let Some((fd, ms)) = inner.ep.sleep_begin() else { continue };
+        slot.parked.store(true, Ordering::Relaxed);
+        drop(g);
+        let t = Instant::now();
+        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd; the descriptor stays open while the
+        // endpoint is (its close wakes this poll and waits for the thread).
+        unsafe { libc::poll(&mut pfd, 1, ms) };
+        let slept = t.elapsed();
+        let Some(mut g) = slot.lock_raw(handle) else { break };
+        slot.parked.store(false, Ordering::Relaxed);
+        if let Some(inner) = g.as_deref_mut() {
+            inner.ep.sleep_end();
+        }
+        idle_since = None;
+        spin = if slept < Duration::from_millis(1) { (spin * 2).min(SPIN_MAX) } else { (spin / 2).max(SPIN_MIN) };
+    }
+}
+
 /// Closes an endpoint: stops its progress thread, cancels its operations
 /// (their buffers are no longer used by the library when this returns),
 /// removes its device resources. The handle is invalid afterwards.
@@ -168,6 +215,8 @@ pub extern "C" fn rdm4_ep_close(ep: *mut rdm4_ep) -> i32 {
     boundary(|| {
         let (inner, thread) = super::uninstall(ep)?;
         if let Some(t) = thread {
+            // It may sleep: wake it to see the endpoint gone.
+            inner.ep.wake_sleeper();
             let _ = t.join();
         }
         drop(inner);

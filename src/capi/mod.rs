@@ -81,6 +81,11 @@ pub(crate) struct EpSlot {
     single: AtomicPtr<EpInner>,
     pub(crate) stop: AtomicBool,
     pub(crate) thread: Mutex<Option<JoinHandle<()>>>,
+    /// The automatic progress thread sleeps (outside the lock) until a
+    /// packet, its timeout, or a wake-up: a call that may have queued work
+    /// for it wakes it when it lets the endpoint go ([`EpGuard`]'s drop).
+    /// Written and read under the lock.
+    pub(crate) parked: AtomicBool,
 }
 
 impl EpSlot {
@@ -92,14 +97,21 @@ impl EpSlot {
             single: AtomicPtr::new(std::ptr::null_mut()),
             stop: AtomicBool::new(false),
             thread: Mutex::new(None),
+            parked: AtomicBool::new(false),
         }
     }
 
     /// The endpoint of `handle`, locked; `None` once closed (a panic in
     /// another call does not poison it for good).
     pub(crate) fn lock(&self, handle: u64) -> Option<EpGuard<'_>> {
+        self.lock_raw(handle).map(|g| EpGuard::Locked(g, self))
+    }
+
+    /// [`Self::lock`] without the wake-up on release: for the progress
+    /// thread itself.
+    pub(crate) fn lock_raw(&self, handle: u64) -> Option<MutexGuard<'_, Option<Box<EpInner>>>> {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        (g.is_some() && self.handle.load(Ordering::Relaxed) == handle).then_some(EpGuard::Locked(g))
+        (g.is_some() && self.handle.load(Ordering::Relaxed) == handle).then_some(g)
     }
 }
 
@@ -111,8 +123,23 @@ static FREE: Mutex<(Vec<u32>, u32)> = Mutex::new((Vec::new(), 0));
 /// `RDM4_THREAD_SINGLE`) used under the application's promise that no
 /// other call overlaps.
 pub(crate) enum EpGuard<'a> {
-    Locked(MutexGuard<'a, Option<Box<EpInner>>>),
+    Locked(MutexGuard<'a, Option<Box<EpInner>>>, &'a EpSlot),
     Single(&'a mut EpInner),
+}
+
+impl Drop for EpGuard<'_> {
+    /// Wakes the slot's sleeping progress thread (before the lock goes)
+    /// when the call left work queued that only progress does (a packet
+    /// arriving wakes it anyway).
+    fn drop(&mut self) {
+        if let EpGuard::Locked(g, slot) = self {
+            if slot.parked.load(Ordering::Relaxed) {
+                if let Some(inner) = g.as_deref().filter(|i| i.ep.has_queued_work()) {
+                    inner.ep.wake_sleeper();
+                }
+            }
+        }
+    }
 }
 
 impl Deref for EpGuard<'_> {
@@ -120,7 +147,7 @@ impl Deref for EpGuard<'_> {
     fn deref(&self) -> &EpInner {
         match self {
             // `EpSlot::lock` hands out guards of filled slots only.
-            EpGuard::Locked(g) => g.as_deref().expect("guard of an empty slot"),
+            EpGuard::Locked(g, _) => g.as_deref().expect("guard of an empty slot"),
             EpGuard::Single(e) => e,
         }
     }
@@ -129,7 +156,7 @@ impl Deref for EpGuard<'_> {
 impl DerefMut for EpGuard<'_> {
     fn deref_mut(&mut self) -> &mut EpInner {
         match self {
-            EpGuard::Locked(g) => g.as_deref_mut().expect("guard of an empty slot"),
+            EpGuard::Locked(g, _) => g.as_deref_mut().expect("guard of an empty slot"),
             EpGuard::Single(e) => e,
         }
     }

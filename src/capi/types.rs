@@ -23,7 +23,12 @@ pub const RDM4_DEVICE_UDP: u32 = 2;
 /// Progress: the application drives everything through `rdm4_poll` / `rdm4_wait`.
 pub const RDM4_PROGRESS_MANUAL: u32 = 0;
 /// Progress: a thread of the library also progresses the endpoint, so
-/// one-sided operations complete while the target does not call in.
+/// one-sided operations complete while the target does not call in. The
+/// thread polls while traffic flows; when none comes it spins briefly
+/// (50 us to 2 ms, adapted to the traffic) and then sleeps until a packet
+/// arrives, a call queues work for it, or the device's periodic peer check
+/// is due (`RDM4_SHM_PEER_CHECK_MS`): an idle endpoint costs well under 1%
+/// of a core.
 pub const RDM4_PROGRESS_AUTO: u32 = 1;
 
 /// Threading: any thread may call on the endpoint at any time; each call

@@ -301,6 +301,21 @@ pub trait Device {
         None
     }
 
+    /// Prepares to sleep outside the endpoint's lock (the automatic
+    /// progress thread): peers are asked to signal, and the descriptor to
+    /// poll is returned with the longest the sleep may last (the device's
+    /// periodic work). `None`: a packet already waits, or the device cannot
+    /// block (then the caller polls on). [`Device::sleep_end`] follows.
+    fn sleep_begin(&mut self) -> Option<(std::os::fd::RawFd, i32)> {
+        None
+    }
+
+    /// Ends a sleep that [`Device::sleep_begin`] began.
+    fn sleep_end(&mut self) {}
+
+    /// Wakes a sleep of this device's own (another thread posted work).
+    fn wake_sleeper(&self) {}
+
     /// RDMA-writes `local` to the peer's `(remote_addr, key)`.
     fn rdma_write(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError>;
 }

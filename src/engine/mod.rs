@@ -678,6 +678,32 @@ impl<D: Device> Endpoint<D> {
         self.dev.wait(timeout_ms)
     }
 
+    /// Whether the endpoint has work queued that only more progress calls
+    /// do (packets the device refused for now, inserts, registrations to
+    /// drop, packets held back to hand over again): a progress thread
+    /// then polls on rather than sleeps.
+    pub fn has_queued_work(&self) -> bool {
+        !(self.core.ctrl.is_empty()
+            && self.core.txq.is_empty()
+            && self.core.pending_insert.is_empty()
+            && self.core.dereg.is_empty())
+    }
+
+    /// See [`Device::sleep_begin`].
+    pub fn sleep_begin(&mut self) -> Option<(std::os::fd::RawFd, i32)> {
+        self.dev.sleep_begin()
+    }
+
+    /// See [`Device::sleep_end`].
+    pub fn sleep_end(&mut self) {
+        self.dev.sleep_end()
+    }
+
+    /// See [`Device::wake_sleeper`].
+    pub fn wake_sleeper(&self) {
+        self.dev.wake_sleeper()
+    }
+
     /// A descriptor that polls readable when a packet may have arrived
     /// (for epoll/poll loops), if the device has one.
     pub fn wait_fd(&mut self) -> Option<std::os::fd::RawFd> {

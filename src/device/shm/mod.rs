@@ -1066,6 +1066,24 @@ impl Device for ShmDevice {
         ShmDevice::wait(self, timeout_ms)
     }
 
+    fn sleep_begin(&mut self) -> Option<(RawFd, i32)> {
+        let ms = self.cfg.peer_check.as_millis().clamp(1, i32::MAX as u128) as i32;
+        self.arm().then_some((self.fifo, ms))
+    }
+
+    fn sleep_end(&mut self) {
+        if !self.fd_mode {
+            self.map.u32_at(off::SLEEPING).store(0, Ordering::SeqCst);
+        }
+        self.drain_fifo();
+    }
+
+    fn wake_sleeper(&self) {
+        // SAFETY: writing one byte from a local to our own FIFO (opened
+        // read-write); a full FIFO (EAGAIN) already wakes.
+        unsafe { libc::write(self.fifo, [1u8].as_ptr().cast(), 1) };
+    }
+
     fn wait_fd(&mut self) -> Option<RawFd> {
         // From now on producers always signal the FIFO, and receiving drains it.
         self.fd_mode = true;
