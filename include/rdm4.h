@@ -874,11 +874,19 @@ int32_t rdm4_av_straddr(const void *addr, char *buf, size_t *len);
 int32_t rdm4_mr_reg(struct rdm4_ep *ep, void *buf, size_t len, uint64_t access, uint64_t *key);
 
 /**
- * Removes a registration.
+ * Removes a registration. When it returns `RDM4_SUCCESS`, no peer reads
+ * or writes the memory any more, by any path: a peer's cross-memory-attach
+ * copy under way is waited for (up to 2 s), and requests that arrive later
+ * are refused with `RDM4_EREMOTEACCESS`. The memory may then be freed.
  *
  * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (unknown key);
- * `RDM4_EBUSY` (a peer's emulated long read or write on it is in progress;
- * try again after progress). Thread safety: any thread.
+ * `RDM4_EBUSY` in two cases, after which the memory must stay valid and
+ * the call be repeated: a peer's emulated long read or write (one that
+ * moves through this endpoint's progress) is using it (the registration
+ * stays as it was; try again after progress), or a peer's
+ * cross-memory-attach copy into or out of it was still under way after 2 s
+ * (the registration takes no new access; the next call waits again).
+ * Thread safety: any thread; the call may block up to 2 s.
  */
 int32_t rdm4_mr_close(struct rdm4_ep *ep, uint64_t key);
 

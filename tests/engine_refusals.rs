@@ -94,3 +94,29 @@ fn a_forged_request_whose_range_wraps_is_answered_with_an_error() {
     assert!(b.stats().access_errors >= 3);
     assert!(region.bytes().iter().all(|&x| x == 0x5A), "nothing touched");
 }
+
+/// Emulated RMA (no device RDMA): a registration that a peer's long write
+/// is filling cannot be closed (`Busy`, and it stays whole); once closed,
+/// the peer's next write is refused and touches nothing (issue 27 item 4).
+#[test]
+fn a_registration_under_an_emulated_write_is_busy_and_closed_one_takes_nothing() {
+    let cfg = Config { max_credits: 2, credit_request: 2, ..Config::default() };
+    let mut c = Cluster::new(2, SimConfig { inbox_capacity: 8, ..SimConfig::default() }, cfg);
+    let mut region = OwnedBuf::zeroed(1 << 20);
+    let key = c.eps[1].mr_reg(region.buf(), Access::REMOTE_WRITE).unwrap();
+    let to1 = c.addrs[0][1];
+    let mut src = OwnedBuf::from_slice(&vec![0x33; 1 << 20]);
+    let remote = RemoteBuf { addr: region.buf().addr(), key };
+    c.eps[0].write(to1, src.buf(), remote, None, 1).unwrap();
+    c.run_until(10_000, |c| c.eps[1].pending_ops() > 0);
+    assert_eq!(c.eps[1].mr_dereg(key), Err(Status::Busy), "a long write is filling it");
+    c.run_until(100_000, |c| !c.cqs[0].is_empty());
+    assert_eq!(c.take_cq(0)[0].status, Status::Success);
+    assert!(region.bytes().iter().all(|&b| b == 0x33));
+    assert_eq!(c.eps[1].mr_dereg(key), Ok(()));
+    region.bytes_mut().fill(0);
+    c.eps[0].write(to1, src.buf(), remote, None, 2).unwrap();
+    c.run_until(100_000, |c| !c.cqs[0].is_empty());
+    assert_eq!(c.take_cq(0)[0].status, Status::RemoteAccess);
+    assert!(region.bytes().iter().all(|&b| b == 0), "a closed registration took a write");
+}

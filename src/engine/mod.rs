@@ -471,14 +471,19 @@ impl<D: Device> Endpoint<D> {
         Ok(key)
     }
 
-    /// Removes a registration; `Busy` while a remote operation uses it.
+    /// Removes a registration; when this returns `Ok`, no peer reads or
+    /// writes the memory any more. `Busy` while an emulated remote
+    /// operation uses it, or while the device's RDMA by a peer is still
+    /// under way after the device's wait (the registration then takes no
+    /// new remote access, and a later call tries again).
     pub fn mr_dereg(&mut self, key: u64) -> Result<(), Status> {
         match self.core.mrs.get(&key) {
             None => Err(Status::Inval),
             Some(mr) if mr.busy > 0 => Err(Status::Busy),
             Some(_) => {
+                self.dev.dereg(key)?;
                 self.core.mrs.remove(&key);
-                self.dev.dereg(key)
+                Ok(())
             }
         }
     }

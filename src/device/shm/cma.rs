@@ -2,10 +2,8 @@
 //! after checking key, bounds and access in the memory owner's published
 //! registration table.
 
-use std::sync::atomic::{fence, Ordering};
-
-use super::segment::{Mapping, Shape};
-use super::{ShmDevice, MR_ENTRIES, MR_ENTRY_LEN};
+use super::mrtable::claim_remote;
+use super::ShmDevice;
 use crate::device::{Access, Ah, DevError, DevEvent};
 use crate::mem::UserBuf;
 use crate::status::Status;
@@ -40,38 +38,6 @@ fn self_read_works() -> bool {
 }
 
 impl ShmDevice {
-    /// Finds `key` in `map`'s registration table and checks access and
-    /// bounds; returns the (address, length) to access.
-    fn lookup_remote(map: &Mapping, shape: &Shape, key: u64, addr: u64, len: u64, need: Access) -> Option<u64> {
-        // The key's low bits name its entry (see `reg`); the whole key must match.
-        let i = (key % MR_ENTRIES as u64) as usize;
-        let e = shape.mr_off() + i * MR_ENTRY_LEN;
-        if map.u64_at(e + 8).load(Ordering::Relaxed) != key || key == 0 {
-            return None;
-        }
-        for _ in 0..64 {
-            let s1 = map.u32_at(e).load(Ordering::Acquire);
-            if s1 % 2 == 1 {
-                std::hint::spin_loop();
-                continue;
-            }
-            let k = map.u64_at(e + 8).load(Ordering::Relaxed);
-            let base = map.u64_at(e + 16).load(Ordering::Relaxed);
-            let mlen = map.u64_at(e + 24).load(Ordering::Relaxed);
-            let access = Access::from_bits_truncate(map.u32_at(e + 32).load(Ordering::Relaxed));
-            fence(Ordering::Acquire);
-            if map.u32_at(e).load(Ordering::Relaxed) != s1 {
-                continue;
-            }
-            let ok = k == key
-                && access.contains(need)
-                && addr >= base
-                && addr.checked_add(len).is_some_and(|end| base.checked_add(mlen).is_some_and(|mend| end <= mend));
-            return ok.then_some(addr);
-        }
-        None
-    }
-
     pub(super) fn rdma(
         &mut self,
         ah: Ah,
@@ -86,9 +52,12 @@ impl ShmDevice {
         }
         let p = self.peer(ah)?;
         let need = if write { Access::REMOTE_WRITE } else { Access::REMOTE_READ };
-        let status = match Self::lookup_remote(&p.map, &p.shape, key, remote_addr, local.len() as u64, need) {
-            None => Err(Status::RemoteAccess),
-            Some(addr) => {
+        // The claim is held until the copy has ended (`mrtable.rs`).
+        let status = match claim_remote(&p.map, &p.shape, key, remote_addr, local.len() as u64, need) {
+            Err(Status::Again) => return Err(DevError::Again),
+            Err(s) => Err(s),
+            Ok(_claim) => {
+                let addr = remote_addr;
                 let pid = p.pid as libc::pid_t;
                 local.with_slice_mut(|buf| {
                     let mut done = 0usize;

@@ -14,8 +14,9 @@
 //!             packet length, entry length and the trail flag) + the packet; an 8-byte message
 //!             fits one cache line with its header
 //! after it    the registration table: entries (seqlock, key, address,
-//!             length, access) that peers read before cross-memory attach;
-//!             a key is random above its low 10 bits, which name its entry
+//!             length, access, claims of accessors) that peers read before
+//!             cross-memory attach; a key is random above its low 10 bits,
+//!             which name its entry (`mrtable.rs`)
 //! ```
 //!
 //! The ring is a bounded multi-producer, single-consumer queue of
@@ -106,7 +107,7 @@
 //! [`ShmConfig::lag`]), `RDM4_SHM_PEER_CHECK_MS` (default 100).
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::{Access, Ah, Caps, DevError, DevEvent, Device, Flow, Sent};
@@ -120,12 +121,14 @@ mod cma;
 mod config;
 mod far;
 mod lag;
+mod mrtable;
 mod segment;
 mod trail;
 
 use barrier::{asymmetric_barriers, prefetch, producer_fence, sleeper_fence};
 use cma::cma_works;
 pub use config::ShmConfig;
+use mrtable::{MR_ENTRIES, MR_ENTRY_LEN};
 pub use segment::remove_stale_segments;
 use segment::{
     alive, cstr, entry_len, fifo_path, free_shm_bytes, host_gid, is_stale, off, open_existing, random_u64,
@@ -136,8 +139,6 @@ const MAGIC: u64 = u64::from_le_bytes(*b"rdm4shm1");
 const LAYOUT_VERSION: u32 = 6;
 const HDR_LEN: usize = 256;
 const SLOT_HDR: usize = 24;
-const MR_ENTRIES: usize = 1024;
-const MR_ENTRY_LEN: usize = 40;
 /// Most sends refused without a look at a full ring's head (see `Peer::full_skip`).
 const FULL_WAIT_MAX: u32 = 16;
 /// Endpoint ids scanned for a free one when none is asked for.
@@ -332,6 +333,9 @@ pub struct ShmDevice {
     last_from: Option<((u32, u32), Option<Ah>)>,
     events: Vec<DevEvent>,
     mrs: FxHashMap<u64, usize>,
+    /// Table entries of registrations whose deregistration answered
+    /// `Busy` (withdrawn, an access still under way): not reused yet.
+    mrs_closing: Vec<usize>,
     /// When the peers were last checked (`coarse_now`).
     last_check: Duration,
     /// The FIFO was handed out for polling: keep it signalled.
@@ -489,6 +493,7 @@ impl ShmDevice {
             last_from: None,
             events: Vec::new(),
             mrs: FxHashMap::default(),
+            mrs_closing: Vec::new(),
             last_check: coarse_now(),
             fd_mode: false,
             keys: Vec::new(),
@@ -1017,41 +1022,11 @@ impl Device for ShmDevice {
     }
 
     fn reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {
-        let base = self.shape.mr_off();
-        let idx = (0..MR_ENTRIES)
-            .find(|i| self.map.u64_at(base + i * MR_ENTRY_LEN + 8).load(Ordering::Relaxed) == 0)
-            .ok_or(Status::NoMem)?;
-        // Random, with the entry's index in the low bits, so that a peer
-        // finds the entry without a search (`lookup_remote`).
-        let mut key = 0;
-        while key == 0 || self.mrs.contains_key(&key) {
-            key = self.next_key().wrapping_mul(MR_ENTRIES as u64) | idx as u64;
-        }
-        let e = base + idx * MR_ENTRY_LEN;
-        let seq = self.map.u32_at(e);
-        let s = seq.load(Ordering::Relaxed);
-        seq.store(s + 1, Ordering::Relaxed);
-        fence(Ordering::Release);
-        self.map.u64_at(e + 16).store(buf.addr(), Ordering::Relaxed);
-        self.map.u64_at(e + 24).store(buf.len() as u64, Ordering::Relaxed);
-        self.map.u32_at(e + 32).store(access.bits(), Ordering::Relaxed);
-        self.map.u64_at(e + 8).store(key, Ordering::Relaxed);
-        seq.store(s + 2, Ordering::Release);
-        self.mrs.insert(key, idx);
-        Ok(key)
+        self.table_reg(buf, access)
     }
 
     fn dereg(&mut self, key: u64) -> Result<(), Status> {
-        let idx = self.mrs.remove(&key).ok_or(Status::Inval)?;
-        let e = self.shape.mr_off() + idx * MR_ENTRY_LEN;
-        let seq = self.map.u32_at(e);
-        let s = seq.load(Ordering::Relaxed);
-        seq.store(s + 1, Ordering::Relaxed);
-        fence(Ordering::Release);
-        self.map.u64_at(e + 8).store(0, Ordering::Relaxed);
-        self.map.u64_at(e + 24).store(0, Ordering::Relaxed);
-        seq.store(s + 2, Ordering::Release);
-        Ok(())
+        self.table_dereg(key)
     }
 
     fn rdma_read(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {

@@ -214,3 +214,96 @@ fn a_close_ends_the_peers_operations_towards_it_at_their_next_poll() {
     let mut small = OwnedBuf::from_slice(b"x");
     assert_eq!(b.send(b_to_a, small.buf(), SendOpts::default()), Err(Status::PeerUnreachable));
 }
+
+#[test]
+fn no_peer_write_lands_after_a_deregistration_returns() {
+    let c = cfg("mr");
+    let c = ShmConfig { mtu: 65536, ..c };
+    let mut owner = ShmDevice::open_with(c.clone()).unwrap();
+    if !owner.caps().rdma_write {
+        println!("skip: cross-memory attach is not available here");
+        return;
+    }
+    let mut writer = ShmDevice::open_with(c).unwrap();
+    let ah = writer.insert(&owner.local_addr()).unwrap();
+    const LEN: usize = 4 << 20;
+    let mut region = crate::mem::OwnedBuf::zeroed(LEN);
+    let addr = region.buf().addr();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let key = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (stop2, key2) = (stop.clone(), key.clone());
+    // The writer copies 1 MiB chunks into the region with whatever key is
+    // current, for as long as the test runs.
+    let t = std::thread::spawn(move || {
+        let mut chunk = crate::mem::OwnedBuf::from_slice(&vec![0x11u8; 1 << 20]);
+        let mut writes = 0u32;
+        while !stop2.load(Ordering::Relaxed) {
+            let k = key2.load(Ordering::Relaxed);
+            for part in 0..4u64 {
+                if writer.rdma_write(ah, chunk.buf(), addr + part * (1 << 20), k, 1).is_ok() {
+                    writes += 1;
+                }
+            }
+            let mut ev = Vec::new();
+            writer.events(&mut ev);
+        }
+        writes
+    });
+    let mut late = 0;
+    for _ in 0..20 {
+        let k = owner.reg(region.buf(), Access::REMOTE_WRITE).unwrap();
+        key.store(k, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(2));
+        owner.dereg(k).unwrap();
+        // From here on the region is the application's again.
+        region.bytes_mut().fill(0xEE);
+        std::thread::sleep(Duration::from_millis(10));
+        if region.bytes().iter().any(|&b| b != 0xEE) {
+            late += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let writes = t.join().unwrap();
+    assert!(writes > 0, "the writer never wrote");
+    assert_eq!(late, 0, "rounds with a write after the deregistration returned");
+}
+
+/// Claim word `i` of the registration entry of `key`.
+fn claim_word(dev: &ShmDevice, key: u64, i: usize) -> &std::sync::atomic::AtomicU32 {
+    let e = dev.shape.mr_off() + (key % MR_ENTRIES as u64) as usize * MR_ENTRY_LEN;
+    dev.map.u32_at(e + 32 + 4 * i)
+}
+
+#[test]
+fn a_deregistration_waits_for_live_accessors_only_and_says_busy_after_its_wait() {
+    let mut owner = ShmDevice::open_with(cfg("busy")).unwrap();
+    let mut region = crate::mem::OwnedBuf::zeroed(4096);
+    // A claim left by a process that died mid-copy does not hold it up.
+    let k = owner.reg(region.buf(), Access::REMOTE_WRITE).unwrap();
+    claim_word(&owner, k, 3).store(dead_pid(), Ordering::Relaxed);
+    let t = std::time::Instant::now();
+    assert_eq!(owner.dereg(k), Ok(()));
+    assert!(t.elapsed() < Duration::from_millis(500));
+    assert_eq!(claim_word(&owner, k, 3).load(Ordering::Relaxed), 0);
+    // A live accessor that does not finish: Busy after the wait, no new
+    // access meanwhile, the entry not reused; done once it lets go.
+    let k = owner.reg(region.buf(), Access::REMOTE_WRITE).unwrap();
+    claim_word(&owner, k, 0).store(std::process::id(), Ordering::Relaxed);
+    assert_eq!(owner.dereg(k), Err(Status::Busy));
+    let mut peer = ShmDevice::open_with(cfg("busy")).unwrap();
+    let ah = peer.insert(&owner.local_addr()).unwrap();
+    if peer.caps().rdma_write {
+        let mut src = crate::mem::OwnedBuf::from_slice(&[1u8; 64]);
+        peer.rdma_write(ah, src.buf(), region.buf().addr(), k, 7).unwrap();
+        let mut ev = Vec::new();
+        peer.events(&mut ev);
+        assert!(matches!(ev[..], [DevEvent::SendDone { status: Err(Status::RemoteAccess), .. }]), "{ev:?}");
+        assert!(region.bytes().iter().all(|&b| b == 0));
+    }
+    let other = owner.reg(region.buf(), Access::REMOTE_WRITE).unwrap();
+    assert_ne!(other % MR_ENTRIES as u64, k % MR_ENTRIES as u64, "a closing entry is not reused");
+    claim_word(&owner, k, 0).store(0, Ordering::Relaxed);
+    assert_eq!(owner.dereg(k), Ok(()));
+    assert_eq!(owner.dereg(k), Err(Status::Inval));
+    assert_eq!(owner.dereg(other), Ok(()));
+}

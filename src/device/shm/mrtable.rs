@@ -1,0 +1,241 @@
+//! The registration table in the segment, and the claims that keep a
+//! deregistration from returning while a peer's cross-memory attach into
+//! the region is under way.
+//!
+//! An entry is one cache line:
+//!
+//! ```text
+//! 0   seq     u32  seqlock: odd while the owner rewrites the entry
+//! 4   access  u32  Access bits
+//! 8   key     u64  0: free
+//! 16  addr    u64
+//! 24  len     u64
+//! 32  claims  6 x u32: the pid of a peer in the middle of an access, or 0
+//! ```
+//!
+//! An accessor first claims a word (compare-and-swap 0 -> its pid), then
+//! reads the entry and checks key, bounds and access, then copies, then
+//! clears its word. The owner's deregistration first clears the key, then
+//! waits until every claim word is 0 (or names a process that is gone).
+//! Both sides put a sequentially consistent fence between their write and
+//! their read, so either the accessor sees the cleared key (and touches
+//! nothing) or the owner sees its claim (and waits for the copy to end):
+//! after `dereg` returns, no peer reads or writes the region.
+
+use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use super::segment::{Mapping, Shape};
+use super::ShmDevice;
+use crate::device::Access;
+use crate::mem::UserBuf;
+use crate::status::Status;
+
+/// Entries of the table.
+pub(super) const MR_ENTRIES: usize = 1024;
+/// Bytes of an entry.
+pub(super) const MR_ENTRY_LEN: usize = 64;
+/// Accessors of one registration at a time; more wait for a free word.
+const CLAIMS: usize = 6;
+
+const SEQ: usize = 0;
+const ACCESS: usize = 4;
+const KEY: usize = 8;
+const ADDR: usize = 16;
+const LEN: usize = 24;
+const CLAIM: usize = 32;
+
+const _: () = assert!(CLAIM + 4 * CLAIMS <= MR_ENTRY_LEN);
+
+/// How long a deregistration waits for accesses under way before it
+/// answers `Busy` (the largest single access, 1 GiB, copies in well under
+/// a second).
+const DEREG_WAIT: Duration = Duration::from_secs(2);
+
+/// How long an accessor waits for a free claim word before it answers
+/// `Again` (every word held by a copy of other peers).
+const CLAIM_WAIT: Duration = Duration::from_millis(100);
+
+/// The offset of the entry of `key` in `shape`'s table (its low bits).
+fn entry_of(shape: &Shape, key: u64) -> usize {
+    shape.mr_off() + (key % MR_ENTRIES as u64) as usize * MR_ENTRY_LEN
+}
+
+/// A claim on a peer's registration entry: released on drop.
+pub(super) struct Claim<'a>(&'a AtomicU32);
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, Ordering::Release);
+    }
+}
+
+/// True when process `pid` has ended (gone, or a zombie).
+fn process_gone(pid: u32) -> bool {
+    // SAFETY: kill with signal 0 only checks for existence.
+    if unsafe { libc::kill(pid as libc::pid_t, 0) } != 0 {
+        return std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rfind(')').and_then(|i| s[i + 1..].split_whitespace().next().map(|st| st == "Z")))
+        .unwrap_or(false)
+}
+
+/// Claims the entry of `key` in a peer's table (`map`, `shape`) and checks
+/// that it grants `need` over `len` bytes at `addr`: the claim, to hold
+/// while copying. `RemoteAccess` when it does not; `Again` when no claim
+/// word came free in time.
+pub(super) fn claim_remote<'a>(
+    map: &'a Mapping,
+    shape: &Shape,
+    key: u64,
+    addr: u64,
+    len: u64,
+    need: Access,
+) -> Result<Claim<'a>, Status> {
+    let e = entry_of(shape, key);
+    if key == 0 || map.u64_at(e + KEY).load(Ordering::Relaxed) != key {
+        return Err(Status::RemoteAccess);
+    }
+    let me = std::process::id();
+    let started = Instant::now();
+    let claim = 'found: loop {
+        for i in 0..CLAIMS {
+            let w = map.u32_at(e + CLAIM + 4 * i);
+            if w.compare_exchange(0, me, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
+                break 'found Claim(w);
+            }
+        }
+        if started.elapsed() > CLAIM_WAIT {
+            return Err(Status::Again);
+        }
+        std::thread::yield_now();
+    };
+    fence(Ordering::SeqCst);
+    if lookup(map, e, key, addr, len, need) {
+        Ok(claim)
+    } else {
+        Err(Status::RemoteAccess)
+    }
+}
+
+/// Reads entry `e` under its seqlock: it holds `key` and grants `need`
+/// over `[addr, addr + len)`.
+fn lookup(map: &Mapping, e: usize, key: u64, addr: u64, len: u64, need: Access) -> bool {
+    for _ in 0..64 {
+        let s1 = map.u32_at(e + SEQ).load(Ordering::Acquire);
+        if s1 % 2 == 1 {
+            std::hint::spin_loop();
+            continue;
+        }
+        let k = map.u64_at(e + KEY).load(Ordering::Relaxed);
+        let base = map.u64_at(e + ADDR).load(Ordering::Relaxed);
+        let mlen = map.u64_at(e + LEN).load(Ordering::Relaxed);
+        let access = Access::from_bits_truncate(map.u32_at(e + ACCESS).load(Ordering::Relaxed));
+        fence(Ordering::Acquire);
+        if map.u32_at(e + SEQ).load(Ordering::Relaxed) != s1 {
+            continue;
+        }
+        return k == key
+            && access.contains(need)
+            && addr >= base
+            && addr.checked_add(len).is_some_and(|end| base.checked_add(mlen).is_some_and(|mend| end <= mend));
+    }
+    false
+}
+
+impl ShmDevice {
+    /// Publishes a registration of `buf` in a free entry; returns its key:
+    /// random, with the entry's index in the low bits, so that a peer finds
+    /// the entry without a search. Entries of registrations still closing
+    /// (`Busy`) are not reused.
+    pub(super) fn table_reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {
+        let base = self.shape.mr_off();
+        let idx = (0..MR_ENTRIES)
+            .find(|&i| {
+                self.map.u64_at(base + i * MR_ENTRY_LEN + KEY).load(Ordering::Relaxed) == 0
+                    && !self.mrs_closing.contains(&i)
+            })
+            .ok_or(Status::NoMem)?;
+        let mut key = 0;
+        while key == 0 || self.mrs.contains_key(&key) {
+            key = self.next_key().wrapping_mul(MR_ENTRIES as u64) | idx as u64;
+        }
+        let e = base + idx * MR_ENTRY_LEN;
+        let seq = self.map.u32_at(e + SEQ);
+        let s = seq.load(Ordering::Relaxed);
+        seq.store(s + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        self.map.u64_at(e + ADDR).store(buf.addr(), Ordering::Relaxed);
+        self.map.u64_at(e + LEN).store(buf.len() as u64, Ordering::Relaxed);
+        self.map.u32_at(e + ACCESS).store(access.bits(), Ordering::Relaxed);
+        self.map.u64_at(e + KEY).store(key, Ordering::Relaxed);
+        seq.store(s + 2, Ordering::Release);
+        self.mrs.insert(key, idx);
+        Ok(key)
+    }
+
+    /// Withdraws registration `key`, then waits until no peer is in the
+    /// middle of an access to it: when this returns `Ok`, no peer reads or
+    /// writes the region any more. `Busy` when an access is still under way
+    /// after [`DEREG_WAIT`]: no new access starts, and a later call waits
+    /// again. `Inval` for an unknown key.
+    pub(super) fn table_dereg(&mut self, key: u64) -> Result<(), Status> {
+        let idx = *self.mrs.get(&key).ok_or(Status::Inval)?;
+        let e = self.shape.mr_off() + idx * MR_ENTRY_LEN;
+        let seq = self.map.u32_at(e + SEQ);
+        if self.map.u64_at(e + KEY).load(Ordering::Relaxed) == key {
+            let s = seq.load(Ordering::Relaxed);
+            seq.store(s + 1, Ordering::Relaxed);
+            fence(Ordering::Release);
+            self.map.u64_at(e + KEY).store(0, Ordering::Relaxed);
+            self.map.u64_at(e + LEN).store(0, Ordering::Relaxed);
+            seq.store(s + 2, Ordering::Release);
+        }
+        fence(Ordering::SeqCst);
+        if !self.wait_claims(e) {
+            if !self.mrs_closing.contains(&idx) {
+                self.mrs_closing.push(idx);
+            }
+            return Err(Status::Busy);
+        }
+        self.mrs_closing.retain(|&i| i != idx);
+        self.mrs.remove(&key);
+        Ok(())
+    }
+
+    /// Waits until every claim word of entry `e` is 0, clearing words of
+    /// processes that are gone; false after [`DEREG_WAIT`].
+    fn wait_claims(&self, e: usize) -> bool {
+        let started = Instant::now();
+        let mut rounds = 0u32;
+        loop {
+            let mut busy = false;
+            for i in 0..CLAIMS {
+                let w = self.map.u32_at(e + CLAIM + 4 * i);
+                let pid = w.load(Ordering::Acquire);
+                if pid == 0 {
+                    continue;
+                }
+                if process_gone(pid) {
+                    let _ = w.compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Relaxed);
+                } else {
+                    busy = true;
+                }
+            }
+            if !busy {
+                return true;
+            }
+            if started.elapsed() > DEREG_WAIT {
+                return false;
+            }
+            rounds += 1;
+            if rounds < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+}
