@@ -12,6 +12,14 @@
 //! 4. Memory registration with access flags and unguessable keys.
 //! 5. Optional RDMA read/write, validated by the memory owner's side.
 //! 6. Capabilities.
+//! 7. Deferral: the receive callback may leave a packet with the device
+//!    ([`Rx::Defer`]: the engine cannot take it now, its unexpected
+//!    messages being at their limit). The device keeps it, hands it over
+//!    again, before newer packets, after [`Device::redeliver`], and
+//!    meanwhile holds back new messages (RTM and RTA packets) that peers
+//!    send it, answering them "try again", while it still takes every
+//!    other packet ([`Device::control_next`]). Memory for deferred
+//!    packets is bounded by what was in flight when the holding began.
 //!
 //! The engine assumes nothing more: in particular no ordering, and no clock
 //! other than the `now` passed to its progress call.
@@ -126,10 +134,39 @@ pub enum DevEvent {
 }
 
 /// What a [`Device::recv`] callback returns: whether to go on with the
-/// next packet.
+/// next packet, and whether it took this one.
 pub trait Flow {
     /// True: hand over the next packet too.
     fn go_on(self) -> bool;
+
+    /// True: the packet was not taken; keep it for a later
+    /// [`Device::redeliver`].
+    fn defer(&self) -> bool {
+        false
+    }
+}
+
+/// A [`Device::recv`] callback's verdict on a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rx {
+    /// Taken; go on.
+    Next,
+    /// Taken; end the call.
+    Stop,
+    /// Not taken: keep it, and go on.
+    Defer,
+}
+
+impl Flow for Rx {
+    #[inline(always)]
+    fn go_on(self) -> bool {
+        self != Rx::Stop
+    }
+
+    #[inline(always)]
+    fn defer(&self) -> bool {
+        *self == Rx::Defer
+    }
 }
 
 impl Flow for () {
@@ -203,6 +240,16 @@ pub trait Device {
         max_len: usize,
         build: impl FnMut(&mut [u8]) -> usize,
     ) -> Result<Sent, DevError>;
+
+    /// Says that the next packet sent is no new message (not an RTM or
+    /// RTA, or a later segment of a message already begun): a peer that
+    /// holds back new messages (it deferred packets) takes it anyway. A
+    /// hint for that one packet; devices that never defer ignore it.
+    fn control_next(&mut self) {}
+
+    /// Hands the packets deferred so far ([`Rx::Defer`]) to `recv` again,
+    /// first and in their order, from its next call on.
+    fn redeliver(&mut self) {}
 
     /// Says whether at least [`Caps::backlog_min`] bytes for the same peer
     /// are queued behind the next packet sent: the engine says so before

@@ -139,6 +139,11 @@ struct Node {
     by_node: Vec<Option<Ah>>,
     events: Vec<DevEvent>,
     mrs: FxHashMap<u64, Mr>,
+    /// Packets the engine deferred, in arrival order; while any are kept,
+    /// senders' new messages get "try again" (`Device::control_next`).
+    parked: VecDeque<InPkt>,
+    /// Parked packets still to hand over in the current redelivery.
+    redeliver_left: usize,
 }
 
 struct Net {
@@ -206,8 +211,10 @@ impl SimNet {
             by_node: Vec::new(),
             events: Vec::new(),
             mrs: FxHashMap::default(),
+            parked: VecDeque::new(),
+            redeliver_left: 0,
         });
-        SimDevice { net: self.net.clone(), me: node, more: false, gathering: 0 }
+        SimDevice { net: self.net.clone(), me: node, more: false, gathering: 0, control: false }
     }
 
     /// Virtual time in nanoseconds.
@@ -246,7 +253,9 @@ impl SimNet {
             return;
         }
         net.nodes[node].alive = false;
-        let dropped: Vec<_> = net.nodes[node].inbox.drain(..).collect();
+        let mut dropped: Vec<_> = net.nodes[node].inbox.drain(..).collect();
+        dropped.extend(net.nodes[node].parked.drain(..));
+        net.nodes[node].redeliver_left = 0;
         for p in dropped {
             if let Some((_, wr_id, ah)) = p.gathered {
                 let status = Err(Status::PeerUnreachable);
@@ -288,6 +297,8 @@ pub struct SimDevice {
     more: bool,
     /// The payload length of the `send_gather` being copied, for the log.
     gathering: usize,
+    /// The hint for the next packet ([`Device::control_next`]).
+    control: bool,
 }
 
 impl SimDevice {
@@ -308,6 +319,7 @@ impl SimDevice {
     ) -> Result<Sent, DevError> {
         let more = std::mem::take(&mut self.more);
         let copied = std::mem::take(&mut self.gathering);
+        let control = std::mem::take(&mut self.control);
         let mut net = self.net.borrow_mut();
         let me = self.me;
         let target = net.nodes[me].ahs.get(ah as usize).copied().flatten().ok_or(DevError::Failed(Status::NoAddr))?;
@@ -318,6 +330,9 @@ impl SimDevice {
         }
         if alive && net.nodes[target].inbox.len() >= net.cfg.inbox_capacity {
             return Err(DevError::Again);
+        }
+        if alive && !control && !net.nodes[target].parked.is_empty() {
+            return Err(DevError::Again); // it holds back new messages
         }
         if net.cfg.again_permille > 0 && (net.rand() % 1000) < u64::from(net.cfg.again_permille) {
             return Err(DevError::Again);
@@ -389,6 +404,22 @@ impl SimDevice {
         };
         net.nodes[me].events.push(DevEvent::SendDone { wr_id, ah, status });
         Ok(())
+    }
+}
+
+impl SimDevice {
+    /// A packet handed to the engine: parked when deferred, else done with.
+    fn after_recv(&mut self, pkt: InPkt, deferred: bool) {
+        let mut net = self.net.borrow_mut();
+        if deferred {
+            net.nodes[self.me].parked.push_back(pkt);
+            return;
+        }
+        if let Some((_, wr_id, ah)) = pkt.gathered {
+            // The receiver has taken the payload: the sender's buffer is free.
+            net.nodes[pkt.from].events.push(DevEvent::SendDone { wr_id, ah, status: Ok(()) });
+        }
+        net.pool.push(pkt.data);
     }
 }
 
@@ -484,6 +515,21 @@ impl Device for SimDevice {
                 let mut net = self.net.borrow_mut();
                 let now = net.now;
                 let reorder = net.cfg.reorder;
+                let node = &mut net.nodes[self.me];
+                if node.alive && node.redeliver_left > 0 {
+                    // Deferred packets first, in their order.
+                    node.redeliver_left -= 1;
+                    let pkt = node.parked.pop_front().expect("parked packets to redeliver");
+                    let from = node.by_node.get(pkt.from).copied().flatten();
+                    drop(net);
+                    let verdict = f(from, &pkt.data[..pkt.len], pkt.gathered.map(|g| g.0));
+                    self.after_recv(pkt, verdict.defer());
+                    n += 1;
+                    if !verdict.go_on() {
+                        break;
+                    }
+                    continue;
+                }
                 let node = &net.nodes[self.me];
                 if !node.alive || node.inbox.is_empty() {
                     break;
@@ -511,19 +557,24 @@ impl Device for SimDevice {
                 (from, pkt)
             };
             let (from, pkt) = pkt;
-            let go_on = f(from, &pkt.data[..pkt.len], pkt.gathered.map(|g| g.0)).go_on();
-            let mut net = self.net.borrow_mut();
-            if let Some((_, wr_id, ah)) = pkt.gathered {
-                // The receiver has taken the payload: the sender's buffer is free.
-                net.nodes[pkt.from].events.push(DevEvent::SendDone { wr_id, ah, status: Ok(()) });
-            }
-            net.pool.push(pkt.data);
+            let verdict = f(from, &pkt.data[..pkt.len], pkt.gathered.map(|g| g.0));
+            self.after_recv(pkt, verdict.defer());
             n += 1;
-            if !go_on {
+            if !verdict.go_on() {
                 break;
             }
         }
         n
+    }
+
+    fn control_next(&mut self) {
+        self.control = true;
+    }
+
+    fn redeliver(&mut self) {
+        let mut net = self.net.borrow_mut();
+        let node = &mut net.nodes[self.me];
+        node.redeliver_left = node.parked.len();
     }
 
     fn events(&mut self, out: &mut Vec<DevEvent>) {

@@ -112,7 +112,8 @@ impl Core {
             }
         }
         if op.kind == OpKind::Unexpected {
-            self.unexpected_bytes -= op.bounce_cap.min(self.unexpected_bytes);
+            self.unexpected_bytes -= op.bounce_len.min(self.unexpected_bytes);
+            self.may_take_deferred();
         }
         if matches!(op.kind, OpKind::Recv | OpKind::Unexpected) {
             if op.medium && self.medium_rx.get(&(op.peer, op.msg_id)) == Some(&key) {

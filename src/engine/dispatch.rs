@@ -9,7 +9,7 @@ use super::rtm::accepts;
 use super::{raw_key, Core, CqSink, RecvDone};
 use crate::device::Ah;
 use crate::mem::UserBuf;
-use crate::wire::{self, Category, Packet, ReqFamily, Subprotocol};
+use crate::wire::{self, Category, Packet, ReqFamily, ReqInfo, Subprotocol};
 
 impl Core {
     /// Handles one packet as received from the device: the common eager
@@ -128,6 +128,10 @@ impl Core {
                 self.rx_stop = true;
                 return false;
             }
+            if !self.unexpected_room(e.data.len()) {
+                self.defer_packet(p);
+                return true;
+            }
             // The fields, not the parsed header: a reference would keep the
             // whole header in memory on every packet.
             self.eager_unexpected(p, e.tagged(), e.tag, e.cq_data, e.data);
@@ -137,6 +141,10 @@ impl Core {
             return false;
         }
         peer.rx_msg_id = peer.rx_msg_id.wrapping_add(1);
+        if peer.deferred {
+            // Its next messages, deferred behind this one, may come now.
+            self.redeliver_due = true;
+        }
         // `r`, a copy of the front, is what leaves the queue.
         self.posted[qi].skip_front();
         // The whole message is here: into the buffer (truncated to it) and
@@ -163,11 +171,14 @@ impl Core {
         let mut data = self.rx_pool.pop().unwrap_or_default();
         data.clear();
         data.extend_from_slice(bytes);
-        self.unexpected_bytes += data.capacity();
+        self.unexpected_bytes += data.len();
         let m = EagerMsg { peer: p, tag, cq_data, data };
         self.unexpected[usize::from(tagged)].push_back(Unexpected::Eager(m));
         let Some(peer) = self.peers.get_mut(p) else { return };
         peer.rx_msg_id = peer.rx_msg_id.wrapping_add(1);
+        if peer.deferred {
+            self.redeliver_due = true;
+        }
         if !peer.reorder.is_empty() {
             self.drain_reorder(p);
         }
@@ -210,7 +221,9 @@ impl Core {
     }
 
     /// A REQ: RTMs and RTAs in `msg_id` order, RTWs and RTRs at once.
-    pub(crate) fn handle_req(&mut self, peer: u32, r: &crate::wire::Req<'_>, bytes: &[u8], drain: bool) {
+    /// `fresh`: it came from the device (not from the reorder buffer), so
+    /// it may be deferred, and held REQs behind it are processed after it.
+    pub(crate) fn handle_req(&mut self, peer: u32, r: &crate::wire::Req<'_>, bytes: &[u8], fresh: bool) {
         let Category::Req(info) = r.ptype.category() else {
             return;
         };
@@ -225,14 +238,26 @@ impl Core {
         };
         match msg_order(r.fields.msg_id, p.rx_msg_id, window) {
             MsgOrder::Now => {
+                if fresh && info.family == ReqFamily::Rtm && !self.rtm_fits(peer, r, info) {
+                    return self.defer_packet(peer);
+                }
+                let Some(p) = self.peers.get_mut(peer) else { return };
                 p.rx_msg_id = p.rx_msg_id.wrapping_add(1);
+                if p.deferred {
+                    self.redeliver_due = true;
+                }
                 match info.family {
                     ReqFamily::Rta => self.handle_rta(peer, r, info),
                     _ => self.handle_rtm(peer, r, info),
                 }
-                if drain && self.peers.get(peer).is_some_and(|p| !p.reorder.is_empty()) {
+                if fresh && self.peers.get(peer).is_some_and(|p| !p.reorder.is_empty()) {
                     self.drain_reorder(peer);
                 }
+            }
+            // Behind a deferred message, or past the limit: deferred too,
+            // rather than copied (the device holds it).
+            MsgOrder::Ahead if fresh && (self.deferred || !self.unexpected_room(Core::rtm_need(r, info))) => {
+                self.defer_packet(peer)
             }
             MsgOrder::Ahead => {
                 let mut copy = self.pool.pop().unwrap_or_default();
@@ -241,8 +266,8 @@ impl Core {
                 let Some(p) = self.peers.get_mut(peer) else {
                     return;
                 };
-                p.reorder_bytes += copy.capacity();
-                self.reorder_bytes += copy.capacity();
+                p.reorder_bytes += copy.len();
+                self.reorder_bytes += copy.len();
                 p.reorder.entry(r.fields.msg_id).or_default().push(copy);
             }
             MsgOrder::Past if info.proto == Subprotocol::Medium => self.handle_medium_segment(peer, r),
@@ -250,6 +275,23 @@ impl Core {
                 self.handle_nacked_longcts(peer, r)
             }
             MsgOrder::Past | MsgOrder::TooFar => self.stats.protocol_errors += 1,
+        }
+    }
+
+    /// Whether RTM `r` from `peer` can be taken now: a posted receive takes
+    /// it, or there is room to buffer what arrived of it (a medium message
+    /// needs room for all of it).
+    fn rtm_fits(&self, peer: u32, r: &crate::wire::Req<'_>, info: ReqInfo) -> bool {
+        self.unexpected_room(Core::rtm_need(r, info))
+            || self.posted[usize::from(info.tagged)].iter().any(|p| accepts(p, info.tagged, peer, r.fields.tag))
+    }
+
+    /// Bytes an unexpected RTM `r` needs buffered: a medium message all of
+    /// it, others what the packet carries.
+    fn rtm_need(r: &crate::wire::Req<'_>, info: ReqInfo) -> usize {
+        match info.proto {
+            Subprotocol::Medium => usize::try_from(r.fields.msg_length).unwrap_or(usize::MAX),
+            _ => r.data.len(),
         }
     }
 
@@ -264,9 +306,9 @@ impl Core {
             };
             for pkt in list {
                 if let Some(p) = self.peers.get_mut(peer) {
-                    p.reorder_bytes -= pkt.capacity().min(p.reorder_bytes);
+                    p.reorder_bytes -= pkt.len().min(p.reorder_bytes);
                 }
-                self.reorder_bytes -= pkt.capacity().min(self.reorder_bytes);
+                self.reorder_bytes -= pkt.len().min(self.reorder_bytes);
                 if let Ok(Packet::Req(r)) = Packet::parse(&pkt) {
                     self.handle_req(peer, &r, &pkt, false);
                 }

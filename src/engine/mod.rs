@@ -24,10 +24,17 @@
 //!   (`op::QueuedEager`), not an operation entry, so a full device costs
 //!   the sender little more than a free one.
 //! - Unexpected messages are buffered up to `Config::unexpected_limit`
-//!   bytes; past that the engine stops taking packets from the device, whose
-//!   queues then hold the senders back ("try again" on their side). Nothing
-//!   is dropped. REQs that arrive ahead of their `msg_id` turn are held
-//!   separately, bounded by `Config::reorder_window`.
+//!   bytes of message data. A new message that would go past it (and finds
+//!   no posted receive) is deferred: left with the device, which holds
+//!   back the peers' new messages ("try again" on their side) and hands it
+//!   over again once a receive is posted. Everything else is still taken
+//!   (CTS, CTSDATA, RECEIPT, responses, later segments, RMA requests), so
+//!   the endpoint's own operations and messages already begun go on.
+//!   Nothing is dropped, `msg_id` order is kept, and one message is always
+//!   taken when none is buffered, even one larger than the limit (up to the
+//!   larger of `Config::medium_max` and an MTU). REQs that
+//!   arrive ahead of their `msg_id` turn are held separately, bounded by
+//!   `Config::reorder_window`, or deferred too while the limit is reached.
 //! - Writes and write atomics towards a peer that advertises delivery
 //!   complete use the DC types, so the requester's completion reports the
 //!   target's validation (a RECEIPT, or a PEER_ERROR with the status). The
@@ -63,7 +70,7 @@ use std::collections::{HashMap, VecDeque};
 pub(crate) use complete::{send_flags, RecvDone};
 pub use cq::{CqFlags, CqSink, Cqe, ADDR_UNSPEC};
 
-use crate::device::{Access, Ah, Caps, DevEvent, Device};
+use crate::device::{Access, Ah, Caps, DevEvent, Device, Rx};
 use crate::fxhash::FxHashMap;
 use crate::mem::UserBuf;
 use crate::status::Status;
@@ -89,8 +96,9 @@ pub struct Config {
     pub max_credits: u32,
     /// CTSDATA packets a sender asks for (`credit_request`).
     pub credit_request: u32,
-    /// Bytes of unexpected messages held at most; beyond it the endpoint
-    /// stops taking packets from the device, which holds the senders back.
+    /// Bytes of unexpected message data held at most (one message is
+    /// always taken when none is held); new messages beyond it are left
+    /// with the device, which holds the senders back (see the module docs).
     pub unexpected_limit: usize,
     /// How far ahead of the next expected `msg_id` REQs are held (and so at
     /// most this many packets per peer). The devices bound reordering to their
@@ -148,6 +156,8 @@ pub struct Stats {
     pub protocol_errors: u64,
     /// Remote requests refused for key, bounds or access.
     pub access_errors: u64,
+    /// Packets left with the device for later (unexpected limit reached).
+    pub deferred: u64,
     /// Packets sent, by type byte.
     pub tx_packets: u64,
 }
@@ -225,6 +235,13 @@ pub(crate) struct Core {
     /// A receive took an unexpected eager message when posted, and its
     /// completion may still be queued ([`Endpoint::took_unexpected`]).
     took_unexpected: bool,
+    /// The packet being handled is deferred (left with the device).
+    rx_defer: bool,
+    /// Packets were deferred since the device last handed them over again.
+    deferred: bool,
+    /// Ask the device to hand the deferred packets over again (a receive
+    /// was posted, buffered bytes were freed, or a sender's `msg_id` moved).
+    redeliver_due: bool,
     /// Bytes of REQs held for `msg_id` order (bounded by the reorder window).
     reorder_bytes: usize,
     medium_rx: FxHashMap<(u32, u32), u32>,
@@ -340,6 +357,9 @@ impl<D: Device> Endpoint<D> {
             recvs_posted: false,
             rx_stop: false,
             took_unexpected: false,
+            rx_defer: false,
+            deferred: false,
+            redeliver_due: false,
             reorder_bytes: 0,
             medium_rx: FxHashMap::default(),
             ctrl: VecDeque::new(),
@@ -586,7 +606,10 @@ impl<D: Device> Endpoint<D> {
         let Endpoint { dev, core } = self;
         // Packets first: what a peer sent before the device reports it lost
         // is still handled.
-        if core.rx_allowed() {
+        {
+            if core.redeliver_due {
+                core.start_redelivery(dev);
+            }
             let batch = core.cfg.rx_batch;
             // A call stops taking packets after an eager message that found
             // no receive when the application has posted receives since the
@@ -603,7 +626,14 @@ impl<D: Device> Endpoint<D> {
                     None => core.handle_packet(from, pkt, sink),
                     Some(payload) => core.handle_gathered(from, pkt, payload),
                 }
-                !core.rx_stop
+                if core.rx_defer {
+                    core.rx_defer = false;
+                    Rx::Defer
+                } else if core.rx_stop {
+                    Rx::Stop
+                } else {
+                    Rx::Next
+                }
             });
             core.recvs_posted = false;
         }
@@ -691,7 +721,8 @@ impl<D: Device> Endpoint<D> {
         !(self.core.ctrl.is_empty()
             && self.core.txq.is_empty()
             && self.core.pending_insert.is_empty()
-            && self.core.dereg.is_empty())
+            && self.core.dereg.is_empty()
+            && !self.core.redeliver_due)
     }
 
     /// See [`Device::sleep_begin`].
@@ -772,11 +803,57 @@ impl Core {
             && self.txq.is_empty()
             && self.pending_insert.is_empty()
             && self.dereg.is_empty()
-            && self.rx_allowed()
+            && !self.redeliver_due
     }
 
-    fn rx_allowed(&self) -> bool {
-        self.unexpected_bytes < self.cfg.unexpected_limit
+    /// Whether a new unexpected message of `need` bytes may be buffered:
+    /// what is held (unexpected messages and REQs ahead of their turn)
+    /// stays within the limit, or nothing is held and the message is no
+    /// larger than the limit, `medium_max` and an MTU all allow (a forged
+    /// `msg_length` never sizes a buffer: such a message waits for its
+    /// receive).
+    #[inline(always)]
+    pub(crate) fn unexpected_room(&self, need: usize) -> bool {
+        let held = self.unexpected_bytes + self.reorder_bytes;
+        let limit = self.cfg.unexpected_limit;
+        if held == 0 {
+            need <= limit.max(self.cfg.medium_max).max(self.caps.mtu)
+        } else {
+            held.saturating_add(need) <= limit
+        }
+    }
+
+    /// Leaves the packet being handled (from `peer`) with the device.
+    pub(crate) fn defer_packet(&mut self, peer: u32) {
+        self.rx_defer = true;
+        self.deferred = true;
+        self.stats.deferred += 1;
+        if let Some(p) = self.peers.get_mut(peer) {
+            p.deferred = true;
+        }
+    }
+
+    /// Unexpected bytes were freed, or a receive posted: deferred packets
+    /// may be taken now.
+    #[inline(always)]
+    pub(crate) fn may_take_deferred(&mut self) {
+        if self.deferred {
+            self.redeliver_due = true;
+        }
+    }
+
+    /// Has the device hand the deferred packets over again; they are
+    /// judged afresh (and those deferred again are marked again).
+    #[cold]
+    fn start_redelivery<D: Device>(&mut self, dev: &mut D) {
+        self.redeliver_due = false;
+        self.deferred = false;
+        for k in self.peers.keys() {
+            if let Some(p) = self.peers.get_mut(k) {
+                p.deferred = false;
+            }
+        }
+        dev.redeliver();
     }
 
     /// A progress call after the packets: device events, then what is

@@ -297,7 +297,7 @@ pub(crate) struct Finished {
     pub len: u64,
     pub remote_id: u32,
     pub dc: bool,
-    pub bounce_cap: usize,
+    pub bounce_len: usize,
     /// A medium message (it may have an entry in the segment map).
     pub medium: bool,
     pub mr_key: Option<u64>,
@@ -322,7 +322,7 @@ impl From<&mut Op> for Finished {
             len: op.len,
             remote_id: op.remote_id,
             dc: op.dc,
-            bounce_cap: op.bounce.capacity(),
+            bounce_len: op.bounce.len(),
             medium: op.ptype.and_then(|t| t.req_info()).is_some_and(|i| i.proto == crate::wire::Subprotocol::Medium),
             lr_mr: op.lr_mr,
             mr_key: op.mr_key,

@@ -43,6 +43,9 @@ pub(crate) struct Peer {
     /// its last byte over with its RTM. A send that fails before (its peer
     /// lost) stays counted: no send goes to a lost peer again.
     pub tx_bytes: u64,
+    /// Packets of this peer were deferred (left with the device) since the
+    /// last redelivery: taking its next message may let them in.
+    pub deferred: bool,
 }
 
 impl Peer {
@@ -62,6 +65,7 @@ impl Peer {
             reorder_bytes: 0,
             waiting_hs: VecDeque::new(),
             tx_bytes: 0,
+            deferred: false,
         }
     }
 

@@ -76,6 +76,8 @@ impl Core {
     #[inline(always)]
     pub(crate) fn post_recv(&mut self, buf: UserBuf, opts: RecvOpts) -> Result<bool, Status> {
         self.recvs_posted = true;
+        // A deferred message may go into it, or into the room it frees.
+        self.may_take_deferred();
         if let Some(src) = opts.src {
             self.live_peer(src)?;
         }
@@ -119,7 +121,7 @@ impl Core {
                 // The whole message is here: complete at once.
                 let n = m.data.len().min(buf.len());
                 buf.write_at(0, &m.data[..n]);
-                self.unexpected_bytes -= m.data.capacity().min(self.unexpected_bytes);
+                self.unexpected_bytes -= m.data.len().min(self.unexpected_bytes);
                 let done = RecvDone { tagged, len: m.data.len() as u64, buf, tag: m.tag, cq_data: m.cq_data };
                 self.cq.push_back(done.entry(opts.context, m.peer));
                 self.recycle_bounce(m.data);
@@ -140,7 +142,7 @@ impl Core {
         u.ignore = opts.tag.map_or(0, |(_, ignore)| ignore);
         let n = bounce.len().min(buf.len());
         buf.write_at(0, &bounce[..n]);
-        self.unexpected_bytes -= bounce.capacity().min(self.unexpected_bytes);
+        self.unexpected_bytes -= bounce.len().min(self.unexpected_bytes);
         let proto = u.ptype.and_then(|t| t.req_info()).map(|i| i.proto);
         let (eager, peer) = (proto == Some(Subprotocol::Eager) && !u.dc, u.peer);
         self.recycle_bounce(bounce);
@@ -198,18 +200,24 @@ impl Core {
                 return;
             }
             None => {
-                // Unexpected: buffer what arrived (medium: room for the whole message).
+                // Unexpected: buffer what arrived (medium: room for the
+                // whole message). Fresh packets that did not fit were
+                // deferred before (`Core::rtm_fits`); one from the reorder
+                // buffer is taken whatever its size (it is held already).
                 let cap = if info.proto == Subprotocol::Medium { msg_length } else { r.data.len() as u64 };
-                if cap > self.cfg.unexpected_limit as u64 {
+                // Only REQs that passed that check reach the reorder
+                // buffer: this refuses none a peer sent in good faith.
+                let bound = self.cfg.unexpected_limit.max(self.cfg.medium_max).max(self.caps.mtu);
+                let Some(cap) = usize::try_from(cap).ok().filter(|&c| c <= bound) else {
                     self.stats.protocol_errors += 1;
                     return;
-                }
+                };
                 let mut op = Op::new(OpKind::Unexpected, peer, 0, UserBuf::empty());
                 op.tagged = info.tagged;
                 op.bounce = self.rx_pool.pop().unwrap_or_default();
                 op.bounce.clear();
-                op.bounce.resize(cap as usize, 0);
-                self.unexpected_bytes += op.bounce.capacity();
+                op.bounce.resize(cap, 0);
+                self.unexpected_bytes += op.bounce.len();
                 let Ok(key) = self.new_op(op) else {
                     self.stats.protocol_errors += 1;
                     return;

@@ -81,26 +81,48 @@ impl Core {
         }
     }
 
-    /// [`Self::flush`] when something is queued.
+    /// [`Self::flush`] when something is queued. A peer whose device
+    /// queue pushes back ("try again") is skipped for the rest of the call,
+    /// its entries kept in their order; the other peers' entries go on
+    /// (a peer that holds back new messages must not stall the traffic to
+    /// the others, nor the responses it is waiting for).
     #[inline(never)]
     fn flush_queued<D: Device>(&mut self, dev: &mut D) {
         self.resolve_inserts(dev);
         if !self.dereg.is_empty() {
             self.release_registrations(dev);
         }
-        while let Some((peer, pkt, len)) = self.ctrl.front() {
-            let ah = self.peers.get(*peer).filter(|p| !p.lost).and_then(|p| p.ah);
+        // Peers that pushed back: for every packet, or (`held`) for new
+        // messages only, which a peer that defers holds back while it
+        // still takes the rest.
+        let mut blocked: Vec<u32> = Vec::new();
+        let mut held: Vec<u32> = Vec::new();
+        let mut n = self.ctrl.len();
+        while n > 0 {
+            n -= 1;
+            let Some((peer, pkt, len)) = pop_front_hot(&mut self.ctrl) else {
+                break;
+            };
+            if blocked.contains(&peer) {
+                self.ctrl.push_back((peer, pkt, len));
+                continue;
+            }
+            let ah = self.peers.get(peer).filter(|p| !p.lost).and_then(|p| p.ah);
             let sent = match ah {
-                Some(ah) => dev.send(ah, &pkt[..*len], 0),
+                Some(ah) => {
+                    // Control packets are taken by a peer that defers.
+                    dev.control_next();
+                    dev.send(ah, &pkt[..len], 0)
+                }
                 None => Ok(Sent::Done), // the peer is gone: drop it
             };
             if sent.is_err_and(|e| e == DevError::Again) {
-                return;
+                blocked.push(peer);
+                self.ctrl.push_back((peer, pkt, len));
+                continue;
             }
             self.stats.tx_packets += u64::from(ah.is_some());
-            if let Some((_, b, _)) = pop_front_hot(&mut self.ctrl) {
-                self.pool.push(b);
-            }
+            self.pool.push(pkt);
         }
         let mut n = self.txq.len();
         while n > 0 {
@@ -108,13 +130,26 @@ impl Core {
             let Some(tx) = pop_front_hot(&mut self.txq) else {
                 break;
             };
+            let (peer, opens) = match tx {
+                op::Tx::Op(key) => self.ops.get(key).map_or((None, false), |o| (Some(o.peer), Core::opens(o))),
+                op::Tx::Eager(e) => (Some(e.peer), true),
+            };
+            if peer.is_some_and(|p| blocked.contains(&p) || (opens && held.contains(&p))) {
+                self.txq.push_back(tx);
+                continue;
+            }
             let sent = match tx {
                 op::Tx::Op(key) => self.pump(dev, key),
                 op::Tx::Eager(e) => self.pump_eager(dev, &e),
             };
             if !sent {
-                self.txq.push_front(tx);
-                return;
+                if opens {
+                    held.extend(peer);
+                } else {
+                    blocked.extend(peer);
+                }
+                self.txq.push_back(tx);
+                continue;
             }
             self.queued_eager -= usize::from(matches!(tx, op::Tx::Eager(_)));
         }
@@ -155,6 +190,7 @@ impl Core {
             };
             let wr_id = u64::from(key) + 1;
             let mut built = None;
+            let opens = Core::opens(op);
             let sent = if Core::in_ctsdata_phase(op) {
                 // CTSDATA: the headers in the device's buffer, the bytes
                 // gathered by the device from the operation's buffer.
@@ -168,6 +204,7 @@ impl Core {
                 let hdr = Core::ctsdata_hdr(op, off, my_connid.filter(|_| hs_recv));
                 let len = payload.len() as u64;
                 self.hint_backlog(dev, key, len);
+                dev.control_next(); // data of a message already begun
                 dev.send_gather(
                     ah,
                     wr_id,
@@ -196,6 +233,9 @@ impl Core {
                 )
             } else {
                 // The packet is built straight into the device's buffer.
+                if !opens {
+                    dev.control_next();
+                }
                 let core: &Core = self;
                 let max_len = self.packet_bound(key);
                 dev.send_with(ah, wr_id, max_len, |slot: &mut [u8]| {
@@ -237,6 +277,18 @@ impl Core {
                     return true;
                 }
             }
+        }
+    }
+
+    /// Whether `op`'s next packet opens something new at the peer: a
+    /// message's first packet (RTM) or an atomic (RTA). RMA requests, read
+    /// responses and later segments do not, and a peer that defers still
+    /// takes them ([`Device::control_next`]).
+    pub(crate) fn opens(op: &op::Op) -> bool {
+        match op.kind {
+            OpKind::Send => !op.started,
+            OpKind::Atomic => true,
+            _ => false,
         }
     }
 

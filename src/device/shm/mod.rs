@@ -193,7 +193,8 @@ fn peer_of(peers: &mut [Option<Peer>], ah: Ah) -> Result<&mut Peer, DevError> {
 /// Claims an entry of `need` bytes in `p`'s ring, and the padding up to
 /// the ring's end before it when it would cross that end: returns the
 /// position of the claim and the padding's length (the entry follows it).
-/// `Again` when the ring is full; `Failed(PeerUnreachable)` (and `p` marked
+/// `Again` when the ring is full, or when the packet is a new message
+/// (`control` false) and the owner holds them back; `Failed(PeerUnreachable)` (and `p` marked
 /// lost) when its owner has closed: the owner's close sets
 /// [`segment::CLOSED`] in the tail with the same compare-and-swap word
 /// that claims take, so no claim succeeds after it.
@@ -203,8 +204,13 @@ fn peer_of(peers: &mut [Option<Peer>], ah: Ah) -> Result<&mut Peer, DevError> {
 /// ring's end, so `HDR_LEN + at + span` stays within `HDR_LEN + ring`,
 /// which `Shape::valid` bounds by the mapping.
 #[inline(always)]
-fn claim(p: &mut Peer, need: usize) -> Result<(u64, usize), DevError> {
+fn claim(p: &mut Peer, need: usize, control: bool) -> Result<(u64, usize), DevError> {
     let tail = p.map.hdr_u64::<{ off::TAIL }>();
+    // A new message to an owner that holds them back (it deferred packets,
+    // see `Device::control_next`): try again later.
+    if !control && p.map.hdr_u64::<{ off::HOLD }>().load(Ordering::Relaxed) != 0 {
+        return Err(DevError::Again);
+    }
     let ring = p.shape.ring;
     let mut pos = tail.load(Ordering::Relaxed);
     // The entry most likely goes at `pos`: its line is asked for in
@@ -361,6 +367,20 @@ pub struct ShmDevice {
     lag_state: lag::Lag,
     /// Ended by [`ShmDevice::vanish`].
     vanished: bool,
+    /// The engine's hint for the next packet sent ([`Device::control_next`]).
+    control: bool,
+    /// Packets the engine deferred, copied out of the ring in arrival
+    /// order, and whether to hand them over again ([`Device::redeliver`]).
+    /// While any are kept, the header's hold word makes producers refuse
+    /// new messages, which bounds them by what was in flight then.
+    parked: std::collections::VecDeque<Parked>,
+    redeliver: bool,
+}
+
+/// A packet the engine deferred: its sender's ids and its bytes.
+struct Parked {
+    from: (u32, u32),
+    pkt: Vec<u8>,
 }
 
 impl ShmDevice {
@@ -505,6 +525,9 @@ impl ShmDevice {
             lag: cfg.lag.min(shape.ring / 8).next_multiple_of(64) as u64,
             lag_state: lag::Lag::default(),
             vanished: false,
+            control: false,
+            parked: std::collections::VecDeque::new(),
+            redeliver: false,
         })
     }
 
@@ -584,7 +607,11 @@ impl ShmDevice {
                 // SAFETY: `SLOT_HDR + len <= span <= ring - at` (`holds` and
                 // `span_fits`, above), so the packet ends inside the ring.
                 let pkt = unsafe { self.map.bytes(e + SLOT_HDR, len) };
-                go_on = f(ah, pkt, None).go_on();
+                let verdict = f(ah, pkt, None);
+                if verdict.defer() {
+                    self.park((from, connid), pkt.to_vec());
+                }
+                go_on = verdict.go_on();
                 let lines = reply_lines(answering, n == 0, span);
                 if lines > 0 {
                     self.prefetch_reply(ah, lines);
@@ -600,6 +627,51 @@ impl ShmDevice {
         }
         if n > 0 {
             self.taken();
+        }
+        n
+    }
+
+    /// Keeps a packet the engine deferred; the first one makes producers
+    /// hold back new messages.
+    #[cold]
+    fn park(&mut self, from: (u32, u32), pkt: Vec<u8>) {
+        if self.parked.is_empty() {
+            self.map.hdr_u64::<{ off::HOLD }>().store(1, Ordering::Release);
+        }
+        self.parked.push_back(Parked { from, pkt });
+    }
+
+    /// Hands the parked packets to `f` again, up to `max`, in their order;
+    /// those it defers again stay, in order. When none is left, producers
+    /// may send new messages again.
+    #[cold]
+    fn recv_parked<R: Flow>(
+        &mut self,
+        max: usize,
+        f: &mut impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R,
+    ) -> usize {
+        self.redeliver = false;
+        let mut kept = std::collections::VecDeque::with_capacity(self.parked.len());
+        let mut n = 0;
+        let mut go_on = true;
+        while let Some(p) = self.parked.pop_front() {
+            if n == max || !go_on {
+                // The rest stays for the next redelivery of this pass.
+                self.redeliver = true;
+                kept.push_back(p);
+                continue;
+            }
+            n += 1;
+            let ah = self.by_id.get(&p.from).copied();
+            let verdict = f(ah, &p.pkt, None);
+            if verdict.defer() {
+                kept.push_back(p);
+            }
+            go_on = verdict.go_on();
+        }
+        self.parked = kept;
+        if self.parked.is_empty() {
+            self.map.hdr_u64::<{ off::HOLD }>().store(0, Ordering::Release);
         }
         n
     }
@@ -623,7 +695,7 @@ impl ShmDevice {
         self.held = 0;
         self.map.u64_at(off::HEAD).store(self.head, Ordering::Release);
         if self.fd_mode {
-            self.drain_fifo();
+            self.drain_fifo_kept();
         }
     }
 
@@ -685,6 +757,26 @@ impl ShmDevice {
         let mut sink = [0u8; 64];
         // SAFETY: reading into a local buffer from our non-blocking FIFO.
         while unsafe { libc::read(self.fifo, sink.as_mut_ptr().cast(), sink.len()) } > 0 {}
+    }
+
+    /// In fd mode (the descriptor handed out is level-triggered): empties
+    /// the FIFO, then leaves one wake-up in it if a packet waits. A wake-up
+    /// whose packet a poll already took is so not left behind (the fd would
+    /// poll readable with nothing to do, for ever), and one drained while
+    /// its packet still waits is put back. A packet published after the
+    /// check writes its own wake-up after it.
+    fn drain_fifo_kept(&self) {
+        self.drain_fifo();
+        if self.ready() || (self.redeliver && !self.parked.is_empty()) {
+            self.wake_own();
+        }
+    }
+
+    /// Writes one wake-up into this endpoint's own FIFO.
+    fn wake_own(&self) {
+        // SAFETY: writing one byte from a local to our own FIFO (opened
+        // read-write); a full FIFO (EAGAIN) already wakes.
+        unsafe { libc::write(self.fifo, [1u8].as_ptr().cast(), 1) };
     }
 
     /// A descriptor that polls readable when [`ShmDevice::wait`] would wake.
@@ -774,7 +866,7 @@ impl Drop for ShmDevice {
         let need = entry_len(0);
         for p in self.peers.iter_mut().flatten().filter(|p| !p.lost) {
             p.full_skip = 0;
-            if let Ok((mut pos, pad)) = claim(p, need) {
+            if let Ok((mut pos, pad)) = claim(p, need, true) {
                 if pad > 0 {
                     // SAFETY: the padding's entry, in bounds (see `claim`).
                     publish(&p.shape, unsafe { p.map.ptr_at(HDR_LEN + p.shape.at(pos)) }, pos, ids, 0, pad as u32);
@@ -885,9 +977,10 @@ impl Device for ShmDevice {
         let need = entry_len(cap);
         let streaming = std::mem::replace(&mut self.streaming, true);
         let more = std::mem::take(&mut self.more);
+        let control = std::mem::take(&mut self.control);
         let p = peer_of(&mut self.peers, ah)?;
         let ids = segment::word(me, connid);
-        let (mut pos, pad) = match claim(p, need) {
+        let (mut pos, pad) = match claim(p, need, control) {
             Ok(c) => c,
             Err(e) => {
                 if p.lost {
@@ -928,13 +1021,34 @@ impl Device for ShmDevice {
     }
 
     #[inline]
-    fn recv<R: Flow>(&mut self, max: usize, f: impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R) -> usize {
+    fn recv<R: Flow>(&mut self, max: usize, mut f: impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R) -> usize {
+        let mut n = 0;
+        if self.redeliver {
+            n = self.recv_parked(max, &mut f);
+            if n == max {
+                return n;
+            }
+        }
         // The common empty poll stays small: two loads (the lag's flag, the
         // ring's head entry), no register spills.
-        if max == 0 || self.holding() || !self.ready() {
-            return 0;
+        if max == 0 || self.holding() {
+            return n;
         }
-        self.recv_batch(max, f)
+        if !self.ready() {
+            if self.fd_mode {
+                self.drain_fifo_kept();
+            }
+            return n;
+        }
+        n + self.recv_batch(max - n, f)
+    }
+
+    fn control_next(&mut self) {
+        self.control = true;
+    }
+
+    fn redeliver(&mut self) {
+        self.redeliver = !self.parked.is_empty();
     }
 
     /// The steps of `recv_batch` for the usual packets only: whole,
@@ -997,6 +1111,8 @@ impl Device for ShmDevice {
                 self.count_run(n);
             }
             self.taken();
+        } else if !more && self.fd_mode {
+            self.drain_fifo_kept();
         }
         (n, more)
     }
@@ -1054,9 +1170,7 @@ impl Device for ShmDevice {
     }
 
     fn wake_sleeper(&self) {
-        // SAFETY: writing one byte from a local to our own FIFO (opened
-        // read-write); a full FIFO (EAGAIN) already wakes.
-        unsafe { libc::write(self.fifo, [1u8].as_ptr().cast(), 1) };
+        self.wake_own();
     }
 
     fn wait_fd(&mut self) -> Option<RawFd> {
@@ -1064,6 +1178,8 @@ impl Device for ShmDevice {
         self.fd_mode = true;
         self.map.u32_at(off::SLEEPING).store(1, Ordering::SeqCst);
         sleeper_fence();
+        // Wake-ups written while it was not handed out may be stale.
+        self.drain_fifo_kept();
         Some(self.fifo)
     }
 }

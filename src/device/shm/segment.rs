@@ -193,6 +193,9 @@ pub(super) mod off {
     pub const SLEEPING: usize = 48;
     pub const SEAL: usize = 56;
     pub const TAIL: usize = 64;
+    /// Non-zero while the owner holds back new messages (it deferred
+    /// packets): on the tail's line, which producers load anyway.
+    pub const HOLD: usize = 72;
     pub const HEAD: usize = 128;
 }
 

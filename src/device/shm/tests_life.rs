@@ -307,3 +307,32 @@ fn a_deregistration_waits_for_live_accessors_only_and_says_busy_after_its_wait()
     assert_eq!(owner.dereg(k), Err(Status::Inval));
     assert_eq!(owner.dereg(other), Ok(()));
 }
+
+#[test]
+fn the_wait_fd_is_readable_exactly_while_a_packet_waits() {
+    let mut a = ShmDevice::open_with(cfg("level")).unwrap();
+    let mut b = ShmDevice::open_with(cfg("level")).unwrap();
+    let ah = b.insert(&a.local_addr()).unwrap();
+    a.insert(&b.local_addr()).unwrap(); // a known sender: the express path's
+    let fd = a.wait_fd().unwrap();
+    b.send(ah, &[1u8; 8], 0).unwrap();
+    b.send(ah, &[2u8; 8], 0).unwrap();
+    // One of the two taken: the other still waits, so the fd stays readable.
+    assert_eq!(a.recv(1, |_, _, _| {}), 1);
+    assert_ne!(revents(fd) & libc::POLLIN, 0, "a packet waits: readable");
+    assert_eq!(a.recv(8, |_, _, _| {}), 1);
+    assert_eq!(revents(fd), 0, "nothing waits: not readable");
+    // A wake-up written after its packet was taken (the producer's write
+    // comes after its publication) does not leave the fd readable for
+    // ever: the next poll that finds nothing clears it.
+    a.wake_own();
+    assert_ne!(revents(fd) & libc::POLLIN, 0);
+    assert_eq!(a.recv(8, |_, _, _| {}), 0);
+    assert_eq!(revents(fd), 0, "a stale wake-up is cleared by an empty poll");
+    // The express receive's empty poll clears it too.
+    b.send(ah, &[3u8; 8], 0).unwrap();
+    assert_eq!(a.recv(8, |_, _, _| {}), 1);
+    a.wake_own();
+    assert_eq!(a.recv_express(8, |_, _| true), (0, false));
+    assert_eq!(revents(fd), 0, "cleared by the express path's empty poll");
+}
