@@ -158,7 +158,7 @@ const SPIN_MAX: Duration = Duration::from_millis(2);
 /// doubled when a sleep is cut short within a millisecond, as in steady
 /// traffic, halved when a sleep runs its course), it sleeps outside the
 /// lock on the device's wake-up descriptor until a packet arrives, another
-/// call wakes it (`EpSlot::parked`) or the device's periodic work is due
+/// call wakes it (`EpInner::parked`) or the device's periodic work is due
 /// (the shm peer check: `RDM4_SHM_PEER_CHECK_MS`). An idle endpoint so
 /// costs a wake-up per peer check, not a core.
 fn progress_thread(slot: &'static super::EpSlot, handle: u64) {
@@ -185,7 +185,7 @@ fn progress_thread(slot: &'static super::EpSlot, handle: u64) {
             continue;
         }
         let Some((fd, ms)) = inner.ep.sleep_begin() else { continue };
-        slot.parked.store(true, Ordering::Relaxed);
+        inner.parked = true;
         drop(g);
         let t = Instant::now();
         let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
@@ -194,8 +194,8 @@ fn progress_thread(slot: &'static super::EpSlot, handle: u64) {
         unsafe { libc::poll(&mut pfd, 1, ms) };
         let slept = t.elapsed();
         let Some(mut g) = slot.lock_raw(handle) else { break };
-        slot.parked.store(false, Ordering::Relaxed);
         if let Some(inner) = g.as_deref_mut() {
+            inner.parked = false;
             inner.ep.sleep_end();
         }
         idle_since = None;

@@ -81,11 +81,6 @@ pub(crate) struct EpSlot {
     single: AtomicPtr<EpInner>,
     pub(crate) stop: AtomicBool,
     pub(crate) thread: Mutex<Option<JoinHandle<()>>>,
-    /// The automatic progress thread sleeps (outside the lock) until a
-    /// packet, its timeout, or a wake-up: a call that may have queued work
-    /// for it wakes it when it lets the endpoint go ([`EpGuard`]'s drop).
-    /// Written and read under the lock.
-    pub(crate) parked: AtomicBool,
 }
 
 impl EpSlot {
@@ -97,14 +92,13 @@ impl EpSlot {
             single: AtomicPtr::new(std::ptr::null_mut()),
             stop: AtomicBool::new(false),
             thread: Mutex::new(None),
-            parked: AtomicBool::new(false),
         }
     }
 
     /// The endpoint of `handle`, locked; `None` once closed (a panic in
     /// another call does not poison it for good).
     pub(crate) fn lock(&self, handle: u64) -> Option<EpGuard<'_>> {
-        self.lock_raw(handle).map(|g| EpGuard::Locked(g, self))
+        self.lock_raw(handle).map(|g| EpGuard::Locked(Locked { g }))
     }
 
     /// [`Self::lock`] without the wake-up on release: for the progress
@@ -123,21 +117,23 @@ static FREE: Mutex<(Vec<u32>, u32)> = Mutex::new((Vec::new(), 0));
 /// `RDM4_THREAD_SINGLE`) used under the application's promise that no
 /// other call overlaps.
 pub(crate) enum EpGuard<'a> {
-    Locked(MutexGuard<'a, Option<Box<EpInner>>>, &'a EpSlot),
+    Locked(Locked<'a>),
     Single(&'a mut EpInner),
 }
 
-impl Drop for EpGuard<'_> {
-    /// Wakes the slot's sleeping progress thread (before the lock goes)
-    /// when the call left work queued that only progress does (a packet
-    /// arriving wakes it anyway).
+/// A locked endpoint (the lock's guard, one word: the guard is returned
+/// in registers on every call).
+pub(crate) struct Locked<'a> {
+    g: MutexGuard<'a, Option<Box<EpInner>>>,
+}
+
+impl Drop for Locked<'_> {
+    /// Wakes the endpoint's sleeping progress thread (before the lock
+    /// goes) when the call left work queued that only progress does (a
+    /// packet arriving wakes it anyway).
     fn drop(&mut self) {
-        if let EpGuard::Locked(g, slot) = self {
-            if slot.parked.load(Ordering::Relaxed) {
-                if let Some(inner) = g.as_deref().filter(|i| i.ep.has_queued_work()) {
-                    inner.ep.wake_sleeper();
-                }
-            }
+        if let Some(inner) = self.g.as_deref().filter(|i| i.parked && i.ep.has_queued_work()) {
+            inner.ep.wake_sleeper();
         }
     }
 }
@@ -147,7 +143,7 @@ impl Deref for EpGuard<'_> {
     fn deref(&self) -> &EpInner {
         match self {
             // `EpSlot::lock` hands out guards of filled slots only.
-            EpGuard::Locked(g, _) => g.as_deref().expect("guard of an empty slot"),
+            EpGuard::Locked(l) => l.g.as_deref().expect("guard of an empty slot"),
             EpGuard::Single(e) => e,
         }
     }
@@ -156,7 +152,7 @@ impl Deref for EpGuard<'_> {
 impl DerefMut for EpGuard<'_> {
     fn deref_mut(&mut self) -> &mut EpInner {
         match self {
-            EpGuard::Locked(g, _) => g.as_deref_mut().expect("guard of an empty slot"),
+            EpGuard::Locked(l) => l.g.as_deref_mut().expect("guard of an empty slot"),
             EpGuard::Single(e) => e,
         }
     }
@@ -283,6 +279,10 @@ pub(crate) struct EpInner {
     ready: Vec<Cqe>,
     /// Reused buffer for the engine's completions.
     scratch: Vec<Cqe>,
+    /// The automatic progress thread sleeps (outside the lock) until a
+    /// packet, its timeout, or a wake-up: a call that may have queued work
+    /// for it wakes it when it lets the endpoint go ([`Locked`]'s drop).
+    pub(crate) parked: bool,
 }
 
 impl EpInner {
@@ -293,6 +293,7 @@ impl EpInner {
             bounces: FxHashMap::default(),
             ready: Vec::new(),
             scratch: Vec::new(),
+            parked: false,
         }
     }
 

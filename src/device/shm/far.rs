@@ -223,7 +223,7 @@ impl Placement {
                     self.laps = Laps::default();
                     return true;
                 }
-                self.laps.nt(more, ring.tail.load(Ordering::Relaxed), ring.len, Instant::now)
+                self.laps.nt(more, super::segment::tail_pos(ring.tail.load(Ordering::Relaxed)), ring.len, Instant::now)
             }
         }
     }

@@ -145,7 +145,8 @@ impl ShmDevice {
         }
         // A peer may store anything in the tail: a wrong value only moves
         // the limit, and packets are still read only once sealed.
-        let tail = self.map.hdr_u64::<{ off::TAIL }>().load(std::sync::atomic::Ordering::Relaxed);
+        let tail =
+            super::segment::tail_pos(self.map.hdr_u64::<{ off::TAIL }>().load(std::sync::atomic::Ordering::Relaxed));
         if tail > self.head.saturating_add(self.lag) {
             self.lag_state.held = false;
             let now = Instant::now();

@@ -5,9 +5,9 @@
 //! ```text
 //! offset 0    header: magic, layout version, ring size, MTU, owner pid and
 //!             start time, endpoint id, connid, closing and sleeping flags,
-//!             the ring's seal; the ring's tail (producers; its top bit
-//!             says the owner closed) and head (consumer) on their own
-//!             cache lines
+//!             the ring's seal; the ring's tail (producers; its top bits
+//!             say the owner closed, or holds back new messages) and head
+//!             (consumer) on their own cache lines
 //! 256         the ring: a power-of-two number of bytes holding entries
 //!             back to back, each a whole number of cache lines: a 24-byte
 //!             entry header (sealed position, sender endpoint id and connid,
@@ -194,7 +194,8 @@ fn peer_of(peers: &mut [Option<Peer>], ah: Ah) -> Result<&mut Peer, DevError> {
 /// the ring's end before it when it would cross that end: returns the
 /// position of the claim and the padding's length (the entry follows it).
 /// `Again` when the ring is full, or when the packet is a new message
-/// (`control` false) and the owner holds them back; `Failed(PeerUnreachable)` (and `p` marked
+/// (`control` false) and the owner holds them back ([`segment::HELD`]);
+/// `Failed(PeerUnreachable)` (and `p` marked
 /// lost) when its owner has closed: the owner's close sets
 /// [`segment::CLOSED`] in the tail with the same compare-and-swap word
 /// that claims take, so no claim succeeds after it.
@@ -206,24 +207,27 @@ fn peer_of(peers: &mut [Option<Peer>], ah: Ah) -> Result<&mut Peer, DevError> {
 #[inline(always)]
 fn claim(p: &mut Peer, need: usize, control: bool) -> Result<(u64, usize), DevError> {
     let tail = p.map.hdr_u64::<{ off::TAIL }>();
-    // A new message to an owner that holds them back (it deferred packets,
-    // see `Device::control_next`): try again later.
-    if !control && p.map.hdr_u64::<{ off::HOLD }>().load(Ordering::Relaxed) != 0 {
-        return Err(DevError::Again);
-    }
     let ring = p.shape.ring;
-    let mut pos = tail.load(Ordering::Relaxed);
+    let mut word = tail.load(Ordering::Relaxed);
     // The entry most likely goes at `pos`: its line is asked for in
     // exclusive state now, so that the transfer from the owner (who
     // polls it) overlaps the claim and the packet's building instead
     // of waiting for the first store (8 B tag_lat: 4-5% shorter in 61
     // of 80 paired runs, scripts/ab_perf.sh; rate unchanged).
-    prefetch_pos::<true>(&p.map, &p.shape, pos);
+    prefetch_pos::<true>(&p.map, &p.shape, word);
     loop {
-        if pos & segment::CLOSED != 0 {
-            p.lost = true;
-            return Err(DevError::Failed(Status::PeerUnreachable));
+        let flags = word & segment::TAIL_FLAGS;
+        if flags != 0 {
+            if flags & segment::CLOSED != 0 {
+                p.lost = true;
+                return Err(DevError::Failed(Status::PeerUnreachable));
+            }
+            if !control {
+                // A new message to an owner that holds them back.
+                return Err(DevError::Again);
+            }
         }
+        let pos = word ^ flags;
         let left = ring - p.shape.at(pos);
         let pad = if need <= left { 0 } else { left };
         let end = pos + (pad + need) as u64;
@@ -241,21 +245,22 @@ fn claim(p: &mut Peer, need: usize, control: bool) -> Result<(u64, usize), DevEr
             }
             p.full_wait = 0;
         }
-        match tail.compare_exchange_weak(pos, end, Ordering::Relaxed, Ordering::Relaxed) {
+        match tail.compare_exchange_weak(word, end | flags, Ordering::Relaxed, Ordering::Relaxed) {
             Ok(_) => return Ok((pos, pad)),
-            Err(now) => pos = now,
+            Err(now) => word = now,
         }
     }
 }
 
-/// Publishes the claimed entry at `entry` (ring position `pos`): sender
-/// `ids`, packet length and span (with its flags), then the seal.
+/// Publishes the claimed entry at `entry` (ring position `pos`): the
+/// sender's ids (`me`, `connid`), packet length and span (with its
+/// flags), then the seal.
 #[inline(always)]
-fn publish(shape: &Shape, entry: *mut u8, pos: u64, ids: u64, len: usize, span: u32) {
+fn publish(shape: &Shape, entry: *mut u8, pos: u64, (me, connid): (u32, u32), len: usize, span: u32) {
     // SAFETY: a claimed entry, in bounds (see `claim`); 8-aligned (entries
     // are whole cache lines); `EntryHdr` is atomics only.
     let h = unsafe { &*entry.cast::<segment::EntryHdr>() };
-    h.ids.store(ids, Ordering::Relaxed);
+    h.ids.store(segment::word(me, connid), Ordering::Relaxed);
     h.sizes.store(segment::word(len as u32, span), Ordering::Relaxed);
     h.seal.store(shape.sealed(pos), Ordering::Release);
 }
@@ -631,12 +636,23 @@ impl ShmDevice {
         n
     }
 
+    /// A claim on `ah`'s ring failed with `e`: when the owner has closed
+    /// (the peer is marked lost), every operation towards it fails now.
+    #[cold]
+    #[inline(never)]
+    fn claim_failed(&mut self, ah: Ah, e: DevError) -> DevError {
+        if self.peers.get(ah as usize).and_then(Option::as_ref).is_some_and(|p| p.lost) {
+            self.events.push(DevEvent::PeerLost { ah });
+        }
+        e
+    }
+
     /// Keeps a packet the engine deferred; the first one makes producers
     /// hold back new messages.
     #[cold]
     fn park(&mut self, from: (u32, u32), pkt: Vec<u8>) {
         if self.parked.is_empty() {
-            self.map.hdr_u64::<{ off::HOLD }>().store(1, Ordering::Release);
+            self.map.hdr_u64::<{ off::TAIL }>().fetch_or(segment::HELD, Ordering::AcqRel);
         }
         self.parked.push_back(Parked { from, pkt });
     }
@@ -671,7 +687,7 @@ impl ShmDevice {
         }
         self.parked = kept;
         if self.parked.is_empty() {
-            self.map.hdr_u64::<{ off::HOLD }>().store(0, Ordering::Release);
+            self.map.hdr_u64::<{ off::TAIL }>().fetch_and(!segment::HELD, Ordering::AcqRel);
         }
         n
     }
@@ -717,7 +733,7 @@ impl ShmDevice {
     #[inline(always)]
     fn prefetch_reply(&self, ah: Option<Ah>, lines: usize) {
         if let Some(Some(p)) = ah.and_then(|a| self.peers.get(a as usize)) {
-            let pos = p.map.u64_at(off::TAIL).load(Ordering::Relaxed);
+            let pos = segment::tail_pos(p.map.u64_at(off::TAIL).load(Ordering::Relaxed));
             for line in 0..lines {
                 prefetch_pos::<true>(&p.map, &p.shape, pos + (line * 64) as u64);
             }
@@ -862,7 +878,7 @@ impl Drop for ShmDevice {
         // Tell the peers it knows, after its last packet to each: they
         // fail their operations towards it at their next poll. A peer
         // whose ring is full learns it at its next send or peer check.
-        let ids = segment::word(self.epid, self.connid);
+        let ids = (self.epid, self.connid);
         let need = entry_len(0);
         for p in self.peers.iter_mut().flatten().filter(|p| !p.lost) {
             p.full_skip = 0;
@@ -977,18 +993,13 @@ impl Device for ShmDevice {
         let need = entry_len(cap);
         let streaming = std::mem::replace(&mut self.streaming, true);
         let more = std::mem::take(&mut self.more);
-        let control = std::mem::take(&mut self.control);
+        let control = self.control;
+        self.control = false;
         let p = peer_of(&mut self.peers, ah)?;
-        let ids = segment::word(me, connid);
+        let ids = (me, connid);
         let (mut pos, pad) = match claim(p, need, control) {
             Ok(c) => c,
-            Err(e) => {
-                if p.lost {
-                    // The owner closed: every operation towards it fails now.
-                    self.events.push(DevEvent::PeerLost { ah });
-                }
-                return Err(e);
-            }
+            Err(e) => return Err(self.claim_failed(ah, e)),
         };
         if pad > 0 {
             // SAFETY: the padding's entry, in bounds (see `claim`).

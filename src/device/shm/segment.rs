@@ -138,8 +138,22 @@ const SPAN_FLAGS: u32 = 63;
 
 /// Bit 63 of a ring's tail: its owner has closed. Set with the same
 /// atomic word that producers claim entries with, so that every claim
-/// either precedes the close or fails (ring positions never reach 2^63).
+/// either precedes the close or fails (ring positions never reach 2^62).
 pub(super) const CLOSED: u64 = 1 << 63;
+
+/// Bit 62 of a ring's tail: its owner holds back new messages (it
+/// deferred packets); producers claim only control packets meanwhile.
+/// In the tail itself, so that a producer's one load of the word it
+/// claims with tells it (no other line or word on the send path).
+pub(super) const HELD: u64 = 1 << 62;
+
+/// The tail's flag bits.
+pub(super) const TAIL_FLAGS: u64 = CLOSED | HELD;
+
+/// The ring position of a tail word (its flags cleared).
+pub(super) fn tail_pos(word: u64) -> u64 {
+    word & !TAIL_FLAGS
+}
 
 impl EntryHdr {
     /// The packet length, the entry's span as written (unchecked: see
@@ -193,9 +207,6 @@ pub(super) mod off {
     pub const SLEEPING: usize = 48;
     pub const SEAL: usize = 56;
     pub const TAIL: usize = 64;
-    /// Non-zero while the owner holds back new messages (it deferred
-    /// packets): on the tail's line, which producers load anyway.
-    pub const HOLD: usize = 72;
     pub const HEAD: usize = 128;
 }
 

@@ -28,7 +28,7 @@ impl ShmDevice {
     /// bytes, sane) for a later poll.
     pub(super) fn trailing(&mut self, span: usize) -> bool {
         let mut p = self.head + span as u64;
-        let tail = self.map.u64_at(off::TAIL).load(Ordering::Relaxed);
+        let tail = super::segment::tail_pos(self.map.u64_at(off::TAIL).load(Ordering::Relaxed));
         if tail.saturating_sub(p) >= self.trail || self.held >= HOLD_MAX {
             return false;
         }
