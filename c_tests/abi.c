@@ -222,6 +222,7 @@ struct constant {
 static const struct constant constants[] = {
     K(RDM4_ADDR_LEN, 32),
     K(RDM4_ADDR_UNSPEC, 0xffffffffffffffffULL),
+    K(RDM4_MSG_MAX, 1ULL << 47),
 
     K(RDM4_DEVICE_DEFAULT, 0),
     K(RDM4_DEVICE_SHM, 1),
@@ -313,6 +314,7 @@ static const struct constant constants[] = {
 /* The same values at compile time (a renumbering fails the build). */
 _Static_assert(RDM4_ADDR_LEN == 32, "RDM4_ADDR_LEN");
 _Static_assert(RDM4_ADDR_UNSPEC == 0xffffffffffffffffULL, "RDM4_ADDR_UNSPEC");
+_Static_assert(RDM4_MSG_MAX == 1ULL << 47, "RDM4_MSG_MAX");
 _Static_assert(RDM4_DEVICE_DEFAULT == 0 && RDM4_DEVICE_SHM == 1 && RDM4_DEVICE_UDP == 2, "RDM4_DEVICE_*");
 _Static_assert(RDM4_PROGRESS_MANUAL == 0 && RDM4_PROGRESS_AUTO == 1, "RDM4_PROGRESS_*");
 _Static_assert(RDM4_ACCESS_LOCAL == 1 && RDM4_ACCESS_REMOTE_READ == 2 && RDM4_ACCESS_REMOTE_WRITE == 4,

@@ -64,19 +64,19 @@
 #define RDM4_ETRUNC (-6)
 /** A remote memory access was refused: wrong key, out of bounds, or not permitted. (rdm4_strerror: "remote access error") */
 #define RDM4_EREMOTEACCESS (-7)
-/** The local buffer is not registered, or its registration is too small. (rdm4_strerror: "memory not registered") */
+/** The local buffer is not registered, or its registration is too small. Not returned by this version (buffers need no registration). (rdm4_strerror: "memory not registered") */
 #define RDM4_ENOREG (-8)
-/** The resource is in use (a registration with remote operations pending). (rdm4_strerror: "resource busy") */
+/** The resource is in use: a registration with a peer's access under way (`rdm4_mr_close`), or an endpoint id taken (`RDM4_SHM_EPID`). (rdm4_strerror: "resource busy") */
 #define RDM4_EBUSY (-9)
 /** The operation or option is not supported. (rdm4_strerror: "operation not supported") */
 #define RDM4_ENOTSUP (-10)
-/** The peer is unreachable: the device gave up delivering to it. (rdm4_strerror: "peer unreachable") */
+/** The peer is unreachable: it closed, died, or the device gave up delivering to it. (rdm4_strerror: "peer unreachable") */
 #define RDM4_EPEER (-11)
 /** A wait timed out. (rdm4_strerror: "timed out") */
 #define RDM4_ETIMEDOUT (-12)
-/** The operation was canceled (its endpoint was closed). (rdm4_strerror: "operation canceled") */
+/** The operation was canceled (its address was removed from the address vector). (rdm4_strerror: "operation canceled") */
 #define RDM4_ECANCELED (-13)
-/** The peer sent a malformed or unexpected packet. (rdm4_strerror: "protocol error") */
+/** The peer broke the protocol for this operation: a malformed or unexpected answer (e.g. an atomic response of the wrong length), or the target found the request malformed. A completion status only. (rdm4_strerror: "protocol error") */
 #define RDM4_EPROTO (-14)
 /** A length or count is too large. (rdm4_strerror: "value too large") */
 #define RDM4_EOVERFLOW (-15)
@@ -84,7 +84,7 @@
 #define RDM4_EIO (-16)
 /** An internal error: a bug in rdm4 (a panic was caught at the C boundary). (rdm4_strerror: "internal error") */
 #define RDM4_EINTERNAL (-17)
-/** The remote side reported an error while executing the operation. (rdm4_strerror: "remote error") */
+/** The target refused the operation with an error number rdm4 does not know (a peer of another implementation); the number is the completion's `detail`. A completion status only. (rdm4_strerror: "remote error") */
 #define RDM4_EREMOTE (-18)
 /** A caller's buffer is too small for the result; the needed size is reported. (rdm4_strerror: "buffer too small") */
 #define RDM4_ETOOSMALL (-19)
@@ -109,6 +109,14 @@
  * Device: UDP between hosts (not available yet: `RDM4_ENOTSUP`).
  */
 #define RDM4_DEVICE_UDP 2
+
+/**
+ * The largest message, RMA transfer, atomic payload or registration, in
+ * bytes: 2^47 (128 TiB, the user address space of x86_64 and aarch64
+ * Linux, so no real buffer is larger). Longer lengths give
+ * `RDM4_EOVERFLOW`.
+ */
+#define RDM4_MSG_MAX 140737488355328
 
 /**
  * Progress: the application drives everything through `rdm4_poll` / `rdm4_wait`.
@@ -454,14 +462,21 @@ typedef struct rdm4_ep_attr {
    */
   uint32_t progress;
   /**
-   * Messages up to this many bytes use the medium protocol (0: default
-   * 64 KiB); longer ones use long-read — one copy, by the receiver's
-   * device — when both endpoints can RDMA-read (shm with cross-memory
-   * attach), else long-CTS.
+   * Messages longer than one packet (eager, up to 16 KiB) and up to this
+   * many bytes use the medium protocol (0: default 64 KiB); longer ones
+   * use long-CTS. On shm, long-read (one copy by cross-memory attach)
+   * replaces long-CTS only from `RDM4_SHM_LONGREAD_MIN` bytes on, which
+   * is off by default: the ring's pipelined copies were measured faster.
    */
   size_t medium_max;
   /**
-   * Bytes of unexpected messages held before senders are held back (0: default 64 MiB).
+   * Bytes of message data of unexpected messages (arrived before their
+   * receive) held at most (0: default 64 MiB). Past it the endpoint
+   * leaves new messages with the device, which holds their senders back
+   * (their sends wait, "try again" inside the library), until receives
+   * are posted; nothing is dropped, and the endpoint's own operations go
+   * on. One message is always taken when none is held, even a larger
+   * one (up to the larger of `medium_max` and a packet).
    */
   size_t unexpected_limit;
   /**
@@ -507,7 +522,12 @@ typedef struct rdm4_cqe {
    */
   uint64_t tag;
   /**
-   * Source address of a receive, or `RDM4_ADDR_UNSPEC`.
+   * Source of a receive, or of a write that carried remote CQ data (the
+   * target-side entry): the sender's handle. For a sender the
+   * application never inserted (or removed), it is the handle that
+   * `rdm4_av_insert` of the sender's address returns: the same for all
+   * its messages, usable for sends once that insert is done
+   * (`RDM4_ENOADDR` before). `RDM4_ADDR_UNSPEC` for other entries.
    */
   rdm4_addr src;
   /**
@@ -515,8 +535,11 @@ typedef struct rdm4_cqe {
    */
   int32_t status;
   /**
-   * Detail of a failure: when the peer reported it, the peer's own error
-   * number (an rdm4 peer sends the magnitude of its `RDM4_E*` code); else 0.
+   * Detail of a failure: the target's error number (the magnitude of its
+   * `RDM4_E*` code, as an rdm4 peer sends it) when the target refused
+   * the operation, or when the device checked the target's registration
+   * for it (so `RDM4_EREMOTEACCESS` has detail 7 whichever side found
+   * it); 0 for other failures and for successes.
    */
   uint32_t detail;
   /**
@@ -567,10 +590,15 @@ const char *rdm4_strerror(int32_t status);
  * Sends `len` bytes at `buf` to `dest` (untagged); one completion with
  * `RDM4_CQ_SEND | RDM4_CQ_MSG` follows.
  *
+ * Any length up to `RDM4_MSG_MAX`: eager (one packet), medium (several
+ * packets, up to `rdm4_ep_attr.medium_max`) or long-CTS, chosen by length.
+ * The completion's promise is stated at the top of this header.
+ *
  * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `buf`
- * with `len > 0`); `RDM4_ENOADDR` (unknown `dest`); `RDM4_EPEER` (the peer
- * is known to be gone); `RDM4_EAGAIN`. Buffer: the library's until the
- * completion is polled. Thread safety: any thread.
+ * with `len > 0`); `RDM4_EOVERFLOW` (`len` over `RDM4_MSG_MAX`);
+ * `RDM4_ENOADDR` (unknown `dest`); `RDM4_EPEER` (the peer is known to be
+ * gone); `RDM4_EAGAIN`. Buffer: the library's until the completion is
+ * polled. Thread safety: any thread.
  */
 int32_t rdm4_send(struct rdm4_ep *ep, const void *buf, size_t len, rdm4_addr dest, void *context);
 
@@ -667,14 +695,28 @@ int32_t rdm4_recvmsg(struct rdm4_ep *ep, const struct rdm4_msg *msg, uint64_t fl
 
 /**
  * Writes `len` bytes at `buf` to the peer's memory at `raddr`, registered
- * with `key` and `RDM4_ACCESS_REMOTE_WRITE`. The completion
- * (`RDM4_CQ_RMA | RDM4_CQ_WRITE`) says the data is in the target's memory
- * (towards rdm4 peers); a bad key, range or access completes with
- * `RDM4_EREMOTEACCESS` and the target's memory unchanged.
+ * with `key` and `RDM4_ACCESS_REMOTE_WRITE`. `raddr` is an address in the
+ * target process: the `buf` the target passed to `rdm4_mr_reg`, plus the
+ * offset into it (the target sends its peers that pointer and the key).
+ * The completion (`RDM4_CQ_RMA | RDM4_CQ_WRITE`) says the data is in the
+ * target's memory (towards rdm4 peers); a bad key, range or access
+ * completes with `RDM4_EREMOTEACCESS` (`detail` 7) and the target's memory
+ * unchanged.
  *
- * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL`; `RDM4_ENOADDR`;
- * `RDM4_EPEER`; `RDM4_EAGAIN`. Buffer: the library's until the completion
- * is polled. Thread safety: any thread.
+ * Progress: with cross-memory attach (shm, the default where the OS allows
+ * it) the target takes no part; but the first RMA or atomic towards a
+ * peer waits for that peer's HANDSHAKE, which the peer sends when it
+ * next calls into the library (any call that makes progress:
+ * `rdm4_poll`, `rdm4_wait`, a send...), or at once with automatic
+ * progress. Emulated RMA (no cross-memory attach, a remote CQ data write)
+ * and atomics are served by the target's progress, so with manual progress
+ * they complete only while the target polls.
+ *
+ * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `buf`
+ * with `len > 0`, or `raddr + len` past 2^64); `RDM4_EOVERFLOW` (`len`
+ * over `RDM4_MSG_MAX`); `RDM4_ENOADDR`; `RDM4_EPEER`; `RDM4_EAGAIN`.
+ * Buffer: the library's until the completion is polled. Thread safety: any
+ * thread.
  */
 int32_t rdm4_write(struct rdm4_ep *ep,
                    const void *buf,
@@ -699,10 +741,11 @@ int32_t rdm4_writedata(struct rdm4_ep *ep,
                        void *context);
 
 /**
- * Reads `len` bytes of the peer's memory at `raddr` (registered with `key`
- * and `RDM4_ACCESS_REMOTE_READ`) into `buf`. Completion:
- * `RDM4_CQ_RMA | RDM4_CQ_READ`, or `RDM4_EREMOTEACCESS`.
- * Returns as `rdm4_write`.
+ * Reads `len` bytes of the peer's memory at `raddr` (the target's address
+ * of its registered memory, as for `rdm4_write`; registered with `key` and
+ * `RDM4_ACCESS_REMOTE_READ`) into `buf`. Completion:
+ * `RDM4_CQ_RMA | RDM4_CQ_READ`, or `RDM4_EREMOTEACCESS`. Progress as for
+ * `rdm4_write`. Returns as `rdm4_write`.
  */
 int32_t rdm4_read(struct rdm4_ep *ep,
                   void *buf,
@@ -821,10 +864,12 @@ int32_t rdm4_ep_close(struct rdm4_ep *ep);
 /**
  * Copies the endpoint's raw address (`RDM4_ADDR_LEN` bytes) into `addr`.
  * `*len` holds the buffer size on entry and the address length on return.
+ * As `rdm4_av_straddr`: a NULL `addr` asks for the size.
  *
- * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `addr` or
- * `len`); `RDM4_ETOOSMALL` when `*len < RDM4_ADDR_LEN` (then `*len` is set
- * and nothing is copied). Thread safety: any thread.
+ * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `len`);
+ * `RDM4_ETOOSMALL` when `addr` is NULL or `*len < RDM4_ADDR_LEN` (then
+ * `*len` is set to `RDM4_ADDR_LEN` and nothing is copied). Thread safety:
+ * any thread.
  */
 int32_t rdm4_ep_getname(struct rdm4_ep *ep, void *addr, size_t *len);
 
@@ -854,10 +899,12 @@ int32_t rdm4_av_remove(struct rdm4_ep *ep, const rdm4_addr *addrs, size_t count)
 /**
  * Writes a readable form of a raw address (`RDM4_ADDR_LEN` bytes at `addr`)
  * as a NUL-terminated string into `buf`; `*len` holds the buffer size on
- * entry and the needed size (NUL included) on return.
+ * entry and the needed size (NUL included) on return. As
+ * `rdm4_ep_getname`: a NULL `buf` asks for the size.
  *
- * Returns `RDM4_SUCCESS`; `RDM4_EINVAL` (NULL `addr` or `len`, or NULL `buf`
- * with a non-zero `*len`); `RDM4_ETOOSMALL` (nothing written, `*len` set).
+ * Returns `RDM4_SUCCESS`; `RDM4_EINVAL` (NULL `addr` or `len`, or an
+ * address no endpoint could have); `RDM4_ETOOSMALL` when `buf` is NULL or
+ * `*len` is short (nothing written, `*len` set to the size needed).
  * Thread safety: any thread; no endpoint needed.
  */
 int32_t rdm4_av_straddr(const void *addr, char *buf, size_t *len);
@@ -914,9 +961,13 @@ int32_t rdm4_poll(struct rdm4_ep *ep, struct rdm4_cqe *entries, size_t max);
 int32_t rdm4_wait(struct rdm4_ep *ep, int timeout_ms);
 
 /**
- * A file descriptor that polls readable (poll/epoll) when a packet may have
- * arrived for the endpoint; then call `rdm4_poll`. The descriptor belongs to
- * the endpoint: do not close it.
+ * A file descriptor that polls readable (poll/epoll) while a packet waits
+ * for the endpoint; then call `rdm4_poll`. Level-triggered: it stays
+ * readable until a `rdm4_poll` has taken what waits, and a poll that finds
+ * nothing clears it, so an epoll loop never spins. (Use it with
+ * `EPOLLET` only if each wake-up is followed by polls until one returns
+ * 0.) Once asked for, peers signal it on every packet (a system call on
+ * their side). The descriptor belongs to the endpoint: do not close it.
  *
  * Returns the descriptor (>= 0); `RDM4_EBADHANDLE`; `RDM4_ENOTSUP` (the
  * device has none). Thread safety: any thread.

@@ -120,3 +120,44 @@ fn a_registration_under_an_emulated_write_is_busy_and_closed_one_takes_nothing()
     assert_eq!(c.take_cq(0)[0].status, Status::RemoteAccess);
     assert!(region.bytes().iter().all(|&b| b == 0), "a closed registration took a write");
 }
+
+/// `detail` of `EREMOTEACCESS` is the same whichever side found the
+/// violation: the target answering an emulated request (PEER_ERROR) or the
+/// device checking the target's registration for a direct one (issue 27
+/// item 9).
+#[test]
+fn a_remote_access_error_has_the_same_detail_emulated_and_direct() {
+    let code = Status::RemoteAccess.code().unsigned_abs();
+    for rdma in [false, true] {
+        let mut c = Cluster::new(2, SimConfig { rdma, ..SimConfig::default() }, Config::default());
+        let mut region = OwnedBuf::zeroed(4096);
+        let key = c.eps[1].mr_reg(region.buf(), Access::REMOTE_READ).unwrap();
+        let to1 = c.addrs[0][1];
+        let mut buf = OwnedBuf::zeroed(64);
+        // A handshake first, so that the direct path is chosen when offered.
+        c.eps[0].read(to1, buf.buf(), RemoteBuf { addr: region.buf().addr(), key }, 1).unwrap();
+        c.run_until(10_000, |c| !c.cqs[0].is_empty());
+        assert_eq!(c.take_cq(0)[0].status, Status::Success);
+        c.eps[0].read(to1, buf.buf(), RemoteBuf { addr: region.buf().addr(), key: key ^ 1 }, 2).unwrap();
+        c.eps[0].write(to1, buf.buf(), RemoteBuf { addr: region.buf().addr(), key }, None, 3).unwrap();
+        c.run_until(10_000, |c| c.cqs[0].len() == 2);
+        for e in c.take_cq(0) {
+            assert_eq!((e.status, e.detail), (Status::RemoteAccess, code), "rdma {rdma}: op {}", e.context);
+        }
+        assert!(region.bytes().iter().all(|&b| b == 0));
+    }
+}
+
+/// The target-side entry of a write with remote CQ data names the writer.
+#[test]
+fn a_write_with_cq_data_names_its_writer_at_the_target() {
+    let mut c = Cluster::new(2, SimConfig::default(), Config::default());
+    let mut region = OwnedBuf::zeroed(4096);
+    let key = c.eps[1].mr_reg(region.buf(), Access::REMOTE_WRITE).unwrap();
+    let (to1, to0) = (c.addrs[0][1], c.addrs[1][0]);
+    let mut src = OwnedBuf::from_slice(&[9u8; 100]);
+    c.eps[0].write(to1, src.buf(), RemoteBuf { addr: region.buf().addr(), key }, Some(77), 1).unwrap();
+    c.run_until(10_000, |c| !c.cqs[1].is_empty());
+    let e = c.cqs[1][0];
+    assert_eq!((e.src, e.data, e.len), (to0, 77, 100));
+}

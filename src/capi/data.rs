@@ -39,10 +39,15 @@ fn send_common(ep: *mut rdm4_ep, buf: *const c_void, len: usize, dest: rdm4_addr
 /// Sends `len` bytes at `buf` to `dest` (untagged); one completion with
 /// `RDM4_CQ_SEND | RDM4_CQ_MSG` follows.
 ///
+/// Any length up to `RDM4_MSG_MAX`: eager (one packet), medium (several
+/// packets, up to `rdm4_ep_attr.medium_max`) or long-CTS, chosen by length.
+/// The completion's promise is stated at the top of this header.
+///
 /// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `buf`
-/// with `len > 0`); `RDM4_ENOADDR` (unknown `dest`); `RDM4_EPEER` (the peer
-/// is known to be gone); `RDM4_EAGAIN`. Buffer: the library's until the
-/// completion is polled. Thread safety: any thread.
+/// with `len > 0`); `RDM4_EOVERFLOW` (`len` over `RDM4_MSG_MAX`);
+/// `RDM4_ENOADDR` (unknown `dest`); `RDM4_EPEER` (the peer is known to be
+/// gone); `RDM4_EAGAIN`. Buffer: the library's until the completion is
+/// polled. Thread safety: any thread.
 #[no_mangle]
 pub extern "C" fn rdm4_send(
     ep: *mut rdm4_ep,
@@ -144,7 +149,7 @@ fn msg_iovs(msg: &rdm4_msg) -> Result<Vec<UserBuf>, Status> {
     let bufs = bufs?;
     bufs.iter()
         .try_fold(0usize, |t, b| t.checked_add(b.len()))
-        .filter(|&t| t <= isize::MAX as usize)
+        .filter(|&t| t as u64 <= RDM4_MSG_MAX)
         .ok_or(Status::Overflow)?;
     Ok(bufs)
 }
@@ -304,14 +309,28 @@ fn write_common(
 }
 
 /// Writes `len` bytes at `buf` to the peer's memory at `raddr`, registered
-/// with `key` and `RDM4_ACCESS_REMOTE_WRITE`. The completion
-/// (`RDM4_CQ_RMA | RDM4_CQ_WRITE`) says the data is in the target's memory
-/// (towards rdm4 peers); a bad key, range or access completes with
-/// `RDM4_EREMOTEACCESS` and the target's memory unchanged.
+/// with `key` and `RDM4_ACCESS_REMOTE_WRITE`. `raddr` is an address in the
+/// target process: the `buf` the target passed to `rdm4_mr_reg`, plus the
+/// offset into it (the target sends its peers that pointer and the key).
+/// The completion (`RDM4_CQ_RMA | RDM4_CQ_WRITE`) says the data is in the
+/// target's memory (towards rdm4 peers); a bad key, range or access
+/// completes with `RDM4_EREMOTEACCESS` (`detail` 7) and the target's memory
+/// unchanged.
 ///
-/// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL`; `RDM4_ENOADDR`;
-/// `RDM4_EPEER`; `RDM4_EAGAIN`. Buffer: the library's until the completion
-/// is polled. Thread safety: any thread.
+/// Progress: with cross-memory attach (shm, the default where the OS allows
+/// it) the target takes no part; but the first RMA or atomic towards a
+/// peer waits for that peer's HANDSHAKE, which the peer sends when it
+/// next calls into the library (any call that makes progress:
+/// `rdm4_poll`, `rdm4_wait`, a send...), or at once with automatic
+/// progress. Emulated RMA (no cross-memory attach, a remote CQ data write)
+/// and atomics are served by the target's progress, so with manual progress
+/// they complete only while the target polls.
+///
+/// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `buf`
+/// with `len > 0`, or `raddr + len` past 2^64); `RDM4_EOVERFLOW` (`len`
+/// over `RDM4_MSG_MAX`); `RDM4_ENOADDR`; `RDM4_EPEER`; `RDM4_EAGAIN`.
+/// Buffer: the library's until the completion is polled. Thread safety: any
+/// thread.
 #[no_mangle]
 pub extern "C" fn rdm4_write(
     ep: *mut rdm4_ep,
@@ -343,10 +362,11 @@ pub extern "C" fn rdm4_writedata(
     write_common(ep, buf, len, Some(data), dest, raddr, key, context)
 }
 
-/// Reads `len` bytes of the peer's memory at `raddr` (registered with `key`
-/// and `RDM4_ACCESS_REMOTE_READ`) into `buf`. Completion:
-/// `RDM4_CQ_RMA | RDM4_CQ_READ`, or `RDM4_EREMOTEACCESS`.
-/// Returns as `rdm4_write`.
+/// Reads `len` bytes of the peer's memory at `raddr` (the target's address
+/// of its registered memory, as for `rdm4_write`; registered with `key` and
+/// `RDM4_ACCESS_REMOTE_READ`) into `buf`. Completion:
+/// `RDM4_CQ_RMA | RDM4_CQ_READ`, or `RDM4_EREMOTEACCESS`. Progress as for
+/// `rdm4_write`. Returns as `rdm4_write`.
 #[no_mangle]
 pub extern "C" fn rdm4_read(
     ep: *mut rdm4_ep,

@@ -227,23 +227,25 @@ pub extern "C" fn rdm4_ep_close(ep: *mut rdm4_ep) -> i32 {
 
 /// Copies the endpoint's raw address (`RDM4_ADDR_LEN` bytes) into `addr`.
 /// `*len` holds the buffer size on entry and the address length on return.
+/// As `rdm4_av_straddr`: a NULL `addr` asks for the size.
 ///
-/// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `addr` or
-/// `len`); `RDM4_ETOOSMALL` when `*len < RDM4_ADDR_LEN` (then `*len` is set
-/// and nothing is copied). Thread safety: any thread.
+/// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `len`);
+/// `RDM4_ETOOSMALL` when `addr` is NULL or `*len < RDM4_ADDR_LEN` (then
+/// `*len` is set to `RDM4_ADDR_LEN` and nothing is copied). Thread safety:
+/// any thread.
 #[no_mangle]
 pub extern "C" fn rdm4_ep_getname(ep: *mut rdm4_ep, addr: *mut c_void, len: *mut usize) -> i32 {
     boundary(|| {
         let g = lookup(ep)?;
-        if addr.is_null() || len.is_null() {
+        if len.is_null() {
             return Err(Status::Inval);
         }
         let raw = g.ep.addr().to_bytes();
-        // SAFETY: non-NULL pointers per the contract.
+        // SAFETY: `len` is non-NULL; `addr`, when non-NULL, has `*len` bytes.
         unsafe {
             let have = len.read();
             len.write(RDM4_ADDR_LEN);
-            if have < RDM4_ADDR_LEN {
+            if addr.is_null() || have < RDM4_ADDR_LEN {
                 return Err(Status::TooSmall);
             }
             std::ptr::copy_nonoverlapping(raw.as_ptr(), addr.cast::<u8>(), RDM4_ADDR_LEN);
@@ -333,10 +335,12 @@ pub extern "C" fn rdm4_av_remove(ep: *mut rdm4_ep, addrs: *const rdm4_addr, coun
 
 /// Writes a readable form of a raw address (`RDM4_ADDR_LEN` bytes at `addr`)
 /// as a NUL-terminated string into `buf`; `*len` holds the buffer size on
-/// entry and the needed size (NUL included) on return.
+/// entry and the needed size (NUL included) on return. As
+/// `rdm4_ep_getname`: a NULL `buf` asks for the size.
 ///
-/// Returns `RDM4_SUCCESS`; `RDM4_EINVAL` (NULL `addr` or `len`, or NULL `buf`
-/// with a non-zero `*len`); `RDM4_ETOOSMALL` (nothing written, `*len` set).
+/// Returns `RDM4_SUCCESS`; `RDM4_EINVAL` (NULL `addr` or `len`, or an
+/// address no endpoint could have); `RDM4_ETOOSMALL` when `buf` is NULL or
+/// `*len` is short (nothing written, `*len` set to the size needed).
 /// Thread safety: any thread; no endpoint needed.
 #[no_mangle]
 pub extern "C" fn rdm4_av_straddr(addr: *const c_void, buf: *mut c_char, len: *mut usize) -> i32 {
@@ -351,13 +355,10 @@ pub extern "C" fn rdm4_av_straddr(addr: *const c_void, buf: *mut c_char, len: *m
         let text = format!("rdm4://[{}]:{}/{:#010x}", gid.join(":"), raw.qpn(), raw.connid());
         // SAFETY: `len` is non-NULL.
         let have = unsafe { len.read() };
-        if have < text.len() + 1 {
+        if buf.is_null() || have < text.len() + 1 {
             // SAFETY: as above.
             unsafe { len.write(text.len() + 1) };
             return Err(Status::TooSmall);
-        }
-        if buf.is_null() {
-            return Err(Status::Inval);
         }
         // SAFETY: as above.
         unsafe { len.write(text.len() + 1) };
@@ -554,9 +555,13 @@ pub extern "C" fn rdm4_wait(ep: *mut rdm4_ep, timeout_ms: c_int) -> i32 {
     })
 }
 
-/// A file descriptor that polls readable (poll/epoll) when a packet may have
-/// arrived for the endpoint; then call `rdm4_poll`. The descriptor belongs to
-/// the endpoint: do not close it.
+/// A file descriptor that polls readable (poll/epoll) while a packet waits
+/// for the endpoint; then call `rdm4_poll`. Level-triggered: it stays
+/// readable until a `rdm4_poll` has taken what waits, and a poll that finds
+/// nothing clears it, so an epoll loop never spins. (Use it with
+/// `EPOLLET` only if each wake-up is followed by polls until one returns
+/// 0.) Once asked for, peers signal it on every packet (a system call on
+/// their side). The descriptor belongs to the endpoint: do not close it.
 ///
 /// Returns the descriptor (>= 0); `RDM4_EBADHANDLE`; `RDM4_ENOTSUP` (the
 /// device has none). Thread safety: any thread.

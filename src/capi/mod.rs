@@ -412,10 +412,11 @@ fn owned_copy(copy: Box<[u8]>) -> (Box<[u8]>, UserBuf, u64) {
     (copy, buf, ctx)
 }
 
-/// A lent buffer from a C pointer and length (NULL only with length 0).
+/// A lent buffer from a C pointer and length (NULL only with length 0;
+/// `Overflow` past `RDM4_MSG_MAX`).
 pub(crate) fn c_buf(ptr: *mut c_void, len: usize) -> Result<UserBuf, Status> {
-    if len > isize::MAX as usize {
-        return Err(Status::Inval);
+    if len as u64 > RDM4_MSG_MAX {
+        return Err(Status::Overflow);
     }
     // SAFETY: the C contract: `len` bytes at `ptr` belong to the library until
     // the operation's completion has been polled.

@@ -20,6 +20,12 @@ pub const RDM4_DEVICE_SHM: u32 = 1;
 /// Device: UDP between hosts (not available yet: `RDM4_ENOTSUP`).
 pub const RDM4_DEVICE_UDP: u32 = 2;
 
+/// The largest message, RMA transfer, atomic payload or registration, in
+/// bytes: 2^47 (128 TiB, the user address space of x86_64 and aarch64
+/// Linux, so no real buffer is larger). Longer lengths give
+/// `RDM4_EOVERFLOW`.
+pub const RDM4_MSG_MAX: u64 = 0x8000_0000_0000;
+
 /// Progress: the application drives everything through `rdm4_poll` / `rdm4_wait`.
 pub const RDM4_PROGRESS_MANUAL: u32 = 0;
 /// Progress: a thread of the library also progresses the endpoint, so
@@ -158,12 +164,19 @@ pub struct rdm4_ep_attr {
     pub device: u32,
     /// `RDM4_PROGRESS_*`.
     pub progress: u32,
-    /// Messages up to this many bytes use the medium protocol (0: default
-    /// 64 KiB); longer ones use long-read — one copy, by the receiver's
-    /// device — when both endpoints can RDMA-read (shm with cross-memory
-    /// attach), else long-CTS.
+    /// Messages longer than one packet (eager, up to 16 KiB) and up to this
+    /// many bytes use the medium protocol (0: default 64 KiB); longer ones
+    /// use long-CTS. On shm, long-read (one copy by cross-memory attach)
+    /// replaces long-CTS only from `RDM4_SHM_LONGREAD_MIN` bytes on, which
+    /// is off by default: the ring's pipelined copies were measured faster.
     pub medium_max: usize,
-    /// Bytes of unexpected messages held before senders are held back (0: default 64 MiB).
+    /// Bytes of message data of unexpected messages (arrived before their
+    /// receive) held at most (0: default 64 MiB). Past it the endpoint
+    /// leaves new messages with the device, which holds their senders back
+    /// (their sends wait, "try again" inside the library), until receives
+    /// are posted; nothing is dropped, and the endpoint's own operations go
+    /// on. One message is always taken when none is held, even a larger
+    /// one (up to the larger of `medium_max` and a packet).
     pub unexpected_limit: usize,
     /// Long-CTS window in packets (0: default 64).
     pub max_credits: u32,
@@ -189,12 +202,20 @@ pub struct rdm4_cqe {
     pub data: u64,
     /// Tag of a tagged receive.
     pub tag: u64,
-    /// Source address of a receive, or `RDM4_ADDR_UNSPEC`.
+    /// Source of a receive, or of a write that carried remote CQ data (the
+    /// target-side entry): the sender's handle. For a sender the
+    /// application never inserted (or removed), it is the handle that
+    /// `rdm4_av_insert` of the sender's address returns: the same for all
+    /// its messages, usable for sends once that insert is done
+    /// (`RDM4_ENOADDR` before). `RDM4_ADDR_UNSPEC` for other entries.
     pub src: rdm4_addr,
     /// `RDM4_SUCCESS` or the failure (`RDM4_ETRUNC`, `RDM4_EREMOTEACCESS`, `RDM4_EPEER`, ...).
     pub status: i32,
-    /// Detail of a failure: when the peer reported it, the peer's own error
-    /// number (an rdm4 peer sends the magnitude of its `RDM4_E*` code); else 0.
+    /// Detail of a failure: the target's error number (the magnitude of its
+    /// `RDM4_E*` code, as an rdm4 peer sends it) when the target refused
+    /// the operation, or when the device checked the target's registration
+    /// for it (so `RDM4_EREMOTEACCESS` has detail 7 whichever side found
+    /// it); 0 for other failures and for successes.
     pub detail: u32,
     /// With `RDM4_ETRUNC`: the full message length.
     pub olen: u64,

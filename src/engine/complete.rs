@@ -71,6 +71,7 @@ impl Core {
     /// release (no registration, no medium or long-read state, no receipt),
     /// so its entry is built straight from the operation.
     pub(crate) fn complete_eager_recv(&mut self, key: u32, src: u32) {
+        let src = self.src_of(src);
         let e = self.ops.remove_with(key, |op| {
             RecvDone { tagged: op.tagged, len: op.len, buf: op.buf, tag: op.tag, cq_data: op.cq_data }
                 .entry(op.context, src)
@@ -127,7 +128,7 @@ impl Core {
             }
         }
         let status = if op.status != Status::Success { op.status } else { status };
-        let src = if self.peers.get(op.peer).is_some() { op.peer } else { ADDR_UNSPEC };
+        let src = self.src_of(op.peer);
         let mut e = Cqe { detail: op.detail, ..Cqe::new(op.context, CqFlags::empty(), 0, status) };
         match op.kind {
             OpKind::Send => {
@@ -175,11 +176,19 @@ impl Core {
     /// The target-side completion of a write that carried CQ data.
     pub(crate) fn remote_write_cqe(&mut self, peer: u32, len: u64, data: u64) {
         let flags = CqFlags::RMA | CqFlags::REMOTE_WRITE | CqFlags::REMOTE_CQ_DATA;
-        self.cq.push_back(Cqe {
-            data,
-            src: if self.peers.get(peer).is_some() { peer } else { ADDR_UNSPEC },
-            ..Cqe::new(0, flags, len, Status::Success)
-        });
+        self.cq.push_back(Cqe { data, src: self.src_of(peer), ..Cqe::new(0, flags, len, Status::Success) });
+    }
+
+    /// What a completion names as the source `peer`: its handle, also for
+    /// a sender the application never inserted (learnt from its raw
+    /// address header: the handle `av_insert` of its address returns), or
+    /// `ADDR_UNSPEC` when there is no such peer.
+    pub(crate) fn src_of(&self, peer: u32) -> Addr {
+        if self.peers.get(peer).is_some() {
+            peer
+        } else {
+            ADDR_UNSPEC
+        }
     }
 
     pub(crate) fn send_receipt(&mut self, peer: u32, send_id: u32, msg_id: u32) {

@@ -902,6 +902,12 @@ impl Core {
                         op.received = op.len; // the RDMA moved every byte
                     }
                     if let Err(s) = status {
+                        if s == Status::RemoteAccess {
+                            // The device checked the target's registration
+                            // for it: the same detail as the target's own
+                            // answer (PEER_ERROR) carries.
+                            op.detail = s.code().unsigned_abs();
+                        }
                         self.complete(key, s);
                     } else {
                         self.check_done(key);

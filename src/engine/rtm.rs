@@ -123,7 +123,7 @@ impl Core {
                 buf.write_at(0, &m.data[..n]);
                 self.unexpected_bytes -= m.data.len().min(self.unexpected_bytes);
                 let done = RecvDone { tagged, len: m.data.len() as u64, buf, tag: m.tag, cq_data: m.cq_data };
-                self.cq.push_back(done.entry(opts.context, m.peer));
+                self.cq.push_back(done.entry(opts.context, self.src_of(m.peer)));
                 self.recycle_bounce(m.data);
                 return Ok(());
             }
