@@ -3,7 +3,11 @@
 //! messages, and the endpoint's own operations while it holds its peer
 //! back (issue 27 item 1). Two endpoints of one process, progressed in turn.
 
+mod common;
+
 use std::time::{Duration, Instant};
+
+use common::pattern;
 
 use rdm4::device::shm::{ShmConfig, ShmDevice};
 use rdm4::device::Access;
@@ -14,18 +18,6 @@ use rdm4::Status;
 const LIMIT: usize = 4096;
 
 type Ep = Endpoint<ShmDevice>;
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 /// Two endpoints (0 sends, 1 receives with a 4 KiB limit) and their handles.
 fn pair(name: &str, cma: bool) -> (Ep, Ep, u32, u32) {
