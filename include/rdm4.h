@@ -954,9 +954,14 @@ int32_t rdm4_poll(struct rdm4_ep *ep, struct rdm4_cqe *entries, size_t max);
  * (negative: no limit), making progress meanwhile. Entries are then
  * collected with `rdm4_poll`.
  *
+ * It sleeps without holding the endpoint (other threads' calls go on
+ * meanwhile) until a packet arrives, another thread's call leaves work
+ * for progress, or the device's periodic peer check is due; waiting costs
+ * no CPU to speak of.
+ *
  * Returns `RDM4_SUCCESS` (completions available); `RDM4_ETIMEDOUT`;
- * `RDM4_EBADHANDLE`. Thread safety: any thread; while one thread waits,
- * others' calls on the endpoint wait for at most one millisecond slice.
+ * `RDM4_EBADHANDLE`. Thread safety: any thread, but not overlapping
+ * `rdm4_ep_close` of the same endpoint.
  */
 int32_t rdm4_wait(struct rdm4_ep *ep, int timeout_ms);
 

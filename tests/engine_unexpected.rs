@@ -216,3 +216,44 @@ fn tagged_receives_in_reverse_order_get_their_messages_through_a_full_buffer() {
         assert!(d.bytes() == pattern(3000, k as u64), "tag {k}");
     }
 }
+
+/// Unexpected messages that need an operation entry (medium and long
+/// ones) wait with their sender when the entries run out (`max_ops`),
+/// rather than being dropped.
+#[test]
+fn unexpected_messages_past_the_operation_limit_wait_and_arrive() {
+    let cfg = Config { max_ops: 8, ..Config::default() };
+    let mut c = Cluster::with_configs(sim(31), vec![Config::default(), cfg]);
+    let to1 = c.addrs[0][1];
+    let n = 40;
+    let mut srcs: Vec<OwnedBuf> = (0..n).map(|k| OwnedBuf::from_slice(&pattern(20_000, k))).collect();
+    for s in srcs.iter_mut() {
+        c.eps[0].send(to1, s.buf(), SendOpts::default()).unwrap();
+    }
+    steps(&mut c, 2000);
+    assert!(c.eps[1].stats().deferred > 0, "the entries ran out");
+    assert_eq!(c.eps[1].stats().protocol_errors, 0, "nothing dropped");
+    let mut dsts: Vec<OwnedBuf> = (0..n).map(|_| OwnedBuf::zeroed(20_000)).collect();
+    // Receives, as many as the limit lets in at a time.
+    let mut posted = 0;
+    for _ in 0..1_000_000 {
+        while posted < n as usize {
+            let opts = RecvOpts { context: posted as u64, ..RecvOpts::default() };
+            match c.eps[1].recv(dsts[posted].buf(), opts) {
+                Ok(()) => posted += 1,
+                Err(Status::Again) => break,
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        if c.cqs[1].len() == n as usize {
+            break;
+        }
+        c.step();
+        c.net.advance_to_next();
+    }
+    assert_eq!(c.cqs[1].len(), n as usize);
+    assert!(c.cqs[1].iter().all(|e| e.status == Status::Success && e.len == 20_000));
+    for (k, d) in dsts.iter().enumerate() {
+        assert!(d.bytes() == pattern(20_000, k as u64), "message {k}");
+    }
+}

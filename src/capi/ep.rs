@@ -185,22 +185,31 @@ fn progress_thread(slot: &'static super::EpSlot, handle: u64) {
             continue;
         }
         let Some((fd, ms)) = inner.ep.sleep_begin() else { continue };
-        inner.parked = true;
+        inner.parked += 1;
         drop(g);
         let t = Instant::now();
-        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd; the descriptor stays open while the
-        // endpoint is (its close wakes this poll and waits for the thread).
-        unsafe { libc::poll(&mut pfd, 1, ms) };
+        poll_one(fd, ms);
         let slept = t.elapsed();
         let Some(mut g) = slot.lock_raw(handle) else { break };
         if let Some(inner) = g.as_deref_mut() {
-            inner.parked = false;
-            inner.ep.sleep_end();
+            inner.parked -= 1;
+            // The last sleeper out ends the sleep (another may still poll).
+            if inner.parked == 0 {
+                inner.ep.sleep_end();
+            }
         }
         idle_since = None;
         spin = if slept < Duration::from_millis(1) { (spin * 2).min(SPIN_MAX) } else { (spin / 2).max(SPIN_MIN) };
     }
+}
+
+/// Waits up to `ms` milliseconds for `fd` to poll readable.
+fn poll_one(fd: std::os::fd::RawFd, ms: i32) {
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd; the descriptor stays open while the
+    // endpoint is (its close wakes the sleepers and waits for the thread;
+    // `rdm4_wait` callers must not overlap `rdm4_ep_close`).
+    unsafe { libc::poll(&mut pfd, 1, ms) };
 }
 
 /// Closes an endpoint: stops its progress thread, cancels its operations
@@ -529,27 +538,48 @@ impl CqSink for Direct {
 /// (negative: no limit), making progress meanwhile. Entries are then
 /// collected with `rdm4_poll`.
 ///
+/// It sleeps without holding the endpoint (other threads' calls go on
+/// meanwhile) until a packet arrives, another thread's call leaves work
+/// for progress, or the device's periodic peer check is due; waiting costs
+/// no CPU to speak of.
+///
 /// Returns `RDM4_SUCCESS` (completions available); `RDM4_ETIMEDOUT`;
-/// `RDM4_EBADHANDLE`. Thread safety: any thread; while one thread waits,
-/// others' calls on the endpoint wait for at most one millisecond slice.
+/// `RDM4_EBADHANDLE`. Thread safety: any thread, but not overlapping
+/// `rdm4_ep_close` of the same endpoint.
 #[no_mangle]
 pub extern "C" fn rdm4_wait(ep: *mut rdm4_ep, timeout_ms: c_int) -> i32 {
     boundary(|| {
-        let start = std::time::Instant::now();
+        let start = Instant::now();
         let limit = (timeout_ms >= 0).then(|| Duration::from_millis(timeout_ms as u64));
         loop {
-            {
-                // Looked up again for every slice: a close in between ends the wait.
+            let left = limit.map(|l| l.saturating_sub(start.elapsed()));
+            let sleep = {
+                // Looked up again after every sleep: a close in between ends the wait.
                 let mut g = lookup(ep)?;
                 g.progress_once();
                 if g.has_completions() {
                     return Ok(0);
                 }
-                // Block in slices so other threads get the endpoint between them.
-                g.ep.wait(1);
-            }
-            if limit.is_some_and(|l| start.elapsed() >= l) {
-                return Err(Status::TimedOut);
+                if left.is_some_and(|l| l.is_zero()) {
+                    return Err(Status::TimedOut);
+                }
+                match g.ep.sleep_begin() {
+                    Some(s) => {
+                        g.parked += 1;
+                        Some(s)
+                    }
+                    // A packet waits (or the device cannot block): go on.
+                    None => None,
+                }
+            };
+            if let Some((fd, ms)) = sleep {
+                let ms = left.map_or(ms, |l| (l.as_millis().max(1) as i32).min(ms));
+                poll_one(fd, ms);
+                let mut g = lookup(ep)?;
+                g.parked -= 1;
+                if g.parked == 0 {
+                    g.ep.sleep_end();
+                }
             }
         }
     })

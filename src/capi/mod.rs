@@ -132,7 +132,7 @@ impl Drop for Locked<'_> {
     /// goes) when the call left work queued that only progress does (a
     /// packet arriving wakes it anyway).
     fn drop(&mut self) {
-        if let Some(inner) = self.g.as_deref().filter(|i| i.parked && i.ep.has_queued_work()) {
+        if let Some(inner) = self.g.as_deref().filter(|i| i.parked > 0 && i.ep.has_queued_work()) {
             inner.ep.wake_sleeper();
         }
     }
@@ -279,10 +279,11 @@ pub(crate) struct EpInner {
     ready: Vec<Cqe>,
     /// Reused buffer for the engine's completions.
     scratch: Vec<Cqe>,
-    /// The automatic progress thread sleeps (outside the lock) until a
-    /// packet, its timeout, or a wake-up: a call that may have queued work
-    /// for it wakes it when it lets the endpoint go ([`Locked`]'s drop).
-    pub(crate) parked: bool,
+    /// Threads sleeping outside the lock (the automatic progress thread,
+    /// callers of `rdm4_wait`) until a packet, a timeout, or a wake-up: a
+    /// call that may have queued work for them wakes them when it lets the
+    /// endpoint go ([`Locked`]'s drop).
+    pub(crate) parked: u32,
 }
 
 impl EpInner {
@@ -293,7 +294,7 @@ impl EpInner {
             bounces: FxHashMap::default(),
             ready: Vec::new(),
             scratch: Vec::new(),
-            parked: false,
+            parked: 0,
         }
     }
 

@@ -280,9 +280,10 @@ impl Core {
 
     /// Whether RTM `r` from `peer` can be taken now: a posted receive takes
     /// it, or there is room to buffer what arrived of it (a medium message
-    /// needs room for all of it).
+    /// needs room for all of it) and an operation entry to hold it
+    /// (`Config::max_ops`).
     fn rtm_fits(&self, peer: u32, r: &crate::wire::Req<'_>, info: ReqInfo) -> bool {
-        self.unexpected_room(Core::rtm_need(r, info))
+        (self.unexpected_room(Core::rtm_need(r, info)) && self.outstanding() < self.cfg.max_ops)
             || self.posted[usize::from(info.tagged)].iter().any(|p| accepts(p, info.tagged, peer, r.fields.tag))
     }
 

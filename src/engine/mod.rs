@@ -106,7 +106,10 @@ pub struct Config {
     /// Held REQs do not count against `unexpected_limit`: the missing message
     /// they wait for must still be taken from the device.
     pub reorder_window: u32,
-    /// Outstanding operations at most.
+    /// Outstanding operations at most: posts past it give `Again`, and new
+    /// unexpected messages that need an entry wait with their sender
+    /// (messages already held for `msg_id` order may go past it, by at most
+    /// what the reorder buffer holds).
     pub max_ops: usize,
     /// Packets taken from the device per progress call at most.
     pub rx_batch: usize,

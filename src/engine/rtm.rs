@@ -217,11 +217,14 @@ impl Core {
                 op.bounce = self.rx_pool.pop().unwrap_or_default();
                 op.bounce.clear();
                 op.bounce.resize(cap, 0);
-                self.unexpected_bytes += op.bounce.len();
-                let Ok(key) = self.new_op(op) else {
+                // Fresh packets were checked against `max_ops` before
+                // (`Core::rtm_fits`); one from the reorder buffer is held
+                // already, and takes its entry even past the limit.
+                let Some(key) = self.ops.insert(op) else {
                     self.stats.protocol_errors += 1;
                     return;
                 };
+                self.unexpected_bytes += cap;
                 self.unexpected[qi].push_back(Unexpected::Op(key));
                 key
             }

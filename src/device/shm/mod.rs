@@ -1174,10 +1174,14 @@ impl Device for ShmDevice {
     }
 
     fn sleep_end(&mut self) {
-        if !self.fd_mode {
+        if self.fd_mode {
+            // The application's descriptor must stay readable for a packet
+            // that still waits.
+            self.drain_fifo_kept();
+        } else {
             self.map.u32_at(off::SLEEPING).store(0, Ordering::SeqCst);
+            self.drain_fifo();
         }
-        self.drain_fifo();
     }
 
     fn wake_sleeper(&self) {
