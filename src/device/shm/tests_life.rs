@@ -336,3 +336,40 @@ fn the_wait_fd_is_readable_exactly_while_a_packet_waits() {
     assert_eq!(a.recv_express(8, |_, _| true), (0, false));
     assert_eq!(revents(fd), 0, "cleared by the express path's empty poll");
 }
+
+#[test]
+fn over_shm_without_cma_a_request_whose_range_wraps_is_answered_with_an_error() {
+    use crate::engine::{Config, Endpoint};
+    use crate::wire::{Packet, PacketType, RawAddrHdr, Req, RmaIov};
+    let c = ShmConfig { cma: false, ..cfg("wrap") };
+    let mut target = Endpoint::new(ShmDevice::open_with(c.clone()).unwrap(), Config::default());
+    let mut region = crate::mem::OwnedBuf::from_slice(&[0x5A; 256]);
+    let key = target.mr_reg(region.buf(), Access::REMOTE_READ | Access::REMOTE_WRITE).unwrap();
+    let mut forger = ShmDevice::open_with(c).unwrap();
+    let ah = forger.insert(&target.addr()).unwrap();
+    let body = forger.local_addr().to_req_hdr_body();
+    let iov = [RmaIov::new(u64::MAX - 50, 100, key)];
+    let mut r = Req::new(PacketType::ShortRtr);
+    r.raw_addr = Some(RawAddrHdr::new(&body).unwrap());
+    r.rma_iov = &iov;
+    r.fields.msg_length = 100;
+    r.fields.recv_id = 42;
+    r.fields.recv_length = 100;
+    let mut pkt = vec![0u8; r.buffer_len()];
+    let n = r.emit(&mut pkt).unwrap();
+    forger.send(ah, &pkt[..n], 0).unwrap();
+    let mut answer = None;
+    for _ in 0..100 {
+        target.progress(0);
+        forger.recv(8, |_, p: &[u8], _| {
+            if let Ok(Packet::PeerError(e)) = Packet::parse(p) {
+                answer = Some((e.op_id, e.prov_errno));
+            }
+        });
+        if answer.is_some() {
+            break;
+        }
+    }
+    assert_eq!(answer, Some((42, Status::RemoteAccess.code().unsigned_abs())));
+    assert!(region.bytes().iter().all(|&b| b == 0x5A));
+}
