@@ -21,7 +21,8 @@
 # (`floor2`); a round whose two floors name different placements (hyperthreads
 # below 30 ns, near below 120, far beyond) is marked `*`: its ratio compares
 # two placements, not two libraries, and the last line counts the targets
-# again over the unmarked rounds only.
+# again over the unmarked rounds only. The placements and what they do to
+# each tool: docs/performance.md, "Methods".
 #
 # usage: scripts/compare_ucx.sh [ROUNDS] [RDM4_PERF]
 set -euo pipefail

@@ -13,20 +13,24 @@
 //! 5. Optional RDMA read/write, validated by the memory owner's side.
 //! 6. Capabilities.
 //! 7. Deferral: the receive callback may leave a packet with the device
-//!    ([`Rx::Defer`]: the engine cannot take it now, its unexpected
-//!    messages being at their limit). The device keeps it, hands it over
-//!    again, before newer packets, after [`Device::redeliver`], and
+//!    ([`Rx::Defer`](crate::device::Rx::Defer): the engine cannot take it
+//!    now, its unexpected messages being at their limit). The device keeps
+//!    it, hands it over again, before newer packets, after
+//!    [`Device::redeliver`](crate::device::Device::redeliver), and
 //!    meanwhile holds back new messages (RTM and RTA packets) that peers
 //!    send it, answering them "try again", while it still takes every
-//!    other packet ([`Device::control_next`]). Memory for deferred
-//!    packets is bounded by what was in flight when the holding began.
+//!    other packet
+//!    ([`Device::control_next`](crate::device::Device::control_next)).
+//!    Memory for deferred packets is bounded by what was in flight when the
+//!    holding began.
 //! 8. Peers that end: a peer that closes is reported lost
-//!    ([`DevEvent::PeerLost`]) at the next poll of every endpoint it knew
-//!    (shm: a close notice in their rings; udp: a close datagram), and a
-//!    send that reaches a closed peer fails rather than succeeding into
-//!    nothing; a peer that dies silently is reported within the device's
-//!    documented bound (shm: `RDM4_SHM_PEER_CHECK_MS`; udp: its give-up
-//!    time), and at once when an RDMA finds it gone.
+//!    ([`DevEvent::PeerLost`](crate::device::DevEvent::PeerLost)) at the
+//!    next poll of every endpoint it knew (shm: a close notice in their
+//!    rings; udp: a close datagram), and a send that reaches a closed peer
+//!    fails rather than succeeding into nothing; a peer that dies silently
+//!    is reported within the device's documented bound (shm:
+//!    `RDM4_SHM_PEER_CHECK_MS`; udp: its give-up time), and at once when an
+//!    RDMA finds it gone.
 //! 9. Deregistration: when `dereg` returns `Ok`, no peer reads or writes
 //!    the memory any more, RDMA under way included (`Busy` when one does
 //!    not end in time).

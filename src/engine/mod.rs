@@ -7,10 +7,12 @@
 //! touches the outside only through the [`Device`](crate::device::Device)
 //! trait — so every path runs deterministically over the sim device.
 //!
-//! Structure of a progress call: device events (send completions, lost
-//! peers) → received packets, handled in place (a handler never calls the
-//! device; what it wants sent goes to the control queue) → newly learnt
-//! senders inserted into the device → control queue and transmit queue
+//! Structure of a progress call: received packets, deferred ones handed
+//! over again first, handled in place (a handler never calls the device;
+//! what it wants sent goes to the control queue), so that what a peer sent
+//! before the device reports it lost is still handled → device events
+//! (send completions, lost peers) → newly learnt senders inserted into the
+//! device → registrations released → control queue and transmit queue
 //! flushed until the device says "try again". Beside it, the express
 //! receive ([`progress_express`](crate::engine::Endpoint::progress_express))
 //! takes the usual case alone — eager messages from the last sender that
@@ -24,8 +26,9 @@
 //!   (`op::QueuedEager`), not an operation entry, so a full device costs
 //!   the sender little more than a free one.
 //! - Unexpected messages are buffered up to `Config::unexpected_limit`
-//!   bytes of message data. A new message that would go past it (and finds
-//!   no posted receive) is deferred: left with the device, which holds
+//!   bytes of message data. A new message that would go past it, or that
+//!   arrives while `Config::max_ops` operations are outstanding (and finds
+//!   no posted receive), is deferred: left with the device, which holds
 //!   back the peers' new messages ("try again" on their side) and hands it
 //!   over again once a receive is posted. Everything else is still taken
 //!   (CTS, CTSDATA, RECEIPT, responses, later segments, RMA requests), so
@@ -37,14 +40,19 @@
 //!   `Config::reorder_window`, or deferred too while the limit is reached.
 //! - Writes and write atomics towards a peer that advertises delivery
 //!   complete use the DC types, so the requester's completion reports the
-//!   target's validation (a RECEIPT, or a PEER_ERROR with the status). The
-//!   first such operation towards a new peer waits for its HANDSHAKE,
-//!   triggered by a zero-length EAGER_RTW as the reference implementation
-//!   does. Towards a baseline-only peer, eager writes complete on transmit.
-//! - Failures the target detects (bad key, bounds, access, unsupported
-//!   atomic) are answered with PEER_ERROR (`ref_kind` = operation index,
-//!   `prov_errno` = the negated status code) when the request names an
-//!   operation ID.
+//!   target's validation (a RECEIPT, or a PEER_ERROR with the status).
+//!   Writes and write atomics towards a new peer wait for its HANDSHAKE
+//!   (and so do reads when the device can RDMA-read: a direct read needs
+//!   the peer's feature bit), triggered by a zero-length EAGER_RTW as the
+//!   reference implementation does. Towards a baseline-only peer, eager
+//!   writes complete on transmit.
+//! - Requests the target refuses (bad key, bounds or access, an
+//!   unsupported protocol or atomic, a malformed request, no operation
+//!   entry free) are answered with PEER_ERROR (`ref_kind` = operation
+//!   index, `prov_errno` = the negated status code) when the request names
+//!   an operation ID, to peers that advertised PEER_ERROR or whose
+//!   HANDSHAKE has not arrived yet; an endpoint that behaves as a
+//!   baseline-only peer (`Config::legacy`) sends none.
 
 #![forbid(unsafe_code)]
 
@@ -665,10 +673,9 @@ impl<D: Device> Endpoint<D> {
     /// copied once and by this path. A streaming receiver a little behind
     /// its sender otherwise takes one message per call as unexpected, the
     /// completion that its next receive then queues makes the next call go
-    /// the general way, and so on: the usual state of `rdm4-perf`'s 8 B
-    /// stream before (`scripts/icount.sh ahead`: 821 instructions per
-    /// message for both ends, 762 now, as many as with no message ahead;
-    /// see also [`Self::took_unexpected`]). The next call that
+    /// the general way, and so on: the state `rdm4-perf`'s 8 B stream fell
+    /// into without this rule (see also [`Self::took_unexpected`] and
+    /// docs/performance.md, "Express receive"). The next call that
     /// delivers nothing this way takes it by the general path, so a caller
     /// that posts no receive still gets every packet taken, one call later.
     ///
@@ -678,7 +685,7 @@ impl<D: Device> Endpoint<D> {
     /// queues to go through afterwards. An empty poll costs about what it
     /// did before this path existed: the ring is looked at once, here
     /// instead of in `progress_into`. (Polls that are longer or shorter
-    /// both lengthen a ping-pong: see the README.)
+    /// both lengthen a ping-pong: docs/performance.md, "Express receive".)
     #[inline(always)]
     pub fn progress_express<S: CqSink>(&mut self, sink: &mut S, room: usize) -> (usize, bool) {
         let Endpoint { dev, core } = self;
@@ -775,9 +782,9 @@ impl<D: Device> Endpoint<D> {
     /// gets back to the express path, instead of staying behind for good
     /// at ~7% more instructions per message (`scripts/icount.sh ahead`).
     /// Other queued completions (a send's, in a ping-pong) are left to
-    /// the end of the call, as before: handing them out first would cost
-    /// the ping-pong ~35 instructions a round trip. True until a call of
-    /// this finds the queue empty.
+    /// the end of the call: handing them out first would cost the
+    /// ping-pong ~35 instructions a round trip (docs/performance.md,
+    /// "Express receive"). True until a call of this finds the queue empty.
     #[inline(always)]
     pub fn took_unexpected(&mut self) -> bool {
         if !self.core.took_unexpected {

@@ -321,13 +321,12 @@ impl Core {
     /// packet is the same byte for byte; what changes is who copies the
     /// bytes: the device copies them as it copies CTSDATA payloads, past
     /// the caches when the receiver is far (`Device::gather_nt`), where the
-    /// packet builder's copy goes through them. Measured on the 2-vCPU VM,
-    /// 1 MiB `tag_bw` with the vCPUs far apart: the RTM's 64 KiB copied
-    /// through the caches put about half of the runs at ~15 GB/s where the
-    /// others made ~22 (the first segment of each message crossing at a
-    /// few GB/s). The RTM's headers are [`Self::rtm_packet`] of the
-    /// returned args (marked `nodata`) for the returned peer, at most the
-    /// returned length. `None`: any other packet (built whole).
+    /// packet builder's copy goes through them and, far apart, held about
+    /// half of the 1 MiB streams at ~15 GB/s instead of ~22
+    /// (docs/performance.md, "Non-temporal stores"). The RTM's headers are
+    /// [`Self::rtm_packet`] of the returned args (marked `nodata`) for the
+    /// returned peer, at most the returned length. `None`: any other packet
+    /// (built whole).
     pub(crate) fn longcts_rtm_gather(&self, key: u32) -> Option<(RtmArgs, &Peer, usize, UserBuf)> {
         if self.caps.gather_in_place {
             return None;
@@ -539,7 +538,8 @@ pub(crate) struct RtmArgs {
 /// segments shorten a lone message's trip (the copying takes
 /// `len` × (1 + 1/k) for k segments) while each costs a packet's overhead
 /// (~0.2 µs, about what 2 KiB take to copy): the sum of the two is least
-/// near this size. Streams of messages pipeline across messages anyway.
+/// near this size (64 KiB one way: ~14.5 -> ~11.5 µs; docs/performance.md,
+/// "Medium segments"). Streams of messages pipeline across messages anyway.
 fn medium_segment(len: u64) -> u64 {
     ((len.saturating_mul(2048).isqrt() + 63) & !63).max(4096)
 }

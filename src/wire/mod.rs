@@ -178,7 +178,7 @@ pub enum Packet<'a> {
     Receipt(Receipt),
     /// READ_NACK (spec §4.7).
     ReadNack(ReadNack),
-    /// PEER_ERROR (parsed; rdm4 never sends it).
+    /// PEER_ERROR (the engine answers requests it refuses with it).
     PeerError(PeerError),
     /// Any REQ packet (types 64 and up).
     Req(Req<'a>),

@@ -496,7 +496,8 @@ struct PeerErrorWire {
     multiuse: U32,
 }
 
-/// PEER_ERROR: the peer reports a failure (libfabric-only; parsed, never sent by rdm4).
+/// PEER_ERROR: the peer reports the failure of a request it refused (to
+/// peers that announce [`crate::wire::extra::PEER_ERROR`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PeerError {
     /// Flags other than CONNID_HDR.
@@ -505,7 +506,8 @@ pub struct PeerError {
     pub op_id: u32,
     /// See [`super::peer_error_ref`].
     pub ref_kind: u32,
-    /// libfabric's provider error number.
+    /// The sender's error number (libfabric: its provider error number;
+    /// rdm4: its status code, negated).
     pub prov_errno: u32,
     /// Sender's connid.
     pub connid: Option<u32>,
@@ -532,7 +534,7 @@ impl PeerError {
         })
     }
 
-    /// Writes the PEER_ERROR (for tests; rdm4 does not send it).
+    /// Writes the PEER_ERROR.
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
         let (flags, multiuse) = join_multiuse(self.flags, self.connid, self.padding);
         let w = PeerErrorWire {

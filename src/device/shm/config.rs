@@ -17,18 +17,12 @@ pub struct ShmConfig {
     /// memory is allocated at open; where `/dev/shm` has less room, the ring
     /// is halved until it fits.
     ///
-    /// Default 128 (8 MiB with the default MTU). Measured on a 2-core VM
-    /// (paired runs): 32 slots (2 MiB, a ring that stays in cache) give
-    /// 4 KiB-1 MiB tag_lat 18-22% shorter and the same 8 B latency and
-    /// rate, and in a calm machine state the same 1 MiB tag_bw; but in a
-    /// state that comes and goes on that VM (another placement of its
-    /// vCPUs, by the look of it) 1 MiB tag_bw with 2 or 4 MiB rings fell to
-    /// ~11-15 GB/s while the 8 MiB ring kept ~26. The likely difference: in
-    /// an 8 MiB ring a streaming sender writes lines no cache holds any
-    /// more; in a small one, lines the receiver read a lap before, taken
-    /// back from its caches. Applications after the latency can set 32.
-    /// Streams through the 8 MiB ring have slow spells of their own unless
-    /// the owner trails the writer (see `trail`).
+    /// Default 128 (8 MiB with the default MTU). 32 slots (2 MiB, a ring
+    /// that stays in cache) make 4 KiB-1 MiB messages one at a time ~20%
+    /// quicker, but in some machine states halve 1 MiB streams, whose
+    /// sender then writes lines the receiver read a lap before instead of
+    /// lines no cache holds; applications after the latency can set 32
+    /// (see docs/performance.md, "Ring size").
     pub slots: u32,
     /// Largest packet (a multiple of 64).
     pub mtu: u32,
@@ -36,59 +30,38 @@ pub struct ShmConfig {
     pub cma: bool,
     /// Two-sided messages of at least this many bytes move by long-read (one
     /// copy by cross-memory attach, the sender passive) instead of long-CTS
-    /// through the ring (`usize::MAX`, the default: never). Measured on a
-    /// 2-core VM, the ring's pipelined copies — the sender copying in while
-    /// the receiver copies out — beat one `process_vm_readv` at every size
-    /// from 64 KiB to 16 MiB (1 MiB: ~10.5 vs ~8.6 GB/s; 16 MiB: ~7 vs
-    /// ~3.5 GB/s); long-read still pays off when the sender cannot progress
-    /// while the message moves.
+    /// through the ring (`usize::MAX`, the default: never). The ring's
+    /// pipelined copies — the sender copying in while the receiver copies
+    /// out — were quicker from 64 KiB to 16 MiB; long-read still pays off
+    /// when the sender cannot progress while the message moves (see
+    /// docs/performance.md, "Long-read").
     pub longread_min: usize,
     /// How far (bytes) the owner stays behind a producer that is still
     /// writing, for packets whose producer said more of a stream follows
     /// them; `None` (the default): three times the L2 cache of CPU 0 (1.5
     /// MiB where unknown), at most a quarter of the ring; `Some(0)`: never.
     /// A reader right behind a streaming writer copies lines that are still
-    /// in the writer's caches, and that ran at ~11 GB/s instead of ~27 in
-    /// spells that came and went for seconds on a 2-core VM with 512 KiB
-    /// L2s: 1 MiB tag_bw, 350 paired runs, ~15% of runs slow without the
-    /// trail, ~2% with it at 1.5 MiB, and 27-29 GB/s instead of 25-27
-    /// otherwise; 512 KiB was not enough. Producers mark only packets
+    /// in the writer's caches, which ran at ~11 GB/s instead of ~27 in
+    /// spells that came and went for seconds. Producers mark only packets
     /// with four trails or more of a stream behind them
     /// ([`crate::device::Caps::backlog_min`]), so a lone message (up to 6
     /// MiB with the default), which the owner should copy as it arrives, is
-    /// not held back: 1 and 4 MiB tag_lat unchanged (paired runs, 0.99-1.01x).
-    /// Measured with the hint, 504 paired 1 MiB tag_bw runs in a rough
-    /// half hour of that VM: slow runs (< 20 GB/s) 108 instead of 173,
-    /// median 27.1 GB/s instead of 25.9, better in 432 pairs; the spells
-    /// where every run is slow, trail or not, remain. With the two vCPUs far
-    /// apart (cache-line floor ~170 ns) it cost 2-4% (11.3-11.6 against
-    /// 11.5-12.1 GB/s, 6 of 6 pairs).
+    /// not held back (see `trail.rs` and docs/performance.md, "Trail").
     pub trail: Option<usize>,
-    /// Bulk packets (payloads of 32 KiB or more: long messages' CTSDATA)
-    /// to a peer whose cache lines take longer than this many nanoseconds
-    /// to fetch are written with non-temporal stores; `None`: never;
-    /// `Some(0)`: always. The producer times a load of the peer's ring
-    /// head once per 16 such packets; the peer is far while 3 of the last
-    /// 32 times are over the limit (see `far.rs`: far apart, up to seven
-    /// in ten loads still find the line at hand, and the median of five once
-    /// used said "close" for a third of the packets: 1 MiB tag_bw 7.2-9.4
-    /// GB/s against 12.4-18.9 by the count, 6 paired far rounds). Measured
-    /// on a 2-core VM whose host placed the two vCPUs close (cache-line
-    /// floor ~50 ns) or far apart (~160-200 ns) from one minute to the
-    /// next. Far, 1 MiB tag_bw: 6.8-7.6 GB/s with plain stores against
-    /// 12.1-12.5 (the median rule then) and 12.2-13.0
-    /// (always non-temporal), three pairs at 07:54; 6.8-11.1 against
-    /// 15.7-16.6 in an earlier spell; 1 MiB tag_lat 174-191 us against
-    /// 93-119. Close: always non-temporal halves 1 MiB streams (~14 against
-    /// ~28 GB/s), so the rule must say close there, and it did: 1.002x
-    /// against never (20 paired runs). Close, a stream that does not pause
-    /// also tries the other way now and then and keeps whichever laps the
-    /// ring quicker (`far.rs`): in slow close spells, 1 MiB tag_bw went
-    /// from 11.1-11.6 to 17.8-32.7 GB/s (4 paired rounds), elsewhere the
-    /// same (26 rounds). `None` and `Some(0)` fix the way, trials and all.
-    /// The "more follows" mark comes with the trail's hint
-    /// ([`crate::device::Caps::backlog_min`]): with `trail` 0 every lap
-    /// counts as paused and no trial is made.
+    /// Bulk packets (payloads of 32 KiB or more: long messages' CTSDATA,
+    /// and a long-CTS RTM's first segment) to a peer whose cache lines take
+    /// longer than this many nanoseconds to fetch are written with
+    /// non-temporal stores; `None`: never; `Some(0)`: always. The producer
+    /// times a load of the peer's ring head once per 16 such packets; the
+    /// peer is far while 3 of the last 32 times are over the limit. Far
+    /// apart, plain stores make every line cross twice (1 MiB streams at
+    /// about half the rate); close, non-temporal stores halve streams, so
+    /// there a stream that does not pause tries the other way now and then
+    /// and keeps whichever laps the ring quicker (`far.rs`;
+    /// docs/performance.md, "Non-temporal stores"). `None` and `Some(0)`
+    /// fix the way, trials and all. The "more follows" mark comes with the
+    /// trail's hint ([`crate::device::Caps::backlog_min`]): with `trail` 0
+    /// every lap counts as paused and no trial is made.
     pub far_ns: Option<u32>,
     /// How far (bytes) the owner stays behind a fast one-way stream of
     /// small packets that the express receive takes (`lag.rs`): 16 KiB by
@@ -96,12 +69,9 @@ pub struct ShmConfig {
     /// a stream (256 packets in a row, none answered, at least 4 M/s) does
     /// a packet wait for it: until `lag` more bytes follow it (16 KiB of
     /// 8 B messages: ~6-13 us at 20-40 M msg/s), 10 us at most, or one
-    /// hold (1.5 us) when the stream pauses or stops. Measured on
-    /// a 2-core VM, 8 B tag_bw: 24-25 M msg/s without, 36-38 with 16 KiB;
-    /// 4 and 8 KiB were not enough. 1 MiB against 16 KiB, paired rounds:
-    /// 0.96 near (29 rounds, median 36.5 against 37.3 M msg/s), 0.95 far
-    /// (4); an earlier batch had given it 1.22 far (14 rounds) and 1.06
-    /// near (7), with 256 KiB between.
+    /// hold (1.5 us) when the stream pauses or stops. 8 B streams ran at
+    /// 24-25 M msg/s without it and 36-38 with 16 KiB; 4 and 8 KiB were not
+    /// enough (see docs/performance.md, "Lag").
     pub lag: usize,
     /// How often peers' liveness is checked.
     pub peer_check: Duration,

@@ -18,25 +18,18 @@
 //! transfer; otherwise the line may have been at hand and the time says
 //! nothing (a few such times remain: the line can arrive by other ways).
 //! Packets go past the caches while at least [`FAR_COUNT`] of the last
-//! [`SAMPLES`] times are above the limit. Measured on a 2-core VM, the
-//! timer's own ~20-30 ns included, share of times above 90 ns: 0-1.5%
-//! while the cache-line floor was ~50 ns; 61-86% while it was ~200 ns in
-//! some far spells, only 29-34% in others. The rest of the far times are
-//! 20-45 ns: the line was at hand after all (the producer's own accesses
-//! to the neighbouring tail line can bring it in). In the spells of 29%,
-//! the rule of 4 in 16 used before said "close" for 2-5% of the bulk
-//! packets, and those crossing at a few GB/s put 1 MiB tag_bw at 13-15
-//! GB/s against 20-23 with every packet past the caches.
-//! So a far placement is told by a few high times, not by their median: a
-//! median of five said "close" for about a third of the packets of a far
-//! stream, and those plain-stored packets crossed at a third of the speed
-//! (1 MiB tag_bw 6.6-13 GB/s against 13-15 with every packet past the
-//! caches, paired rounds).
+//! [`SAMPLES`] times are above the limit. Close, under 2% of the times
+//! (the timer's own ~20-30 ns included) are above the default limit; far
+//! apart, from 29% to 86% of them, the rest finding the line at hand (the
+//! producer's own accesses to the neighbouring tail line can bring it in).
+//! So a far placement is told by a few high times, not by their median or
+//! most of them: a far packet written through the caches crosses at a
+//! third of the speed, and a few percent of them cost a third of a
+//! stream's rate (docs/performance.md, "Non-temporal stores").
 //!
-//! Close, plain stores usually win (1 MiB tag_bw ~33 GB/s against ~18),
-//! but not always: in spells that came and went for seconds on that VM,
-//! with the floor at ~50 ns, streams through the ring with plain stores ran
-//! at ~11 GB/s, and non-temporal ones kept 15-19. Timing the producer's own
+//! Close, plain stores usually win, but not always: in spells that come and
+//! go for seconds, streams through the ring with plain stores run at ~11
+//! GB/s where non-temporal ones keep 15-19. Timing the producer's own
 //! copies cannot tell these spells: a plain copy among non-temporal ones is
 //! slow even where plain stores win (the owner, slower then, holds the
 //! lines just behind the producer). What tells them is the stream's pace.
@@ -49,10 +42,7 @@
 //! quickest since the last trial (a spell began). If the second lap of the
 //! trial took under 7/8 of the quickest of the last [`RECENT`] laps the
 //! usual way, the other way becomes the usual one, until a trial says
-//! otherwise or the peer is found far. Measured there, 8 MiB laps: ~250 us
-//! plain and ~400 non-temporal where plain stores win; ~740 plain and ~420
-//! non-temporal in a slow spell (1 MiB tag_bw 17.5-19.9 GB/s instead of
-//! ~11 once the trial had swapped the ways).
+//! otherwise or the peer is found far.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -73,9 +63,9 @@ const PROBE_EVERY: u32 = 16;
 const SAMPLES: u32 = 32;
 
 /// How many of them above the limit make the peer far. With the shares
-/// measured (above; up to 1.5% of times high close, down to 29% far), a
-/// close peer reaches it by chance about once in 100 decisions, and a far
-/// one misses it about once in 800. The two errors are not alike: a close
+/// measured (up to 1.5% of times high close, down to 29% far), a close
+/// peer reaches it by chance about once in 100 decisions, and a far one
+/// misses it about once in 800. The two errors are not alike: a close
 /// packet past the caches costs about 0.8 of its plain time, a far packet
 /// through them about 4.5 times its non-temporal time.
 const FAR_COUNT: u32 = 3;

@@ -4,12 +4,9 @@
 //! A receiver that keeps up with a stream of 8-byte messages reads (itself
 //! or by its hardware prefetcher, most likely) the cache lines its producer
 //! is about to write, or has just asked for: they move to the reader and
-//! back, and the producer waits for them. On the 2-core VM this was measured on, the
-//! stream then settled at ~22-25 M msg/s, where spells in which the
-//! receiver happened to fall behind ran at 42-45 M msg/s (rdm4-perf 8 B
-//! `tag_bw`, rate per 100,000 messages within single runs; in the fast
-//! spells every poll found a full window of 64 packets waiting, in the slow
-//! ones 3 to 30).
+//! back, and the producer waits for them. Such a stream settles at about
+//! half the rate of the spells in which the receiver happens to fall behind
+//! (docs/performance.md, "Lag").
 //!
 //! So, in a fast one-way stream, the express receive reads the ring's tail
 //! once per poll and takes only the packets that lie more than `lag` bytes
@@ -21,9 +18,8 @@
 //! the stream has written `lag` bytes after it (with 16 KiB and packets of
 //! one line, ~6-13 us at 20-40 M msg/s), 10 us at most, or, when the
 //! stream pauses, one hold. A stream that stops is read to its end. The
-//! 10 us bound cost 4% of the 8 B rate (36.0 against 37.5 M msg/s, median
-//! of 27 paired rounds near; unbounded, a packet of the slowest stream that
-//! counts waited up to 64 us).
+//! 10 us bound costs ~4% of the 8 B rate; unbounded, a packet of the
+//! slowest stream that counts waited up to 64 us.
 //!
 //! A fast one-way stream: the express receive took at least [`STREAM_RUN`]
 //! packets in a row without this endpoint sending anything between them,
@@ -33,17 +29,6 @@
 //! (64 us). A receiver of sparse one-way traffic therefore never holds a
 //! packet back, and one of a trickle after a fast stream only within
 //! those 64 us.
-//!
-//! Measured (2026-11-24, rdm4-perf 8 B `tag_bw`, 2-core AMD EPYC VM):
-//! - trial builds, near vCPU placement, three rounds each: 24.3-25.2 M
-//!   msg/s without, 34.4-38.4 with lags of 16 or 32 KiB and holds of 0.5-2
-//!   us (16 KiB and 1.5 us: 37.9-38.3); lags of 4 or 8 KiB were not enough
-//!   (22-31, unsteady);
-//! - this code, near: 37.7-38.4 against 22.1-22.9 (three pairs); far
-//!   (cache-line floor ~190 ns): median 17.2 against 7.6 (8 pairs, higher
-//!   in all); 8 B `tag_lat` unchanged (paired median 1.000, 30 pairs);
-//! - `scripts/icount.sh directed 1` (one thread plays a one-way receiver):
-//!   1156 instructions per message against 1119.
 
 use std::time::{Duration, Instant};
 

@@ -143,9 +143,9 @@ const SLOT_HDR: usize = 24;
 const FULL_WAIT_MAX: u32 = 16;
 /// Endpoint ids scanned for a free one when none is asked for.
 const EPID_SCAN: u32 = 4096;
-/// Most cache lines of a reply asked for ahead (see [`reply_lines`]):
-/// 4 KiB tag_lat was 4% shorter with 8, 1% longer with 4 and 2.5% longer
-/// with 2 (paired runs, 2026-11-24).
+/// Most cache lines of a reply asked for ahead (see [`reply_lines`]): 4 KiB
+/// replies were quicker with 8 than with 2 or 4, and 16 or 64 gained
+/// nothing (docs/performance.md, "Reply lines").
 const REPLY_LINES: usize = 8;
 
 /// How many lines of the reply to the packet just handled to ask for
@@ -212,8 +212,8 @@ fn claim(p: &mut Peer, need: usize, control: bool) -> Result<(u64, usize), DevEr
     // The entry most likely goes at `pos`: its line is asked for in
     // exclusive state now, so that the transfer from the owner (who
     // polls it) overlaps the claim and the packet's building instead
-    // of waiting for the first store (8 B tag_lat: 4-5% shorter in 61
-    // of 80 paired runs, scripts/ab_perf.sh; rate unchanged).
+    // of waiting for the first store (docs/performance.md, "Other
+    // prefetches").
     prefetch_pos::<true>(&p.map, &p.shape, word);
     loop {
         let flags = word & segment::TAIL_FLAGS;
@@ -317,8 +317,8 @@ struct Peer {
     /// `FULL_WAIT_MAX`) while the ring stays full and resets when a send
     /// finds room. The owner writes its head after every batch, and a
     /// sender that reread it on every attempt took that line from the owner
-    /// each time: with a 2 MiB ring, 1 MiB tag_bw ran at half its rate even
-    /// on a calm machine (with the wait: the 8 MiB ring's rate).
+    /// each time: with a 2 MiB ring, 1 MiB streams ran at half their rate
+    /// (docs/performance.md, "Ring layout").
     full_skip: u32,
     full_wait: u32,
     /// How far the peer's CPU is (see `far.rs`).
@@ -591,9 +591,8 @@ impl ShmDevice {
             // ping-pong's receiver then finds it at hand. Not after later
             // ones: a receiver that streams has caught up with the sender,
             // and fetching the line the sender writes next takes it away
-            // from the sender every message (measured with
-            // scripts/ab_perf.sh, 8 B tag_bw: 1.33x the rate in 28 of 30
-            // paired runs without; tag_lat unchanged).
+            // from the sender every message (8 B streams a quarter slower;
+            // docs/performance.md, "Other prefetches").
             if n == 0 {
                 prefetch_pos::<false>(&self.map, &self.shape, self.head + span as u64);
             }
@@ -720,16 +719,10 @@ impl ShmDevice {
     /// says when and how many). The transfer of those lines from the peer,
     /// which polls the first of them, then overlaps the application's
     /// handling of the packet just taken and its call to send, where
-    /// `send_with` would ask only after its claim.
-    ///
-    /// Measured with scripts/ab_perf.sh (paired runs, 2026-11-24): 8 B
-    /// tag_lat 0.105 -> 0.085 us median (20 of 20 pairs); `shm_pingpong`'s
-    /// C API row 104-105 -> 87-89 ns. Asked for before the engine handles
-    /// the packet it was 4% shorter only, after the whole batch 14%: a peer
-    /// that polls the line takes it back within a few polls. One line
-    /// whatever the size made 64 B and 4 KiB tag_lat 3-5% longer; a second
-    /// line for 8 B messages cost 5%. Asked for in one-way streams too, it
-    /// cost 2.3% of the 8 B rate.
+    /// `send_with` would ask only after its claim. Right after the packet,
+    /// not earlier or after the whole poll: a peer that polls the line
+    /// takes it back within a few polls (8 B one-way 0.105 -> 0.085 us;
+    /// docs/performance.md, "Reply lines").
     #[inline(always)]
     fn prefetch_reply(&self, ah: Option<Ah>, lines: usize) {
         if let Some(Some(p)) = ah.and_then(|a| self.peers.get(a as usize)) {
@@ -1015,12 +1008,11 @@ impl Device for ShmDevice {
         publish(&p.shape, entry, pos, ids, len, need as u32 | if more { segment::MORE } else { 0 });
         // In a stream of sends the next entry most likely starts where this
         // one ends: ask for its first line in exclusive state now, so that
-        // the next send does not wait for it (a stream of 8-byte messages:
-        // ~1.4x the rate). Not after a receive: in a ping-pong the owner
-        // reads that line right after this entry, to see whether more
-        // came, and taking it away then puts a cross-core transfer into
-        // every round trip (measured: 0.44 -> 0.6 us one way when the two
-        // CPUs are far apart).
+        // the next send does not wait for it. Not after a receive: in a
+        // ping-pong the owner reads that line right after this entry, to
+        // see whether more came, and taking it away then puts a cross-core
+        // transfer into every round trip (docs/performance.md, "Other
+        // prefetches").
         if streaming {
             prefetch_pos::<true>(&p.map, &p.shape, pos + need as u64);
         }

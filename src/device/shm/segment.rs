@@ -21,9 +21,9 @@ impl Mapping {
     /// Maps the segment, its page tables filled at once (`MAP_POPULATE`):
     /// otherwise the first pass of packets through the ring takes a minor
     /// page fault for each of its pages, in both processes (every 64th small
-    /// message, every 4 KiB one; measured: p99 of an 8 B ping-pong 2.7 µs
-    /// instead of 0.3 µs). The pages are already allocated (`create`
-    /// fallocates them), so this only costs the mapping.
+    /// message, every 4 KiB one: p99 of an 8 B ping-pong 2.7 µs instead of
+    /// 0.19 µs; docs/performance.md, "Ring layout"). The pages are already
+    /// allocated (`create` fallocates them), so this only costs the mapping.
     pub(super) fn map(fd: RawFd, len: usize) -> Result<Mapping, Status> {
         let flags = libc::MAP_SHARED | libc::MAP_POPULATE;
         // SAFETY: a fresh shared mapping of an open descriptor; checked for failure.

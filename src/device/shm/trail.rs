@@ -7,6 +7,8 @@
 //! application idle, the ring full) has nothing unsealed, and the packet is
 //! read at once. A producer that died between its claim and its seal would
 //! hold the head for ever; after `HOLD_MAX` polls the packet is read anyway.
+//! Why, and what it measured: [`ShmConfig::trail`], docs/performance.md,
+//! "Trail".
 
 use std::sync::atomic::Ordering;
 
