@@ -881,7 +881,9 @@ int32_t rdm4_ep_getname(struct rdm4_ep *ep, void *addr, size_t *len);
  * Returns the number inserted (`count`); `RDM4_EBADHANDLE`; `RDM4_EINVAL`
  * (NULL `addrs` or `out` with `count > 0`); `RDM4_ENOADDR` (an address no
  * device of this endpoint can reach, e.g. another host's shared memory or a
- * closed endpoint). Thread safety: any thread.
+ * closed endpoint); `RDM4_ENOTSUP` (a shm peer whose MTU is smaller than
+ * this endpoint's: `RDM4_SHM_MTU` must not be larger here than there).
+ * Thread safety: any thread.
  */
 int32_t rdm4_av_insert(struct rdm4_ep *ep, const void *addrs, size_t count, rdm4_addr *out);
 

@@ -11,8 +11,13 @@
 #   DIR/lib/librdm4.a
 #   DIR/include/rdm4.h
 #   DIR/lib/pkgconfig/rdm4.pc                    from pkgconfig/rdm4.pc.in
+#   DIR/lib/pkgconfig/rdm4-static.pc             from pkgconfig/rdm4-static.pc.in
+#                                                (links librdm4.a itself)
 #   DIR/lib/cmake/rdm4/rdm4Config.cmake          from cmake/rdm4Config.cmake.in
 #   DIR/lib/cmake/rdm4/rdm4ConfigVersion.cmake   from cmake/rdm4ConfigVersion.cmake.in
+#   DIR/share/man/man7/rdm4.7                    from man/rdm4.7 (overview, environment)
+#   DIR/share/man/man3/rdm4.3                    from man/rdm4.3 (the C API)
+#   DIR/share/man/man1/rdm4-perf.1               from man/rdm4-perf.1 (the benchmark tool)
 #
 # Options:
 #
@@ -30,7 +35,8 @@
 # the paths written into rdm4.pc name $PREFIX.
 #
 # The version is read from Cargo.toml ([package] version), the only place it
-# is set; the templates' @PLACEHOLDERS@ are filled in here.
+# is set; the templates' @PLACEHOLDERS@ (the man pages' @VERSION@ too) are
+# filled in here.
 set -euo pipefail
 
 usage() {
@@ -110,6 +116,11 @@ for f in "$so_src" "$a_src"; do
 done
 header_src=$root/include/rdm4.h
 [ -f "$header_src" ] || die "$header_src not found"
+# The man pages, each with the section it is installed in (its suffix).
+man_pages=(rdm4.7 rdm4.3 rdm4-perf.1)
+for page in "${man_pages[@]}"; do
+    [ -f "$root/man/$page" ] || die "$root/man/$page not found"
+done
 
 # 4 or 8, from the ELF class of the shared library (byte 4: 1 = 32-bit, 2 = 64-bit).
 case "$(od -An -tu1 -j4 -N1 "$so_src" | tr -d ' ')" in
@@ -171,13 +182,22 @@ fill() {
 libs_private=$(printf -- '-l%s ' "${native_libs[@]}")
 cmake_libs=$(IFS=';'; echo "${native_libs[*]}")
 
-fill "$root/pkgconfig/rdm4.pc.in" "$pcdir/rdm4.pc" \
-    RDM4_T_PREFIX="$prefix" RDM4_T_VERSION="$version" RDM4_T_DESCRIPTION="$description" \
-    RDM4_T_LIBS_PRIVATE="${libs_private% }"
+for pc in rdm4 rdm4-static; do
+    fill "$root/pkgconfig/$pc.pc.in" "$pcdir/$pc.pc" \
+        RDM4_T_PREFIX="$prefix" RDM4_T_VERSION="$version" RDM4_T_DESCRIPTION="$description" \
+        RDM4_T_LIBS_PRIVATE="${libs_private% }"
+done
 fill "$root/cmake/rdm4Config.cmake.in" "$cmakedir/rdm4Config.cmake" \
     RDM4_T_VERSION="$version" RDM4_T_MAJOR="$major" RDM4_T_CMAKE_NATIVE_LIBS="$cmake_libs"
 fill "$root/cmake/rdm4ConfigVersion.cmake.in" "$cmakedir/rdm4ConfigVersion.cmake" \
     RDM4_T_VERSION="$version" RDM4_T_MAJOR="$major" RDM4_T_MINOR="$minor" \
     RDM4_T_SIZEOF_VOID_P="$sizeof_void_p"
+
+mandir=$dest/share/man
+for page in "${man_pages[@]}"; do
+    section=${page##*.}
+    install -d "$mandir/man$section"
+    fill "$root/man/$page" "$mandir/man$section/$page" RDM4_T_VERSION="$version"
+done
 
 echo "install.sh: installed rdm4 $version into ${DESTDIR:+$DESTDIR}$prefix (libraries from $libs_from)"

@@ -170,12 +170,23 @@ enum Linked<'a> {
 /// (cargo's, which includes target/<profile>/, is replaced), checks it passes
 /// and that it has the library the expected way.
 fn run_consumer(env: &Env, exe: &Path, linked: Linked) {
+    run_consumer_with(env, exe, linked, true)
+}
+
+/// [`run_consumer`]; without `ld_path`, with no LD_LIBRARY_PATH at all (the
+/// program must find the library by its rpath).
+fn run_consumer_with(env: &Env, exe: &Path, linked: Linked, ld_path: bool) {
     let what = exe.display().to_string();
     let stdout_path = exe.with_extension("stdout");
     let stderr_path = exe.with_extension("stderr");
-    let mut child = Command::new(exe)
+    let mut cmd = Command::new(exe);
+    if ld_path {
+        cmd.env("LD_LIBRARY_PATH", env.prefix.join("lib"));
+    } else {
+        cmd.env_remove("LD_LIBRARY_PATH");
+    }
+    let mut child = cmd
         .current_dir(exe.parent().unwrap())
-        .env("LD_LIBRARY_PATH", env.prefix.join("lib"))
         .stdin(Stdio::null())
         .stdout(fs::File::create(&stdout_path).unwrap())
         .stderr(fs::File::create(&stderr_path).unwrap())
@@ -236,7 +247,13 @@ fn install_layout() {
         read(&Path::new(MANIFEST_DIR).join("include/rdm4.h")),
         "include/rdm4.h is the committed header"
     );
-    for f in ["lib/pkgconfig/rdm4.pc", "lib/cmake/rdm4/rdm4Config.cmake", "lib/cmake/rdm4/rdm4ConfigVersion.cmake"] {
+    let files = [
+        "lib/pkgconfig/rdm4.pc",
+        "lib/pkgconfig/rdm4-static.pc",
+        "lib/cmake/rdm4/rdm4Config.cmake",
+        "lib/cmake/rdm4/rdm4ConfigVersion.cmake",
+    ];
+    for f in files {
         let text = read(&env.prefix.join(f));
         assert!(!text.contains("@VERSION@") && !text.contains("@PREFIX@"), "{f} has unfilled placeholders");
     }
@@ -277,7 +294,34 @@ fn pkg_config_consumer_builds_and_runs() {
         .arg(&exe)
         .args(flags.split_whitespace());
     run_ok(&mut cmd, "cc consumer.c $(pkg-config --cflags --libs rdm4)");
-    run_consumer(env, &exe, Linked::Shared(&env.prefix.join(format!("lib/librdm4.so.{VERSION}"))));
+    let so = env.prefix.join(format!("lib/librdm4.so.{VERSION}"));
+    run_consumer(env, &exe, Linked::Shared(&so));
+
+    // The README's recipe for a prefix outside the system directories: an
+    // rpath from pkg-config's libdir, and no LD_LIBRARY_PATH.
+    let libdir = run_ok(pkg_config(env).args(["--variable=libdir", "rdm4"]), "pkg-config --variable=libdir rdm4");
+    let exe = dir.join("consumer_rpath");
+    let mut cmd = c_compiler();
+    cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
+        .arg(Path::new(MANIFEST_DIR).join("c_tests/consumer/consumer.c"))
+        .arg("-o")
+        .arg(&exe)
+        .args(flags.split_whitespace())
+        .arg(format!("-Wl,-rpath,{}", libdir.trim()));
+    run_ok(&mut cmd, "cc consumer.c $(pkg-config --cflags --libs rdm4) -Wl,-rpath,<libdir>");
+    run_consumer_with(env, &exe, Linked::Shared(&so), false);
+
+    // rdm4-static.pc links the archive itself, with what it needs.
+    let flags = run_ok(pkg_config(env).args(["--cflags", "--libs", "rdm4-static"]), "pkg-config rdm4-static");
+    let exe = dir.join("consumer_static");
+    let mut cmd = c_compiler();
+    cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
+        .arg(Path::new(MANIFEST_DIR).join("c_tests/consumer/consumer.c"))
+        .arg("-o")
+        .arg(&exe)
+        .args(flags.split_whitespace());
+    run_ok(&mut cmd, "cc consumer.c $(pkg-config --cflags --libs rdm4-static)");
+    run_consumer_with(env, &exe, Linked::Static, false);
 }
 
 #[test]

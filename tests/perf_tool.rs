@@ -131,3 +131,61 @@ fn a_library_failure_is_reported_with_strerror() {
     assert_eq!(err.matches("rdm4_ep_open failed").count(), 1, "{err}");
     assert!(String::from_utf8_lossy(&out.stdout).is_empty(), "nothing printed before the failure");
 }
+
+/// The options the parser accepts, taken from its source: every string
+/// literal of `src/bin/rdm4-perf.rs` that is a whole `--name` (the option
+/// table, `--help`, the arguments it passes to the peer it starts, option
+/// names in its messages). So any `--name` the source knows must be in the
+/// help, however the parser comes to accept it. The unit tests at the end
+/// (`#[cfg(test)]`) are left out: they pass made-up options on purpose.
+fn options_in_source() -> Vec<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/rdm4-perf.rs");
+    let src = std::fs::read_to_string(path).unwrap();
+    let src = &src[..src.find("#[cfg(test)]").unwrap_or(src.len())];
+    let mut names: Vec<String> = src
+        .match_indices("\"--")
+        .filter_map(|(at, _)| {
+            let rest = &src[at + 1..];
+            let name = &rest[..rest.find('"')?];
+            let word = name[2..].bytes().all(|b| b.is_ascii_lowercase() || b == b'-');
+            (name.len() > 2 && word).then(|| name.to_string())
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[test]
+fn help_lists_every_option_the_parser_accepts_with_its_default() {
+    let options = options_in_source();
+    // The scan itself works: it finds the options of the table and --help.
+    for o in ["--device", "--oob-port", "--settle-ms", "--inject", "--help"] {
+        assert!(options.iter().any(|n| n == o), "{o} not found in the source: {options:?}");
+    }
+    for flag in ["--help", "-h"] {
+        let out = run("help", &[flag], &[]);
+        assert!(out.status.success(), "{flag}: {}", out.status);
+        assert!(out.stderr.is_empty(), "{flag}: {}", String::from_utf8_lossy(&out.stderr));
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(help.starts_with("usage: rdm4-perf"), "{help}");
+        for o in &options {
+            // The line of the options list that describes it starts with its name.
+            let line = help
+                .lines()
+                .skip_while(|l| *l != "options:")
+                .take_while(|l| !l.is_empty())
+                .map(str::trim_start)
+                .find(|l| {
+                    l.split([' ', ',']).next() == Some(o.as_str()) || (o == "--help" && l.starts_with("-h, --help"))
+                })
+                .unwrap_or_else(|| panic!("{flag}: no line for {o}\n{help}"));
+            if o != "--help" {
+                assert!(line.contains("(default: "), "{flag}: {o} without its default: {line}");
+            }
+        }
+        for t in TESTS {
+            assert!(help.contains(t), "{flag}: test {t} missing\n{help}");
+        }
+    }
+}

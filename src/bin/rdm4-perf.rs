@@ -16,6 +16,9 @@
 //! the streams' sends `rdm4_tinject` calls (up to 64 KiB), which leave no
 //! completion to poll, as `ucx_perftest`'s sends that complete in place;
 //! the default sends with `rdm4_tsend` and polls every completion.
+//! `--help` lists every option with its default (from [`OPTIONS`], the
+//! table the parser reads); `man/rdm4-perf.1` describes the tests and
+//! the output.
 //!
 //! Honesty rules: data is verified on the last iteration of every size;
 //! ping-pong latency is half the round trip; bandwidth counts completed
@@ -31,16 +34,19 @@ use std::time::{Duration, Instant};
 use rdm4::capi::*;
 use rdm4::status::codes::RDM4_EAGAIN;
 
-const USAGE: &str = "usage: rdm4-perf [--device shm|udp] [--test NAME[,NAME...]] [--sizes N,N,...]
-                 [--iters N] [--warmup N] [--window N] [--settle-ms MS] [--json] [--no-pin] [--thread-safe]
-                 [--inject] [--server [--oob-port P] | --client HOST [--oob-port P]]
-tests: tag_lat msg_lat tag_bw msg_rate put_lat put_bw get_lat get_bw atomic_lat";
+/// The synopsis: the first lines of `--help`, and what an argument error
+/// prints after its message.
+const SYNOPSIS: &str = "usage: rdm4-perf [OPTION...]
+       rdm4-perf --server [--oob-port P] [OPTION...]
+       rdm4-perf --client HOST --oob-port P [OPTION...]
+The first form starts the peer process on this host. Across two hosts, run
+--server on one and --client on the other, with the same test options.";
 
 const TESTS: [&str; 9] =
     ["tag_lat", "msg_lat", "tag_bw", "msg_rate", "put_lat", "put_bw", "get_lat", "get_bw", "atomic_lat"];
 const DEFAULT_SIZES: [usize; 8] = [8, 64, 512, 4096, 32768, 262_144, 1 << 20, 4 << 20];
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 struct Opts {
     device: String,
     tests: Vec<String>,
@@ -61,6 +67,27 @@ struct Opts {
     port: u16,
 }
 
+impl Opts {
+    /// The settings without options.
+    fn defaults() -> Opts {
+        Opts {
+            device: "shm".into(),
+            tests: TESTS.iter().map(|s| s.to_string()).collect(),
+            sizes: DEFAULT_SIZES.to_vec(),
+            iters: 0,
+            warmup: 0,
+            window: 64,
+            settle_ms: SETTLE_MS,
+            json: false,
+            pin: true,
+            thread_safe: false,
+            inject: false,
+            role: Role::Local,
+            port: 0,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 enum Role {
     /// Spawn the peer and drive the tests.
@@ -71,69 +98,150 @@ enum Role {
     Client(String),
 }
 
+/// What `--help` shows as an option's default.
+#[derive(Clone, Copy)]
+enum Shown {
+    /// A value the option takes: giving it changes nothing (a unit test
+    /// checks each against [`Opts::defaults`]).
+    Value(&'static str),
+    /// What happens without the option, in words.
+    Words(&'static str),
+}
+
+/// Applies an option's value (`""` for a switch) or says what is wrong
+/// with it.
+type Setter = fn(&mut Opts, &str) -> std::result::Result<(), String>;
+
+/// A command-line option. The parser accepts the options of [`OPTIONS`]
+/// and `-h`/`--help`, nothing else, and `--help` lists the same table, so
+/// the two cannot drift apart.
+struct Opt {
+    /// `--name`.
+    name: &'static str,
+    /// What the value that follows it looks like; `""` for a switch.
+    arg: &'static str,
+    /// What it does.
+    help: &'static str,
+    default: Shown,
+    set: Setter,
+}
+
+/// `value` of option `name` as a number.
+fn number<T: std::str::FromStr>(name: &str, value: &str) -> std::result::Result<T, String> {
+    value.parse().map_err(|_| format!("bad {name} {value}"))
+}
+
+#[rustfmt::skip]
+const OPTIONS: &[Opt] = &[
+    Opt { name: "--device", arg: "shm|udp", default: Shown::Value("shm"),
+        help: "the device of both endpoints (udp: not available yet)",
+        set: |o, v| { o.device = v.to_string(); Ok(()) } },
+    Opt { name: "--test", arg: "NAME[,NAME...]", default: Shown::Words("all, in the order below"),
+        help: "the tests to run, in this order",
+        set: |o, v| {
+            o.tests = v.split(',').map(str::to_string).collect();
+            match o.tests.iter().find(|t| !TESTS.contains(&t.as_str())) {
+                Some(t) => Err(format!("unknown test {t}")),
+                None => Ok(()),
+            }
+        } },
+    Opt { name: "--sizes", arg: "N[,N...]", default: Shown::Value("8,64,512,4096,32768,262144,1048576,4194304"),
+        help: "sizes in bytes (atomic_lat: 8 only)",
+        set: |o, v| {
+            let size = |s: &str| s.parse().map_err(|_| format!("bad size {s}"));
+            o.sizes = v.split(',').map(size).collect::<std::result::Result<_, _>>()?;
+            Ok(())
+        } },
+    Opt { name: "--iters", arg: "N", default: Shown::Value("0"),
+        help: "timed iterations per test and size; 0: set by test and size",
+        set: |o, v| { o.iters = number("--iters", v)?; Ok(()) } },
+    Opt { name: "--warmup", arg: "N", default: Shown::Value("0"),
+        help: "untimed iterations first; 0: a tenth of them, none with --iters",
+        set: |o, v| { o.warmup = number("--warmup", v)?; Ok(()) } },
+    Opt { name: "--window", arg: "N", default: Shown::Value("64"),
+        help: "operations in flight in the _bw tests and msg_rate",
+        set: |o, v| { o.window = number("--window", v)?; Ok(()) } },
+    Opt { name: "--settle-ms", arg: "MS", default: Shown::Value("500"),
+        help: "both processes poll this long before the first test",
+        set: |o, v| { o.settle_ms = number("--settle-ms", v)?; Ok(()) } },
+    Opt { name: "--json", arg: "", default: Shown::Words("a table"),
+        help: "print one JSON object per test and size",
+        set: |o, _| { o.json = true; Ok(()) } },
+    Opt { name: "--no-pin", arg: "", default: Shown::Words("pinned to CPUs 0 and 1"),
+        help: "do not pin the two processes",
+        set: |o, _| { o.pin = false; Ok(()) } },
+    Opt { name: "--thread-safe", arg: "", default: Shown::Words("RDM4_THREAD_SINGLE"),
+        help: "locked endpoints: RDM4_THREAD_SAFE",
+        set: |o, _| { o.thread_safe = true; Ok(()) } },
+    Opt { name: "--inject", arg: "", default: Shown::Words("rdm4_tsend"),
+        help: "tag_bw, msg_rate send by rdm4_tinject (up to 64 KiB)",
+        set: |o, _| { o.inject = true; Ok(()) } },
+    Opt { name: "--server", arg: "", default: Shown::Words("start the peer here"),
+        help: "wait for a --client, then run the tests",
+        set: |o, _| { o.role = Role::Server; Ok(()) } },
+    Opt { name: "--client", arg: "HOST", default: Shown::Words("start the peer here"),
+        help: "connect to the --server on HOST",
+        set: |o, v| { o.role = Role::Client(v.to_string()); Ok(()) } },
+    Opt { name: "--oob-port", arg: "P", default: Shown::Value("0"),
+        help: "TCP port of --server and --client; 0: any, printed",
+        set: |o, v| { o.port = number("--oob-port", v)?; Ok(()) } },
+];
+
+/// The `--help` text: the synopsis, every option of [`OPTIONS`] on a line
+/// of its own with its default, and the tests.
+fn help() -> String {
+    let head = |o: &Opt| if o.arg.is_empty() { o.name.to_string() } else { format!("{} {}", o.name, o.arg) };
+    let width = OPTIONS.iter().map(|o| head(o).len()).max().unwrap_or(0);
+    let mut s = format!("{SYNOPSIS}\n\noptions:\n");
+    for o in OPTIONS {
+        let (Shown::Value(default) | Shown::Words(default)) = o.default;
+        s += &format!("  {:<width$}  {} (default: {default})\n", head(o), o.help);
+    }
+    s += &format!("  {:<width$}  print this help and exit\n", "-h, --help");
+    s += &format!("\ntests: {}\n", TESTS.join(" "));
+    s
+}
+
 fn fail(msg: &str) -> ! {
-    eprintln!("rdm4-perf: {msg}\n{USAGE}");
+    eprintln!("rdm4-perf: {msg}\n{SYNOPSIS}\n(rdm4-perf --help lists the options)");
     std::process::exit(2);
 }
 
-fn parse_args() -> Opts {
-    let mut o = Opts {
-        device: "shm".into(),
-        tests: TESTS.iter().map(|s| s.to_string()).collect(),
-        sizes: DEFAULT_SIZES.to_vec(),
-        iters: 0,
-        warmup: 0,
-        window: 64,
-        settle_ms: SETTLE_MS,
-        json: false,
-        pin: true,
-        thread_safe: false,
-        inject: false,
-        role: Role::Local,
-        port: 0,
-    };
-    let mut args = std::env::args().skip(1);
+/// Parses the arguments (without the program name); `None` when they ask
+/// for `--help`.
+fn parse<I: IntoIterator<Item = String>>(args: I) -> std::result::Result<Option<Opts>, String> {
+    let mut o = Opts::defaults();
+    let mut args = args.into_iter();
     while let Some(a) = args.next() {
-        let mut val = |name: &str| args.next().unwrap_or_else(|| fail(&format!("{name} needs a value")));
-        match a.as_str() {
-            "--device" => o.device = val("--device"),
-            "--test" => {
-                o.tests = val("--test").split(',').map(str::to_string).collect();
-                if let Some(t) = o.tests.iter().find(|t| !TESTS.contains(&t.as_str())) {
-                    fail(&format!("unknown test {t}"));
-                }
-            }
-            "--sizes" => {
-                o.sizes = val("--sizes")
-                    .split(',')
-                    .map(|s| s.parse().unwrap_or_else(|_| fail(&format!("bad size {s}"))))
-                    .collect();
-            }
-            "--iters" => o.iters = val("--iters").parse().unwrap_or_else(|_| fail("bad --iters")),
-            "--warmup" => o.warmup = val("--warmup").parse().unwrap_or_else(|_| fail("bad --warmup")),
-            "--window" => o.window = val("--window").parse().unwrap_or_else(|_| fail("bad --window")),
-            "--settle-ms" => o.settle_ms = val("--settle-ms").parse().unwrap_or_else(|_| fail("bad --settle-ms")),
-            "--oob-port" => o.port = val("--oob-port").parse().unwrap_or_else(|_| fail("bad --oob-port")),
-            "--json" => o.json = true,
-            "--no-pin" => o.pin = false,
-            "--thread-safe" => o.thread_safe = true,
-            "--inject" => o.inject = true,
-            "--server" => o.role = Role::Server,
-            "--client" => o.role = Role::Client(val("--client")),
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                std::process::exit(0);
-            }
-            other => fail(&format!("unknown argument {other}")),
+        if a == "-h" || a == "--help" {
+            return Ok(None);
         }
+        let opt = OPTIONS.iter().find(|o| o.name == a).ok_or_else(|| format!("unknown argument {a}"))?;
+        let value = if opt.arg.is_empty() {
+            String::new()
+        } else {
+            args.next().ok_or_else(|| format!("{} needs a value", opt.name))?
+        };
+        (opt.set)(&mut o, &value)?;
     }
     if o.window == 0 || o.sizes.is_empty() {
-        fail("--window and --sizes must not be empty");
+        return Err("--window and --sizes must not be empty".into());
     }
     if !["shm", "udp"].contains(&o.device.as_str()) {
-        fail(&format!("unknown device {}", o.device));
+        return Err(format!("unknown device {}", o.device));
     }
-    o
+    Ok(Some(o))
+}
+
+fn parse_args() -> Opts {
+    match parse(std::env::args().skip(1)) {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            print!("{}", help());
+            std::process::exit(0);
+        }
+        Err(msg) => fail(&msg),
+    }
 }
 
 /// Checks a C API status; reports it with `rdm4_strerror` and exits on failure.
@@ -759,6 +867,11 @@ fn spawn_peer(o: &Opts, port: u16) -> Child {
     if o.thread_safe {
         args.push("--thread-safe".into());
     }
+    // The spawned peer is the client, the side that sends in tag_bw and
+    // msg_rate: without this, `--inject` never reached the sends.
+    if o.inject {
+        args.push("--inject".into());
+    }
     args.push("--json".into());
     Command::new(exe)
         .args(args)
@@ -855,7 +968,39 @@ fn main() {
 
 #[cfg(test)]
 mod tests {
-    use super::Laps;
+    use super::{help, parse, Laps, Opts, Shown, OPTIONS};
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// The default `--help` shows for an option that takes a value is the
+    /// value it has without the option.
+    #[test]
+    fn every_default_the_help_shows_is_the_default() {
+        for o in OPTIONS {
+            if let Shown::Value(v) = o.default {
+                assert_eq!(parse(args(&[o.name, v])), Ok(Some(Opts::defaults())), "{} {v}", o.name);
+            }
+        }
+        assert_eq!(parse(args(&[])), Ok(Some(Opts::defaults())));
+    }
+
+    #[test]
+    fn the_parser_takes_the_options_of_the_table_and_help() {
+        for o in OPTIONS {
+            let given = if o.arg.is_empty() { args(&[o.name]) } else { args(&[o.name, "x"]) };
+            // Accepted, or refused for its value: never an unknown argument.
+            if let Err(e) = parse(given) {
+                assert!(!e.contains("unknown argument"), "{}: {e}", o.name);
+            }
+            assert!(help().lines().any(|l| l.trim_start().starts_with(o.name)), "{}", o.name);
+        }
+        assert_eq!(parse(args(&["--help"])), Ok(None));
+        assert_eq!(parse(args(&["--json", "-h"])), Ok(None));
+        assert_eq!(parse(args(&["--nope"])), Err("unknown argument --nope".to_string()));
+        assert_eq!(parse(args(&["--iters"])), Err("--iters needs a value".to_string()));
+    }
 
     /// As `one_sided_lat` takes them: `iters` samples that together span
     /// from the first timed iteration's start to the end, once.

@@ -270,7 +270,9 @@ pub extern "C" fn rdm4_ep_getname(ep: *mut rdm4_ep, addr: *mut c_void, len: *mut
 /// Returns the number inserted (`count`); `RDM4_EBADHANDLE`; `RDM4_EINVAL`
 /// (NULL `addrs` or `out` with `count > 0`); `RDM4_ENOADDR` (an address no
 /// device of this endpoint can reach, e.g. another host's shared memory or a
-/// closed endpoint). Thread safety: any thread.
+/// closed endpoint); `RDM4_ENOTSUP` (a shm peer whose MTU is smaller than
+/// this endpoint's: `RDM4_SHM_MTU` must not be larger here than there).
+/// Thread safety: any thread.
 #[no_mangle]
 pub extern "C" fn rdm4_av_insert(ep: *mut rdm4_ep, addrs: *const c_void, count: usize, out: *mut rdm4_addr) -> i32 {
     boundary(|| {
