@@ -46,6 +46,7 @@
 
 pub mod shm;
 pub mod sim;
+pub mod udp;
 
 use bitflags::bitflags;
 

@@ -1,0 +1,718 @@
+//! The udp device: endpoints on any IP network (DESIGN §2.1).
+//!
+//! One UDP socket per endpoint. Raw address: `gid` = the IPv6 address
+//! (IPv4 as `::ffff:a.b.c.d`), `qpn` = the UDP port, `connid` = random per
+//! open. Each datagram is a 24-byte device header and, for data, one EFA
+//! RDM packet (`dgram.rs` documents the bytes).
+//!
+//! What the engine gets is what an EFA NIC gives: packets delivered
+//! reliably, exactly once, in any order, and RDMA read and write.
+//! - Reliability (`peer.rs`): per-peer sequence numbers, duplicate
+//!   suppression, cumulative acknowledgements with a bit vector of later
+//!   arrivals, piggybacked on every datagram to the peer or sent at the
+//!   end of a receive batch; retransmission on an adaptive timeout and on
+//!   holes the acknowledgements show; a peer silent for `giveup` is lost.
+//!   Packets go to the engine as they arrive, in any order.
+//! - Flow and congestion: a send window of at most 64 datagrams per peer
+//!   (the receiver's duplicate window) under an AIMD congestion window;
+//!   a full window is "try again" for the engine.
+//! - RDMA (after RDMAP): writes travel as WRITE segments carrying key,
+//!   address and offset, reads as a READ_REQ answered by READ_RSP segments;
+//!   the memory owner's device checks key, bounds and access before it
+//!   touches memory and answers a refusal (and a finished write) with
+//!   RDMA_DONE. The owner serves them in its progress calls (or its
+//!   progress thread), and its `dereg` drops the reads it was serving, so
+//!   no peer reads or writes a region after its deregistration returns.
+//! - Deferral (device contract item 7): deferred packets are copied aside,
+//!   and every datagram says HOLD while any are kept: peers then send only
+//!   control packets until a datagram without it arrives.
+//! - A close sends CLOSE to every peer it knows (twice, best effort); a
+//!   peer that receives it fails its operations towards the closed one.
+//! - Faults (`RDM4_UDP_FAULTS`): seeded drops, duplicates and reordering
+//!   with delay, applied to every datagram sent, for tests.
+//!
+//! Send completions come when the peer acknowledged the datagram (its
+//! device has it), so an eager send completes after a round trip, and a
+//! send to a peer that is given up completes with `RDM4_EPEER`.
+
+mod config;
+mod dgram;
+mod peer;
+mod rdma;
+
+pub use config::{Faults, UdpConfig};
+
+use std::collections::VecDeque;
+use std::io::ErrorKind;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
+
+use super::{Access, Ah, Caps, DevError, DevEvent, Device, Flow, Sent};
+use crate::fxhash::FxHashMap;
+use crate::mem::UserBuf;
+use crate::status::Status;
+use crate::wire::RawAddr;
+use dgram::{Hdr, Kind, HDR};
+use peer::{Acked, Arrival, Peer, Unacked};
+
+/// The largest datagram the device sends.
+const DGRAM_MAX: usize = 65_000 + HDR;
+/// Peers the device keeps state for that the engine never inserted (an
+/// unknown sender's datagrams beyond it are dropped).
+const STRANGERS_MAX: usize = 4096;
+
+/// Counters of what the device dropped, refused or repeated.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UdpStats {
+    /// Datagrams sent again (timeouts and holes).
+    pub retransmits: u64,
+    /// Received datagrams that were duplicates.
+    pub duplicates: u64,
+    /// Datagrams too short, of another version or kind, or malformed.
+    pub malformed: u64,
+    /// Datagrams for another incarnation of this port (wrong connid).
+    pub stale: u64,
+    /// Datagrams beyond the receive window.
+    pub too_far: u64,
+    /// RDMA requests refused (key, bounds, access).
+    pub rdma_refused: u64,
+    /// Datagrams the fault injection dropped.
+    pub injected_drops: u64,
+}
+
+/// One endpoint's udp device.
+pub struct UdpDevice {
+    sock: UdpSocket,
+    local: SocketAddr,
+    connid: u32,
+    cfg: UdpConfig,
+    /// Largest EFA RDM packet.
+    mtu: usize,
+    peers: Vec<Peer>,
+    by_addr: FxHashMap<(SocketAddr, u32), usize>,
+    strangers: usize,
+    events: Vec<DevEvent>,
+    pool: Vec<Vec<u8>>,
+    rx: Vec<u8>,
+    /// The engine's hint for the next packet ([`Device::control_next`]).
+    control: bool,
+    /// Deferred packets (from peer index), and whether to hand them over again.
+    parked: VecDeque<(usize, Vec<u8>)>,
+    redeliver: bool,
+    /// Datagrams held back by fault injection: (due, destination, bytes).
+    delayed: VecDeque<(Instant, SocketAddr, Vec<u8>)>,
+    rng: u64,
+    rdma: rdma::Rdma,
+    stats: UdpStats,
+}
+
+fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: writes at most 8 bytes into `b`.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };
+    if n != 8 {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        return t ^ u64::from(std::process::id()) << 32;
+    }
+    u64::from_le_bytes(b)
+}
+
+/// The `gid` of an IP address: IPv6 as it is, IPv4 mapped into IPv6.
+fn gid_of(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+/// The socket address of a raw address.
+fn socket_of(raw: &RawAddr) -> SocketAddr {
+    let v6 = Ipv6Addr::from(raw.gid);
+    let ip = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
+    SocketAddr::new(ip, raw.qpn())
+}
+
+impl UdpDevice {
+    /// Opens an endpoint with the settings of the environment.
+    pub fn open() -> Result<UdpDevice, Status> {
+        UdpDevice::open_with(UdpConfig::from_env()?)
+    }
+
+    /// Opens an endpoint: binds its socket and sizes its packets.
+    pub fn open_with(cfg: UdpConfig) -> Result<UdpDevice, Status> {
+        let ip = cfg.addr.unwrap_or_else(config::primary_addr);
+        if ip.is_unspecified() {
+            return Err(Status::Inval); // a wildcard is not an address a peer can reach
+        }
+        let sock = UdpSocket::bind(SocketAddr::new(ip, cfg.port)).map_err(|e| match e.kind() {
+            ErrorKind::AddrInUse => Status::Busy,
+            ErrorKind::AddrNotAvailable => Status::NoAddr,
+            _ => Status::Io,
+        })?;
+        sock.set_nonblocking(true).map_err(|_| Status::Io)?;
+        let local = sock.local_addr().map_err(|_| Status::Io)?;
+        let want = cfg.sock_buf.unwrap_or(8 << 20) as libc::c_int;
+        for opt in [libc::SO_RCVBUFFORCE, libc::SO_SNDBUFFORCE, libc::SO_RCVBUF, libc::SO_SNDBUF] {
+            // SAFETY: setting an int socket option on our socket; failures
+            // (no privilege for the FORCE options) leave the kernel's size.
+            unsafe {
+                libc::setsockopt(
+                    sock.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&want as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+        }
+        // IP (20 or 40 bytes) and UDP (8) headers, then ours.
+        let ip_hdr = if ip.is_ipv4() { 20 } else { 40 };
+        let path = config::interface_mtu(ip).unwrap_or(1500);
+        let fit = path.saturating_sub(ip_hdr + 8).min(DGRAM_MAX) - HDR;
+        let mtu = cfg.mtu.unwrap_or(fit).min(fit) & !63;
+        if mtu < 256 {
+            return Err(Status::Inval);
+        }
+        let seed = cfg.faults.seed;
+        Ok(UdpDevice {
+            sock,
+            local,
+            connid: random_u64() as u32 | 1,
+            mtu,
+            cfg,
+            peers: Vec::new(),
+            by_addr: FxHashMap::default(),
+            strangers: 0,
+            events: Vec::new(),
+            pool: Vec::new(),
+            rx: vec![0u8; 65_536],
+            control: false,
+            parked: VecDeque::new(),
+            redeliver: false,
+            delayed: VecDeque::new(),
+            rng: seed ^ 0x9E37_79B9_7F4A_7C15,
+            rdma: rdma::Rdma::default(),
+            stats: UdpStats::default(),
+        })
+    }
+
+    /// The socket address peers reach this endpoint at.
+    pub fn socket_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Counters of what the device dropped, refused or repeated.
+    pub fn stats(&self) -> UdpStats {
+        let mut s = self.stats;
+        s.retransmits = self.peers.iter().map(|p| p.retransmits).sum();
+        s
+    }
+
+    fn rand_unit(&mut self) -> f64 {
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Puts a datagram on the wire, through the fault injection.
+    fn transmit(&mut self, to: SocketAddr, dgram: &[u8], now: Instant) {
+        let f = self.cfg.faults;
+        if f.any() {
+            if self.rand_unit() < f.drop {
+                self.stats.injected_drops += 1;
+                return;
+            }
+            if self.rand_unit() < f.reorder {
+                let due = now + Duration::from_micros(f.delay_us.max(1));
+                self.delayed.push_back((due, to, dgram.to_vec()));
+                return;
+            }
+            if self.rand_unit() < f.dup {
+                let _ = self.sock.send_to(dgram, to);
+            }
+        }
+        // A full socket buffer loses the datagram like the network would:
+        // the retransmission timer covers it.
+        let _ = self.sock.send_to(dgram, to);
+    }
+
+    /// Sends the datagrams the fault injection held back whose time came.
+    fn send_delayed(&mut self, now: Instant) {
+        while self.delayed.front().is_some_and(|d| d.0 <= now) {
+            if let Some((_, to, d)) = self.delayed.pop_front() {
+                let _ = self.sock.send_to(&d, to);
+            }
+        }
+    }
+
+    fn flags(&self) -> u8 {
+        if self.parked.is_empty() {
+            0
+        } else {
+            dgram::HOLD
+        }
+    }
+
+    fn take_buf(&mut self) -> Vec<u8> {
+        let mut b = self.pool.pop().unwrap_or_default();
+        b.resize(DGRAM_MAX, 0);
+        b
+    }
+
+    /// Numbers, acknowledges-in and sends a reliable datagram of `len`
+    /// bytes (header space included) to peer `idx`, keeping it for
+    /// retransmission.
+    fn send_reliable(&mut self, idx: usize, kind: Kind, mut d: Vec<u8>, len: usize, wr_id: u64, now: Instant) {
+        let flags = self.flags();
+        let connid = self.connid;
+        let p = &mut self.peers[idx];
+        let seq = p.next_seq;
+        p.next_seq = seq.wrapping_add(1);
+        let (ack, ack_bits) = p.ack_fields();
+        p.ack_due = false;
+        let h = Hdr { kind, flags, src_connid: connid, dst_connid: p.connid, seq, ack, ack_bits };
+        h.write(&mut d);
+        d.truncate(len);
+        let to = p.addr;
+        self.transmit(to, &d, now);
+        let u = Unacked { seq, dgram: d, first_sent: now, last_sent: now, tries: 1, wr_id, acked: false };
+        self.peers[idx].unacked.push_back(u);
+    }
+
+    /// Sends an unreliable datagram (ACK, CLOSE) to peer `idx`.
+    fn send_bare(&mut self, idx: usize, kind: Kind, now: Instant) {
+        let (flags, connid) = (self.flags(), self.connid);
+        let p = &mut self.peers[idx];
+        let (ack, ack_bits) = p.ack_fields();
+        p.ack_due = false;
+        let h = Hdr { kind, flags, src_connid: connid, dst_connid: p.connid, seq: 0, ack, ack_bits };
+        let mut d = [0u8; HDR];
+        h.write(&mut d);
+        let to = p.addr;
+        self.transmit(to, &d, now);
+    }
+
+    /// Sends datagram `seq` of peer `idx` again, with fresh acknowledgements.
+    fn retransmit(&mut self, idx: usize, seq: u32, now: Instant) {
+        let flags = self.flags();
+        let p = &mut self.peers[idx];
+        let (ack, ack_bits) = p.ack_fields();
+        let to = p.addr;
+        let Some(u) = p.unacked.iter_mut().find(|u| u.seq == seq && !u.acked) else { return };
+        Hdr::refresh(&mut u.dgram, flags, ack, ack_bits);
+        u.tries += 1;
+        u.last_sent = now;
+        p.retransmits += 1;
+        p.ack_due = false;
+        let d = std::mem::take(&mut u.dgram);
+        self.transmit(to, &d, now);
+        if let Some(u) = self.peers[idx].unacked.iter_mut().find(|u| u.seq == seq) {
+            u.dgram = d;
+        }
+    }
+
+    /// Retransmission timeouts, give-ups and held-back datagrams.
+    fn timers(&mut self, now: Instant) {
+        if !self.delayed.is_empty() {
+            self.send_delayed(now);
+        }
+        for idx in 0..self.peers.len() {
+            let p = &self.peers[idx];
+            if p.lost || p.unacked.is_empty() {
+                continue;
+            }
+            if p.unacked.front().is_some_and(|u| now.saturating_duration_since(u.first_sent) > self.cfg.giveup) {
+                self.lose(idx);
+                continue;
+            }
+            let rto = p.rto;
+            let due: Vec<u32> = p
+                .unacked
+                .iter()
+                .filter(|u| !u.acked && now.saturating_duration_since(u.last_sent) >= rto)
+                .map(|u| u.seq)
+                .collect();
+            if !due.is_empty() {
+                self.peers[idx].timed_out();
+                for seq in due {
+                    self.retransmit(idx, seq, now);
+                }
+            }
+        }
+    }
+
+    /// Gives peer `idx` up: every operation towards it fails.
+    fn lose(&mut self, idx: usize) {
+        let p = &mut self.peers[idx];
+        if p.lost {
+            return;
+        }
+        p.lost = true;
+        let ah = idx as Ah;
+        for u in p.unacked.drain(..) {
+            if u.wr_id != 0 && !u.acked {
+                self.events.push(DevEvent::SendDone { wr_id: u.wr_id, ah, status: Err(Status::PeerUnreachable) });
+            }
+        }
+        self.rdma.peer_lost(idx, ah, &mut self.events);
+        if p.inserted {
+            self.events.push(DevEvent::PeerLost { ah });
+        }
+    }
+
+    /// The index of the peer at (`addr`, `connid`), made for an unknown
+    /// sender when there is room.
+    fn peer_index(&mut self, addr: SocketAddr, connid: u32) -> Option<usize> {
+        if let Some(&i) = self.by_addr.get(&(addr, connid)) {
+            return Some(i);
+        }
+        if self.strangers >= STRANGERS_MAX {
+            return None;
+        }
+        self.strangers += 1;
+        self.peers.push(Peer::new(addr, connid));
+        let i = self.peers.len() - 1;
+        self.by_addr.insert((addr, connid), i);
+        Some(i)
+    }
+
+    /// Sends the acknowledgements owed.
+    fn send_acks(&mut self, now: Instant) {
+        for idx in 0..self.peers.len() {
+            if self.peers[idx].ack_due && !self.peers[idx].lost {
+                self.send_bare(idx, Kind::Ack, now);
+            }
+        }
+    }
+
+    /// Hands the parked packets to `f` again, in their order.
+    fn recv_parked<R: Flow>(
+        &mut self,
+        max: usize,
+        f: &mut impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R,
+    ) -> usize {
+        self.redeliver = false;
+        let mut kept = VecDeque::with_capacity(self.parked.len());
+        let (mut n, mut go_on) = (0, true);
+        while let Some((idx, pkt)) = self.parked.pop_front() {
+            if n == max || !go_on {
+                self.redeliver = true;
+                kept.push_back((idx, pkt));
+                continue;
+            }
+            n += 1;
+            let from = self.peers[idx].inserted.then_some(idx as Ah);
+            let verdict = f(from, &pkt, None);
+            if verdict.defer() {
+                kept.push_back((idx, pkt));
+            }
+            go_on = verdict.go_on();
+        }
+        self.parked = kept;
+        if self.parked.is_empty() {
+            // The hold is over: tell every peer at once.
+            let now = Instant::now();
+            for idx in 0..self.peers.len() {
+                if !self.peers[idx].lost {
+                    self.send_bare(idx, Kind::Ack, now);
+                }
+            }
+        }
+        n
+    }
+
+    /// One received datagram of `len` bytes in `self.rx` from `from`:
+    /// acknowledgements, then its kind. Returns the engine's verdict for a
+    /// DATA packet handed over (`None`: nothing was).
+    fn handle<R: Flow>(
+        &mut self,
+        rx: &[u8],
+        from: SocketAddr,
+        now: Instant,
+        f: &mut impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R,
+    ) -> Option<R> {
+        if rx.len() < HDR && from == self.local {
+            return None; // a wake-up this endpoint sent itself (`wake_sleeper`)
+        }
+        let Some((h, body)) = Hdr::parse(rx) else {
+            self.stats.malformed += 1;
+            return None;
+        };
+        if h.dst_connid != self.connid {
+            self.stats.stale += 1;
+            return None;
+        }
+        let known = self.by_addr.contains_key(&(from, h.src_connid));
+        if !known && !h.kind.reliable() {
+            return None; // an ACK or CLOSE from nobody we talk to
+        }
+        let Some(idx) = self.peer_index(from, h.src_connid) else {
+            self.stats.malformed += 1;
+            return None;
+        };
+        if self.peers[idx].lost {
+            return None;
+        }
+        self.peers[idx].held = h.flags & dgram::HOLD != 0;
+        let (mut acked, mut holes) = (Acked::default(), Vec::new());
+        self.peers[idx].take_ack(h.ack, h.ack_bits, now, &mut acked, &mut holes);
+        for wr_id in acked.done {
+            self.events.push(DevEvent::SendDone { wr_id, ah: idx as Ah, status: Ok(()) });
+        }
+        self.pool.extend(acked.bufs);
+        for seq in holes {
+            self.retransmit(idx, seq, now);
+        }
+        match h.kind {
+            Kind::Ack => return None,
+            Kind::Close => {
+                self.lose(idx);
+                return None;
+            }
+            _ => {}
+        }
+        match self.peers[idx].arrive(h.seq) {
+            Arrival::New => {}
+            Arrival::Duplicate => {
+                self.stats.duplicates += 1;
+                return None;
+            }
+            Arrival::TooFar => {
+                self.stats.too_far += 1;
+                return None;
+            }
+        }
+        match h.kind {
+            Kind::Data => {
+                let ah = self.peers[idx].inserted.then_some(idx as Ah);
+                let verdict = f(ah, body, None);
+                if verdict.defer() {
+                    self.parked.push_back((idx, body.to_vec()));
+                }
+                Some(verdict)
+            }
+            Kind::Write => {
+                self.rdma_write_in(idx, body, now);
+                None
+            }
+            Kind::ReadReq => {
+                self.rdma_read_req(idx, body, now);
+                None
+            }
+            Kind::ReadRsp => {
+                self.rdma_read_rsp(idx, body);
+                None
+            }
+            Kind::RdmaDone => {
+                self.rdma_done(idx, body);
+                None
+            }
+            Kind::Ack | Kind::Close => None,
+        }
+    }
+
+    /// Blocks until a datagram arrives or `timeout_ms` (capped by the next
+    /// retransmission) passed.
+    fn block(&mut self, timeout_ms: i32) -> bool {
+        let mut pfd = libc::pollfd { fd: self.sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ms = self.timer_ms().min(if timeout_ms < 0 { i32::MAX } else { timeout_ms });
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut pfd, 1, ms) > 0 }
+    }
+
+    /// Milliseconds until the device's next timer (retransmission, held-back
+    /// datagram), at most 100.
+    fn timer_ms(&self) -> i32 {
+        let busy = !self.delayed.is_empty() || self.peers.iter().any(|p| !p.lost && !p.unacked.is_empty());
+        let busy = busy || self.rdma.has_work();
+        if busy {
+            1
+        } else {
+            100
+        }
+    }
+}
+
+impl Drop for UdpDevice {
+    fn drop(&mut self) {
+        // Tell every peer (twice: CLOSE is not retransmitted).
+        let now = Instant::now();
+        for _ in 0..2 {
+            for idx in 0..self.peers.len() {
+                if !self.peers[idx].lost {
+                    self.send_bare(idx, Kind::Close, now);
+                }
+            }
+        }
+        self.send_delayed(now + Duration::from_secs(3600));
+    }
+}
+
+impl Device for UdpDevice {
+    fn caps(&self) -> Caps {
+        Caps {
+            mtu: self.mtu,
+            max_rdma_size: 1 << 30,
+            rdma_read: true,
+            rdma_write: true,
+            sync_send: false,
+            gather_in_place: false,
+            longread_min: usize::MAX,
+            backlog_min: 0,
+        }
+    }
+
+    fn local_addr(&self) -> RawAddr {
+        RawAddr::new(gid_of(self.local.ip()), self.local.port(), self.connid)
+    }
+
+    fn insert(&mut self, addr: &RawAddr) -> Result<Ah, Status> {
+        let to = socket_of(addr);
+        if to.is_ipv4() != self.local.is_ipv4() || to.port() == 0 || to.ip().is_unspecified() {
+            return Err(Status::NoAddr);
+        }
+        let idx = match self.by_addr.get(&(to, addr.connid())) {
+            Some(&i) => {
+                if !self.peers[i].inserted {
+                    self.strangers = self.strangers.saturating_sub(1);
+                }
+                i
+            }
+            None => {
+                self.peers.push(Peer::new(to, addr.connid()));
+                let i = self.peers.len() - 1;
+                self.by_addr.insert((to, addr.connid()), i);
+                i
+            }
+        };
+        self.peers[idx].inserted = true;
+        Ok(idx as Ah)
+    }
+
+    fn remove(&mut self, ah: Ah) {
+        if let Some(p) = self.peers.get_mut(ah as usize) {
+            p.inserted = false;
+        }
+    }
+
+    fn control_next(&mut self) {
+        self.control = true;
+    }
+
+    fn redeliver(&mut self) {
+        self.redeliver = !self.parked.is_empty();
+    }
+
+    fn send_with(
+        &mut self,
+        ah: Ah,
+        wr_id: u64,
+        max_len: usize,
+        mut build: impl FnMut(&mut [u8]) -> usize,
+    ) -> Result<Sent, DevError> {
+        let control = std::mem::take(&mut self.control);
+        let idx = ah as usize;
+        let p = self.peers.get(idx).ok_or(DevError::Failed(Status::NoAddr))?;
+        if p.lost {
+            return Err(DevError::Failed(Status::PeerUnreachable));
+        }
+        if (!control && p.held) || !p.window_open() {
+            return Err(DevError::Again);
+        }
+        let cap = max_len.min(self.mtu);
+        let mut d = self.take_buf();
+        let len = build(&mut d[HDR..HDR + cap]).min(cap);
+        if len == 0 {
+            self.pool.push(d);
+            return Ok(Sent::Done);
+        }
+        self.send_reliable(idx, Kind::Data, d, HDR + len, wr_id, Instant::now());
+        Ok(if wr_id == 0 { Sent::Done } else { Sent::Pending })
+    }
+
+    fn recv<R: Flow>(&mut self, max: usize, mut f: impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R) -> usize {
+        let now = Instant::now();
+        self.timers(now);
+        let mut n = 0;
+        if self.redeliver {
+            n = self.recv_parked(max, &mut f);
+        }
+        let mut rx = std::mem::take(&mut self.rx);
+        while n < max {
+            let (len, from) = match self.sock.recv_from(&mut rx) {
+                Ok(r) => r,
+                Err(_) => break, // nothing more (WouldBlock), or an error report
+            };
+            let verdict = self.handle(&rx[..len], from, now, &mut f);
+            if let Some(v) = verdict {
+                n += 1;
+                if !v.go_on() {
+                    break;
+                }
+            }
+        }
+        self.rx = rx;
+        self.send_acks(now);
+        self.pump(now);
+        n
+    }
+
+    fn events(&mut self, out: &mut Vec<DevEvent>) {
+        let now = Instant::now();
+        self.timers(now);
+        self.pump(now);
+        if !self.events.is_empty() {
+            out.append(&mut self.events);
+        }
+    }
+
+    fn reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {
+        let mut key = random_u64();
+        while key == 0 || self.rdma.regs.contains_key(&key) {
+            key = random_u64();
+        }
+        self.rdma.regs.insert(key, (buf, access));
+        Ok(key)
+    }
+
+    fn dereg(&mut self, key: u64) -> Result<(), Status> {
+        self.rdma.regs.remove(&key).ok_or(Status::Inval)?;
+        // Reads being served from it stop now: nothing of it is read after this.
+        let now = Instant::now();
+        for (idx, op) in self.rdma.drop_serves_of(key) {
+            self.send_done(idx, op, Status::RemoteAccess.code(), now);
+        }
+        Ok(())
+    }
+
+    fn rdma_read(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
+        self.rdma_start(ah, local, remote_addr, key, wr_id, false)
+    }
+
+    fn rdma_write(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
+        self.rdma_start(ah, local, remote_addr, key, wr_id, true)
+    }
+
+    fn wait(&mut self, timeout_ms: i32) -> bool {
+        self.block(timeout_ms)
+    }
+
+    fn sleep_begin(&mut self) -> Option<(RawFd, i32)> {
+        Some((self.sock.as_raw_fd(), self.timer_ms()))
+    }
+
+    fn wake_sleeper(&self) {
+        // A datagram to ourselves (not a valid header: dropped as malformed).
+        let _ = self.sock.send_to(&[0u8], self.local);
+    }
+
+    fn wait_fd(&mut self) -> Option<RawFd> {
+        Some(self.sock.as_raw_fd())
+    }
+}
+
+#[cfg(test)]
+mod tests;

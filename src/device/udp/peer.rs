@@ -1,0 +1,280 @@
+//! Per-peer reliability of the udp device (after the RAMCloud RPC
+//! protocol's acknowledgements and retransmission): sequence numbers,
+//! duplicate suppression, cumulative acknowledgements with a bit vector of
+//! later arrivals, an adaptive retransmission timeout, and a send window
+//! that backs off on loss.
+//!
+//! Congestion control is AIMD on a window counted in datagrams: it grows by
+//! one datagram per window acknowledged, halves on a retransmission
+//! timeout, and stays between [`CWND_MIN`] and [`WINDOW`] (the receiver's
+//! duplicate-suppression window). Many senders to one receiver (incast)
+//! each back off on their own losses, so goodput holds instead of every
+//! sender retransmitting into a full socket buffer.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// The receiver keeps this many sequence numbers past the first missing
+/// one; a sender never has more unacknowledged datagrams in flight.
+pub(crate) const WINDOW: u32 = 64;
+/// The smallest congestion window.
+const CWND_MIN: f64 = 2.0;
+/// The first congestion window.
+const CWND_START: f64 = 16.0;
+/// Retransmission timeout bounds.
+const RTO_MIN: Duration = Duration::from_micros(500);
+const RTO_MAX: Duration = Duration::from_secs(1);
+const RTO_START: Duration = Duration::from_millis(5);
+
+/// A datagram sent and not yet acknowledged.
+pub(crate) struct Unacked {
+    pub seq: u32,
+    /// The whole datagram, device header included.
+    pub dgram: Vec<u8>,
+    pub first_sent: Instant,
+    pub last_sent: Instant,
+    pub tries: u32,
+    /// Reported back as `SendDone` when acknowledged (0: nothing to report).
+    pub wr_id: u64,
+    pub acked: bool,
+}
+
+/// What one peer's state says after an acknowledgement.
+#[derive(Default)]
+pub(crate) struct Acked {
+    /// `wr_id`s of datagrams now acknowledged (non-zero ones).
+    pub done: Vec<u64>,
+    /// Datagram buffers to reuse.
+    pub bufs: Vec<Vec<u8>>,
+}
+
+/// One remote endpoint (address and connid).
+pub(crate) struct Peer {
+    pub addr: SocketAddr,
+    pub connid: u32,
+    /// The engine inserted it (it gets the handle in received packets).
+    pub inserted: bool,
+    pub lost: bool,
+    /// It asked us to hold back new messages.
+    pub held: bool,
+    // Sending.
+    pub next_seq: u32,
+    pub unacked: VecDeque<Unacked>,
+    pub cwnd: f64,
+    srtt: Option<Duration>,
+    rttvar: Duration,
+    pub rto: Duration,
+    /// Datagrams sent again.
+    pub retransmits: u64,
+    // Receiving.
+    /// The first sequence number not yet received.
+    pub rx_next: u32,
+    /// Bit i: `rx_next + 1 + i` was received.
+    pub rx_bits: u64,
+    /// An acknowledgement is owed (something arrived since the last one sent).
+    pub ack_due: bool,
+}
+
+/// Where a received sequence number falls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Arrival {
+    /// New: hand it over.
+    New,
+    /// Seen before: acknowledge again, deliver nothing.
+    Duplicate,
+    /// Beyond the window: no sender sends it; drop it.
+    TooFar,
+}
+
+impl Peer {
+    pub(crate) fn new(addr: SocketAddr, connid: u32) -> Peer {
+        Peer {
+            addr,
+            connid,
+            inserted: false,
+            lost: false,
+            held: false,
+            next_seq: 0,
+            unacked: VecDeque::new(),
+            cwnd: CWND_START,
+            srtt: None,
+            rttvar: Duration::ZERO,
+            rto: RTO_START,
+            retransmits: 0,
+            rx_next: 0,
+            rx_bits: 0,
+            ack_due: false,
+        }
+    }
+
+    /// Whether a new datagram may go out now (the window has room).
+    pub(crate) fn window_open(&self) -> bool {
+        (self.unacked.len() as f64) < self.cwnd.min(f64::from(WINDOW))
+    }
+
+    /// Records the arrival of reliable datagram `seq`.
+    pub(crate) fn arrive(&mut self, seq: u32) -> Arrival {
+        self.ack_due = true;
+        let d = seq.wrapping_sub(self.rx_next);
+        if d >= 1 << 31 {
+            return Arrival::Duplicate;
+        }
+        if d == 0 {
+            self.rx_next = self.rx_next.wrapping_add(1);
+            loop {
+                let have = self.rx_bits & 1 != 0;
+                self.rx_bits >>= 1;
+                if !have {
+                    break;
+                }
+                self.rx_next = self.rx_next.wrapping_add(1);
+            }
+            return Arrival::New;
+        }
+        if d > 64 {
+            return Arrival::TooFar;
+        }
+        let bit = 1u64 << (d - 1);
+        if self.rx_bits & bit != 0 {
+            return Arrival::Duplicate;
+        }
+        self.rx_bits |= bit;
+        Arrival::New
+    }
+
+    /// The acknowledgement fields to send: (first missing, later arrivals).
+    pub(crate) fn ack_fields(&self) -> (u32, u32) {
+        (self.rx_next, self.rx_bits as u32)
+    }
+
+    /// Takes the peer's acknowledgement (`ack`, `bits`) of our datagrams.
+    /// A datagram whose acknowledgement shows a hole behind later arrivals
+    /// is sent again at once when it was last sent over an RTT ago (the
+    /// caller sends what `holes` returns).
+    pub(crate) fn take_ack(&mut self, ack: u32, bits: u32, now: Instant, out: &mut Acked, holes: &mut Vec<u32>) {
+        // Nothing beyond what we sent counts (a forged or stale ack).
+        let sent = self.next_seq;
+        if self.unacked.is_empty() || sent.wrapping_sub(ack) >= 1 << 31 {
+            return;
+        }
+        let mut newly = 0u32;
+        let mut sample = None;
+        for u in self.unacked.iter_mut().filter(|u| !u.acked) {
+            let below = ack.wrapping_sub(u.seq).wrapping_sub(1) < 1 << 31;
+            let d = u.seq.wrapping_sub(ack).wrapping_sub(1);
+            let in_bits = d < 32 && bits & (1 << d) != 0;
+            if below || in_bits {
+                u.acked = true;
+                newly += 1;
+                // Karn: only datagrams sent once time the round trip.
+                if u.tries == 1 {
+                    sample = Some(now.saturating_duration_since(u.first_sent));
+                }
+            }
+        }
+        if let Some(r) = sample {
+            self.rtt_sample(r);
+        }
+        if newly > 0 {
+            self.cwnd = (self.cwnd + f64::from(newly) / self.cwnd).min(f64::from(WINDOW));
+        }
+        // A hole at `ack` with later datagrams received: send it again.
+        if bits != 0 {
+            let rtt = self.srtt.unwrap_or(RTO_START);
+            if let Some(u) = self.unacked.iter().find(|u| u.seq == ack && !u.acked) {
+                if now.saturating_duration_since(u.last_sent) >= rtt {
+                    holes.push(u.seq);
+                }
+            }
+        }
+        while self.unacked.front().is_some_and(|u| u.acked) {
+            if let Some(u) = self.unacked.pop_front() {
+                if u.wr_id != 0 {
+                    out.done.push(u.wr_id);
+                }
+                out.bufs.push(u.dgram);
+            }
+        }
+    }
+
+    fn rtt_sample(&mut self, r: Duration) {
+        // RFC 6298.
+        match self.srtt {
+            None => {
+                self.srtt = Some(r);
+                self.rttvar = r / 2;
+            }
+            Some(s) => {
+                let diff = s.abs_diff(r);
+                self.rttvar = (self.rttvar * 3 + diff) / 4;
+                self.srtt = Some((s * 7 + r) / 8);
+            }
+        }
+        let s = self.srtt.unwrap_or(r);
+        self.rto = (s + (self.rttvar * 4).max(Duration::from_micros(100))).clamp(RTO_MIN, RTO_MAX);
+    }
+
+    /// A retransmission timeout fired: back off (window halved, timeout doubled).
+    pub(crate) fn timed_out(&mut self) {
+        self.cwnd = (self.cwnd / 2.0).max(CWND_MIN);
+        self.rto = (self.rto * 2).min(RTO_MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer() -> Peer {
+        Peer::new("127.0.0.1:1".parse().unwrap(), 1)
+    }
+
+    #[test]
+    fn arrivals_in_any_order_are_each_new_once_and_the_window_slides() {
+        let mut p = peer();
+        let (new, dup, far) = (Arrival::New, Arrival::Duplicate, Arrival::TooFar);
+        let seen: Vec<Arrival> = [2u32, 0, 5, 1, 2, 3, 4, 0, 71, 5].iter().map(|&s| p.arrive(s)).collect();
+        assert_eq!(seen, vec![new, new, new, new, dup, new, new, dup, far, dup]);
+        assert_eq!(p.ack_fields(), (6, 0));
+        // Wrap-around of the sequence space.
+        let mut p = peer();
+        p.rx_next = u32::MAX - 1;
+        assert_eq!(p.arrive(0), Arrival::New);
+        assert_eq!(p.ack_fields(), (u32::MAX - 1, 0b10));
+        assert_eq!(p.arrive(u32::MAX - 1), Arrival::New);
+        assert_eq!(p.arrive(u32::MAX), Arrival::New);
+        assert_eq!(p.ack_fields(), (1, 0));
+        assert_eq!(p.arrive(u32::MAX), Arrival::Duplicate);
+    }
+
+    #[test]
+    fn acknowledgements_release_datagrams_in_order_and_forged_ones_release_nothing() {
+        let mut p = peer();
+        let now = Instant::now();
+        for s in 0..5u32 {
+            p.unacked.push_back(Unacked {
+                seq: s,
+                dgram: vec![s as u8],
+                first_sent: now,
+                last_sent: now,
+                tries: 1,
+                wr_id: u64::from(s) + 10,
+                acked: false,
+            });
+        }
+        p.next_seq = 5;
+        let (mut out, mut holes) = (Acked::default(), Vec::new());
+        // Forged: acknowledges what was never sent.
+        p.take_ack(900, 0, now, &mut out, &mut holes);
+        assert!(out.done.is_empty() && p.unacked.len() == 5);
+        // 0 and 1 cumulatively, 3 by the bit vector: 2 is a hole.
+        p.take_ack(2, 0b10, now + Duration::from_millis(10), &mut out, &mut holes);
+        assert_eq!(out.done, vec![10, 11]);
+        assert_eq!(holes, vec![2]);
+        assert_eq!(p.unacked.len(), 3);
+        p.take_ack(5, 0, now, &mut out, &mut holes);
+        assert_eq!(out.done, vec![10, 11, 12, 13, 14]);
+        assert!(p.unacked.is_empty());
+    }
+}

@@ -1,0 +1,221 @@
+//! Unit tests of the udp device over loopback: two devices of one process.
+
+use super::*;
+
+fn cfg() -> UdpConfig {
+    UdpConfig { addr: Some(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)), ..UdpConfig::default() }
+}
+
+/// Two devices that know each other: (a, b, a's handle of b, b's of a).
+fn pair(faults: Faults) -> (UdpDevice, UdpDevice, Ah, Ah) {
+    let c = UdpConfig { faults, ..cfg() };
+    let mut a = UdpDevice::open_with(c.clone()).unwrap();
+    let mut b = UdpDevice::open_with(UdpConfig { faults: Faults { seed: faults.seed + 1, ..faults }, ..c }).unwrap();
+    let ab = a.insert(&b.local_addr()).unwrap();
+    let ba = b.insert(&a.local_addr()).unwrap();
+    (a, b, ab, ba)
+}
+
+fn payload(k: u32, len: usize) -> Vec<u8> {
+    let mut p = k.to_le_bytes().to_vec();
+    p.extend((0..len.saturating_sub(4)).map(|i| (k as usize * 7 + i) as u8));
+    p
+}
+
+/// Progresses both devices (receives into `got`, events into `ev`) for a
+/// while or until `done`.
+fn spin(
+    a: &mut UdpDevice,
+    b: &mut UdpDevice,
+    got: &mut Vec<Vec<u8>>,
+    ev: &mut Vec<DevEvent>,
+    mut done: impl FnMut(&[Vec<u8>], &[DevEvent]) -> bool,
+) {
+    let t = Instant::now();
+    while !done(got, ev) {
+        assert!(t.elapsed() < Duration::from_secs(20), "stuck: {} packets, {} events", got.len(), ev.len());
+        a.recv(64, |_, _: &[u8], _| {});
+        a.events(ev);
+        b.recv(64, |_, p: &[u8], _| got.push(p.to_vec()));
+        let mut other = Vec::new();
+        b.events(&mut other);
+    }
+}
+
+fn send(dev: &mut UdpDevice, ah: Ah, p: &[u8], wr_id: u64) -> Result<Sent, DevError> {
+    dev.send_with(ah, wr_id, p.len(), |buf: &mut [u8]| {
+        buf[..p.len()].copy_from_slice(p);
+        p.len()
+    })
+}
+
+#[test]
+fn packets_arrive_once_and_complete_when_acknowledged() {
+    let (mut a, mut b, ab, _) = pair(Faults::default());
+    assert!(a.caps().mtu >= 60_000, "loopback MTU {}", a.caps().mtu);
+    let (mut got, mut ev) = (Vec::new(), Vec::new());
+    let mut k = 0u32;
+    while k < 500 {
+        match send(&mut a, ab, &payload(k, 100 + k as usize * 50), u64::from(k) + 1) {
+            Ok(Sent::Pending) => k += 1,
+            Err(DevError::Again) => spin(&mut a, &mut b, &mut got, &mut ev, |_, _| true),
+            other => panic!("{other:?}"),
+        }
+        a.recv(8, |_, _: &[u8], _| {});
+        b.recv(8, |_, p: &[u8], _| got.push(p.to_vec()));
+    }
+    spin(&mut a, &mut b, &mut got, &mut ev, |g, e| g.len() == 500 && e.len() == 500);
+    let mut ids: Vec<u32> = got.iter().map(|p| u32::from_le_bytes(p[..4].try_into().unwrap())).collect();
+    for p in &got {
+        let k = u32::from_le_bytes(p[..4].try_into().unwrap());
+        assert_eq!(p, &payload(k, 100 + k as usize * 50));
+    }
+    ids.sort();
+    assert_eq!(ids, (0..500).collect::<Vec<_>>());
+    assert!(ev.iter().all(|e| matches!(e, DevEvent::SendDone { status: Ok(()), .. })));
+}
+
+#[test]
+fn under_drops_duplicates_and_reordering_every_packet_arrives_exactly_once() {
+    let f = Faults { drop: 0.1, dup: 0.05, reorder: 0.1, delay_us: 50, seed: 7 };
+    let (mut a, mut b, ab, _) = pair(f);
+    let (mut got, mut ev) = (Vec::new(), Vec::new());
+    let n = 2000u32;
+    let mut k = 0;
+    while k < n {
+        match send(&mut a, ab, &payload(k, 4 + (k as usize * 37) % 3000), u64::from(k) + 1) {
+            Ok(_) => k += 1,
+            Err(DevError::Again) => {}
+            Err(e) => panic!("{e:?}"),
+        }
+        a.recv(8, |_, _: &[u8], _| {});
+        a.events(&mut ev);
+        b.recv(8, |_, p: &[u8], _| got.push(p.to_vec()));
+    }
+    spin(&mut a, &mut b, &mut got, &mut ev, |g, e| g.len() >= n as usize && e.len() >= n as usize);
+    let mut ids: Vec<u32> = got.iter().map(|p| u32::from_le_bytes(p[..4].try_into().unwrap())).collect();
+    ids.sort();
+    assert_eq!(ids, (0..n).collect::<Vec<_>>(), "each exactly once");
+    assert_eq!(ev.len(), n as usize);
+    let s = a.stats();
+    assert!(s.retransmits > 0 && s.injected_drops > 0, "{s:?}");
+    assert!(b.stats().duplicates > 0, "{:?}", b.stats());
+}
+
+#[test]
+fn rdma_writes_and_reads_are_checked_by_the_owner_and_move_every_byte() {
+    let f = Faults { drop: 0.05, seed: 3, ..Faults::default() };
+    let (mut a, mut b, ab, _) = pair(f);
+    let mut region = crate::mem::OwnedBuf::zeroed(3 << 20);
+    let key = b.reg(region.buf(), Access::REMOTE_READ | Access::REMOTE_WRITE).unwrap();
+    let ro = b.reg(region.buf(), Access::REMOTE_READ).unwrap();
+    let data: Vec<u8> = (0..(2 << 20) + 333).map(|i| (i * 13) as u8).collect();
+    let mut src = crate::mem::OwnedBuf::from_slice(&data);
+    let base = region.buf().addr();
+    let (mut got, mut ev) = (Vec::new(), Vec::new());
+    a.rdma_write(ab, src.buf(), base + 100, key, 1).unwrap();
+    spin(&mut a, &mut b, &mut got, &mut ev, |_, e| !e.is_empty());
+    assert_eq!(ev.pop(), Some(DevEvent::SendDone { wr_id: 1, ah: ab, status: Ok(()) }));
+    assert!(&region.bytes()[100..100 + data.len()] == data.as_slice());
+    let mut back = crate::mem::OwnedBuf::zeroed(data.len());
+    a.rdma_read(ab, back.buf(), base + 100, key, 2).unwrap();
+    spin(&mut a, &mut b, &mut got, &mut ev, |_, e| !e.is_empty());
+    assert_eq!(ev.pop(), Some(DevEvent::SendDone { wr_id: 2, ah: ab, status: Ok(()) }));
+    assert!(back.bytes() == data.as_slice());
+    // Refused: wrong key, out of bounds, no write access; memory untouched.
+    let before = region.bytes().to_vec();
+    let mut small = crate::mem::OwnedBuf::from_slice(&[0xEE; 64]);
+    let cases = [(base, key ^ 1), (base + (3 << 20) - 10, key), (base, ro), (base - 1, key)];
+    for (i, (addr, k)) in cases.into_iter().enumerate() {
+        a.rdma_write(ab, small.buf(), addr, k, 10 + i as u64).unwrap();
+    }
+    a.rdma_read(ab, small.buf(), base + (3 << 20) - 10, ro, 20).unwrap();
+    spin(&mut a, &mut b, &mut got, &mut ev, |_, e| e.len() == 5);
+    assert!(ev.iter().all(|e| matches!(e, DevEvent::SendDone { status: Err(Status::RemoteAccess), .. })), "{ev:?}");
+    assert!(region.bytes() == before.as_slice());
+    assert_eq!(b.stats().rdma_refused, 5);
+    // Zero bytes each way.
+    ev.clear();
+    let empty = UserBuf::empty();
+    a.rdma_write(ab, empty, base, key, 30).unwrap();
+    a.rdma_read(ab, empty, base, key, 31).unwrap();
+    spin(&mut a, &mut b, &mut got, &mut ev, |_, e| e.len() == 2);
+    assert!(ev.iter().all(|e| matches!(e, DevEvent::SendDone { status: Ok(()), .. })), "{ev:?}");
+}
+
+#[test]
+fn bad_datagrams_are_dropped_and_counted() {
+    let (mut a, mut b, _, _) = pair(Faults::default());
+    let raw = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = b.socket_addr();
+    let good = |kind: Kind, seq: u32, dst: u32| {
+        let mut d = vec![0u8; HDR + 8];
+        Hdr { kind, flags: 0, src_connid: 5, dst_connid: dst, seq, ack: 0, ack_bits: 0 }.write(&mut d);
+        d
+    };
+    let dst = b.connid;
+    let mut bad_version = good(Kind::Data, 0, dst);
+    bad_version[1] = 9;
+    let cases: Vec<Vec<u8>> = vec![
+        vec![0xD4, 1, 1],             // too short
+        bad_version,                  // unknown version
+        good(Kind::Data, 0, dst ^ 1), // another incarnation's connid
+        good(Kind::Data, 1000, dst),  // far outside the window
+        good(Kind::Ack, 0, dst),      // an ACK from a stranger
+    ];
+    for c in &cases {
+        raw.send_to(c, to).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    let mut delivered = 0;
+    b.recv(64, |_, _: &[u8], _| delivered += 1);
+    assert_eq!(delivered, 0);
+    let s = b.stats();
+    assert_eq!((s.malformed, s.stale, s.too_far), (2, 1, 1), "{s:?}");
+    // A forged acknowledgement of what a never sent releases nothing.
+    let mut ev = Vec::new();
+    let ab = a.insert(&b.local_addr()).unwrap();
+    send(&mut a, ab, b"hello", 1).unwrap();
+    let mut forged = vec![0u8; HDR];
+    Hdr { kind: Kind::Ack, flags: 0, src_connid: b.connid, dst_connid: a.connid, seq: 0, ack: 500, ack_bits: !0 }
+        .write(&mut forged);
+    // From another socket: not b's address, so not b's acknowledgement.
+    raw.send_to(&forged, a.socket_addr()).unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    a.recv(8, |_, _: &[u8], _| {});
+    a.events(&mut ev);
+    assert!(ev.is_empty(), "{ev:?}");
+    drop(b);
+}
+
+#[test]
+fn a_closed_peer_fails_what_was_towards_it_and_a_silent_one_is_given_up() {
+    let (mut a, b, ab, _) = pair(Faults::default());
+    drop(b);
+    let mut ev = Vec::new();
+    let t = Instant::now();
+    while !ev.iter().any(|e| matches!(e, DevEvent::PeerLost { .. })) {
+        assert!(t.elapsed() < Duration::from_secs(2));
+        a.recv(8, |_, _: &[u8], _| {});
+        a.events(&mut ev);
+    }
+    assert_eq!(send(&mut a, ab, b"x", 1), Err(DevError::Failed(Status::PeerUnreachable)));
+    // A peer that vanishes without a word: given up after `giveup`.
+    let c = UdpConfig { giveup: Duration::from_millis(200), ..cfg() };
+    let mut a = UdpDevice::open_with(c).unwrap();
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = RawAddr::new(gid_of(silent.local_addr().unwrap().ip()), silent.local_addr().unwrap().port(), 77);
+    let ah = a.insert(&addr).unwrap();
+    send(&mut a, ah, b"anyone?", 9).unwrap();
+    let mut ev = Vec::new();
+    let t = Instant::now();
+    while ev.len() < 2 {
+        assert!(t.elapsed() < Duration::from_secs(3), "{ev:?}");
+        a.recv(8, |_, _: &[u8], _| {});
+        a.events(&mut ev);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(t.elapsed() >= Duration::from_millis(150));
+    assert!(ev.contains(&DevEvent::SendDone { wr_id: 9, ah, status: Err(Status::PeerUnreachable) }));
+    assert!(ev.contains(&DevEvent::PeerLost { ah }));
+}
