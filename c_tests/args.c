@@ -153,13 +153,36 @@ static void check_open(void)
     OPEN_FAILS(attr.reserved[7] = 0x8000000000000000ULL, RDM4_EINVAL);
     OPEN_FAILS(attr.size = 0, RDM4_EINVAL);
     OPEN_FAILS(attr.device = 77, RDM4_EINVAL);
-    OPEN_FAILS(attr.device = RDM4_DEVICE_UDP, RDM4_ENOTSUP);
+    /* The udp device with a bad setting of its own (loopback only here). */
+    setenv("RDM4_UDP_ADDR", "not-an-address", 1);
+    OPEN_FAILS(attr.device = RDM4_DEVICE_UDP, RDM4_EINVAL);
+    setenv("RDM4_UDP_ADDR", "127.0.0.1", 1);
+    setenv("RDM4_UDP_MTU", "100", 1);
+    OPEN_FAILS(attr.device = RDM4_DEVICE_UDP, RDM4_EINVAL);
+    unsetenv("RDM4_UDP_MTU");
 
     setenv("RDM4_DEVICE", "bogus", 1);
     OPEN_FAILS((void)0, RDM4_EINVAL);
+    /* Both ways of asking for udp open one. */
     setenv("RDM4_DEVICE", "udp", 1);
-    OPEN_FAILS((void)0, RDM4_ENOTSUP);
+    rdm4_ep *u = NULL;
+    EXPECT(rdm4_ep_open(NULL, &u), RDM4_SUCCESS);
+    if (u) {
+        uint8_t name[RDM4_ADDR_LEN];
+        size_t nl = sizeof name;
+        EXPECT(rdm4_ep_getname(u, name, &nl), RDM4_SUCCESS);
+        CHECK(name[10] == 0xff && name[11] == 0xff && name[12] == 127, "a udp name holds its IPv4 address mapped into IPv6");
+        EXPECT(rdm4_ep_close(u), RDM4_SUCCESS);
+    }
     unsetenv("RDM4_DEVICE");
+    u = NULL;
+    rdm4_ep_attr_init(&attr);
+    attr.device = RDM4_DEVICE_UDP;
+    EXPECT(rdm4_ep_open(&attr, &u), RDM4_SUCCESS);
+    if (u) {
+        EXPECT(rdm4_ep_close(u), RDM4_SUCCESS);
+    }
+    unsetenv("RDM4_UDP_ADDR");
 #undef OPEN_FAILS
 
     int left = tu_shm_files(prefix, 0, 1);

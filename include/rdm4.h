@@ -106,7 +106,8 @@
 #define RDM4_DEVICE_SHM 1
 
 /**
- * Device: UDP between hosts (not available yet: `RDM4_ENOTSUP`).
+ * Device: UDP between hosts on any IP network (reliable datagrams and RDMA
+ * over UDP, in the device).
  */
 #define RDM4_DEVICE_UDP 2
 
@@ -831,9 +832,17 @@ int32_t rdm4_ep_attr_init(struct rdm4_ep_attr *attr);
  * Opens an endpoint.
  *
  * `attr` may be NULL for the defaults; its device may be overridden with
- * `RDM4_DEVICE=shm|udp` and the device's own `RDM4_SHM_*` variables. On
- * success `*ep` is the new endpoint, owned by the caller until
- * `rdm4_ep_close`.
+ * `RDM4_DEVICE=shm|udp` and the device's own `RDM4_SHM_*` / `RDM4_UDP_*`
+ * variables. On success `*ep` is the new endpoint, owned by the caller
+ * until `rdm4_ep_close`.
+ *
+ * The udp device binds one UDP socket to `RDM4_UDP_ADDR` (default: the
+ * host's primary address) and `RDM4_UDP_PORT` (default: any); its sends
+ * complete once the peer's device acknowledged them, and a peer silent for
+ * `RDM4_UDP_GIVEUP_MS` (default 5000) is given up (`RDM4_EPEER`). With
+ * manual progress, retransmissions happen in progress calls: poll, or
+ * wait with `rdm4_wait`, at least every few milliseconds while operations
+ * are outstanding, or use `RDM4_PROGRESS_AUTO`.
  *
  * With `attr->threading == RDM4_THREAD_SINGLE` the calls on the endpoint
  * take no lock, and the application must never let two of them overlap
@@ -842,8 +851,9 @@ int32_t rdm4_ep_attr_init(struct rdm4_ep_attr *attr);
  * Returns `RDM4_SUCCESS`; `RDM4_EINVAL` (NULL `ep`, bad attributes —
  * unknown progress or threading mode, `RDM4_THREAD_SINGLE` with
  * `RDM4_PROGRESS_AUTO`, non-zero reserved fields — or bad
- * `RDM4_DEVICE` value), `RDM4_ENOTSUP` (the UDP device is not available in
- * this version), `RDM4_EBUSY` (no free shared-memory endpoint id),
+ * `RDM4_DEVICE` value, or a bad `RDM4_*` setting), `RDM4_EBUSY` (no free
+ * shared-memory endpoint id, or the UDP port is taken), `RDM4_ENOADDR`
+ * (`RDM4_UDP_ADDR` is not an address of this host),
  * `RDM4_EIO` / `RDM4_ENOMEM` (the device could not be created);
  * `RDM4_ENOMEM` also when 4096 endpoints of the process are open.
  * Thread safety: any thread.

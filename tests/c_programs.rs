@@ -33,6 +33,10 @@ use common_c::{compile, env, file_name, link, programs, run_program, stem_and_li
 /// How long one program may run before it is killed and counted as failed.
 const TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Programs run a second time over the udp device (on loopback).
+const OVER_UDP: &[&str] = &["interop_shm.c"];
+const UDP_ENV: &[(&str, &str)] = &[("RDM4_DEVICE", "udp"), ("RDM4_UDP_ADDR", "127.0.0.1")];
+
 #[test]
 fn c_programs_pass_linked_shared_and_static() {
     run_all(Lang::C);
@@ -76,6 +80,12 @@ fn build_and_run(lang: Lang, src: &Path) -> Result<(), String> {
         let run = Run { wrapper: &[], env: &[], timeout: TIMEOUT, suffix: "" };
         run_program(&exe, &format!("{name} ({l:?})"), &run)?;
         println!("ok   {name} ({l:?})");
+        // The programs that exercise the data path run over every device.
+        if OVER_UDP.contains(&name) {
+            let run = Run { wrapper: &[], env: UDP_ENV, timeout: TIMEOUT, suffix: "udp." };
+            run_program(&exe, &format!("{name} ({l:?}, udp)"), &run)?;
+            println!("ok   {name} ({l:?}, udp)");
+        }
     }
     Ok(())
 }

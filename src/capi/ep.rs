@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use super::types::*;
 use super::{boundary, c_buf, lookup, EpInner};
 use crate::device::shm::ShmDevice;
-use crate::device::Access;
+use crate::device::udp::UdpDevice;
+use crate::device::{Access, Device};
 use crate::engine::{Config, CqFlags, CqSink, Cqe, Endpoint, ADDR_UNSPEC};
 use crate::status::Status;
 use crate::wire::RawAddr;
@@ -75,15 +76,16 @@ fn read_attr(attr: *const rdm4_ep_attr) -> Result<rdm4_ep_attr, Status> {
     Ok(a)
 }
 
-fn open_device(attr: &rdm4_ep_attr) -> Result<super::CDevice, Status> {
+/// Opens the engine over the device the attributes and `RDM4_DEVICE` ask for.
+fn open_endpoint(attr: &rdm4_ep_attr, cfg: Config) -> Result<super::CEp, Status> {
     let kind = match crate::env::word("RDM4_DEVICE", &["shm", "udp"])? {
         Some(0) => RDM4_DEVICE_SHM,
         Some(_) => RDM4_DEVICE_UDP,
         None => attr.device,
     };
     match kind {
-        RDM4_DEVICE_DEFAULT | RDM4_DEVICE_SHM => ShmDevice::open(),
-        RDM4_DEVICE_UDP => Err(Status::NotSup),
+        RDM4_DEVICE_DEFAULT | RDM4_DEVICE_SHM => Ok(super::CEp::Shm(Endpoint::new(ShmDevice::open()?, cfg))),
+        RDM4_DEVICE_UDP => Ok(super::CEp::Udp(Endpoint::new(UdpDevice::open()?, cfg))),
         _ => Err(Status::Inval),
     }
 }
@@ -91,9 +93,17 @@ fn open_device(attr: &rdm4_ep_attr) -> Result<super::CDevice, Status> {
 /// Opens an endpoint.
 ///
 /// `attr` may be NULL for the defaults; its device may be overridden with
-/// `RDM4_DEVICE=shm|udp` and the device's own `RDM4_SHM_*` variables. On
-/// success `*ep` is the new endpoint, owned by the caller until
-/// `rdm4_ep_close`.
+/// `RDM4_DEVICE=shm|udp` and the device's own `RDM4_SHM_*` / `RDM4_UDP_*`
+/// variables. On success `*ep` is the new endpoint, owned by the caller
+/// until `rdm4_ep_close`.
+///
+/// The udp device binds one UDP socket to `RDM4_UDP_ADDR` (default: the
+/// host's primary address) and `RDM4_UDP_PORT` (default: any); its sends
+/// complete once the peer's device acknowledged them, and a peer silent for
+/// `RDM4_UDP_GIVEUP_MS` (default 5000) is given up (`RDM4_EPEER`). With
+/// manual progress, retransmissions happen in progress calls: poll, or
+/// wait with `rdm4_wait`, at least every few milliseconds while operations
+/// are outstanding, or use `RDM4_PROGRESS_AUTO`.
 ///
 /// With `attr->threading == RDM4_THREAD_SINGLE` the calls on the endpoint
 /// take no lock, and the application must never let two of them overlap
@@ -102,8 +112,9 @@ fn open_device(attr: &rdm4_ep_attr) -> Result<super::CDevice, Status> {
 /// Returns `RDM4_SUCCESS`; `RDM4_EINVAL` (NULL `ep`, bad attributes —
 /// unknown progress or threading mode, `RDM4_THREAD_SINGLE` with
 /// `RDM4_PROGRESS_AUTO`, non-zero reserved fields — or bad
-/// `RDM4_DEVICE` value), `RDM4_ENOTSUP` (the UDP device is not available in
-/// this version), `RDM4_EBUSY` (no free shared-memory endpoint id),
+/// `RDM4_DEVICE` value, or a bad `RDM4_*` setting), `RDM4_EBUSY` (no free
+/// shared-memory endpoint id, or the UDP port is taken), `RDM4_ENOADDR`
+/// (`RDM4_UDP_ADDR` is not an address of this host),
 /// `RDM4_EIO` / `RDM4_ENOMEM` (the device could not be created);
 /// `RDM4_ENOMEM` also when 4096 endpoints of the process are open.
 /// Thread safety: any thread.
@@ -114,7 +125,6 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
             return Err(Status::Inval);
         }
         let a = read_attr(attr)?;
-        let dev = open_device(&a)?;
         let mut cfg = Config::default();
         if a.medium_max != 0 {
             cfg.medium_max = a.medium_max;
@@ -125,7 +135,7 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
         if a.max_credits != 0 {
             cfg.max_credits = a.max_credits;
         }
-        let inner = EpInner::new(Endpoint::new(dev, cfg));
+        let inner = EpInner::new(open_endpoint(&a, cfg)?);
         let single = a.threading == RDM4_THREAD_SINGLE;
         let (slot, handle) = super::install(inner, single).ok_or(Status::NoMem)?;
         if a.progress == RDM4_PROGRESS_AUTO {
@@ -492,27 +502,53 @@ pub extern "C" fn rdm4_poll(ep: *mut rdm4_ep, entries: *mut rdm4_cqe, max: usize
         // Progress leaves the C API's own queues alone, so whether entries
         // pass through is decided once for the call.
         let pass = g.passes_through();
-        // After a receive took an unexpected message, the queued
-        // completions go first (entries keep their order), so that the
-        // express path below may run (`Endpoint::took_unexpected`).
-        let k0 = if pass && g.ep.took_unexpected() { g.take_completions(max, true, out(0)) } else { 0 };
-        // The common receive's entry goes straight into `entries` during
-        // progress; the rest of the room is then filled from the queue.
-        let room = if pass { max - k0 } else { 0 };
-        let mut direct = Direct { out: entries.wrapping_add(k0), room, n: 0 };
-        // The usual receives first, by the express path: with every queue
-        // empty, done when no other packet waits.
-        let (n, more) = if pass { g.ep.progress_express(&mut direct, room) } else { (0, true) };
-        if n > 0 && !more {
-            return Ok((k0 + n) as i32);
+        // One match on the device, then that device's engine all the way.
+        let (k, done) = match &mut g.ep {
+            super::CEp::Shm(e) => poll_engine(e, entries, max, pass),
+            super::CEp::Udp(e) => poll_engine(e, entries, max, pass),
+        };
+        if done {
+            return Ok(k as i32);
         }
-        if more {
-            g.ep.progress_into(0, &mut direct);
-        }
-        let k = k0 + direct.n;
         let n = g.take_completions(max - k, pass, out(k));
         Ok((k + n) as i32)
     })
+}
+
+/// `rdm4_poll`'s progress on engine `e`: writes entries from `entries[0]`
+/// on and returns how many, and whether the call is done (else the C API's
+/// queue fills the rest of the room).
+#[inline(always)]
+fn poll_engine<D: Device>(e: &mut Endpoint<D>, entries: *mut rdm4_cqe, max: usize, pass: bool) -> (usize, bool) {
+    let out = |at: usize| {
+        move |i: usize, c: &Cqe| {
+            // SAFETY: `entries` has room for `max` entries; `at + i < max`.
+            unsafe { entries.add(at + i).write(to_c(c)) };
+        }
+    };
+    // After a receive took an unexpected message, the queued completions
+    // go first (entries keep their order), so that the express path below
+    // may run (`Endpoint::took_unexpected`).
+    let k0 = if pass && e.took_unexpected() { e.drain_cq(max, out(0)) } else { 0 };
+    // The common receive's entry goes straight into `entries` during
+    // progress; the rest of the room is then filled from the queue.
+    let room = if pass { max - k0 } else { 0 };
+    let mut direct = Direct { out: entries.wrapping_add(k0), room, n: 0 };
+    // The usual receives first, by the express path: with every queue
+    // empty, done when no other packet waits.
+    let (n, more) = if pass { e.progress_express(&mut direct, room) } else { (0, true) };
+    if n > 0 && !more {
+        return (k0 + n, true);
+    }
+    if more {
+        e.progress_into(0, &mut direct);
+    }
+    let k = k0 + direct.n;
+    if pass {
+        // Nothing to filter or rewrite: straight from the engine's queue.
+        return (k + e.drain_cq(max - k, out(k)), true);
+    }
+    (k, false)
 }
 
 /// `rdm4_poll`'s array as the engine's completion sink: entries are written

@@ -20,9 +20,12 @@
 // used under the documented contract instead.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+mod cep;
 mod data;
 mod ep;
 mod types;
+
+pub(crate) use cep::CEp;
 
 use std::ffi::{c_char, c_void};
 use std::ops::{Deref, DerefMut};
@@ -35,7 +38,7 @@ pub use data::*;
 pub use ep::*;
 pub use types::*;
 
-use crate::engine::{Cqe, Endpoint};
+use crate::engine::Cqe;
 use crate::fxhash::FxHashMap;
 use crate::mem::UserBuf;
 use crate::status::{self, Status};
@@ -262,17 +265,9 @@ pub(crate) fn release_slot(ep: *mut rdm4_ep) {
     }
 }
 
-/// The device behind C endpoints. A concrete type rather than a boxed
-/// trait object: the engine is compiled for it, so the device's send and
-/// receive paths inline into the engine's (a virtual call per packet, and
-/// per-packet closures that could not be inlined, cost ~15% of an 8-byte
-/// message). A second device becomes an enum here that implements
-/// [`crate::device::Device`] by matching on its variant.
-pub(crate) type CDevice = crate::device::shm::ShmDevice;
-
 /// An endpoint and the library-owned copies of injected messages.
 pub(crate) struct EpInner {
-    pub(crate) ep: Endpoint<CDevice>,
+    pub(crate) ep: CEp,
     injected: FxHashMap<u64, Box<[u8]>>,
     bounces: FxHashMap<u64, Bounce>,
     /// Completions collected but not yet polled (`rdm4_wait` looks ahead).
@@ -287,7 +282,7 @@ pub(crate) struct EpInner {
 }
 
 impl EpInner {
-    fn new(ep: Endpoint<CDevice>) -> EpInner {
+    fn new(ep: CEp) -> EpInner {
         EpInner {
             ep,
             injected: FxHashMap::default(),
@@ -348,6 +343,7 @@ impl EpInner {
     /// Hands up to `max` completions to `out` (with their index); returns
     /// how many. `pass`: [`Self::passes_through`], which the caller already
     /// knows.
+    #[inline(always)]
     pub(crate) fn take_completions(&mut self, max: usize, pass: bool, mut out: impl FnMut(usize, &Cqe)) -> usize {
         if pass {
             // Nothing to filter or rewrite: straight from the engine's queue.

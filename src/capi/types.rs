@@ -17,7 +17,8 @@ pub const RDM4_ADDR_LEN: usize = 32;
 pub const RDM4_DEVICE_DEFAULT: u32 = 0;
 /// Device: shared memory between processes of one host.
 pub const RDM4_DEVICE_SHM: u32 = 1;
-/// Device: UDP between hosts (not available yet: `RDM4_ENOTSUP`).
+/// Device: UDP between hosts on any IP network (reliable datagrams and RDMA
+/// over UDP, in the device).
 pub const RDM4_DEVICE_UDP: u32 = 2;
 
 /// The largest message, RMA transfer, atomic payload or registration, in
