@@ -66,6 +66,9 @@ pub struct UdpConfig {
     pub sock_buf: Option<usize>,
     /// Injected faults.
     pub faults: Faults,
+    /// Offer RDMA read and write (false: the engine emulates RMA with its
+    /// own packets, as towards a NIC without RDMA).
+    pub rdma: bool,
 }
 
 impl Default for UdpConfig {
@@ -77,6 +80,7 @@ impl Default for UdpConfig {
             giveup: Duration::from_secs(5),
             sock_buf: None,
             faults: Faults::default(),
+            rdma: true,
         }
     }
 }
@@ -107,6 +111,9 @@ impl UdpConfig {
             c.giveup = Duration::from_millis(ms);
         }
         c.sock_buf = env::number("RDM4_UDP_SOCKBUF", 4096..=(1usize << 30))?;
+        if let Some(i) = env::word("RDM4_UDP_RDMA", &["0", "1"])? {
+            c.rdma = i == 1;
+        }
         if let Some(v) = env::var("RDM4_UDP_FAULTS") {
             c.faults = Faults::parse(&v).ok_or_else(|| {
                 env::reject("RDM4_UDP_FAULTS", &v, "drop=P,dup=P,reorder=P,delay_us=N,seed=N (P from 0 to 1)")

@@ -494,6 +494,14 @@ impl UdpDevice {
                 }
                 Some(verdict)
             }
+            // An endpoint that does not offer RDMA refuses it, with an answer.
+            Kind::Write | Kind::ReadReq if !self.cfg.rdma => {
+                self.stats.rdma_refused += 1;
+                if let Some(op) = body.first_chunk::<4>().map(|b| u32::from_le_bytes(*b)) {
+                    self.send_done(idx, op, Status::NotSup.code(), now);
+                }
+                None
+            }
             Kind::Write => {
                 self.rdma_write_in(idx, body, now);
                 None
@@ -555,9 +563,9 @@ impl Device for UdpDevice {
     fn caps(&self) -> Caps {
         Caps {
             mtu: self.mtu,
-            max_rdma_size: 1 << 30,
-            rdma_read: true,
-            rdma_write: true,
+            max_rdma_size: if self.cfg.rdma { 1 << 30 } else { 0 },
+            rdma_read: self.cfg.rdma,
+            rdma_write: self.cfg.rdma,
             sync_send: false,
             gather_in_place: false,
             longread_min: usize::MAX,

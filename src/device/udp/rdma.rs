@@ -105,6 +105,9 @@ impl UdpDevice {
         wr_id: u64,
         write: bool,
     ) -> Result<(), DevError> {
+        if !self.cfg.rdma {
+            return Err(DevError::Failed(Status::NotSup));
+        }
         let peer = ah as usize;
         match self.peers.get(peer) {
             None => return Err(DevError::Failed(Status::NoAddr)),

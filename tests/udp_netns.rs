@@ -1,0 +1,252 @@
+//! Two hosts: two network namespaces joined by a veth pair (MTU 1500, then
+//! 9000), one process in each (this test binary run again with a role),
+//! exchanging messages from 0 B to 64 MiB, RMA (direct, and emulated with
+//! `RDM4_UDP_RDMA=0`) and atomics over the udp device (issue 29). Skipped,
+//! with a message saying why, where namespaces cannot be made.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdm4::device::udp::UdpDevice;
+use rdm4::device::Access;
+use rdm4::engine::{atomic_ops, Config, Cqe, Endpoint, RecvOpts, RemoteBuf, SendOpts};
+use rdm4::mem::{OwnedBuf, UserBuf};
+use rdm4::wire::RawAddr;
+use rdm4::Status;
+
+const LIMIT: Duration = Duration::from_secs(120);
+const SIZES: [usize; 10] = [0, 1, 1000, 1472, 9000, 65_536, 300_000, 1 << 20, 16 << 20, 64 << 20];
+const REGION: usize = 4 << 20;
+
+fn env(k: &str) -> String {
+    std::env::var(k).unwrap_or_default()
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Runs `ip` with `args`; true on success.
+fn ip(args: &[&str]) -> bool {
+    Command::new("ip").args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+}
+
+/// Two namespaces joined by a veth pair, removed on drop.
+struct Hosts {
+    ns: [String; 2],
+}
+
+impl Hosts {
+    fn make(tag: &str, mtu: u32) -> Option<Hosts> {
+        let id = std::process::id();
+        let ns = [format!("rdm4a{tag}{id}"), format!("rdm4b{tag}{id}")];
+        let hosts = Hosts { ns: ns.clone() };
+        let (va, vb) = (format!("ra{tag}{}", id % 100_000), format!("rb{tag}{}", id % 100_000));
+        let mtu = mtu.to_string();
+        let ok = ip(&["netns", "add", &ns[0]])
+            && ip(&["netns", "add", &ns[1]])
+            && ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb])
+            && ip(&["link", "set", &va, "netns", &ns[0]])
+            && ip(&["link", "set", &vb, "netns", &ns[1]])
+            && ip(&["-n", &ns[0], "addr", "add", "10.77.0.1/24", "dev", &va])
+            && ip(&["-n", &ns[1], "addr", "add", "10.77.0.2/24", "dev", &vb])
+            && ip(&["-n", &ns[0], "link", "set", &va, "mtu", &mtu, "up"])
+            && ip(&["-n", &ns[1], "link", "set", &vb, "mtu", &mtu, "up"])
+            && ip(&["-n", &ns[0], "link", "set", "lo", "up"])
+            && ip(&["-n", &ns[1], "link", "set", "lo", "up"]);
+        ok.then_some(hosts)
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for ns in &self.ns {
+            // Deleting a namespace deletes its end of the veth pair, and the pair with it.
+            let _ = ip(&["netns", "del", ns]);
+        }
+    }
+}
+
+fn publish(dir: &Path, rank: usize, addr: &RawAddr, region: u64, key: u64) {
+    let hex: String = addr.to_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    let tmp = dir.join(format!("{rank}.tmp"));
+    std::fs::write(&tmp, format!("{hex} {region} {key}")).unwrap();
+    std::fs::rename(tmp, dir.join(format!("{rank}.addr"))).unwrap();
+}
+
+fn read_peer(dir: &Path, rank: usize) -> (RawAddr, u64, u64) {
+    let t = Instant::now();
+    loop {
+        if let Ok(s) = std::fs::read_to_string(dir.join(format!("{rank}.addr"))) {
+            let mut it = s.split_whitespace();
+            let hex = it.next().unwrap();
+            let bytes: Vec<u8> = (0..64).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+            return (
+                RawAddr::from_bytes(&bytes).unwrap(),
+                it.next().unwrap().parse().unwrap(),
+                it.next().unwrap().parse().unwrap(),
+            );
+        }
+        assert!(t.elapsed() < LIMIT, "peer {rank} never published");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Progresses `ep` until `cq` holds `n` entries.
+fn until(ep: &mut Endpoint<UdpDevice>, cq: &mut Vec<Cqe>, n: usize, what: &str) {
+    let t = Instant::now();
+    while cq.len() < n {
+        assert!(t.elapsed() < LIMIT, "{what}: {} of {n} completions", cq.len());
+        ep.progress(0);
+        ep.poll_cq(cq, usize::MAX);
+    }
+}
+
+/// The role of one host: rank 0 sends and does RMA, rank 1 receives and
+/// owns the memory; both report through their exit status.
+fn host(rank: usize, dir: &Path) {
+    let dev = UdpDevice::open().expect("open the udp device");
+    let mut ep = Endpoint::new(dev, Config::default());
+    let mut region = OwnedBuf::from_slice(&pattern(REGION, 77));
+    let key = ep.mr_reg(region.buf(), Access::REMOTE_READ | Access::REMOTE_WRITE).unwrap();
+    publish(dir, rank, &ep.addr(), region.buf().addr(), key);
+    let (peer_addr, peer_region, peer_key) = read_peer(dir, 1 - rank);
+    let peer = ep.av_insert(&peer_addr).unwrap();
+    let mut cq = Vec::new();
+    if rank == 1 {
+        let mut dsts: Vec<OwnedBuf> = SIZES.iter().map(|&n| OwnedBuf::zeroed(n)).collect();
+        for (k, d) in dsts.iter_mut().enumerate() {
+            ep.recv(d.buf(), RecvOpts { tag: Some((k as u64, 0)), context: k as u64, ..RecvOpts::default() }).unwrap();
+        }
+        until(&mut ep, &mut cq, SIZES.len(), "receives");
+        for (k, d) in dsts.iter().enumerate() {
+            assert!(d.bytes() == pattern(SIZES[k], k as u64), "message of {} bytes", SIZES[k]);
+        }
+        assert!(cq.iter().all(|e| e.status == Status::Success), "{cq:?}");
+        // Serve the peer's RMA and atomics until it says it is done.
+        let t = Instant::now();
+        while !dir.join("done").exists() {
+            assert!(t.elapsed() < LIMIT, "the peer never finished");
+            ep.progress(0);
+        }
+        return;
+    }
+    let mut srcs: Vec<OwnedBuf> =
+        SIZES.iter().enumerate().map(|(k, &n)| OwnedBuf::from_slice(&pattern(n, k as u64))).collect();
+    for (k, s) in srcs.iter_mut().enumerate() {
+        ep.send(peer, s.buf(), SendOpts { tag: Some(k as u64), context: k as u64, ..SendOpts::default() }).unwrap();
+    }
+    until(&mut ep, &mut cq, SIZES.len(), "sends");
+    assert!(cq.iter().all(|e| e.status == Status::Success), "{cq:?}");
+    cq.clear();
+    // RMA: write 3 MiB into the peer's region and read it back.
+    let data = pattern(3 << 20, 9);
+    let mut w = OwnedBuf::from_slice(&data);
+    let mut back = OwnedBuf::zeroed(data.len());
+    ep.write(peer, w.buf(), RemoteBuf { addr: peer_region + 1000, key: peer_key }, None, 1).unwrap();
+    until(&mut ep, &mut cq, 1, "write");
+    ep.read(peer, back.buf(), RemoteBuf { addr: peer_region + 1000, key: peer_key }, 2).unwrap();
+    until(&mut ep, &mut cq, 2, "read");
+    assert!(cq.iter().all(|e| e.status == Status::Success), "{cq:?}");
+    assert!(back.bytes() == data.as_slice(), "read back what was written");
+    // Atomics: 100 fetch-adds, the old values consecutive.
+    let (u64t, sum) = (atomic_ops::datatype::UINT64, atomic_ops::op::SUM);
+    let target = RemoteBuf { addr: peer_region + 8, key: peer_key };
+    let mut first = None;
+    for i in 0..100u64 {
+        let mut one = OwnedBuf::from_slice(&1u64.to_le_bytes());
+        let mut old = OwnedBuf::zeroed(8);
+        ep.atomic(peer, u64t, sum, one.buf(), UserBuf::empty(), old.buf(), target, 10 + i).unwrap();
+        until(&mut ep, &mut cq, 3 + i as usize, "atomic");
+        let v = u64::from_le_bytes(old.bytes().try_into().unwrap());
+        let f = *first.get_or_insert(v);
+        assert_eq!(v, f.wrapping_add(i), "fetch-add {i}");
+    }
+    // A refused one: out of bounds.
+    let mut small = OwnedBuf::zeroed(64);
+    ep.read(peer, small.buf(), RemoteBuf { addr: peer_region + REGION as u64 - 10, key: peer_key }, 200).unwrap();
+    until(&mut ep, &mut cq, 103, "refused read");
+    assert_eq!(cq[102].status, Status::RemoteAccess);
+    std::fs::write(dir.join("done"), b"1").unwrap();
+    drop(region);
+}
+
+#[test]
+fn child_host() {
+    if env("RDM4_CHILD_ROLE") == "host" {
+        host(env("RDM4_CHILD_RANK").parse().unwrap(), &PathBuf::from(env("RDM4_CHILD_DIR")));
+    }
+}
+
+fn spawn(ns: &str, rank: usize, dir: &Path, addr: &str, rdma: &str) -> Child {
+    Command::new("ip")
+        .args(["netns", "exec", ns])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "child_host", "--nocapture", "--test-threads=1"])
+        .env("RDM4_CHILD_ROLE", "host")
+        .env("RDM4_CHILD_RANK", rank.to_string())
+        .env("RDM4_CHILD_DIR", dir)
+        .env("RDM4_UDP_ADDR", addr)
+        .env("RDM4_UDP_RDMA", rdma)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn a host")
+}
+
+fn two_hosts(mtu: u32, rdma: &str) {
+    let tag = format!("{mtu}{rdma}");
+    let Some(hosts) = Hosts::make(&tag, mtu) else {
+        println!("skip: network namespaces cannot be made here (`ip netns add` failed; needs root and iproute2)");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("rdm4ns{}{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let kids = [spawn(&hosts.ns[0], 0, &dir, "10.77.0.1", rdma), spawn(&hosts.ns[1], 1, &dir, "10.77.0.2", rdma)];
+    let t = Instant::now();
+    let mut failures = Vec::new();
+    for mut k in kids {
+        loop {
+            if k.try_wait().unwrap().is_some() {
+                break;
+            }
+            if t.elapsed() > LIMIT + Duration::from_secs(10) {
+                let _ = k.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let out = k.wait_with_output().unwrap();
+        if !out.status.success() {
+            failures.push(format!(
+                "{}\n{}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    drop(hosts);
+    assert!(failures.is_empty(), "MTU {mtu}, RDMA {rdma}:\n{}", failures.join("\n---\n"));
+}
+
+#[test]
+fn two_hosts_at_mtu_1500_and_9000_with_direct_and_emulated_rma() {
+    if !env("RDM4_CHILD_ROLE").is_empty() {
+        return;
+    }
+    for (mtu, rdma) in [(1500, "1"), (9000, "1"), (1500, "0")] {
+        two_hosts(mtu, rdma);
+    }
+}
