@@ -324,7 +324,12 @@ impl UdpDevice {
             if p.lost || p.unacked.is_empty() {
                 continue;
             }
-            if p.unacked.front().is_some_and(|u| now.saturating_duration_since(u.first_sent) > self.cfg.giveup) {
+            // Given up when a datagram has waited `giveup` for its
+            // acknowledgement and nothing at all came from the peer for as
+            // long: a congested but live peer keeps acknowledging others.
+            let giveup = self.cfg.giveup;
+            let waited = p.unacked.front().is_some_and(|u| now.saturating_duration_since(u.first_sent) > giveup);
+            if waited && now.saturating_duration_since(p.last_heard) > giveup {
                 self.lose(idx);
                 continue;
             }
@@ -456,6 +461,7 @@ impl UdpDevice {
         if self.peers[idx].lost {
             return None;
         }
+        self.peers[idx].last_heard = now;
         self.peers[idx].held = h.flags & dgram::HOLD != 0;
         let (mut acked, mut holes) = (Acked::default(), Vec::new());
         self.peers[idx].take_ack(h.ack, h.ack_bits, now, &mut acked, &mut holes);

@@ -24,7 +24,9 @@ const CWND_MIN: f64 = 2.0;
 const CWND_START: f64 = 16.0;
 /// Retransmission timeout bounds.
 const RTO_MIN: Duration = Duration::from_micros(500);
-const RTO_MAX: Duration = Duration::from_secs(1);
+/// At most this between retries, so that a congested but live peer gets
+/// many of them within the give-up time.
+const RTO_MAX: Duration = Duration::from_millis(250);
 const RTO_START: Duration = Duration::from_millis(5);
 
 /// A datagram sent and not yet acknowledged.
@@ -74,6 +76,8 @@ pub(crate) struct Peer {
     pub rx_bits: u64,
     /// An acknowledgement is owed (something arrived since the last one sent).
     pub ack_due: bool,
+    /// When a datagram last came from it (or it was made).
+    pub last_heard: Instant,
 }
 
 /// Where a received sequence number falls.
@@ -105,6 +109,7 @@ impl Peer {
             rx_next: 0,
             rx_bits: 0,
             ack_due: false,
+            last_heard: Instant::now(),
         }
     }
 
