@@ -1,0 +1,146 @@
+//! The udp device between processes on loopback: a peer killed with
+//! SIGKILL is given up within the give-up time, every operation towards it
+//! ends with an error, and the survivor keeps working with its other peer
+//! (issue 29).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdm4::device::udp::{UdpConfig, UdpDevice};
+use rdm4::engine::{Config, Cqe, Endpoint, RecvOpts, SendOpts};
+use rdm4::mem::OwnedBuf;
+use rdm4::wire::RawAddr;
+use rdm4::Status;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn env(k: &str) -> String {
+    std::env::var(k).unwrap_or_default()
+}
+
+fn publish(dir: &Path, name: &str, addr: &RawAddr) {
+    let hex: String = addr.to_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::write(dir.join(format!("{name}.tmp")), hex).unwrap();
+    std::fs::rename(dir.join(format!("{name}.tmp")), dir.join(name)).unwrap();
+}
+
+fn read_addr(dir: &Path, name: &str) -> RawAddr {
+    let t = Instant::now();
+    loop {
+        if let Ok(hex) = std::fs::read_to_string(dir.join(name)) {
+            let b: Vec<u8> = (0..64).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+            return RawAddr::from_bytes(&b).unwrap();
+        }
+        assert!(t.elapsed() < LIMIT, "{name} never published");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A child: answers every 8-byte message from the parent with the same bytes.
+#[test]
+fn child_echo() {
+    if env("RDM4_CHILD_ROLE") != "echo" {
+        return;
+    }
+    let dir = PathBuf::from(env("RDM4_CHILD_DIR"));
+    let me = env("RDM4_CHILD_NAME");
+    let mut ep = Endpoint::new(UdpDevice::open().unwrap(), Config::default());
+    publish(&dir, &me, &ep.addr());
+    let parent = ep.av_insert(&read_addr(&dir, "parent")).unwrap();
+    let mut buf = OwnedBuf::zeroed(8);
+    let mut out = OwnedBuf::zeroed(8);
+    let mut cq = Vec::new();
+    let t = Instant::now();
+    while t.elapsed() < LIMIT && !dir.join("stop").exists() {
+        ep.recv(buf.buf(), RecvOpts { src: Some(parent), context: 1, ..RecvOpts::default() }).unwrap();
+        loop {
+            ep.progress(0);
+            ep.poll_cq(&mut cq, usize::MAX);
+            if cq.iter().any(|e| e.context == 1) || dir.join("stop").exists() {
+                break;
+            }
+        }
+        cq.retain(|e| e.context != 1);
+        out.bytes_mut().copy_from_slice(buf.bytes());
+        ep.send(parent, out.buf(), SendOpts { context: 2, ..SendOpts::default() }).unwrap();
+    }
+}
+
+fn spawn(dir: &Path, name: &str) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_echo", "--nocapture", "--test-threads=1"])
+        .env("RDM4_CHILD_ROLE", "echo")
+        .env("RDM4_CHILD_DIR", dir)
+        .env("RDM4_CHILD_NAME", name)
+        .env("RDM4_UDP_ADDR", "127.0.0.1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// One round trip to `to`: an 8-byte ping and its echo.
+fn ping(ep: &mut Endpoint<UdpDevice>, to: u32, k: u64) {
+    let mut out = OwnedBuf::from_slice(&k.to_le_bytes());
+    let mut back = OwnedBuf::zeroed(8);
+    ep.recv(back.buf(), RecvOpts { src: Some(to), context: 100, ..RecvOpts::default() }).unwrap();
+    ep.send(to, out.buf(), SendOpts { context: 101, ..SendOpts::default() }).unwrap();
+    let mut cq: Vec<Cqe> = Vec::new();
+    let t = Instant::now();
+    while cq.len() < 2 {
+        assert!(t.elapsed() < LIMIT, "ping {k}: {cq:?}");
+        ep.progress(0);
+        ep.poll_cq(&mut cq, usize::MAX);
+    }
+    assert!(cq.iter().all(|e| e.status == Status::Success), "{cq:?}");
+    assert_eq!(u64::from_le_bytes(back.bytes().try_into().unwrap()), k);
+}
+
+#[test]
+fn a_killed_peer_is_given_up_and_the_survivor_keeps_working() {
+    if !env("RDM4_CHILD_ROLE").is_empty() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("rdm4udpkill{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let giveup = Duration::from_millis(500);
+    let cfg = UdpConfig { addr: Some("127.0.0.1".parse().unwrap()), giveup, ..UdpConfig::default() };
+    let mut ep = Endpoint::new(UdpDevice::open_with(cfg).unwrap(), Config::default());
+    publish(&dir, "parent", &ep.addr());
+    let mut victim = spawn(&dir, "victim");
+    let mut survivor = spawn(&dir, "survivor");
+    let to_victim = ep.av_insert(&read_addr(&dir, "victim")).unwrap();
+    let to_survivor = ep.av_insert(&read_addr(&dir, "survivor")).unwrap();
+    for k in 0..10 {
+        ping(&mut ep, to_victim, k);
+        ping(&mut ep, to_survivor, 100 + k);
+    }
+    victim.kill().unwrap();
+    let _ = victim.wait();
+    // A long message and a receive from the dead peer: both end with an error.
+    let mut long = OwnedBuf::from_slice(&vec![1u8; 1 << 20]);
+    ep.send(to_victim, long.buf(), SendOpts { context: 7, ..SendOpts::default() }).unwrap();
+    let t = Instant::now();
+    let mut cq = Vec::new();
+    while !cq.iter().any(|e: &Cqe| e.context == 7) {
+        assert!(t.elapsed() < giveup * 10, "the dead peer was not given up: {cq:?}");
+        ep.progress(0);
+        ep.poll_cq(&mut cq, usize::MAX);
+    }
+    let took = t.elapsed();
+    let e = cq.iter().find(|e| e.context == 7).unwrap();
+    assert_eq!(e.status, Status::PeerUnreachable);
+    assert!(took >= giveup / 2, "given up after {took:?}, sooner than the give-up time");
+    let mut small = OwnedBuf::from_slice(b"x");
+    assert_eq!(ep.send(to_victim, small.buf(), SendOpts::default()), Err(Status::PeerUnreachable));
+    // The survivor is unaffected.
+    for k in 0..10 {
+        ping(&mut ep, to_survivor, 200 + k);
+    }
+    println!("the killed peer was given up after {took:?} (give-up time {giveup:?})");
+    std::fs::write(dir.join("stop"), b"1").unwrap();
+    let _ = survivor.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
