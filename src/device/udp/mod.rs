@@ -272,7 +272,7 @@ impl UdpDevice {
         let seq = p.next_seq;
         p.next_seq = seq.wrapping_add(1);
         let (ack, ack_bits) = p.ack_fields();
-        p.ack_due = false;
+        p.acked_now();
         let h = Hdr { kind, flags, src_connid: connid, dst_connid: p.connid, seq, ack, ack_bits };
         h.write(&mut d);
         d.truncate(len);
@@ -287,7 +287,7 @@ impl UdpDevice {
         let (flags, connid) = (self.flags(), self.connid);
         let p = &mut self.peers[idx];
         let (ack, ack_bits) = p.ack_fields();
-        p.ack_due = false;
+        p.acked_now();
         let h = Hdr { kind, flags, src_connid: connid, dst_connid: p.connid, seq: 0, ack, ack_bits };
         let mut d = [0u8; HDR];
         h.write(&mut d);
@@ -305,9 +305,9 @@ impl UdpDevice {
         Hdr::refresh(&mut u.dgram, flags, ack, ack_bits);
         u.tries += 1;
         u.last_sent = now;
-        p.retransmits += 1;
-        p.ack_due = false;
         let d = std::mem::take(&mut u.dgram);
+        p.retransmits += 1;
+        p.acked_now();
         self.transmit(to, &d, now);
         if let Some(u) = self.peers[idx].unacked.iter_mut().find(|u| u.seq == seq) {
             u.dgram = d;
@@ -319,6 +319,7 @@ impl UdpDevice {
         if !self.delayed.is_empty() {
             self.send_delayed(now);
         }
+        self.send_acks(now);
         for idx in 0..self.peers.len() {
             let p = &self.peers[idx];
             if p.lost || p.unacked.is_empty() {
@@ -384,10 +385,10 @@ impl UdpDevice {
         Some(i)
     }
 
-    /// Sends the acknowledgements owed.
+    /// Sends the acknowledgements that cannot wait for a datagram to ride on.
     fn send_acks(&mut self, now: Instant) {
         for idx in 0..self.peers.len() {
-            if self.peers[idx].ack_due && !self.peers[idx].lost {
+            if !self.peers[idx].lost && self.peers[idx].ack_now(now) {
                 self.send_bare(idx, Kind::Ack, now);
             }
         }
@@ -540,7 +541,8 @@ impl UdpDevice {
     /// Milliseconds until the device's next timer (retransmission, held-back
     /// datagram), at most 100.
     fn timer_ms(&self) -> i32 {
-        let busy = !self.delayed.is_empty() || self.peers.iter().any(|p| !p.lost && !p.unacked.is_empty());
+        let busy =
+            !self.delayed.is_empty() || self.peers.iter().any(|p| !p.lost && (!p.unacked.is_empty() || p.ack_due));
         let busy = busy || self.rdma.has_work();
         if busy {
             1

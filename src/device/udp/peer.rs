@@ -28,6 +28,11 @@ const RTO_MIN: Duration = Duration::from_micros(500);
 /// many of them within the give-up time.
 const RTO_MAX: Duration = Duration::from_millis(250);
 const RTO_START: Duration = Duration::from_millis(5);
+/// An acknowledgement waits this long for a datagram to ride on (a reply,
+/// in a ping-pong) before it goes alone.
+const ACK_DELAY: Duration = Duration::from_micros(50);
+/// ... or until it covers this many datagrams.
+const ACK_EVERY: u32 = 16;
 
 /// A datagram sent and not yet acknowledged.
 pub(crate) struct Unacked {
@@ -76,6 +81,9 @@ pub(crate) struct Peer {
     pub rx_bits: u64,
     /// An acknowledgement is owed (something arrived since the last one sent).
     pub ack_due: bool,
+    /// Since when it is owed, and for how many datagrams.
+    pub ack_since: Option<Instant>,
+    pub ack_owed: u32,
     /// When a datagram last came from it (or it was made).
     pub last_heard: Instant,
 }
@@ -109,6 +117,8 @@ impl Peer {
             rx_next: 0,
             rx_bits: 0,
             ack_due: false,
+            ack_since: None,
+            ack_owed: 0,
             last_heard: Instant::now(),
         }
     }
@@ -121,6 +131,7 @@ impl Peer {
     /// Records the arrival of reliable datagram `seq`.
     pub(crate) fn arrive(&mut self, seq: u32) -> Arrival {
         self.ack_due = true;
+        self.ack_owed += 1;
         let d = seq.wrapping_sub(self.rx_next);
         if d >= 1 << 31 {
             return Arrival::Duplicate;
@@ -151,6 +162,25 @@ impl Peer {
     /// The acknowledgement fields to send: (first missing, later arrivals).
     pub(crate) fn ack_fields(&self) -> (u32, u32) {
         (self.rx_next, self.rx_bits as u32)
+    }
+
+    /// An acknowledgement went out (alone or on a datagram).
+    pub(crate) fn acked_now(&mut self) {
+        self.ack_due = false;
+        self.ack_since = None;
+        self.ack_owed = 0;
+    }
+
+    /// Whether the acknowledgement owed must go out alone now: it has
+    /// waited [`ACK_DELAY`] for a datagram to ride on, or covers
+    /// [`ACK_EVERY`] datagrams (a stream's sender needs them to move its
+    /// window).
+    pub(crate) fn ack_now(&mut self, now: Instant) -> bool {
+        if !self.ack_due {
+            return false;
+        }
+        let since = *self.ack_since.get_or_insert(now);
+        self.ack_owed >= ACK_EVERY || now.saturating_duration_since(since) >= ACK_DELAY
     }
 
     /// Takes the peer's acknowledgement (`ack`, `bits`) of our datagrams.
