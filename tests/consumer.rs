@@ -159,6 +159,19 @@ fn c_compiler() -> Command {
         .to_command()
 }
 
+/// Compiles c_tests/consumer/consumer.c into `exe` with pkg-config's
+/// `flags` (and `extra`), warnings as errors.
+fn cc_consumer(exe: &Path, flags: &str, extra: Option<&str>, what: &str) {
+    let mut cmd = c_compiler();
+    cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
+        .arg(Path::new(MANIFEST_DIR).join("c_tests/consumer/consumer.c"))
+        .arg("-o")
+        .arg(exe)
+        .args(flags.split_whitespace())
+        .args(extra);
+    run_ok(&mut cmd, what);
+}
+
 /// How a consumer program is expected to have librdm4.
 enum Linked<'a> {
     /// Loaded from this file.
@@ -287,13 +300,7 @@ fn pkg_config_consumer_builds_and_runs() {
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).unwrap();
     let exe = dir.join("consumer");
-    let mut cmd = c_compiler();
-    cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
-        .arg(Path::new(MANIFEST_DIR).join("c_tests/consumer/consumer.c"))
-        .arg("-o")
-        .arg(&exe)
-        .args(flags.split_whitespace());
-    run_ok(&mut cmd, "cc consumer.c $(pkg-config --cflags --libs rdm4)");
+    cc_consumer(&exe, &flags, None, "cc consumer.c $(pkg-config --cflags --libs rdm4)");
     let so = env.prefix.join(format!("lib/librdm4.so.{VERSION}"));
     run_consumer(env, &exe, Linked::Shared(&so));
 
@@ -301,26 +308,14 @@ fn pkg_config_consumer_builds_and_runs() {
     // rpath from pkg-config's libdir, and no LD_LIBRARY_PATH.
     let libdir = run_ok(pkg_config(env).args(["--variable=libdir", "rdm4"]), "pkg-config --variable=libdir rdm4");
     let exe = dir.join("consumer_rpath");
-    let mut cmd = c_compiler();
-    cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
-        .arg(Path::new(MANIFEST_DIR).join("c_tests/consumer/consumer.c"))
-        .arg("-o")
-        .arg(&exe)
-        .args(flags.split_whitespace())
-        .arg(format!("-Wl,-rpath,{}", libdir.trim()));
-    run_ok(&mut cmd, "cc consumer.c $(pkg-config --cflags --libs rdm4) -Wl,-rpath,<libdir>");
+    let rpath = format!("-Wl,-rpath,{}", libdir.trim());
+    cc_consumer(&exe, &flags, Some(&rpath), "cc consumer.c $(pkg-config --cflags --libs rdm4) -Wl,-rpath,<libdir>");
     run_consumer_with(env, &exe, Linked::Shared(&so), false);
 
     // rdm4-static.pc links the archive itself, with what it needs.
     let flags = run_ok(pkg_config(env).args(["--cflags", "--libs", "rdm4-static"]), "pkg-config rdm4-static");
     let exe = dir.join("consumer_static");
-    let mut cmd = c_compiler();
-    cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
-        .arg(Path::new(MANIFEST_DIR).join("c_tests/consumer/consumer.c"))
-        .arg("-o")
-        .arg(&exe)
-        .args(flags.split_whitespace());
-    run_ok(&mut cmd, "cc consumer.c $(pkg-config --cflags --libs rdm4-static)");
+    cc_consumer(&exe, &flags, None, "cc consumer.c $(pkg-config --cflags --libs rdm4-static)");
     run_consumer_with(env, &exe, Linked::Static, false);
 }
 

@@ -5,6 +5,9 @@
 //! sender runs in its own thread with its own endpoint, so they contend
 //! for the receiver's socket buffer as separate processes would.
 
+mod common;
+
+use common::pattern;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -19,18 +22,6 @@ use rdm4::Status;
 
 const MSG: usize = 1 << 20;
 const PER_SENDER: usize = 24;
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 fn cfg(sock_buf: usize) -> UdpConfig {
     UdpConfig { addr: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)), sock_buf: Some(sock_buf), ..UdpConfig::default() }

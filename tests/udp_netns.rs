@@ -4,6 +4,9 @@
 //! `RDM4_UDP_RDMA=0`) and atomics over the udp device (issue 29). Skipped,
 //! with a message saying why, where namespaces cannot be made.
 
+mod common;
+
+use common::pattern;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -21,18 +24,6 @@ const REGION: usize = 4 << 20;
 
 fn env(k: &str) -> String {
     std::env::var(k).unwrap_or_default()
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// Runs `ip` with `args`; true on success.

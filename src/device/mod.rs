@@ -198,6 +198,38 @@ impl Flow for bool {
     }
 }
 
+/// Hands the packets a device kept for the engine ([`Rx::Defer`]) to `f`
+/// again, at most `max`, in their order; those it defers again stay, in
+/// order, and so do those after a call that stops early. `from` and
+/// `bytes` read a kept packet's sender and bytes. Returns how many were
+/// handed over and whether some of this redelivery are left for the next
+/// call.
+pub(crate) fn redeliver_parked<P, R: Flow>(
+    parked: &mut std::collections::VecDeque<P>,
+    max: usize,
+    from: impl Fn(&P) -> Option<Ah>,
+    bytes: fn(&P) -> &[u8],
+    f: &mut impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R,
+) -> (usize, bool) {
+    let mut kept = std::collections::VecDeque::with_capacity(parked.len());
+    let (mut n, mut go_on, mut rest) = (0, true, false);
+    while let Some(p) = parked.pop_front() {
+        if n == max || !go_on {
+            rest = true;
+            kept.push_back(p);
+            continue;
+        }
+        n += 1;
+        let verdict = f(from(&p), bytes(&p), None);
+        if verdict.defer() {
+            kept.push_back(p);
+        }
+        go_on = verdict.go_on();
+    }
+    *parked = kept;
+    (n, rest)
+}
+
 /// [`Device::send_gather`] by copying: the packet is the header `build`
 /// writes followed by a copy of `payload` (with non-temporal stores when
 /// `nt`), sent by [`Device::send_with`]; `Err(Failed(Inval))` when the two

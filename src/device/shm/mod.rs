@@ -665,26 +665,9 @@ impl ShmDevice {
         max: usize,
         f: &mut impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R,
     ) -> usize {
-        self.redeliver = false;
-        let mut kept = std::collections::VecDeque::with_capacity(self.parked.len());
-        let mut n = 0;
-        let mut go_on = true;
-        while let Some(p) = self.parked.pop_front() {
-            if n == max || !go_on {
-                // The rest stays for the next redelivery of this pass.
-                self.redeliver = true;
-                kept.push_back(p);
-                continue;
-            }
-            n += 1;
-            let ah = self.by_id.get(&p.from).copied();
-            let verdict = f(ah, &p.pkt, None);
-            if verdict.defer() {
-                kept.push_back(p);
-            }
-            go_on = verdict.go_on();
-        }
-        self.parked = kept;
+        let by_id = &self.by_id;
+        let (n, rest) = super::redeliver_parked(&mut self.parked, max, |p| by_id.get(&p.from).copied(), |p| &p.pkt, f);
+        self.redeliver = rest;
         if self.parked.is_empty() {
             self.map.hdr_u64::<{ off::TAIL }>().fetch_and(!segment::HELD, Ordering::AcqRel);
         }

@@ -123,25 +123,20 @@ impl UdpConfig {
     }
 }
 
-/// The first address of interface `name` (IPv4 first), if there is one.
-fn interface_addr(name: &str) -> Option<IpAddr> {
+/// Every (interface name, address) pair of the host, IPv4 and IPv6.
+fn interfaces() -> Vec<(String, IpAddr)> {
+    let mut out = Vec::new();
     let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `list` with a list we free below.
     if unsafe { libc::getifaddrs(&mut list) } != 0 {
-        return None;
+        return out;
     }
-    let mut found: Option<IpAddr> = None;
     let mut p = list;
     while !p.is_null() {
         // SAFETY: a node of the list getifaddrs returned.
         let ifa = unsafe { &*p };
         p = ifa.ifa_next;
         if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
-            continue;
-        }
-        // SAFETY: a NUL-terminated name from getifaddrs.
-        let n = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
-        if n.to_bytes() != name.as_bytes() {
             continue;
         }
         // SAFETY: `ifa_addr` points to a sockaddr of the family it states.
@@ -151,22 +146,25 @@ fn interface_addr(name: &str) -> Option<IpAddr> {
                     let sa = &*ifa.ifa_addr.cast::<libc::sockaddr_in>();
                     Some(IpAddr::from(u32::from_be(sa.sin_addr.s_addr).to_be_bytes()))
                 }
-                libc::AF_INET6 => {
-                    let sa = &*ifa.ifa_addr.cast::<libc::sockaddr_in6>();
-                    Some(IpAddr::from(sa.sin6_addr.s6_addr))
-                }
+                libc::AF_INET6 => Some(IpAddr::from((*ifa.ifa_addr.cast::<libc::sockaddr_in6>()).sin6_addr.s6_addr)),
                 _ => None,
             }
         };
         if let Some(ip) = ip {
-            if found.is_none() || (ip.is_ipv4() && !found.is_some_and(|f| f.is_ipv4())) {
-                found = Some(ip);
-            }
+            // SAFETY: a NUL-terminated name from getifaddrs.
+            let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned();
+            out.push((name, ip));
         }
     }
     // SAFETY: freeing the list getifaddrs made.
     unsafe { libc::freeifaddrs(list) };
-    found
+    out
+}
+
+/// The first address of interface `name` (IPv4 first), if there is one.
+fn interface_addr(name: &str) -> Option<IpAddr> {
+    let mine: Vec<IpAddr> = interfaces().into_iter().filter(|(n, _)| n == name).map(|(_, ip)| ip).collect();
+    mine.iter().find(|ip| ip.is_ipv4()).or(mine.first()).copied()
 }
 
 /// The host's primary address: the source the kernel picks towards a
@@ -185,40 +183,8 @@ pub(crate) fn interface_mtu(ip: IpAddr) -> Option<usize> {
     if ip.is_loopback() {
         return Some(65536);
     }
-    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: as in `interface_addr`.
-    if unsafe { libc::getifaddrs(&mut list) } != 0 {
-        return None;
-    }
-    let mut name = None;
-    let mut p = list;
-    while !p.is_null() {
-        // SAFETY: a node of the list getifaddrs returned.
-        let ifa = unsafe { &*p };
-        p = ifa.ifa_next;
-        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
-            continue;
-        }
-        // SAFETY: `ifa_addr` points to a sockaddr of the family it states.
-        let this = unsafe {
-            match i32::from((*ifa.ifa_addr).sa_family) {
-                libc::AF_INET => {
-                    let sa = &*ifa.ifa_addr.cast::<libc::sockaddr_in>();
-                    Some(IpAddr::from(u32::from_be(sa.sin_addr.s_addr).to_be_bytes()))
-                }
-                libc::AF_INET6 => Some(IpAddr::from((*ifa.ifa_addr.cast::<libc::sockaddr_in6>()).sin6_addr.s6_addr)),
-                _ => None,
-            }
-        };
-        if this == Some(ip) {
-            // SAFETY: a NUL-terminated name from getifaddrs.
-            name = Some(unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned());
-            break;
-        }
-    }
-    // SAFETY: freeing the list getifaddrs made.
-    unsafe { libc::freeifaddrs(list) };
-    let text = std::fs::read_to_string(format!("/sys/class/net/{}/mtu", name?)).ok()?;
+    let (name, _) = interfaces().into_iter().find(|(_, a)| *a == ip)?;
+    let text = std::fs::read_to_string(format!("/sys/class/net/{name}/mtu")).ok()?;
     text.trim().parse().ok()
 }
 

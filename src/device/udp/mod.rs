@@ -400,24 +400,10 @@ impl UdpDevice {
         max: usize,
         f: &mut impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R,
     ) -> usize {
-        self.redeliver = false;
-        let mut kept = VecDeque::with_capacity(self.parked.len());
-        let (mut n, mut go_on) = (0, true);
-        while let Some((idx, pkt)) = self.parked.pop_front() {
-            if n == max || !go_on {
-                self.redeliver = true;
-                kept.push_back((idx, pkt));
-                continue;
-            }
-            n += 1;
-            let from = self.peers[idx].inserted.then_some(idx as Ah);
-            let verdict = f(from, &pkt, None);
-            if verdict.defer() {
-                kept.push_back((idx, pkt));
-            }
-            go_on = verdict.go_on();
-        }
-        self.parked = kept;
+        let peers = &self.peers;
+        let from = |(idx, _): &(usize, Vec<u8>)| peers[*idx].inserted.then_some(*idx as Ah);
+        let (n, rest) = super::redeliver_parked(&mut self.parked, max, from, |(_, pkt)| pkt, f);
+        self.redeliver = rest;
         if self.parked.is_empty() {
             // The hold is over: tell every peer at once.
             let now = Instant::now();
