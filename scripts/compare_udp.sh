@@ -5,6 +5,8 @@
 # usage: scripts/compare_udp.sh   (after cargo build --release)
 set -u
 P=${RDM4_PERF:-$(cd "$(dirname "$0")/.." && pwd)/target/release/rdm4-perf}
+root=$(cd "$(dirname "$0")/.." && pwd)
+cc -O2 -o /tmp/rdm4_raw_udp_pingpong "$root/scripts/raw_udp_pingpong.c" && echo "== $(/tmp/rdm4_raw_udp_pingpong 8 200000)"
 echo "== rdm4 udp"; RDM4_UDP_ADDR=127.0.0.1 timeout 120 $P --device udp --test tag_lat,tag_bw --sizes 8,1048576 2>&1 | tail -6
 for prov in tcp udp; do
   for size in 8 1048576; do

@@ -143,9 +143,8 @@ impl UdpDevice {
             let (peer, write, total) = (o.peer, o.write, o.buf.len() as u64);
             let mut finished = false;
             while self.peers[peer].window_open() && !self.peers[peer].lost {
+                let mut d = self.take_buf(super::DGRAM_MAX);
                 let Some(o) = self.rdma.ops.get_mut(&id) else { break };
-                let mut d = self.pool.pop().unwrap_or_default();
-                d.resize(super::DGRAM_MAX, 0);
                 if write {
                     let n = (total - o.next).min(seg_w as u64) as usize;
                     let s = WriteSeg { op: id, key: o.key, addr: o.addr, total, offset: o.next };
@@ -178,10 +177,9 @@ impl UdpDevice {
             let peer = self.rdma.serves[i].peer;
             let mut done = false;
             while self.peers[peer].window_open() && !self.peers[peer].lost {
+                let mut d = self.take_buf(super::DGRAM_MAX);
                 let s = &mut self.rdma.serves[i];
                 let n = (s.buf.len() as u64 - s.next).min(seg_r) as usize;
-                let mut d = self.pool.pop().unwrap_or_default();
-                d.resize(super::DGRAM_MAX, 0);
                 dgram::write_read_rsp(&mut d[HDR..], s.op, s.next);
                 let at = HDR + dgram::READ_RSP_HDR;
                 s.buf.read_at(s.next as usize, &mut d[at..at + n]);
@@ -202,8 +200,7 @@ impl UdpDevice {
 
     /// Answers operation `op` of peer `peer` with RDMA_DONE and `status`.
     pub(super) fn send_done(&mut self, peer: usize, op: u32, status: i32, now: Instant) {
-        let mut d = self.pool.pop().unwrap_or_default();
-        d.resize(HDR + dgram::DONE_LEN, 0);
+        let mut d = self.take_buf(HDR + dgram::DONE_LEN);
         dgram::write_done(&mut d[HDR..], op, status);
         self.send_reliable(peer, Kind::RdmaDone, d, HDR + dgram::DONE_LEN, 0, now);
     }
