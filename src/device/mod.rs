@@ -305,6 +305,15 @@ pub trait Device {
     /// for that one packet; the default ignores it.
     fn more_follows(&mut self, _more: bool) {}
 
+    /// Says that the engine is done queueing packets for now: it rings at
+    /// the end of every call that may have sent ([`Device::send_with`],
+    /// RDMA, a deregistration's refusals). A device that gathers packets
+    /// into fewer system calls puts what it gathered on the wire here at
+    /// the latest, so no packet waits for a later call. The default does
+    /// nothing (a device whose sends are on their way when `send_with`
+    /// returns).
+    fn doorbell(&mut self) {}
+
     /// Whether the default [`Device::send_gather`] writes a payload of `len`
     /// bytes for peer `ah` into its packet with non-temporal stores
     /// ([`crate::mem::UserBuf::read_at_with`]). The default: never.

@@ -512,7 +512,9 @@ impl<D: Device> Endpoint<D> {
             None => Err(Status::Inval),
             Some(mr) if mr.busy > 0 => Err(Status::Busy),
             Some(_) => {
-                self.dev.dereg(key)?;
+                let r = self.dev.dereg(key);
+                self.dev.doorbell(); // refusals of the reads it was serving
+                r?;
                 self.core.mrs.remove(&key);
                 Ok(())
             }

@@ -79,6 +79,8 @@ impl Core {
         if !(self.ctrl.is_empty() && self.txq.is_empty() && self.pending_insert.is_empty() && self.dereg.is_empty()) {
             self.flush_queued(dev);
         }
+        // Every call that may have sent ends here (or rings itself).
+        dev.doorbell();
     }
 
     /// [`Self::flush`] when something is queued. A peer whose device

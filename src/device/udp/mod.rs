@@ -37,6 +37,7 @@
 
 mod config;
 mod dgram;
+mod io;
 mod peer;
 mod rdma;
 
@@ -94,7 +95,13 @@ pub struct UdpDevice {
     strangers: usize,
     events: Vec<DevEvent>,
     pool: Vec<Vec<u8>>,
-    rx: Vec<u8>,
+    /// Datagrams queued to leave in one system call, and datagrams taken
+    /// in one (`io.rs`).
+    tx: io::TxBatch,
+    rxb: io::RxBatch,
+    /// The application asked for the fd ([`Device::wait_fd`]): datagrams
+    /// left taken but unhandled at the end of a call make it readable.
+    fd_given: bool,
     /// The engine's hint for the next packet ([`Device::control_next`]).
     control: bool,
     /// Deferred packets (from peer index), and whether to hand them over again.
@@ -155,6 +162,9 @@ impl UdpDevice {
             _ => Status::Io,
         })?;
         sock.set_nonblocking(true).map_err(|_| Status::Io)?;
+        // Coalesced arrivals where the kernel offers them; without, one
+        // datagram per receive slot.
+        io::enable_gro(sock.as_raw_fd());
         let local = sock.local_addr().map_err(|_| Status::Io)?;
         let want = cfg.sock_buf.unwrap_or(8 << 20) as libc::c_int;
         for opt in [libc::SO_RCVBUFFORCE, libc::SO_SNDBUFFORCE, libc::SO_RCVBUF, libc::SO_SNDBUF] {
@@ -190,7 +200,9 @@ impl UdpDevice {
             strangers: 0,
             events: Vec::new(),
             pool: Vec::new(),
-            rx: vec![0u8; 65_536],
+            tx: io::TxBatch::new(),
+            rxb: io::RxBatch::new(),
+            fd_given: false,
             control: false,
             parked: VecDeque::new(),
             redeliver: false,
@@ -237,19 +249,24 @@ impl UdpDevice {
                 return;
             }
             if self.rand_unit() < f.dup {
-                let _ = self.sock.send_to(dgram, to);
+                self.tx.push(self.sock.as_raw_fd(), to, dgram);
             }
         }
-        // A full socket buffer loses the datagram like the network would:
-        // the retransmission timer covers it.
-        let _ = self.sock.send_to(dgram, to);
+        self.tx.push(self.sock.as_raw_fd(), to, dgram);
+    }
+
+    /// Sends the datagrams queued ([`io::TxBatch`]).
+    fn tx_flush(&mut self) {
+        if !self.tx.is_empty() {
+            self.tx.flush(self.sock.as_raw_fd());
+        }
     }
 
     /// Sends the datagrams the fault injection held back whose time came.
     fn send_delayed(&mut self, now: Instant) {
         while self.delayed.front().is_some_and(|d| d.0 <= now) {
             if let Some((_, to, d)) = self.delayed.pop_front() {
-                let _ = self.sock.send_to(&d, to);
+                self.tx.push(self.sock.as_raw_fd(), to, &d);
             }
         }
     }
@@ -537,6 +554,10 @@ impl UdpDevice {
     /// Blocks until a datagram arrives or `timeout_ms` (capped by the next
     /// retransmission) passed.
     fn block(&mut self, timeout_ms: i32) -> bool {
+        self.tx_flush();
+        if self.rxb.has_pending() {
+            return true;
+        }
         let mut pfd = libc::pollfd { fd: self.sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         let ms = self.timer_ms().min(if timeout_ms < 0 { i32::MAX } else { timeout_ms });
         // SAFETY: one valid pollfd.
@@ -569,6 +590,7 @@ impl Drop for UdpDevice {
             }
         }
         self.send_delayed(now + Duration::from_secs(3600));
+        self.tx_flush();
     }
 }
 
@@ -657,17 +679,25 @@ impl Device for UdpDevice {
     fn recv<R: Flow>(&mut self, max: usize, mut f: impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R) -> usize {
         let now = Instant::now();
         self.timers(now);
+        self.tx_flush(); // a caller that did not ring the doorbell
         let mut n = 0;
         if self.redeliver {
             n = self.recv_parked(max, &mut f);
         }
-        let mut rx = std::mem::take(&mut self.rx);
+        let fd = self.sock.as_raw_fd();
+        let mut rxb = std::mem::take(&mut self.rxb);
         while n < max {
-            let (len, from) = match self.sock.recv_from(&mut rx) {
-                Ok(r) => r,
-                Err(_) => break, // nothing more (WouldBlock), or an error report
+            let Some((from, d)) = rxb.next() else {
+                if rxb.fill(fd) {
+                    continue;
+                }
+                break; // nothing more (or an error report)
             };
-            let verdict = self.handle(&rx[..len], from, now, &mut f);
+            let Some(from) = from else {
+                self.stats.malformed += 1;
+                continue;
+            };
+            let verdict = self.handle(d, from, now, &mut f);
             if let Some(v) = verdict {
                 n += 1;
                 if !v.go_on() {
@@ -675,7 +705,11 @@ impl Device for UdpDevice {
                 }
             }
         }
-        self.rx = rx;
+        if rxb.has_pending() && self.fd_given {
+            // What waits here keeps the application's fd readable.
+            self.wake_sleeper();
+        }
+        self.rxb = rxb;
         self.send_acks(now);
         self.pump(now);
         self.timers_done = true;
@@ -693,6 +727,11 @@ impl Device for UdpDevice {
         if !self.events.is_empty() {
             out.append(&mut self.events);
         }
+        self.tx_flush();
+    }
+
+    fn doorbell(&mut self) {
+        self.tx_flush();
     }
 
     fn reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {
@@ -727,7 +766,9 @@ impl Device for UdpDevice {
     }
 
     fn sleep_begin(&mut self) -> Option<(RawFd, i32)> {
-        Some((self.sock.as_raw_fd(), self.timer_ms()))
+        self.tx_flush();
+        let ms = if self.rxb.has_pending() { 0 } else { self.timer_ms() };
+        Some((self.sock.as_raw_fd(), ms))
     }
 
     fn wake_sleeper(&self) {
@@ -736,6 +777,7 @@ impl Device for UdpDevice {
     }
 
     fn wait_fd(&mut self) -> Option<RawFd> {
+        self.fd_given = true;
         Some(self.sock.as_raw_fd())
     }
 }
