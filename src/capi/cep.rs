@@ -16,7 +16,10 @@ use crate::mem::UserBuf;
 use crate::status::Status;
 use crate::wire::RawAddr;
 
-/// An engine over one of the devices.
+/// An engine over one of the devices. Each endpoint holds one, made once
+/// and never moved: the variants' sizes do not matter, an indirection
+/// on every call would.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum CEp {
     /// Processes of one host.
     Shm(Endpoint<ShmDevice>),

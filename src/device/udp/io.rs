@@ -278,13 +278,20 @@ impl TxBatch {
     }
 }
 
+/// What the kernel wrote into one receive slot.
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    len: usize,
+    from: Option<SocketAddr>,
+    /// The GRO segment size (0: one datagram).
+    seg: usize,
+}
+
 /// Datagrams taken from the socket and not yet handed over.
+#[derive(Default)]
 pub(crate) struct RxBatch {
     bufs: Vec<u8>,
-    lens: [usize; RX_SLOTS],
-    from: [Option<SocketAddr>; RX_SLOTS],
-    /// The GRO segment size of each slot (0: one datagram).
-    seg: [usize; RX_SLOTS],
+    slots: Vec<Slot>,
     count: usize,
     /// The next slot, and the offset of its next datagram.
     next: usize,
@@ -293,30 +300,11 @@ pub(crate) struct RxBatch {
     pub calls: u64,
 }
 
-impl Default for RxBatch {
-    /// An empty batch without slots (what stands in while the device's
-    /// own is in use).
-    fn default() -> RxBatch {
-        RxBatch {
-            bufs: Vec::new(),
-            lens: [0; RX_SLOTS],
-            from: [None; RX_SLOTS],
-            seg: [0; RX_SLOTS],
-            count: 0,
-            next: 0,
-            off: 0,
-            calls: 0,
-        }
-    }
-}
-
 impl RxBatch {
     pub(crate) fn new() -> RxBatch {
         RxBatch {
             bufs: vec![0u8; RX_SLOTS * SLOT],
-            lens: [0; RX_SLOTS],
-            from: [None; RX_SLOTS],
-            seg: [0; RX_SLOTS],
+            slots: vec![Slot::default(); RX_SLOTS],
             count: 0,
             next: 0,
             off: 0,
@@ -363,10 +351,8 @@ impl RxBatch {
             return false;
         }
         let r = r as usize;
-        for i in 0..r {
-            self.lens[i] = msgs[i].msg_len as usize;
-            self.from[i] = socket_addr_of(&names[i]);
-            self.seg[i] = gro_size(&msgs[i].msg_hdr);
+        for (i, slot) in self.slots.iter_mut().enumerate().take(r) {
+            *slot = Slot { len: msgs[i].msg_len as usize, from: socket_addr_of(&names[i]), seg: gro_size(&msgs[i].msg_hdr) };
         }
         self.count = r;
         self.next = 0;
@@ -381,8 +367,8 @@ impl RxBatch {
             return None;
         }
         let i = self.next;
-        let len = self.lens[i];
-        let seg = if self.seg[i] == 0 { len } else { self.seg[i] };
+        let Slot { len, from, seg } = self.slots[i];
+        let seg = if seg == 0 { len } else { seg };
         let at = self.off;
         let end = (at + seg).min(len);
         if end >= len {
@@ -391,7 +377,7 @@ impl RxBatch {
         } else {
             self.off = end;
         }
-        Some((self.from[i], &self.bufs[i * SLOT + at..i * SLOT + end]))
+        Some((from, &self.bufs[i * SLOT + at..i * SLOT + end]))
     }
 }
 
