@@ -337,6 +337,7 @@ static void check_null_args(rdm4_ep *a, rdm4_addr dest)
     EXPECT(rdm4_sendmsg(a, &msg, 1u << 7), RDM4_EINVAL);
     EXPECT(rdm4_sendmsg(a, &msg, ~(uint64_t)0), RDM4_EINVAL);
     EXPECT(rdm4_recvmsg(a, &msg, 1u << 7), RDM4_EINVAL);
+    EXPECT(rdm4_recvmsg(a, &msg, RDM4_MSG_MORE), RDM4_EINVAL); /* sends only */
     msg.iov = NULL;
     EXPECT(rdm4_sendmsg(a, &msg, 0), RDM4_EINVAL);
     EXPECT(rdm4_recvmsg(a, &msg, 0), RDM4_EINVAL);

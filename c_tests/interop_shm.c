@@ -14,6 +14,7 @@
  *  - sendmsg / recvmsg with one iovec (and none), tagged and with CQ data;
  *    with several iovecs (gathered, scattered, truncated);
  *  - inject (the buffer is the caller's at once, no completion);
+ *  - a burst of sendmsg with RDM4_MSG_MORE ended by a send without it;
  *  - truncation: RDM4_ETRUNC, `len` = buffer, `olen` = message, nothing
  *    written past the buffer (canary), both for expected and unexpected
  *    messages;
@@ -622,6 +623,47 @@ static void test_inject(void)
     }
     barrier(T_BAR + 6);
     check_no_stray("after inject");
+}
+
+/* A burst of sends with RDM4_MSG_MORE ended by one without: every message
+ * arrives intact in its tagged receive, and every send completes. */
+static void test_more(void)
+{
+    enum { N = 100 };
+    static const size_t lens[4] = { 0, 8, 1000, 70000 };
+    if (g.role == CHILD) {
+        uint8_t *b[N];
+        for (int i = 0; i < N; i++) {
+            b[i] = rbuf_new(70000);
+            POST(rdm4_trecv(g.ep, b[i], 70000, RDM4_ADDR_UNSPEC, 500 + i, 0, CTX(500 + i)));
+        }
+        put(T_POSTED + 0x70, NULL, 0);
+        for (int i = 0; i < N; i++) {
+            char what[64];
+            snprintf(what, sizeof what, "burst message %d", i);
+            rdm4_cqe c = wait_op(CTX(500 + i), what);
+            check_recv(&c, what, b[i], lens[i % 4], RDM4_CQ_RECV | RDM4_CQ_TAGGED, seed_of(11, i, 0));
+            free(b[i]);
+        }
+    } else {
+        uint8_t *s[N];
+        get(T_POSTED + 0x70, NULL, 0);
+        for (int i = 0; i < N; i++) {
+            s[i] = xmalloc(70000);
+            tu_fill(s[i], lens[i % 4], seed_of(11, i, 0));
+            struct iovec iov = { s[i], lens[i % 4] };
+            rdm4_msg m = { &iov, 1, g.peer, 500 + i, 0, 0, CTX(500 + i) };
+            uint64_t fl = RDM4_MSG_TAGGED | (i < N - 1 ? RDM4_MSG_MORE : 0);
+            POST(rdm4_sendmsg(g.ep, &m, fl));
+        }
+        for (int i = 0; i < N; i++) {
+            rdm4_cqe c = wait_op(CTX(500 + i), "burst send");
+            CHECK(c.status == RDM4_SUCCESS, "burst send %d: %s", i, tu_status(c.status));
+            free(s[i]);
+        }
+    }
+    barrier(T_BAR + 11);
+    check_no_stray("after a burst with RDM4_MSG_MORE");
 }
 
 /* Truncation: expected (posted first) and unexpected (sent first) messages
@@ -1285,6 +1327,7 @@ static void run_pass(int child_auto)
     test_senddata();
     test_msg();
     test_inject();
+    test_more();
     test_truncation();
     test_wait();
     test_rma(PARENT);

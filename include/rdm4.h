@@ -226,6 +226,12 @@
 #define RDM4_MSG_REMOTE_CQ_DATA (1 << 1)
 
 /**
+ * `rdm4_sendmsg` flag: more sends follow at once; the library may hold
+ * this one until a call without the flag (see `rdm4_sendmsg`).
+ */
+#define RDM4_MSG_MORE (1 << 2)
+
+/**
  * Atomic datatypes: libfabric's `enum fi_datatype` values.
  */
 #define RDM4_INT8 0
@@ -649,10 +655,20 @@ int32_t rdm4_tinject(struct rdm4_ep *ep, const void *buf, size_t len, rdm4_addr 
 
 /**
  * Sends the message described by `msg` with `RDM4_MSG_*` `flags` (tagged,
- * remote CQ data): the concatenation of its `iov_count` buffers (at most
- * 1024). `msg` and the iovec array are only read during the call; the
+ * remote CQ data, more): the concatenation of its `iov_count` buffers (at
+ * most 1024). `msg` and the iovec array are only read during the call; the
  * buffers are the library's until the completion is polled (with more
  * than one buffer the library sends a copy).
+ *
+ * `RDM4_MSG_MORE` says that the application sends again at once (as
+ * libfabric's `FI_MORE`): the library may hold this message's packets and
+ * put them on the wire with the next ones, in fewer system calls (the udp
+ * device sends up to 64 datagrams in one). Held packets leave at the next
+ * call on the endpoint that is not such a send: a send without the flag,
+ * a receive, read, write or atomic, `rdm4_poll`, `rdm4_wait`,
+ * `rdm4_ep_close`. So end every burst with such a call, in particular
+ * before sleeping on `rdm4_ep_fd`. Devices that send at once (shm) ignore
+ * the flag.
  *
  * Returns as `rdm4_send`, and `RDM4_EINVAL` (NULL `msg`, unknown flags,
  * NULL `iov` with `iov_count` > 0, more than 1024 buffers, a NULL buffer

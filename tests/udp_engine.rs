@@ -106,3 +106,55 @@ fn rma_and_atomics_over_udp_direct_and_refused() {
     }
     assert!(region.bytes() == snapshot.as_slice());
 }
+
+/// `SendOpts::more` (`RDM4_MSG_MORE`): the sends of a burst stay with the
+/// sender until a call without it, then leave together, in a few system
+/// calls (UDP GSO batches of up to 64 datagrams), every byte intact.
+#[test]
+fn sends_with_more_wait_for_a_call_without_it_then_leave_together() {
+    let (mut a, mut b, ab, _) = pair(Faults::default());
+    const N: usize = 200;
+    let mut srcs: Vec<OwnedBuf> = (0..N).map(|k| OwnedBuf::from_slice(&pattern(8, k as u64))).collect();
+    let mut dsts: Vec<OwnedBuf> = (0..N).map(|_| OwnedBuf::zeroed(8)).collect();
+    for (k, d) in dsts.iter_mut().enumerate() {
+        b.recv(d.buf(), RecvOpts { tag: Some((k as u64, 0)), context: k as u64, ..RecvOpts::default() }).unwrap();
+    }
+    // The handshake first, so that the burst is made of eager packets only.
+    let mut first = OwnedBuf::zeroed(1);
+    let mut one = OwnedBuf::from_slice(&[1]);
+    b.recv(first.buf(), RecvOpts { tag: Some((u64::MAX, 0)), context: 999, ..RecvOpts::default() }).unwrap();
+    a.send(ab, one.buf(), SendOpts { tag: Some(u64::MAX), context: 999, ..SendOpts::default() }).unwrap();
+    let mut cqs = [Vec::new(), Vec::new()];
+    run(&mut a, &mut b, &mut cqs, |c| c[0].len() == 1 && c[1].len() == 1);
+    cqs = [Vec::new(), Vec::new()];
+    let before = a.device().stats();
+    for (k, s) in srcs.iter_mut().enumerate().take(N - 1) {
+        a.send(ab, s.buf(), SendOpts { tag: Some(k as u64), context: k as u64, more: true, ..SendOpts::default() })
+            .unwrap();
+    }
+    // Nothing left the sender: the receiver, progressed for 20 ms, has nothing.
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(20) {
+        b.progress(0);
+        b.poll_cq(&mut cqs[1], usize::MAX);
+    }
+    assert!(cqs[1].is_empty(), "{} messages arrived before the burst's end", cqs[1].len());
+    assert_eq!(a.device().stats().datagrams_sent, before.datagrams_sent);
+    // The last send, without `more`, takes the burst out.
+    let last = N - 1;
+    a.send(ab, srcs[last].buf(), SendOpts { tag: Some(last as u64), context: last as u64, ..SendOpts::default() })
+        .unwrap();
+    let after = a.device().stats();
+    let (dgrams, calls) = (after.datagrams_sent - before.datagrams_sent, after.send_calls - before.send_calls);
+    // The window (16 datagrams at first) lets part of the burst go now.
+    assert!(dgrams >= 8 && calls * 4 <= dgrams, "{dgrams} datagrams in {calls} calls");
+    run(&mut a, &mut b, &mut cqs, |c| c[0].len() == N && c[1].len() == N);
+    for e in cqs.iter().flatten() {
+        assert_eq!(e.status, Status::Success, "{e:?}");
+    }
+    for (k, d) in dsts.iter().enumerate() {
+        assert!(d.bytes() == pattern(8, k as u64), "message {k}");
+    }
+    let s = a.device().stats();
+    assert!(s.send_calls - before.send_calls < (N as u64) / 4, "{:?}", s);
+}

@@ -16,6 +16,8 @@
 //! the streams' sends `rdm4_tinject` calls (up to 64 KiB), which leave no
 //! completion to poll, as `ucx_perftest`'s sends that complete in place;
 //! the default sends with `rdm4_tsend` and polls every completion.
+//! `--more` makes them `rdm4_sendmsg` calls with `RDM4_MSG_MORE`, each
+//! window's sends leaving together at the poll that follows them.
 //! `--help` lists every option with its default (from [`OPTIONS`], the
 //! table the parser reads); `man/rdm4-perf.1` describes the tests and
 //! the output.
@@ -63,6 +65,8 @@ struct Opts {
     /// Streams send with `rdm4_tinject` (sizes up to 64 KiB): no send
     /// completions, as `ucx_perftest`'s sends that complete in place.
     inject: bool,
+    /// Streams send with `rdm4_sendmsg` and `RDM4_MSG_MORE`.
+    more: bool,
     role: Role,
     port: u16,
 }
@@ -82,6 +86,7 @@ impl Opts {
             pin: true,
             thread_safe: false,
             inject: false,
+            more: false,
             role: Role::Local,
             port: 0,
         }
@@ -176,6 +181,9 @@ const OPTIONS: &[Opt] = &[
     Opt { name: "--inject", arg: "", default: Shown::Words("rdm4_tsend"),
         help: "tag_bw, msg_rate send by rdm4_tinject (up to 64 KiB)",
         set: |o, _| { o.inject = true; Ok(()) } },
+    Opt { name: "--more", arg: "", default: Shown::Words("rdm4_tsend"),
+        help: "tag_bw, msg_rate send by rdm4_sendmsg with RDM4_MSG_MORE",
+        set: |o, _| { o.more = true; Ok(()) } },
     Opt { name: "--server", arg: "", default: Shown::Words("start the peer here"),
         help: "wait for a --client, then run the tests",
         set: |o, _| { o.role = Role::Server; Ok(()) } },
@@ -483,7 +491,8 @@ fn pingpong(c: &mut Ctx, client: bool, size: usize, iters: usize, warmup: usize,
 /// per side): the test measures the library, not how fast the machine
 /// streams `window` distinct buffers through its memory. The receiver checks
 /// the buffer after the last message.
-fn stream(c: &mut Ctx, client: bool, size: usize, iters: usize, warmup: usize, window: usize, inject: bool) -> Result {
+fn stream(c: &mut Ctx, client: bool, size: usize, iters: usize, warmup: usize, o: &Opts) -> Result {
+    let (window, inject) = (o.window, o.inject);
     // The receive buffer is written once too, so that its pages exist
     // before the clock starts; a fresh allocation would time page faults.
     let mut buf = vec![0xA5u8; size];
@@ -512,6 +521,11 @@ fn stream(c: &mut Ctx, client: bool, size: usize, iters: usize, warmup: usize, w
             let ctx = (posted % window) as *mut c_void;
             let rc = if inject {
                 rdm4_tinject(c.ep, buf.as_ptr().cast(), size, c.peer, 9)
+            } else if client && o.more {
+                // The window's sends leave together at the poll below.
+                let iov = libc::iovec { iov_base: buf.as_ptr() as *mut c_void, iov_len: size };
+                let m = rdm4_msg { iov: &iov, iov_count: 1, addr: c.peer, tag: 9, ignore: 0, context: ctx, data: 0 };
+                rdm4_sendmsg(c.ep, &m, RDM4_MSG_TAGGED | RDM4_MSG_MORE)
             } else if client {
                 rdm4_tsend(c.ep, buf.as_ptr().cast(), size, c.peer, 9, ctx)
             } else {
@@ -689,7 +703,7 @@ fn run_test(c: &mut Ctx, o: &Opts, client: bool, test: &str, size: usize) -> Opt
     let mut res = match test {
         "tag_lat" => pingpong(c, client, size, iters, warmup, true),
         "msg_lat" => pingpong(c, client, size, iters, warmup, false),
-        "tag_bw" | "msg_rate" => stream(c, client, size, iters, warmup, o.window, o.inject),
+        "tag_bw" | "msg_rate" => stream(c, client, size, iters, warmup, o),
         _ if client && test.ends_with("_lat") => one_sided_lat(c, test, size, iters, warmup),
         _ if client => one_sided(c, test, size, iters, warmup, o.window),
         _ => Result::default(),
@@ -871,6 +885,9 @@ fn spawn_peer(o: &Opts, port: u16) -> Child {
     // msg_rate: without this, `--inject` never reached the sends.
     if o.inject {
         args.push("--inject".into());
+    }
+    if o.more {
+        args.push("--more".into());
     }
     args.push("--json".into());
     Command::new(exe)

@@ -56,7 +56,7 @@ pub extern "C" fn rdm4_send(
     dest: rdm4_addr,
     context: *mut c_void,
 ) -> i32 {
-    send_common(ep, buf, len, dest, SendOpts { tag: None, cq_data: None, context: context as u64 })
+    send_common(ep, buf, len, dest, SendOpts { tag: None, cq_data: None, context: context as u64, more: false })
 }
 
 /// Sends a tagged message; the receiver matches `tag` (see `rdm4_trecv`).
@@ -70,7 +70,7 @@ pub extern "C" fn rdm4_tsend(
     tag: u64,
     context: *mut c_void,
 ) -> i32 {
-    send_common(ep, buf, len, dest, SendOpts { tag: Some(tag), cq_data: None, context: context as u64 })
+    send_common(ep, buf, len, dest, SendOpts { tag: Some(tag), cq_data: None, context: context as u64, more: false })
 }
 
 /// Sends an untagged message carrying remote CQ data: the receiver's
@@ -84,7 +84,7 @@ pub extern "C" fn rdm4_senddata(
     dest: rdm4_addr,
     context: *mut c_void,
 ) -> i32 {
-    send_common(ep, buf, len, dest, SendOpts { tag: None, cq_data: Some(data), context: context as u64 })
+    send_common(ep, buf, len, dest, SendOpts { tag: None, cq_data: Some(data), context: context as u64, more: false })
 }
 
 /// Sends a copy of `len` bytes at `buf`: the buffer is the caller's again
@@ -127,7 +127,7 @@ fn inject_common(ep: *mut rdm4_ep, buf: *const c_void, len: usize, dest: rdm4_ad
         }
         let bytes = src.with_slice(|s| s.to_vec());
         let (copy, ctx) = g.inject_copy(&bytes);
-        if let Err(e) = g.ep.send(dest, copy, SendOpts { tag, cq_data: None, context: ctx }) {
+        if let Err(e) = g.ep.send(dest, copy, SendOpts { tag, cq_data: None, context: ctx, more: false }) {
             g.take_injected(ctx);
             return Err(e);
         }
@@ -163,10 +163,20 @@ fn read_msg(msg: *const rdm4_msg, flags: u64, allowed: u64) -> Result<rdm4_msg, 
 }
 
 /// Sends the message described by `msg` with `RDM4_MSG_*` `flags` (tagged,
-/// remote CQ data): the concatenation of its `iov_count` buffers (at most
-/// 1024). `msg` and the iovec array are only read during the call; the
+/// remote CQ data, more): the concatenation of its `iov_count` buffers (at
+/// most 1024). `msg` and the iovec array are only read during the call; the
 /// buffers are the library's until the completion is polled (with more
 /// than one buffer the library sends a copy).
+///
+/// `RDM4_MSG_MORE` says that the application sends again at once (as
+/// libfabric's `FI_MORE`): the library may hold this message's packets and
+/// put them on the wire with the next ones, in fewer system calls (the udp
+/// device sends up to 64 datagrams in one). Held packets leave at the next
+/// call on the endpoint that is not such a send: a send without the flag,
+/// a receive, read, write or atomic, `rdm4_poll`, `rdm4_wait`,
+/// `rdm4_ep_close`. So end every burst with such a call, in particular
+/// before sleeping on `rdm4_ep_fd`. Devices that send at once (shm) ignore
+/// the flag.
 ///
 /// Returns as `rdm4_send`, and `RDM4_EINVAL` (NULL `msg`, unknown flags,
 /// NULL `iov` with `iov_count` > 0, more than 1024 buffers, a NULL buffer
@@ -175,13 +185,14 @@ fn read_msg(msg: *const rdm4_msg, flags: u64, allowed: u64) -> Result<rdm4_msg, 
 pub extern "C" fn rdm4_sendmsg(ep: *mut rdm4_ep, msg: *const rdm4_msg, flags: u64) -> i32 {
     boundary(|| {
         let mut g = lookup(ep)?;
-        let m = read_msg(msg, flags, RDM4_MSG_TAGGED | RDM4_MSG_REMOTE_CQ_DATA)?;
+        let m = read_msg(msg, flags, RDM4_MSG_TAGGED | RDM4_MSG_REMOTE_CQ_DATA | RDM4_MSG_MORE)?;
         let iovs = msg_iovs(&m)?;
         let dest = addr(m.addr)?;
         let mut opts = SendOpts {
             tag: (flags & RDM4_MSG_TAGGED != 0).then_some(m.tag),
             cq_data: (flags & RDM4_MSG_REMOTE_CQ_DATA != 0).then_some(m.data),
             context: m.context as u64,
+            more: flags & RDM4_MSG_MORE != 0,
         };
         match iovs.as_slice() {
             [] => g.ep.send(dest, UserBuf::empty(), opts)?,

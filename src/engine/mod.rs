@@ -191,6 +191,9 @@ pub struct SendOpts {
     pub cq_data: Option<u64>,
     /// Returned in the completion.
     pub context: u64,
+    /// More sends follow at once: the device may hold this one's packets
+    /// until a call without it ([`crate::device::Device::doorbell`]).
+    pub more: bool,
 }
 
 /// Options of a receive.
@@ -243,6 +246,9 @@ pub(crate) struct Core {
     /// End this progress call's packet batch (the general path: after an
     /// eager message that found no receive; the express path: before one).
     rx_stop: bool,
+    /// The call in progress is a send that more follow (`SendOpts::more`):
+    /// the device's doorbell is not rung at its end.
+    more_follows: bool,
     /// A receive took an unexpected eager message when posted, and its
     /// completion may still be queued ([`Endpoint::took_unexpected`]).
     took_unexpected: bool,
@@ -367,6 +373,7 @@ impl<D: Device> Endpoint<D> {
             unexpected_bytes: 0,
             recvs_posted: false,
             rx_stop: false,
+            more_follows: false,
             took_unexpected: false,
             rx_defer: false,
             deferred: false,
@@ -524,6 +531,14 @@ impl<D: Device> Endpoint<D> {
     /// Sends `buf` to `dest` (two-sided).
     #[inline(always)]
     pub fn send(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<(), Status> {
+        self.core.more_follows = opts.more;
+        let r = self.send_inner(dest, buf, opts);
+        self.core.more_follows = false;
+        r
+    }
+
+    #[inline(always)]
+    fn send_inner(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<(), Status> {
         if let Some(done) = self.core.send_now::<D, true>(&mut self.dev, dest, buf, opts) {
             return done;
         }
@@ -547,7 +562,7 @@ impl<D: Device> Endpoint<D> {
     /// messages to one peer in order: this path is taken only when nothing
     /// is queued). `tag`: a tagged message.
     pub fn inject_now(&mut self, dest: Addr, buf: UserBuf, tag: Option<u64>) -> bool {
-        let opts = SendOpts { tag, cq_data: None, context: 0 };
+        let opts = SendOpts { tag, cq_data: None, context: 0, more: false };
         self.core.send_now::<D, false>(&mut self.dev, dest, buf, opts) == Some(Ok(()))
     }
 
@@ -559,6 +574,8 @@ impl<D: Device> Endpoint<D> {
         // receive per message).
         if self.core.post_recv(buf, opts)? {
             self.core.flush(&mut self.dev);
+        } else {
+            self.core.ring(&mut self.dev); // what sends with `more` left
         }
         Ok(())
     }

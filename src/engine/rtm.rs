@@ -508,7 +508,7 @@ impl Core {
             return None; // nothing went out: queue it
         }
         self.stats.tx_packets += 1;
-        dev.doorbell();
+        self.ring(dev);
         if let Some(p) = self.peers.get_mut(dest) {
             p.tx_msg_id = p.tx_msg_id.wrapping_add(1);
         }

@@ -80,7 +80,16 @@ impl Core {
             self.flush_queued(dev);
         }
         // Every call that may have sent ends here (or rings itself).
-        dev.doorbell();
+        self.ring(dev);
+    }
+
+    /// Rings the device's doorbell unless the call is a send that more
+    /// follow ([`crate::engine::SendOpts::more`]).
+    #[inline(always)]
+    pub(crate) fn ring<D: Device>(&self, dev: &mut D) {
+        if !self.more_follows {
+            dev.doorbell();
+        }
     }
 
     /// [`Self::flush`] when something is queued. A peer whose device

@@ -80,6 +80,13 @@ pub struct UdpStats {
     pub rdma_refused: u64,
     /// Datagrams the fault injection dropped.
     pub injected_drops: u64,
+    /// Datagrams put on the wire (retransmissions and acknowledgements
+    /// included), and the system calls that sent them.
+    pub datagrams_sent: u64,
+    pub send_calls: u64,
+    /// System calls that took datagrams from the socket (`recvmmsg`,
+    /// empty ones included).
+    pub recv_calls: u64,
 }
 
 /// One endpoint's udp device.
@@ -224,6 +231,7 @@ impl UdpDevice {
     pub fn stats(&self) -> UdpStats {
         let mut s = self.stats;
         s.retransmits = self.peers.iter().map(|p| p.retransmits).sum();
+        (s.datagrams_sent, s.send_calls, s.recv_calls) = (self.tx.sent, self.tx.calls, self.rxb.calls);
         s
     }
 
