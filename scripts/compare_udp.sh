@@ -8,6 +8,7 @@ P=${RDM4_PERF:-$(cd "$(dirname "$0")/.." && pwd)/target/release/rdm4-perf}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cc -O2 -o /tmp/rdm4_raw_udp_pingpong "$root/scripts/raw_udp_pingpong.c" && echo "== $(/tmp/rdm4_raw_udp_pingpong 8 200000)"
 echo "== rdm4 udp"; RDM4_UDP_ADDR=127.0.0.1 timeout 120 $P --device udp --test tag_lat,tag_bw --sizes 8,1048576 2>&1 | tail -6
+echo "== rdm4 udp, sends with RDM4_MSG_MORE"; RDM4_UDP_ADDR=127.0.0.1 timeout 120 $P --device udp --test tag_bw --sizes 8,1048576 --more 2>&1 | grep tag_bw
 for prov in tcp udp; do
   for size in 8 1048576; do
     n=$([ $size = 8 ] && echo 20000 || echo 300)

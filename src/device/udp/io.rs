@@ -312,6 +312,12 @@ impl RxBatch {
         }
     }
 
+    /// Whether the last fill took as many datagrams as there are slots
+    /// (more may wait in the socket).
+    pub(crate) fn full(&self) -> bool {
+        self.count == RX_SLOTS
+    }
+
     /// Whether datagrams wait here.
     pub(crate) fn has_pending(&self) -> bool {
         self.next < self.count

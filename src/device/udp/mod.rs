@@ -694,9 +694,13 @@ impl Device for UdpDevice {
         }
         let fd = self.sock.as_raw_fd();
         let mut rxb = std::mem::take(&mut self.rxb);
+        // A fill that found fewer datagrams than slots emptied the socket:
+        // the call does not ask again (an empty system call per message).
+        let mut drained = false;
         while n < max {
             let Some((from, d)) = rxb.next() else {
-                if rxb.fill(fd) {
+                if !drained && rxb.fill(fd) {
+                    drained = !rxb.full();
                     continue;
                 }
                 break; // nothing more (or an error report)
