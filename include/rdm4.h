@@ -999,8 +999,13 @@ int32_t rdm4_wait(struct rdm4_ep *ep, int timeout_ms);
  * readable until a `rdm4_poll` has taken what waits, and a poll that finds
  * nothing clears it, so an epoll loop never spins. (Use it with
  * `EPOLLET` only if each wake-up is followed by polls until one returns
- * 0.) Once asked for, peers signal it on every packet (a system call on
- * their side). The descriptor belongs to the endpoint: do not close it.
+ * 0.) On shm, once asked for, peers signal it on every packet (a system
+ * call on their side). On udp it is an epoll descriptor that is also
+ * readable while the device's own work is due (a retransmission, an
+ * acknowledgement owed: about every millisecond while anything sent
+ * awaits its acknowledgement), so that a sleeper gets to resend what the
+ * network lost; the `rdm4_poll` that follows does that work. The
+ * descriptor belongs to the endpoint: do not close it.
  *
  * Returns the descriptor (>= 0); `RDM4_EBADHANDLE`; `RDM4_ENOTSUP` (the
  * device has none). Thread safety: any thread.

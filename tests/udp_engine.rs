@@ -158,3 +158,46 @@ fn sends_with_more_wait_for_a_call_without_it_then_leave_together() {
     let s = a.device().stats();
     assert!(s.send_calls - before.send_calls < (N as u64) / 4, "{:?}", s);
 }
+
+/// Polls `fd` for up to `ms`; true when it is readable.
+fn readable(fd: i32, ms: i32) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, ms) == 1 }
+}
+
+/// The descriptor an application sleeps on (`rdm4_ep_fd`) wakes it when a
+/// retransmission is due, though nothing arrives (the peer does not
+/// answer); it stays quiet while there is nothing to do.
+#[test]
+fn the_application_fd_wakes_for_retransmissions_and_is_quiet_when_idle() {
+    let (mut a, mut b, ab, _) = pair(Faults::default());
+    let fd = a.wait_fd().expect("udp has a descriptor");
+    assert!(!readable(fd, 100), "readable while idle");
+    // b never progresses: a's datagram waits for an acknowledgement that
+    // does not come, and only the timer can wake a.
+    let mut src = OwnedBuf::from_slice(&pattern(8, 1));
+    a.send(ab, src.buf(), SendOpts { context: 1, ..SendOpts::default() }).unwrap();
+    let t = Instant::now();
+    let mut wakes = 0;
+    while t.elapsed() < Duration::from_millis(300) {
+        assert!(readable(fd, 200), "no wake-up after {wakes} ({:?})", t.elapsed());
+        wakes += 1;
+        a.progress(0);
+    }
+    assert!(wakes >= 20, "{wakes} wake-ups in 300 ms");
+    assert!(a.device().stats().retransmits >= 2, "{:?}", a.device().stats());
+    // b takes the message; then a settles and its descriptor goes quiet.
+    let mut dst = OwnedBuf::zeroed(8);
+    b.recv(dst.buf(), RecvOpts { context: 2, ..RecvOpts::default() }).unwrap();
+    let mut cqs = [Vec::new(), Vec::new()];
+    run(&mut a, &mut b, &mut cqs, |c| c[0].len() == 1 && c[1].len() == 1);
+    assert_eq!(dst.bytes(), pattern(8, 1));
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(20) {
+        a.progress(0);
+        b.progress(0);
+    }
+    a.progress(0);
+    assert!(!readable(fd, 100), "readable after everything was acknowledged");
+}

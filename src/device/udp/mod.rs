@@ -89,6 +89,57 @@ pub struct UdpStats {
     pub recv_calls: u64,
 }
 
+/// How far ahead the application's timer fires while the device is busy.
+const APP_TICK: Duration = Duration::from_millis(1);
+
+/// The descriptor the application sleeps on ([`Device::wait_fd`]): an
+/// epoll set of the socket and a timer, so that it also becomes readable
+/// when a retransmission or an acknowledgement is due and nothing arrives
+/// (a sleeper woken only by packets would wait forever for a lost one).
+struct AppFd {
+    epoll: std::os::fd::OwnedFd,
+    timer: std::os::fd::OwnedFd,
+    /// When the timer fires (`None`: disarmed).
+    armed: Option<Instant>,
+}
+
+impl AppFd {
+    fn new(sock: RawFd) -> Option<AppFd> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain system calls; each descriptor is owned at once.
+        unsafe {
+            let ep = libc::epoll_create1(libc::EPOLL_CLOEXEC);
+            if ep < 0 {
+                return None;
+            }
+            let epoll = std::os::fd::OwnedFd::from_raw_fd(ep);
+            let t = libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC);
+            if t < 0 {
+                return None;
+            }
+            let timer = std::os::fd::OwnedFd::from_raw_fd(t);
+            for fd in [sock, t] {
+                let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
+                if libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) != 0 {
+                    return None;
+                }
+            }
+            Some(AppFd { epoll, timer, armed: None })
+        }
+    }
+
+    /// Arms the timer `after` from now (zero: disarms it, and clears a
+    /// fired one).
+    fn set(&self, after: Duration) {
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
+            it_value: libc::timespec { tv_sec: after.as_secs() as libc::time_t, tv_nsec: after.subsec_nanos() as _ },
+        };
+        // SAFETY: our timer descriptor and a valid itimerspec.
+        unsafe { libc::timerfd_settime(self.timer.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
+    }
+}
+
 /// One endpoint's udp device.
 pub struct UdpDevice {
     sock: UdpSocket,
@@ -106,9 +157,8 @@ pub struct UdpDevice {
     /// in one (`io.rs`).
     tx: io::TxBatch,
     rxb: io::RxBatch,
-    /// The application asked for the fd ([`Device::wait_fd`]): datagrams
-    /// left taken but unhandled at the end of a call make it readable.
-    fd_given: bool,
+    /// The application's descriptor ([`Device::wait_fd`]), once asked for.
+    app_fd: Option<AppFd>,
     /// The engine's hint for the next packet ([`Device::control_next`]).
     control: bool,
     /// Deferred packets (from peer index), and whether to hand them over again.
@@ -209,7 +259,7 @@ impl UdpDevice {
             pool: Vec::new(),
             tx: io::TxBatch::new(),
             rxb: io::RxBatch::new(),
-            fd_given: false,
+            app_fd: None,
             control: false,
             parked: VecDeque::new(),
             redeliver: false,
@@ -572,16 +622,47 @@ impl UdpDevice {
         unsafe { libc::poll(&mut pfd, 1, ms) > 0 }
     }
 
+    /// Whether the device has timed work: datagrams awaiting their
+    /// acknowledgement, acknowledgements owed, held-back datagrams, RDMA.
+    fn busy(&self) -> bool {
+        !self.delayed.is_empty()
+            || self.peers.iter().any(|p| !p.lost && (!p.unacked.is_empty() || p.ack_due))
+            || self.rdma.has_work()
+    }
+
     /// Milliseconds until the device's next timer (retransmission, held-back
     /// datagram), at most 100.
     fn timer_ms(&self) -> i32 {
-        let busy =
-            !self.delayed.is_empty() || self.peers.iter().any(|p| !p.lost && (!p.unacked.is_empty() || p.ack_due));
-        let busy = busy || self.rdma.has_work();
-        if busy {
+        if self.busy() {
             1
         } else {
             100
+        }
+    }
+
+    /// Keeps the application's timer ([`AppFd`]) armed [`APP_TICK`] ahead
+    /// while the device is busy, and disarmed while it is not. A timer that
+    /// fired is armed again here, which also clears it: the progress call
+    /// that follows a wake-up did the work it woke for.
+    fn arm_app_timer(&mut self, now: Instant) {
+        let Some(a) = &self.app_fd else { return };
+        let busy = self.busy();
+        let armed = a.armed;
+        match (busy, armed) {
+            (true, Some(t)) if t > now => {}
+            (true, _) => {
+                a.set(APP_TICK);
+                if let Some(a) = &mut self.app_fd {
+                    a.armed = Some(now + APP_TICK);
+                }
+            }
+            (false, Some(_)) => {
+                a.set(Duration::ZERO);
+                if let Some(a) = &mut self.app_fd {
+                    a.armed = None;
+                }
+            }
+            (false, None) => {}
         }
     }
 }
@@ -717,7 +798,7 @@ impl Device for UdpDevice {
                 }
             }
         }
-        if rxb.has_pending() && self.fd_given {
+        if rxb.has_pending() && self.app_fd.is_some() {
             // What waits here keeps the application's fd readable.
             self.wake_sleeper();
         }
@@ -725,6 +806,7 @@ impl Device for UdpDevice {
         self.send_acks(now);
         self.pump(now);
         self.timers_done = true;
+        self.arm_app_timer(now);
         n
     }
 
@@ -735,6 +817,7 @@ impl Device for UdpDevice {
             let now = Instant::now();
             self.timers(now);
             self.pump(now);
+            self.arm_app_timer(now);
         }
         if !self.events.is_empty() {
             out.append(&mut self.events);
@@ -744,6 +827,10 @@ impl Device for UdpDevice {
 
     fn doorbell(&mut self) {
         self.tx_flush();
+        if self.app_fd.is_some() {
+            // What was just sent is awaited: the sleeper's timer runs.
+            self.arm_app_timer(Instant::now());
+        }
     }
 
     fn reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {
@@ -789,8 +876,11 @@ impl Device for UdpDevice {
     }
 
     fn wait_fd(&mut self) -> Option<RawFd> {
-        self.fd_given = true;
-        Some(self.sock.as_raw_fd())
+        if self.app_fd.is_none() {
+            self.app_fd = AppFd::new(self.sock.as_raw_fd());
+            self.arm_app_timer(Instant::now());
+        }
+        self.app_fd.as_ref().map(|a| a.epoll.as_raw_fd())
     }
 }
 
