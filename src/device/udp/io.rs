@@ -292,6 +292,10 @@ struct Slot {
 pub(crate) struct RxBatch {
     bufs: Vec<u8>,
     slots: Vec<Slot>,
+    /// The senders' addresses and the control data of each slot, as the
+    /// kernel writes them.
+    names: Vec<libc::sockaddr_storage>,
+    cbufs: Vec<[u64; 4]>,
     count: usize,
     /// The next slot, and the offset of its next datagram.
     next: usize,
@@ -305,6 +309,9 @@ impl RxBatch {
         RxBatch {
             bufs: vec![0u8; RX_SLOTS * SLOT],
             slots: vec![Slot::default(); RX_SLOTS],
+            // SAFETY: plain old data; all-zero is valid.
+            names: vec![unsafe { std::mem::zeroed() }; RX_SLOTS],
+            cbufs: vec![[0; 4]; RX_SLOTS],
             count: 0,
             next: 0,
             off: 0,
@@ -328,28 +335,25 @@ impl RxBatch {
     /// before has been handed over.
     pub(crate) fn fill(&mut self, fd: RawFd) -> bool {
         debug_assert!(!self.has_pending());
-        // SAFETY: plain old data; all-zero is valid.
-        let mut names: [libc::sockaddr_storage; RX_SLOTS] = unsafe { std::mem::zeroed() };
-        let mut cbufs = [[0u64; 4]; RX_SLOTS];
-        let mut iovs: [libc::iovec; RX_SLOTS] = std::array::from_fn(|i| libc::iovec {
-            iov_base: self.bufs[i * SLOT..].as_mut_ptr().cast(),
-            iov_len: SLOT,
-        });
+        let want = RX_SLOTS;
+        let mut iovs = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; RX_SLOTS];
         // SAFETY: plain old data; all-zero is valid.
         let mut msgs: [libc::mmsghdr; RX_SLOTS] = unsafe { std::mem::zeroed() };
-        for (i, m) in msgs.iter_mut().enumerate() {
-            m.msg_hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
-            m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            m.msg_hdr.msg_iov = &mut iovs[i];
-            m.msg_hdr.msg_iovlen = 1;
-            m.msg_hdr.msg_control = cbufs[i].as_mut_ptr().cast();
-            m.msg_hdr.msg_controllen = std::mem::size_of::<[u64; 4]>() as _;
+        for i in 0..want {
+            iovs[i] = libc::iovec { iov_base: self.bufs[i * SLOT..].as_mut_ptr().cast(), iov_len: SLOT };
+            let m = &mut msgs[i].msg_hdr;
+            m.msg_name = (&mut self.names[i] as *mut libc::sockaddr_storage).cast();
+            m.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            m.msg_iov = &mut iovs[i];
+            m.msg_iovlen = 1;
+            m.msg_control = self.cbufs[i].as_mut_ptr().cast();
+            m.msg_controllen = std::mem::size_of::<[u64; 4]>() as _;
         }
         self.calls += 1;
-        // SAFETY: every message points into `names`, `iovs`, `cbufs` and
-        // `self.bufs`, alive for the call.
+        // SAFETY: the first `want` messages point into `self.names`,
+        // `iovs`, `self.cbufs` and `self.bufs`, alive for the call.
         let r = unsafe {
-            libc::recvmmsg(fd, msgs.as_mut_ptr(), RX_SLOTS as libc::c_uint, libc::MSG_DONTWAIT, std::ptr::null_mut())
+            libc::recvmmsg(fd, msgs.as_mut_ptr(), want as libc::c_uint, libc::MSG_DONTWAIT, std::ptr::null_mut())
         };
         if r <= 0 {
             self.count = 0;
@@ -358,7 +362,8 @@ impl RxBatch {
         }
         let r = r as usize;
         for (i, slot) in self.slots.iter_mut().enumerate().take(r) {
-            *slot = Slot { len: msgs[i].msg_len as usize, from: socket_addr_of(&names[i]), seg: gro_size(&msgs[i].msg_hdr) };
+            let (len, from, seg) = (msgs[i].msg_len as usize, socket_addr_of(&self.names[i]), gro_size(&msgs[i].msg_hdr));
+            *slot = Slot { len, from, seg };
         }
         self.count = r;
         self.next = 0;
