@@ -210,3 +210,13 @@ mod tests {
         assert_eq!(interface_addr("no-such-if0"), None);
     }
 }
+
+/// An int option of the socket `fd` at `SOL_SOCKET` (`None`: the kernel
+/// refused).
+pub(crate) fn sock_opt(fd: std::os::fd::RawFd, opt: libc::c_int) -> Option<usize> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: an int option read into `v`, of `len` bytes.
+    let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, opt, (&mut v as *mut libc::c_int).cast(), &mut len) };
+    (r == 0).then_some(v).and_then(|v| usize::try_from(v).ok())
+}

@@ -1,10 +1,10 @@
-//! The udp device's datagram: a 24-byte device header, then (for some
+//! The udp device's datagram: a 28-byte device header, then (for some
 //! kinds) a body. Every field is little-endian. Byte for byte:
 //!
 //! ```text
 //! offset size field
 //! 0      1    magic      0xD4
-//! 1      1    version    1
+//! 1      1    version    2
 //! 2      1    kind       1 DATA, 2 ACK, 3 CLOSE, 4 WRITE, 5 READ_REQ,
 //!                        6 READ_RSP, 7 RDMA_DONE
 //! 3      1    flags      bit 0 HOLD: the sender holds back new messages
@@ -22,7 +22,11 @@
 //! 16     4    ack        the first sequence number the sender has not yet
 //!                        received from the receiver (cumulative)
 //! 20     4    ack_bits   bit i: sequence number ack + 1 + i was received
-//! 24     -    body       by kind:
+//! 24     4    window     bytes of datagrams the sender takes from the
+//!                        receiver in flight (its receive window for it:
+//!                        its socket buffer shared among the peers that
+//!                        send to it); one datagram may always be in flight
+//! 28     -    body       by kind:
 //!   DATA       one EFA RDM packet (protocol v4), to the end of the datagram
 //!   ACK, CLOSE nothing
 //!   WRITE      op u32, pad u32, key u64, addr u64, total u64, offset u64,
@@ -38,9 +42,9 @@
 //! read with READ_RSP segments or an RDMA_DONE carrying the error.
 
 /// Bytes of the device header.
-pub(crate) const HDR: usize = 24;
+pub(crate) const HDR: usize = 28;
 const MAGIC: u8 = 0xD4;
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 
 /// Flag: the sender holds back new messages.
 pub(crate) const HOLD: u8 = 1;
@@ -87,6 +91,7 @@ pub(crate) struct Hdr {
     pub seq: u32,
     pub ack: u32,
     pub ack_bits: u32,
+    pub window: u32,
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -114,6 +119,7 @@ impl Hdr {
             seq: u32_at(dgram, 12),
             ack: u32_at(dgram, 16),
             ack_bits: u32_at(dgram, 20),
+            window: u32_at(dgram, 24),
         };
         Some((h, &dgram[HDR..]))
     }
@@ -129,14 +135,16 @@ impl Hdr {
         out[12..16].copy_from_slice(&self.seq.to_le_bytes());
         out[16..20].copy_from_slice(&self.ack.to_le_bytes());
         out[20..24].copy_from_slice(&self.ack_bits.to_le_bytes());
+        out[24..28].copy_from_slice(&self.window.to_le_bytes());
     }
 
-    /// Rewrites the acknowledgement fields and flags of an encoded header
-    /// (a retransmission carries the newest ones).
-    pub(crate) fn refresh(out: &mut [u8], flags: u8, ack: u32, ack_bits: u32) {
+    /// Rewrites the acknowledgement fields, window and flags of an encoded
+    /// header (a retransmission carries the newest ones).
+    pub(crate) fn refresh(out: &mut [u8], flags: u8, ack: u32, ack_bits: u32, window: u32) {
         out[3] = flags;
         out[16..20].copy_from_slice(&ack.to_le_bytes());
         out[20..24].copy_from_slice(&ack_bits.to_le_bytes());
+        out[24..28].copy_from_slice(&window.to_le_bytes());
     }
 }
 
@@ -239,15 +247,23 @@ mod tests {
 
     #[test]
     fn a_header_round_trips_and_bad_ones_are_refused() {
-        let h =
-            Hdr { kind: Kind::Write, flags: HOLD, src_connid: 7, dst_connid: 9, seq: 11, ack: 13, ack_bits: 0x8001 };
-        let mut b = [0u8; 64];
+        let h = Hdr {
+            kind: Kind::Write,
+            flags: HOLD,
+            src_connid: 7,
+            dst_connid: 9,
+            seq: 11,
+            ack: 13,
+            ack_bits: 0x8001,
+            window: 1 << 20,
+        };
+        let mut b = [0u8; HDR + 40];
         h.write(&mut b);
         let (back, body) = Hdr::parse(&b).unwrap();
         assert_eq!((back, body.len()), (h, 40));
         assert!(Hdr::parse(&b[..HDR - 1]).is_none(), "too short");
         let mut bad = b;
-        bad[1] = 2;
+        bad[1] = 1;
         assert!(Hdr::parse(&bad).is_none(), "unknown version");
         bad = b;
         bad[2] = 99;

@@ -173,6 +173,10 @@ pub struct UdpDevice {
     timers_done: bool,
     /// The last datagram's sender (address, connid) and its peer index.
     last_from: Option<(SocketAddr, u32, usize)>,
+    /// The socket's receive buffer (what the kernel granted), and how
+    /// many peers sent data lately ([`UdpDevice::window`]).
+    rx_budget: usize,
+    active: usize,
 }
 
 fn random_u64() -> u64 {
@@ -237,6 +241,8 @@ impl UdpDevice {
                 )
             };
         }
+        // What the kernel granted (the FORCE options need privilege).
+        let rx_budget = config::sock_opt(sock.as_raw_fd(), libc::SO_RCVBUF).unwrap_or(212_992);
         // IP (20 or 40 bytes) and UDP (8) headers, then ours.
         let ip_hdr = if ip.is_ipv4() { 20 } else { 40 };
         let path = config::interface_mtu(ip).unwrap_or(1500);
@@ -269,6 +275,8 @@ impl UdpDevice {
             stats: UdpStats::default(),
             timers_done: false,
             last_from: None,
+            rx_budget,
+            active: 0,
         })
     }
 
@@ -352,14 +360,14 @@ impl UdpDevice {
     /// bytes (header space included) to peer `idx`, keeping it for
     /// retransmission.
     fn send_reliable(&mut self, idx: usize, kind: Kind, mut d: Vec<u8>, len: usize, wr_id: u64, now: Instant) {
-        let flags = self.flags();
-        let connid = self.connid;
+        let (flags, connid, window) = (self.flags(), self.connid, self.window());
         let p = &mut self.peers[idx];
         let seq = p.next_seq;
         p.next_seq = seq.wrapping_add(1);
+        p.in_flight += len;
         let (ack, ack_bits) = p.ack_fields();
         p.acked_now();
-        let h = Hdr { kind, flags, src_connid: connid, dst_connid: p.connid, seq, ack, ack_bits };
+        let h = Hdr { kind, flags, src_connid: connid, dst_connid: p.connid, seq, ack, ack_bits, window };
         h.write(&mut d);
         d.truncate(len);
         let to = p.addr;
@@ -370,11 +378,11 @@ impl UdpDevice {
 
     /// Sends an unreliable datagram (ACK, CLOSE) to peer `idx`.
     fn send_bare(&mut self, idx: usize, kind: Kind, now: Instant) {
-        let (flags, connid) = (self.flags(), self.connid);
+        let (flags, connid, window) = (self.flags(), self.connid, self.window());
         let p = &mut self.peers[idx];
         let (ack, ack_bits) = p.ack_fields();
         p.acked_now();
-        let h = Hdr { kind, flags, src_connid: connid, dst_connid: p.connid, seq: 0, ack, ack_bits };
+        let h = Hdr { kind, flags, src_connid: connid, dst_connid: p.connid, seq: 0, ack, ack_bits, window };
         let mut d = [0u8; HDR];
         h.write(&mut d);
         let to = p.addr;
@@ -383,12 +391,12 @@ impl UdpDevice {
 
     /// Sends datagram `seq` of peer `idx` again, with fresh acknowledgements.
     fn retransmit(&mut self, idx: usize, seq: u32, now: Instant) {
-        let flags = self.flags();
+        let (flags, window) = (self.flags(), self.window());
         let p = &mut self.peers[idx];
         let (ack, ack_bits) = p.ack_fields();
         let to = p.addr;
         let Some(u) = p.unacked.iter_mut().find(|u| u.seq == seq && !u.acked) else { return };
-        Hdr::refresh(&mut u.dgram, flags, ack, ack_bits);
+        Hdr::refresh(&mut u.dgram, flags, ack, ack_bits, window);
         u.tries += 1;
         u.last_sent = now;
         let d = std::mem::take(&mut u.dgram);
@@ -400,8 +408,16 @@ impl UdpDevice {
         }
     }
 
+    /// The receive window granted to each peer (bytes): half the socket
+    /// buffer (the kernel charges each datagram its overhead too), shared
+    /// among the peers that sent data lately.
+    fn window(&self) -> u32 {
+        (self.rx_budget / 2 / self.active.max(1)).min(u32::MAX as usize) as u32
+    }
+
     /// Retransmission timeouts, give-ups and held-back datagrams.
     fn timers(&mut self, now: Instant) {
+        self.active = self.peers.iter().filter(|p| p.last_data.is_some_and(|t| now - t < peer::ACTIVE_FOR)).count();
         if !self.delayed.is_empty() {
             self.send_delayed(now);
         }
@@ -443,6 +459,7 @@ impl UdpDevice {
             return;
         }
         p.lost = true;
+        p.in_flight = 0;
         let ah = idx as Ah;
         for u in p.unacked.drain(..) {
             if u.wr_id != 0 && !u.acked {
@@ -542,8 +559,13 @@ impl UdpDevice {
         if self.peers[idx].lost {
             return None;
         }
-        self.peers[idx].last_heard = now;
-        self.peers[idx].held = h.flags & dgram::HOLD != 0;
+        let p = &mut self.peers[idx];
+        p.last_heard = now;
+        p.held = h.flags & dgram::HOLD != 0;
+        p.peer_window = h.window as usize;
+        if h.kind.reliable() {
+            p.last_data = Some(now);
+        }
         let (mut acked, mut holes) = (Acked::default(), Vec::new());
         self.peers[idx].take_ack(h.ack, h.ack_bits, now, &mut acked, &mut holes);
         for wr_id in acked.done {
@@ -751,10 +773,10 @@ impl Device for UdpDevice {
         if p.lost {
             return Err(DevError::Failed(Status::PeerUnreachable));
         }
-        if (!control && p.held) || !p.window_open() {
+        let cap = max_len.min(self.mtu);
+        if (!control && p.held) || !p.window_open(HDR + cap) {
             return Err(DevError::Again);
         }
-        let cap = max_len.min(self.mtu);
         let mut d = self.take_buf(HDR + cap);
         let len = build(&mut d[HDR..HDR + cap]).min(cap);
         if len == 0 {

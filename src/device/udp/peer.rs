@@ -10,6 +10,14 @@
 //! duplicate-suppression window). Many senders to one receiver (incast)
 //! each back off on their own losses, so goodput holds instead of every
 //! sender retransmitting into a full socket buffer.
+//!
+//! Flow control is the receiver's: every datagram carries the window its
+//! sender grants the receiver, in bytes (its socket buffer, halved for the
+//! kernel's overhead per datagram, shared among the peers that sent to it
+//! in the last [`ACTIVE_FOR`]). A sender keeps the bytes it has in flight
+//! within the window its peer granted last, but always lets one datagram
+//! go (no window update can then be lost for good), so that a fast sender
+//! does not overrun a slow receiver's buffer.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -33,6 +41,8 @@ const RTO_START: Duration = Duration::from_millis(5);
 const ACK_DELAY: Duration = Duration::from_micros(50);
 /// ... or until it covers this many datagrams.
 const ACK_EVERY: u32 = 16;
+/// A peer that sent data this recently shares the receive window.
+pub(crate) const ACTIVE_FOR: Duration = Duration::from_millis(5);
 
 /// A datagram sent and not yet acknowledged.
 pub(crate) struct Unacked {
@@ -69,6 +79,10 @@ pub(crate) struct Peer {
     pub next_seq: u32,
     pub unacked: VecDeque<Unacked>,
     pub cwnd: f64,
+    /// Bytes of datagrams sent and not yet acknowledged.
+    pub in_flight: usize,
+    /// The receive window the peer granted last (bytes).
+    pub peer_window: usize,
     srtt: Option<Duration>,
     rttvar: Duration,
     pub rto: Duration,
@@ -86,6 +100,8 @@ pub(crate) struct Peer {
     pub ack_owed: u32,
     /// When a datagram last came from it (or it was made).
     pub last_heard: Instant,
+    /// When a reliable datagram last came from it (it shares our window).
+    pub last_data: Option<Instant>,
 }
 
 /// Where a received sequence number falls.
@@ -110,6 +126,8 @@ impl Peer {
             next_seq: 0,
             unacked: VecDeque::new(),
             cwnd: CWND_START,
+            in_flight: 0,
+            peer_window: usize::MAX,
             srtt: None,
             rttvar: Duration::ZERO,
             rto: RTO_START,
@@ -120,12 +138,16 @@ impl Peer {
             ack_since: None,
             ack_owed: 0,
             last_heard: Instant::now(),
+            last_data: None,
         }
     }
 
-    /// Whether a new datagram may go out now (the window has room).
-    pub(crate) fn window_open(&self) -> bool {
+    /// Whether a new datagram of up to `len` bytes may go out now: the
+    /// congestion window has room, and the peer's receive window too (or
+    /// nothing is in flight).
+    pub(crate) fn window_open(&self, len: usize) -> bool {
         (self.unacked.len() as f64) < self.cwnd.min(f64::from(WINDOW))
+            && (self.in_flight == 0 || self.in_flight + len <= self.peer_window)
     }
 
     /// Records the arrival of reliable datagram `seq`.
@@ -202,6 +224,7 @@ impl Peer {
             if below || in_bits {
                 u.acked = true;
                 newly += 1;
+                self.in_flight = self.in_flight.saturating_sub(u.dgram.len());
                 // Karn: only datagrams sent once time the round trip.
                 if u.tries == 1 {
                     sample = Some(now.saturating_duration_since(u.first_sent));

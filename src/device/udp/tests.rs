@@ -150,7 +150,7 @@ fn bad_datagrams_are_dropped_and_counted() {
     let to = b.socket_addr();
     let good = |kind: Kind, seq: u32, dst: u32| {
         let mut d = vec![0u8; HDR + 8];
-        Hdr { kind, flags: 0, src_connid: 5, dst_connid: dst, seq, ack: 0, ack_bits: 0 }.write(&mut d);
+        Hdr { kind, flags: 0, src_connid: 5, dst_connid: dst, seq, ack: 0, ack_bits: 0, window: 0 }.write(&mut d);
         d
     };
     let dst = b.connid;
@@ -177,7 +177,7 @@ fn bad_datagrams_are_dropped_and_counted() {
     let ab = a.insert(&b.local_addr()).unwrap();
     send(&mut a, ab, b"hello", 1).unwrap();
     let mut forged = vec![0u8; HDR];
-    Hdr { kind: Kind::Ack, flags: 0, src_connid: b.connid, dst_connid: a.connid, seq: 0, ack: 500, ack_bits: !0 }
+    Hdr { kind: Kind::Ack, flags: 0, src_connid: b.connid, dst_connid: a.connid, seq: 0, ack: 500, ack_bits: !0, window: 1 << 20 }
         .write(&mut forged);
     // From another socket: not b's address, so not b's acknowledgement.
     raw.send_to(&forged, a.socket_addr()).unwrap();
