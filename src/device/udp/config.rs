@@ -188,6 +188,16 @@ pub(crate) fn interface_mtu(ip: IpAddr) -> Option<usize> {
     text.trim().parse().ok()
 }
 
+/// An int option of the socket `fd` at `SOL_SOCKET` (`None`: the kernel
+/// refused).
+pub(crate) fn sock_opt(fd: std::os::fd::RawFd, opt: libc::c_int) -> Option<usize> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: an int option read into `v`, of `len` bytes.
+    let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, opt, (&mut v as *mut libc::c_int).cast(), &mut len) };
+    (r == 0).then_some(v).and_then(|v| usize::try_from(v).ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,14 +219,4 @@ mod tests {
         assert_eq!(interface_addr("lo"), Some(IpAddr::V4(Ipv4Addr::LOCALHOST)));
         assert_eq!(interface_addr("no-such-if0"), None);
     }
-}
-
-/// An int option of the socket `fd` at `SOL_SOCKET` (`None`: the kernel
-/// refused).
-pub(crate) fn sock_opt(fd: std::os::fd::RawFd, opt: libc::c_int) -> Option<usize> {
-    let mut v: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: an int option read into `v`, of `len` bytes.
-    let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, opt, (&mut v as *mut libc::c_int).cast(), &mut len) };
-    (r == 0).then_some(v).and_then(|v| usize::try_from(v).ok())
 }

@@ -135,7 +135,16 @@ pub(crate) struct TxBatch {
 
 impl TxBatch {
     pub(crate) fn new() -> TxBatch {
-        TxBatch { to: None, seg: 0, buf: Vec::with_capacity(GSO_BYTES), n: 0, closed: false, gso: true, calls: 0, sent: 0 }
+        TxBatch {
+            to: None,
+            seg: 0,
+            buf: Vec::with_capacity(GSO_BYTES),
+            n: 0,
+            closed: false,
+            gso: true,
+            calls: 0,
+            sent: 0,
+        }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -362,7 +371,8 @@ impl RxBatch {
         }
         let r = r as usize;
         for (i, slot) in self.slots.iter_mut().enumerate().take(r) {
-            let (len, from, seg) = (msgs[i].msg_len as usize, socket_addr_of(&self.names[i]), gro_size(&msgs[i].msg_hdr));
+            let (len, from, seg) =
+                (msgs[i].msg_len as usize, socket_addr_of(&self.names[i]), gro_size(&msgs[i].msg_hdr));
             *slot = Slot { len, from, seg };
         }
         self.count = r;

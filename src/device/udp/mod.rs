@@ -365,6 +365,7 @@ impl UdpDevice {
         let seq = p.next_seq;
         p.next_seq = seq.wrapping_add(1);
         p.in_flight += len;
+        p.last_new = Some(now);
         let (ack, ack_bits) = p.ack_fields();
         p.acked_now();
         let h = Hdr { kind, flags, src_connid: connid, dst_connid: p.connid, seq, ack, ack_bits, window };
@@ -774,7 +775,8 @@ impl Device for UdpDevice {
             return Err(DevError::Failed(Status::PeerUnreachable));
         }
         let cap = max_len.min(self.mtu);
-        if (!control && p.held) || !p.window_open(HDR + cap) {
+        let now = Instant::now();
+        if (!control && p.held) || !p.window_open(HDR + cap, now) {
             return Err(DevError::Again);
         }
         let mut d = self.take_buf(HDR + cap);
@@ -783,7 +785,7 @@ impl Device for UdpDevice {
             self.pool.push(d);
             return Ok(Sent::Done);
         }
-        self.send_reliable(idx, Kind::Data, d, HDR + len, wr_id, Instant::now());
+        self.send_reliable(idx, Kind::Data, d, HDR + len, wr_id, now);
         Ok(if wr_id == 0 { Sent::Done } else { Sent::Pending })
     }
 

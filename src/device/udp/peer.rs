@@ -15,9 +15,14 @@
 //! sender grants the receiver, in bytes (its socket buffer, halved for the
 //! kernel's overhead per datagram, shared among the peers that sent to it
 //! in the last [`ACTIVE_FOR`]). A sender keeps the bytes it has in flight
-//! within the window its peer granted last, but always lets one datagram
-//! go (no window update can then be lost for good), so that a fast sender
-//! does not overrun a slow receiver's buffer.
+//! within the window its peer granted last, so that a fast sender does not
+//! overrun a slow receiver's buffer. A datagram larger than the window
+//! goes alone, when nothing else is in flight and at the pace the window
+//! allows (window bytes per round trip: a sender of 64 KB datagrams
+//! granted 16 KB sends one every four round trips, at most
+//! [`RTO_MAX`] apart), so that many senders into a small buffer take turns
+//! instead of overrunning it together, and a window of 0 (or a lost update)
+//! stalls nobody for good.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -83,6 +88,8 @@ pub(crate) struct Peer {
     pub in_flight: usize,
     /// The receive window the peer granted last (bytes).
     pub peer_window: usize,
+    /// When the last new datagram went out.
+    pub last_new: Option<Instant>,
     srtt: Option<Duration>,
     rttvar: Duration,
     pub rto: Duration,
@@ -128,6 +135,7 @@ impl Peer {
             cwnd: CWND_START,
             in_flight: 0,
             peer_window: usize::MAX,
+            last_new: None,
             srtt: None,
             rttvar: Duration::ZERO,
             rto: RTO_START,
@@ -142,12 +150,26 @@ impl Peer {
         }
     }
 
-    /// Whether a new datagram of up to `len` bytes may go out now: the
-    /// congestion window has room, and the peer's receive window too (or
-    /// nothing is in flight).
-    pub(crate) fn window_open(&self, len: usize) -> bool {
-        (self.unacked.len() as f64) < self.cwnd.min(f64::from(WINDOW))
-            && (self.in_flight == 0 || self.in_flight + len <= self.peer_window)
+    /// Whether a new datagram of up to `len` bytes may go out at `now`:
+    /// the congestion window has room, and the peer's receive window too,
+    /// or (a datagram larger than it) nothing is in flight and its turn has
+    /// come (see the module docs).
+    pub(crate) fn window_open(&self, len: usize, now: Instant) -> bool {
+        if (self.unacked.len() as f64) >= self.cwnd.min(f64::from(WINDOW)) {
+            return false;
+        }
+        if self.in_flight + len <= self.peer_window {
+            return true;
+        }
+        if self.in_flight > 0 {
+            return false;
+        }
+        let Some(last) = self.last_new else { return true };
+        let rtt = self.srtt.unwrap_or(RTO_MIN);
+        // A closed window: a probe per RTO_MAX.
+        let turns = if self.peer_window == 0 { f64::MAX } else { len as f64 / self.peer_window as f64 };
+        let gap = rtt.mul_f64(turns.min(1e6)).min(RTO_MAX);
+        now.saturating_duration_since(last) >= gap
     }
 
     /// Records the arrival of reliable datagram `seq`.
@@ -304,6 +326,36 @@ mod tests {
         assert_eq!(p.arrive(u32::MAX), Arrival::New);
         assert_eq!(p.ack_fields(), (1, 0));
         assert_eq!(p.arrive(u32::MAX), Arrival::Duplicate);
+    }
+
+    #[test]
+    fn the_receive_window_bounds_bytes_in_flight_and_paces_datagrams_larger_than_it() {
+        let mut p = peer();
+        let t0 = Instant::now();
+        p.peer_window = 10_000;
+        assert!(p.window_open(4000, t0), "nothing in flight");
+        p.in_flight = 6000;
+        assert!(p.window_open(4000, t0), "6000 + 4000 fit 10000");
+        assert!(!p.window_open(4001, t0), "one byte over");
+        // Larger than the window: alone, one round trip per window's worth.
+        p.in_flight = 0;
+        p.srtt = Some(Duration::from_micros(100));
+        p.last_new = Some(t0);
+        assert!(!p.window_open(40_000, t0 + Duration::from_micros(350)), "4 round trips not yet passed");
+        assert!(p.window_open(40_000, t0 + Duration::from_micros(400)));
+        // A window of 0 (or a lost update) stalls a sender for at most RTO_MAX.
+        p.peer_window = 0;
+        assert!(!p.window_open(100, t0 + RTO_MAX - Duration::from_micros(1)));
+        assert!(p.window_open(100, t0 + RTO_MAX));
+        // The congestion window still counts datagrams.
+        p.peer_window = usize::MAX;
+        p.cwnd = 2.0;
+        for s in 0..2 {
+            let u =
+                Unacked { seq: s, dgram: vec![0; 10], first_sent: t0, last_sent: t0, tries: 1, wr_id: 0, acked: false };
+            p.unacked.push_back(u);
+        }
+        assert!(!p.window_open(10, t0));
     }
 
     #[test]

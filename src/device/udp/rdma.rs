@@ -142,7 +142,7 @@ impl UdpDevice {
             };
             let (peer, write, total) = (o.peer, o.write, o.buf.len() as u64);
             let mut finished = false;
-            while self.peers[peer].window_open(HDR + self.mtu) && !self.peers[peer].lost {
+            while self.peers[peer].window_open(HDR + self.mtu, now) && !self.peers[peer].lost {
                 let mut d = self.take_buf(super::DGRAM_MAX);
                 let Some(o) = self.rdma.ops.get_mut(&id) else { break };
                 if write {
@@ -176,7 +176,7 @@ impl UdpDevice {
         while i < self.rdma.serves.len() {
             let peer = self.rdma.serves[i].peer;
             let mut done = false;
-            while self.peers[peer].window_open(HDR + self.mtu) && !self.peers[peer].lost {
+            while self.peers[peer].window_open(HDR + self.mtu, now) && !self.peers[peer].lost {
                 let mut d = self.take_buf(super::DGRAM_MAX);
                 let s = &mut self.rdma.serves[i];
                 let n = (s.buf.len() as u64 - s.next).min(seg_r) as usize;

@@ -177,8 +177,17 @@ fn bad_datagrams_are_dropped_and_counted() {
     let ab = a.insert(&b.local_addr()).unwrap();
     send(&mut a, ab, b"hello", 1).unwrap();
     let mut forged = vec![0u8; HDR];
-    Hdr { kind: Kind::Ack, flags: 0, src_connid: b.connid, dst_connid: a.connid, seq: 0, ack: 500, ack_bits: !0, window: 1 << 20 }
-        .write(&mut forged);
+    Hdr {
+        kind: Kind::Ack,
+        flags: 0,
+        src_connid: b.connid,
+        dst_connid: a.connid,
+        seq: 0,
+        ack: 500,
+        ack_bits: !0,
+        window: 1 << 20,
+    }
+    .write(&mut forged);
     // From another socket: not b's address, so not b's acknowledgement.
     raw.send_to(&forged, a.socket_addr()).unwrap();
     std::thread::sleep(Duration::from_millis(5));
