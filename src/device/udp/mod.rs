@@ -2,7 +2,7 @@
 //!
 //! One UDP socket per endpoint. Raw address: `gid` = the IPv6 address
 //! (IPv4 as `::ffff:a.b.c.d`), `qpn` = the UDP port, `connid` = random per
-//! open. Each datagram is a 24-byte device header and, for data, one EFA
+//! open. Each datagram is a 28-byte device header and, for data, one EFA
 //! RDM packet (`dgram.rs` documents the bytes).
 //!
 //! What the engine gets is what an EFA NIC gives: packets delivered
@@ -14,8 +14,11 @@
 //!   holes the acknowledgements show; a peer silent for `giveup` is lost.
 //!   Packets go to the engine as they arrive, in any order.
 //! - Flow and congestion: a send window of at most 64 datagrams per peer
-//!   (the receiver's duplicate window) under an AIMD congestion window;
-//!   a full window is "try again" for the engine.
+//!   (the receiver's duplicate window) under an AIMD congestion window,
+//!   and the bytes in flight within the receive window the peer grants
+//!   (`peer.rs`); a full window is "try again" for the engine.
+//! - Batches (`io.rs`): datagrams leave by UDP GSO (or `sendmmsg`) when
+//!   the engine rings the doorbell, and arrive by `recvmmsg` and UDP GRO.
 //! - RDMA (after RDMAP): writes travel as WRITE segments carrying key,
 //!   address and offset, reads as a READ_REQ answered by READ_RSP segments;
 //!   the memory owner's device checks key, bounds and access before it
