@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 use common::pattern;
@@ -17,7 +17,12 @@ use rdm4::Status;
 type Ep = Endpoint<UdpDevice>;
 
 fn pair(faults: Faults) -> (Ep, Ep, u32, u32) {
-    let c = UdpConfig { addr: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)), faults, ..UdpConfig::default() };
+    pair_at(IpAddr::V4(Ipv4Addr::LOCALHOST), faults)
+}
+
+/// Two endpoints bound to `ip` that know each other.
+fn pair_at(ip: IpAddr, faults: Faults) -> (Ep, Ep, u32, u32) {
+    let c = UdpConfig { addr: Some(ip), faults, ..UdpConfig::default() };
     let c2 = UdpConfig { faults: Faults { seed: faults.seed + 1, ..faults }, ..c.clone() };
     let mut a = Endpoint::new(UdpDevice::open_with(c).unwrap(), Config::default());
     let mut b = Endpoint::new(UdpDevice::open_with(c2).unwrap(), Config::default());
@@ -39,7 +44,11 @@ fn run(a: &mut Ep, b: &mut Ep, cqs: &mut [Vec<Cqe>; 2], mut done: impl FnMut(&[V
 }
 
 fn messages_of_every_size(faults: Faults) {
-    let (mut a, mut b, ab, _) = pair(faults);
+    messages_of_every_size_at(IpAddr::V4(Ipv4Addr::LOCALHOST), faults);
+}
+
+fn messages_of_every_size_at(ip: IpAddr, faults: Faults) {
+    let (mut a, mut b, ab, _) = pair_at(ip, faults);
     let sizes = [0usize, 1, 100, 8000, 16_384, 40_000, 65_536, 200_000, 1 << 20, 4 << 20];
     let mut srcs: Vec<OwnedBuf> = sizes.iter().map(|&n| OwnedBuf::from_slice(&pattern(n, n as u64))).collect();
     let mut dsts: Vec<OwnedBuf> = sizes.iter().map(|&n| OwnedBuf::zeroed(n)).collect();
@@ -70,9 +79,28 @@ fn messages_arrive_intact_under_drops_duplicates_and_reordering() {
     messages_of_every_size(Faults { drop: 0.1, dup: 0.05, reorder: 0.1, delay_us: 50, seed: 11 });
 }
 
+/// IPv6: the raw address holds the address as it is, the messages and
+/// RMA go as over IPv4.
+#[test]
+fn messages_and_rma_go_over_ipv6() {
+    let ip = IpAddr::V6(Ipv6Addr::LOCALHOST);
+    if std::net::UdpSocket::bind((ip, 0)).is_err() {
+        eprintln!("skipped: no IPv6 loopback on this host");
+        return;
+    }
+    let (a, _, _, _) = pair_at(ip, Faults::default());
+    assert_eq!(a.addr().gid, Ipv6Addr::LOCALHOST.octets());
+    messages_of_every_size_at(ip, Faults { drop: 0.05, seed: 13, ..Faults::default() });
+    rma_and_atomics_at(ip);
+}
+
 #[test]
 fn rma_and_atomics_over_udp_direct_and_refused() {
-    let (mut a, mut b, ab, _) = pair(Faults { drop: 0.05, seed: 5, ..Faults::default() });
+    rma_and_atomics_at(IpAddr::V4(Ipv4Addr::LOCALHOST));
+}
+
+fn rma_and_atomics_at(ip: IpAddr) {
+    let (mut a, mut b, ab, _) = pair_at(ip, Faults { drop: 0.05, seed: 5, ..Faults::default() });
     let mut region = OwnedBuf::from_slice(&pattern(1 << 20, 3));
     let key = b.mr_reg(region.buf(), Access::REMOTE_READ | Access::REMOTE_WRITE).unwrap();
     let base = region.buf().addr();
