@@ -87,6 +87,8 @@ pub struct Caps {
     pub rdma_read: bool,
     /// RDMA write supported.
     pub rdma_write: bool,
+    /// RDMA write with immediate data supported ([`Device::rdma_write_imm`]).
+    pub rdma_write_imm: bool,
     /// Every successful `send_with` completes at once (`Sent::Done`): the
     /// engine may then complete an eager send without keeping an entry for
     /// it. (`send_gather` may still answer `Pending`.)
@@ -145,6 +147,16 @@ pub enum DevEvent {
     PeerLost {
         /// The peer.
         ah: Ah,
+    },
+    /// A peer's RDMA write with immediate data ([`Device::rdma_write_imm`])
+    /// has put every byte into this endpoint's memory.
+    WriteImm {
+        /// The writer (`None`: a peer not inserted).
+        ah: Option<Ah>,
+        /// The immediate data.
+        imm: u32,
+        /// Bytes written.
+        len: u64,
     },
 }
 
@@ -421,4 +433,21 @@ pub trait Device {
 
     /// RDMA-writes `local` to the peer's `(remote_addr, key)`.
     fn rdma_write(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError>;
+
+    /// [`Device::rdma_write`] carrying 32-bit immediate data: once every
+    /// byte is in the target's memory, the target's device reports
+    /// [`DevEvent::WriteImm`] (a refused write reports nothing there).
+    /// Devices without it ([`Caps::rdma_write_imm`] false) answer
+    /// `Failed(NotSup)`.
+    fn rdma_write_imm(
+        &mut self,
+        _ah: Ah,
+        _local: UserBuf,
+        _remote_addr: u64,
+        _key: u64,
+        _imm: u32,
+        _wr_id: u64,
+    ) -> Result<(), DevError> {
+        Err(DevError::Failed(Status::NotSup))
+    }
 }

@@ -440,6 +440,7 @@ impl Device for SimDevice {
             max_rdma_size: if rdma { net.cfg.max_rdma_size } else { 0 },
             rdma_read: rdma,
             rdma_write: rdma,
+            rdma_write_imm: false,
             sync_send: true,
             gather_in_place: !net.cfg.copy_gathered,
             longread_min: net.cfg.longread_min,

@@ -942,6 +942,10 @@ impl Core {
                         self.check_done(key);
                     }
                 }
+                // The engine issues no RDMA write with immediate data yet
+                // (a direct write with remote CQ data goes emulated); one
+                // from a peer changed only memory it was allowed to write.
+                DevEvent::WriteImm { .. } => {}
                 DevEvent::PeerLost { ah } => {
                     if let Some(p) = self.by_ah.get(ah) {
                         if let Some(peer) = self.peers.get_mut(p) {

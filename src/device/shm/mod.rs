@@ -893,6 +893,7 @@ impl Device for ShmDevice {
             max_rdma_size: if self.cma { 1 << 30 } else { 0 },
             rdma_read: self.cma,
             rdma_write: self.cma,
+            rdma_write_imm: false,
             sync_send: true,
             gather_in_place: false, // the ring is written: the payload is copied anyway
             longread_min: self.cfg.longread_min,

@@ -6,7 +6,7 @@
 //! 0      1    magic      0xD4
 //! 1      1    version    2
 //! 2      1    kind       1 DATA, 2 ACK, 3 CLOSE, 4 WRITE, 5 READ_REQ,
-//!                        6 READ_RSP, 7 RDMA_DONE
+//!                        6 READ_RSP, 7 RDMA_DONE, 8 WRITE_IMM
 //! 3      1    flags      bit 0 HOLD: the sender holds back new messages
 //!                        (it deferred packets); send it only control
 //!                        packets (no RTM, no RTA) until a datagram
@@ -31,6 +31,9 @@
 //!   ACK, CLOSE nothing
 //!   WRITE      op u32, pad u32, key u64, addr u64, total u64, offset u64,
 //!              then the bytes to write at addr + offset (40-byte header)
+//!   WRITE_IMM  as WRITE, the u32 at offset 4 the immediate data: the
+//!              owner reports it once every byte of the write is in its
+//!              memory (every segment of the write carries it)
 //!   READ_REQ   op u32, pad u32, key u64, addr u64, len u64 (32 bytes)
 //!   READ_RSP   op u32, pad u32, offset u64, then the bytes read (16-byte
 //!              header)
@@ -59,6 +62,7 @@ pub(crate) enum Kind {
     ReadReq = 5,
     ReadRsp = 6,
     RdmaDone = 7,
+    WriteImm = 8,
 }
 
 impl Kind {
@@ -71,6 +75,7 @@ impl Kind {
             5 => Kind::ReadReq,
             6 => Kind::ReadRsp,
             7 => Kind::RdmaDone,
+            8 => Kind::WriteImm,
             _ => return None,
         })
     }
@@ -161,6 +166,8 @@ pub(crate) const DONE_LEN: usize = 8;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct WriteSeg {
     pub op: u32,
+    /// The immediate data (WRITE_IMM; 0 in a WRITE).
+    pub imm: u32,
     pub key: u64,
     pub addr: u64,
     pub total: u64,
@@ -174,6 +181,7 @@ impl WriteSeg {
         }
         let s = WriteSeg {
             op: u32_at(body, 0),
+            imm: u32_at(body, 4),
             key: u64_at(body, 8),
             addr: u64_at(body, 16),
             total: u64_at(body, 24),
@@ -184,7 +192,7 @@ impl WriteSeg {
 
     pub(crate) fn write(&self, out: &mut [u8]) {
         out[0..4].copy_from_slice(&self.op.to_le_bytes());
-        out[4..8].fill(0);
+        out[4..8].copy_from_slice(&self.imm.to_le_bytes());
         out[8..16].copy_from_slice(&self.key.to_le_bytes());
         out[16..24].copy_from_slice(&self.addr.to_le_bytes());
         out[24..32].copy_from_slice(&self.total.to_le_bytes());
@@ -271,7 +279,7 @@ mod tests {
         bad = b;
         bad[0] = 0;
         assert!(Hdr::parse(&bad).is_none(), "wrong magic");
-        let w = WriteSeg { op: 1, key: 2, addr: 3, total: 4, offset: 5 };
+        let w = WriteSeg { op: 1, imm: 6, key: 2, addr: 3, total: 4, offset: 5 };
         w.write(&mut b[HDR..]);
         assert_eq!(WriteSeg::parse(&b[HDR..]).map(|(s, d)| (s, d.len())), Some((w, 0)));
         assert!(WriteSeg::parse(&b[HDR..HDR + 39]).is_none());

@@ -608,15 +608,15 @@ impl UdpDevice {
                 Some(verdict)
             }
             // An endpoint that does not offer RDMA refuses it, with an answer.
-            Kind::Write | Kind::ReadReq if !self.cfg.rdma => {
+            Kind::Write | Kind::WriteImm | Kind::ReadReq if !self.cfg.rdma => {
                 self.stats.rdma_refused += 1;
                 if let Some(op) = body.first_chunk::<4>().map(|b| u32::from_le_bytes(*b)) {
                     self.send_done(idx, op, Status::NotSup.code(), now);
                 }
                 None
             }
-            Kind::Write => {
-                self.rdma_write_in(idx, body, now);
+            Kind::Write | Kind::WriteImm => {
+                self.rdma_write_in(idx, body, h.kind == Kind::WriteImm, now);
                 None
             }
             Kind::ReadReq => {
@@ -716,6 +716,7 @@ impl Device for UdpDevice {
             max_rdma_size: if self.cfg.rdma { 1 << 30 } else { 0 },
             rdma_read: self.cfg.rdma,
             rdma_write: self.cfg.rdma,
+            rdma_write_imm: self.cfg.rdma,
             sync_send: false,
             gather_in_place: false,
             longread_min: usize::MAX,
@@ -880,11 +881,23 @@ impl Device for UdpDevice {
     }
 
     fn rdma_read(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
-        self.rdma_start(ah, local, remote_addr, key, wr_id, false)
+        self.rdma_start(ah, local, remote_addr, key, wr_id, None)
     }
 
     fn rdma_write(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
-        self.rdma_start(ah, local, remote_addr, key, wr_id, true)
+        self.rdma_start(ah, local, remote_addr, key, wr_id, Some(None))
+    }
+
+    fn rdma_write_imm(
+        &mut self,
+        ah: Ah,
+        local: UserBuf,
+        remote_addr: u64,
+        key: u64,
+        imm: u32,
+        wr_id: u64,
+    ) -> Result<(), DevError> {
+        self.rdma_start(ah, local, remote_addr, key, wr_id, Some(Some(imm)))
     }
 
     fn wait(&mut self, timeout_ms: i32) -> bool {

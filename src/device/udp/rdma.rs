@@ -21,6 +21,8 @@ struct Op {
     wr_id: u64,
     peer: usize,
     write: bool,
+    /// A write's immediate data (WRITE_IMM segments).
+    imm: Option<u32>,
     buf: UserBuf,
     key: u64,
     addr: u64,
@@ -95,7 +97,8 @@ impl Rdma {
 }
 
 impl UdpDevice {
-    /// Starts an RDMA write or read of `local` against the peer's `(addr, key)`.
+    /// Starts an RDMA write (`write`: `Some(immediate data)`) or read
+    /// (`None`) of `local` against the peer's `(addr, key)`.
     pub(super) fn rdma_start(
         &mut self,
         ah: Ah,
@@ -103,7 +106,7 @@ impl UdpDevice {
         addr: u64,
         key: u64,
         wr_id: u64,
-        write: bool,
+        write: Option<Option<u32>>,
     ) -> Result<(), DevError> {
         if !self.cfg.rdma {
             return Err(DevError::Failed(Status::NotSup));
@@ -123,7 +126,9 @@ impl UdpDevice {
             r.next_op = r.next_op.wrapping_add(1).max(1);
         }
         let id = r.next_op;
-        r.ops.insert(id, Op { wr_id, peer, write, buf: local, key, addr, next: 0, got: 0 });
+        let op =
+            Op { wr_id, peer, write: write.is_some(), imm: write.flatten(), buf: local, key, addr, next: 0, got: 0 };
+        r.ops.insert(id, op);
         r.queue.push_back(id);
         self.pump(Instant::now());
         Ok(())
@@ -140,20 +145,21 @@ impl UdpDevice {
                 self.rdma.queue.remove(i);
                 continue;
             };
-            let (peer, write, total) = (o.peer, o.write, o.buf.len() as u64);
+            let (peer, write, imm, total) = (o.peer, o.write, o.imm, o.buf.len() as u64);
             let mut finished = false;
             while self.peers[peer].window_open(HDR + self.mtu, now) && !self.peers[peer].lost {
                 let mut d = self.take_buf(super::DGRAM_MAX);
                 let Some(o) = self.rdma.ops.get_mut(&id) else { break };
                 if write {
                     let n = (total - o.next).min(seg_w as u64) as usize;
-                    let s = WriteSeg { op: id, key: o.key, addr: o.addr, total, offset: o.next };
+                    let s = WriteSeg { op: id, imm: imm.unwrap_or(0), key: o.key, addr: o.addr, total, offset: o.next };
                     s.write(&mut d[HDR..]);
                     let at = HDR + dgram::WRITE_HDR;
                     o.buf.read_at(o.next as usize, &mut d[at..at + n]);
                     o.next += n as u64;
                     finished = o.next >= total;
-                    self.send_reliable(peer, Kind::Write, d, at + n, 0, now);
+                    let kind = if imm.is_some() { Kind::WriteImm } else { Kind::Write };
+                    self.send_reliable(peer, kind, d, at + n, 0, now);
                 } else {
                     let r = ReadReq { op: id, key: o.key, addr: o.addr, len: total };
                     r.write(&mut d[HDR..]);
@@ -205,9 +211,11 @@ impl UdpDevice {
         self.send_reliable(peer, Kind::RdmaDone, d, HDR + dgram::DONE_LEN, 0, now);
     }
 
-    /// A WRITE segment from peer `peer`: checked, applied, counted; the
-    /// last byte (or the first refusal) is answered with RDMA_DONE.
-    pub(super) fn rdma_write_in(&mut self, peer: usize, body: &[u8], now: Instant) {
+    /// A WRITE (`with_imm`: WRITE_IMM) segment from peer `peer`: checked,
+    /// applied, counted; the last byte (or the first refusal) is answered
+    /// with RDMA_DONE, and a write with immediate data that finished is
+    /// reported ([`DevEvent::WriteImm`]).
+    pub(super) fn rdma_write_in(&mut self, peer: usize, body: &[u8], with_imm: bool, now: Instant) {
         let Some((s, data)) = WriteSeg::parse(body) else {
             self.stats.malformed += 1;
             return;
@@ -246,6 +254,10 @@ impl UdpDevice {
         if finished {
             if let Some(w) = self.rdma.writes_in.remove(&key) {
                 if !w.failed {
+                    if with_imm {
+                        let ah = self.peers[peer].inserted.then_some(peer as Ah);
+                        self.events.push(DevEvent::WriteImm { ah, imm: s.imm, len: s.total });
+                    }
                     self.send_done(peer, s.op, 0, now);
                 }
             }

@@ -228,3 +228,48 @@ fn a_closed_peer_fails_what_was_towards_it_and_a_silent_one_is_given_up() {
     assert!(ev.contains(&DevEvent::SendDone { wr_id: 9, ah, status: Err(Status::PeerUnreachable) }));
     assert!(ev.contains(&DevEvent::PeerLost { ah }));
 }
+
+#[test]
+fn a_write_with_immediate_data_is_reported_once_all_its_bytes_are_in_memory() {
+    let f = Faults { drop: 0.05, dup: 0.05, reorder: 0.05, delay_us: 20, seed: 9 };
+    let (mut a, mut b, ab, ba) = pair(f);
+    assert!(a.caps().rdma_write_imm);
+    let mut region = crate::mem::OwnedBuf::zeroed(1 << 20);
+    let key = b.reg(region.buf(), Access::REMOTE_WRITE).unwrap();
+    let base = region.buf().addr();
+    let data: Vec<u8> = (0..700_000).map(|i| (i * 7) as u8).collect();
+    let mut src = crate::mem::OwnedBuf::from_slice(&data);
+    let mut small = crate::mem::OwnedBuf::from_slice(&[1; 100]);
+    a.rdma_write_imm(ab, src.buf(), base + 64, key, 0xDEAD_BEEF, 1).unwrap();
+    // Refused (wrong key): the requester gets the error, the owner no report.
+    a.rdma_write_imm(ab, small.buf(), base, key ^ 1, 7, 2).unwrap();
+    let (mut ev_a, mut ev_b) = (Vec::new(), Vec::new());
+    let t = Instant::now();
+    while ev_a.len() < 2 {
+        assert!(t.elapsed() < Duration::from_secs(20), "stuck: {ev_a:?} {ev_b:?}");
+        a.recv(64, |_, _: &[u8], _| {});
+        a.events(&mut ev_a);
+        b.recv(64, |_, _: &[u8], _| {});
+        let mut now = Vec::new();
+        b.events(&mut now);
+        for e in now {
+            if let DevEvent::WriteImm { .. } = e {
+                // Every byte is in place when it is reported.
+                assert!(&region.bytes()[64..64 + data.len()] == data.as_slice());
+            }
+            ev_b.push(e);
+        }
+    }
+    ev_a.sort_by_key(|e| match e {
+        DevEvent::SendDone { wr_id, .. } => *wr_id,
+        _ => 0,
+    });
+    assert_eq!(ev_a[0], DevEvent::SendDone { wr_id: 1, ah: ab, status: Ok(()) });
+    assert_eq!(ev_a[1], DevEvent::SendDone { wr_id: 2, ah: ab, status: Err(Status::RemoteAccess) });
+    assert_eq!(ev_b, vec![DevEvent::WriteImm { ah: Some(ba), imm: 0xDEAD_BEEF, len: data.len() as u64 }]);
+    // A device without it refuses: shm and sim need not implement it.
+    let mut sim = crate::device::sim::SimNet::new(crate::device::sim::SimConfig::default()).device();
+    assert!(!sim.caps().rdma_write_imm);
+    let r = sim.rdma_write_imm(0, small.buf(), 0, 0, 0, 3);
+    assert_eq!(r, Err(DevError::Failed(Status::NotSup)));
+}
