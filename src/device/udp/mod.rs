@@ -180,6 +180,8 @@ pub struct UdpDevice {
     /// many peers sent data lately ([`UdpDevice::window`]).
     rx_budget: usize,
     active: usize,
+    /// What an acknowledgement released and the holes it showed (reused).
+    scratch: (Acked, Vec<u32>),
 }
 
 fn random_u64() -> u64 {
@@ -280,6 +282,7 @@ impl UdpDevice {
             last_from: None,
             rx_budget,
             active: 0,
+            scratch: (Acked::default(), Vec::new()),
         })
     }
 
@@ -570,15 +573,19 @@ impl UdpDevice {
         if h.kind.reliable() {
             p.last_data = Some(now);
         }
-        let (mut acked, mut holes) = (Acked::default(), Vec::new());
+        // Scratch lists kept between datagrams: no allocation per acknowledgement.
+        let (mut acked, mut holes) = std::mem::take(&mut self.scratch);
         self.peers[idx].take_ack(h.ack, h.ack_bits, now, &mut acked, &mut holes);
-        for wr_id in acked.done {
+        for &wr_id in &acked.done {
             self.events.push(DevEvent::SendDone { wr_id, ah: idx as Ah, status: Ok(()) });
         }
-        self.pool.extend(acked.bufs);
-        for seq in holes {
+        self.pool.append(&mut acked.bufs);
+        for &seq in &holes {
             self.retransmit(idx, seq, now);
         }
+        acked.done.clear();
+        holes.clear();
+        self.scratch = (acked, holes);
         match h.kind {
             Kind::Ack => return None,
             Kind::Close => {
