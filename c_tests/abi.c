@@ -126,6 +126,7 @@ static int32_t (*const p_recv)(struct rdm4_ep *, void *, size_t, rdm4_addr, void
 static int32_t (*const p_trecv)(struct rdm4_ep *, void *, size_t, rdm4_addr, uint64_t, uint64_t, void *) =
     rdm4_trecv;
 static int32_t (*const p_recvmsg)(struct rdm4_ep *, const struct rdm4_msg *, uint64_t) = rdm4_recvmsg;
+static int32_t (*const p_cancel)(struct rdm4_ep *, void *) = rdm4_cancel;
 static int32_t (*const p_write)(struct rdm4_ep *, const void *, size_t, rdm4_addr, uint64_t, uint64_t,
                                 void *) = rdm4_write;
 static int32_t (*const p_writedata)(struct rdm4_ep *, const void *, size_t, uint64_t, rdm4_addr, uint64_t,
@@ -160,7 +161,8 @@ static void check_symbols(void)
         (const void *)(uintptr_t)p_tsend,          (const void *)(uintptr_t)p_senddata,
         (const void *)(uintptr_t)p_inject,         (const void *)(uintptr_t)p_sendmsg,
         (const void *)(uintptr_t)p_recv,           (const void *)(uintptr_t)p_trecv,
-        (const void *)(uintptr_t)p_recvmsg,        (const void *)(uintptr_t)p_write,
+        (const void *)(uintptr_t)p_recvmsg,        (const void *)(uintptr_t)p_cancel,
+        (const void *)(uintptr_t)p_write,
         (const void *)(uintptr_t)p_writedata,      (const void *)(uintptr_t)p_read,
         (const void *)(uintptr_t)p_atomic,         (const void *)(uintptr_t)p_fetch_atomic,
         (const void *)(uintptr_t)p_compare_atomic, (const void *)(uintptr_t)p_ep_attr_init,
@@ -178,7 +180,7 @@ static void check_symbols(void)
             all = 0;
         }
     }
-    CHECK(n == 30 && all, "the %zu exported functions link with the pinned prototypes", n);
+    CHECK(n == 31 && all, "the %zu exported functions link with the pinned prototypes", n);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -206,6 +208,7 @@ _Static_assert(RDM4_EIO == -16, "RDM4_EIO");
 _Static_assert(RDM4_EINTERNAL == -17, "RDM4_EINTERNAL");
 _Static_assert(RDM4_EREMOTE == -18, "RDM4_EREMOTE");
 _Static_assert(RDM4_ETOOSMALL == -19, "RDM4_ETOOSMALL");
+_Static_assert(RDM4_ENOENT == -20, "RDM4_ENOENT");
 
 /* Version macros: self-consistent (their values change with each release,
  * so they are not pinned to literals; version.c checks the library agrees). */
@@ -309,6 +312,7 @@ static const struct constant constants[] = {
     K(RDM4_EINTERNAL, -17),
     K(RDM4_EREMOTE, -18),
     K(RDM4_ETOOSMALL, -19),
+    K(RDM4_ENOENT, -20),
 };
 
 /* The same values at compile time (a renumbering fails the build). */
@@ -345,14 +349,14 @@ static void check_constants(void)
               (long long)constants[i].expected, (long long)constants[i].value);
     }
     /* The status codes are dense: every one of them has its own text. */
-    for (int32_t code = RDM4_SUCCESS; code >= RDM4_ETOOSMALL; code--) {
+    for (int32_t code = RDM4_SUCCESS; code >= RDM4_ENOENT; code--) {
         const char *s = rdm4_strerror(code);
         CHECK(s != NULL && strcmp(s, "unknown status code") != 0, "rdm4_strerror(%d) = \"%s\"", (int)code,
               s ? s : "(null)");
     }
-    const char *beyond = rdm4_strerror(RDM4_ETOOSMALL - 1);
+    const char *beyond = rdm4_strerror(RDM4_ENOENT - 1);
     CHECK(beyond != NULL && strcmp(beyond, "unknown status code") == 0,
-          "RDM4_ETOOSMALL (-19) is the last status code: rdm4_strerror(-20) = \"%s\"",
+          "RDM4_ENOENT (-20) is the last status code: rdm4_strerror(-21) = \"%s\"",
           beyond ? beyond : "(null)");
     CHECK(RDM4_VERSION == ((RDM4_VERSION_MAJOR << 16) | (RDM4_VERSION_MINOR << 8) | RDM4_VERSION_PATCH),
           "RDM4_VERSION 0x%06x == (%d << 16) | (%d << 8) | %d", (unsigned)RDM4_VERSION, RDM4_VERSION_MAJOR,

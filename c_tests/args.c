@@ -29,12 +29,6 @@
 #include "rdm4.h"
 #include "test_util.h"
 
-#define EXPECT(call, want)                                                                              \
-    do {                                                                                                \
-        int32_t rc_ = (call);                                                                           \
-        CHECK(rc_ == (want), "%s == %s (got %s %d)", #call, #want, tu_status(rc_), (int)rc_);           \
-    } while (0)
-
 /* Either of two codes (where the header leaves the choice open). */
 #define EXPECT2(call, want1, want2)                                                                     \
     do {                                                                                                \
@@ -67,16 +61,6 @@ static void getname(rdm4_ep *ep, uint8_t addr[RDM4_ADDR_LEN])
     if (rc != RDM4_SUCCESS || len != RDM4_ADDR_LEN) {
         FATAL("rdm4_ep_getname: %s (%d), len %zu", tu_status(rc), (int)rc, len);
     }
-}
-
-static rdm4_addr insert(rdm4_ep *ep, const uint8_t addr[RDM4_ADDR_LEN])
-{
-    rdm4_addr a = 0;
-    int32_t rc = rdm4_av_insert(ep, addr, 1, &a);
-    if (rc != 1) {
-        FATAL("rdm4_av_insert: %s (%d)", tu_status(rc), (int)rc);
-    }
-    return a;
 }
 
 /* Polls A and B for `ms` milliseconds; returns how many completions came. */
@@ -251,6 +235,7 @@ static void check_bad_handle(rdm4_ep *bad, const char *what, rdm4_addr dest, con
     BAD(rdm4_recv(bad, buf, 8, RDM4_ADDR_UNSPEC, NULL));
     BAD(rdm4_trecv(bad, buf, 8, RDM4_ADDR_UNSPEC, 5, 0, NULL));
     BAD(rdm4_recvmsg(bad, &msg, 0));
+    BAD(rdm4_cancel(bad, NULL));
     BAD(rdm4_write(bad, buf, 8, dest, 0x1000, 1, NULL));
     BAD(rdm4_writedata(bad, buf, 8, 42, dest, 0x1000, 1, NULL));
     BAD(rdm4_read(bad, buf, 8, dest, 0x1000, 1, NULL));
@@ -662,7 +647,7 @@ static void check_av(rdm4_ep *a, rdm4_ep *b, rdm4_addr a_to_b, const uint8_t add
         rdm4_ep *e0 = open_ep();
         struct tu_cq q0 = { .ep = e0 };
         struct tu_cq *qs[3] = { &q0, qb, qa };
-        rdm4_addr e0_to_b = insert(e0, addr_b);
+        rdm4_addr e0_to_b = tu_insert(e0, addr_b);
         memcpy(two + RDM4_ADDR_LEN, other_host, RDM4_ADDR_LEN);
         out[0] = out[1] = 0x1111;
         EXPECT(rdm4_av_insert(e0, two, 2, out), RDM4_ENOADDR);
@@ -718,11 +703,11 @@ static void check_av_rollback(rdm4_ep *b, struct tu_cq *qb, const uint8_t addr_b
     rdm4_addr out[2] = { 0x1111, 0x2222 };
 
     /* e2: the fresh history (insert B, insert D). */
-    rdm4_addr b2 = insert(e2, addr_b);
-    rdm4_addr d2 = insert(e2, addr_d);
+    rdm4_addr b2 = tu_insert(e2, addr_b);
+    rdm4_addr d2 = tu_insert(e2, addr_d);
 
     /* e1: insert B, fail to insert [D, garbage]. */
-    rdm4_addr b1 = insert(e1, addr_b);
+    rdm4_addr b1 = tu_insert(e1, addr_b);
     CHECK(b1 == b2, "the same history gives the same handle (%llu, %llu)", (unsigned long long)b1,
           (unsigned long long)b2);
     EXPECT(rdm4_av_insert(e1, pair, 2, out), RDM4_ENOADDR);
@@ -732,7 +717,7 @@ static void check_av_rollback(rdm4_ep *b, struct tu_cq *qb, const uint8_t addr_b
           tu_status(rc));
     rc = rdm4_av_remove(e1, &d2, 1);
     CHECK(rc == RDM4_ENOADDR, "... and has no handle to remove (av_remove: %s)", tu_status(rc));
-    rdm4_addr d1 = insert(e1, addr_d);
+    rdm4_addr d1 = tu_insert(e1, addr_d);
     rc = rdm4_inject(e1, "x", 1, d1);
     CHECK(rc == RDM4_SUCCESS, "inserting D afterwards works (handle %llu; a fresh insert gave %llu) (inject: %s)",
           (unsigned long long)d1, (unsigned long long)d2, tu_status(rc));
@@ -753,7 +738,7 @@ static void check_av_rollback(rdm4_ep *b, struct tu_cq *qb, const uint8_t addr_b
         CHECK(tu_cq_wait(qb, r1, qs, 2, 5000, &c) && strcmp(r1, "before") == 0, "e1 -> B before av_remove");
         (void)tu_cq_wait(&q1, &q1, qs, 2, 5000, &c);
         EXPECT(rdm4_av_remove(e1, &b1, 1), RDM4_SUCCESS);
-        rdm4_addr b1again = insert(e1, addr_b);
+        rdm4_addr b1again = tu_insert(e1, addr_b);
         EXPECT(rdm4_trecv(b, r2, sizeof r2, RDM4_ADDR_UNSPEC, 0xe2, 0, r2), RDM4_SUCCESS);
         EXPECT(rdm4_tsend(e1, "after", 6, b1again, 0xe2, &q1), RDM4_SUCCESS);
         int sent = tu_cq_wait(&q1, &q1, qs, 2, 5000, &c);
@@ -875,8 +860,8 @@ int main(void)
     uint8_t addr_a[RDM4_ADDR_LEN], addr_b[RDM4_ADDR_LEN], addr_c[RDM4_ADDR_LEN], addr_d[RDM4_ADDR_LEN];
     getname(a, addr_a);
     getname(b, addr_b);
-    rdm4_addr a_to_b = insert(a, addr_b);
-    rdm4_addr b_to_a = insert(b, addr_a);
+    rdm4_addr a_to_b = tu_insert(a, addr_b);
+    rdm4_addr b_to_a = tu_insert(b, addr_a);
     (void)b_to_a;
     struct tu_cq qa = { .ep = a }, qb = { .ep = b };
 

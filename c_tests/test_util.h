@@ -69,11 +69,12 @@ static inline const char *tu_status(int32_t s)
         "RDM4_ENOADDR",   "RDM4_ETRUNC",    "RDM4_EREMOTEACCESS", "RDM4_ENOREG", "RDM4_EBUSY",
         "RDM4_ENOTSUP",   "RDM4_EPEER",     "RDM4_ETIMEDOUT", "RDM4_ECANCELED", "RDM4_EPROTO",
         "RDM4_EOVERFLOW", "RDM4_EIO",       "RDM4_EINTERNAL", "RDM4_EREMOTE",  "RDM4_ETOOSMALL",
+        "RDM4_ENOENT",
     };
     if (s > 0) {
         return "(positive)";
     }
-    if (s < -19) {
+    if (s < -20) {
         return "?";
     }
     return names[-s];
@@ -266,5 +267,23 @@ static inline rdm4_cqe tu_cq_expect(struct tu_cq *q, void *ctx, struct tu_cq **q
     }
     return c;
 }
+
+/* Inserts one raw address; FATAL when that fails. */
+static inline rdm4_addr tu_insert(rdm4_ep *ep, const uint8_t addr[RDM4_ADDR_LEN])
+{
+    rdm4_addr a = 0;
+    int32_t rc = rdm4_av_insert(ep, addr, 1, &a);
+    if (rc != 1) {
+        FATAL("rdm4_av_insert: %s (%d)", tu_status(rc), (int)rc);
+    }
+    return a;
+}
+
+/* Checks that `call` returns status `want`. */
+#define EXPECT(call, want)                                                                              \
+    do {                                                                                                \
+        int32_t rc_ = (call);                                                                           \
+        CHECK(rc_ == (want), "%s == %s (got %s %d)", #call, #want, tu_status(rc_), (int)rc_);           \
+    } while (0)
 
 #endif /* RDM4_TEST_UTIL_H */

@@ -74,7 +74,7 @@
 #define RDM4_EPEER (-11)
 /** A wait timed out. (rdm4_strerror: "timed out") */
 #define RDM4_ETIMEDOUT (-12)
-/** The operation was canceled (its address was removed from the address vector). (rdm4_strerror: "operation canceled") */
+/** The operation was canceled (`rdm4_cancel`, or its address was removed from the address vector). (rdm4_strerror: "operation canceled") */
 #define RDM4_ECANCELED (-13)
 /** The peer broke the protocol for this operation: a malformed or unexpected answer (e.g. an atomic response of the wrong length), or the target found the request malformed. A completion status only. (rdm4_strerror: "protocol error") */
 #define RDM4_EPROTO (-14)
@@ -88,6 +88,8 @@
 #define RDM4_EREMOTE (-18)
 /** A caller's buffer is too small for the result; the needed size is reported. (rdm4_strerror: "buffer too small") */
 #define RDM4_ETOOSMALL (-19)
+/** Nothing matched: no posted receive with that context to cancel. (rdm4_strerror: "no such operation") */
+#define RDM4_ENOENT (-20)
 
 
 /**
@@ -711,6 +713,22 @@ int32_t rdm4_trecv(struct rdm4_ep *ep,
 int32_t rdm4_recvmsg(struct rdm4_ep *ep, const struct rdm4_msg *msg, uint64_t flags);
 
 /**
+ * Cancels the posted receive (any kind: `rdm4_recv`, `rdm4_trecv`,
+ * `rdm4_recvmsg`) whose `context` is given, if no message has begun to
+ * fill it: it completes with `RDM4_ECANCELED` (`len` 0) at a later
+ * `rdm4_poll`, and its buffers are the caller's again once that completion
+ * is polled. When several wait with the same context, the oldest goes.
+ * Receives that accept one source are also canceled when that address is
+ * removed (`rdm4_av_remove`). Sends, RMA and atomics cannot be canceled:
+ * a send holds its place in the peer's message order from its post on.
+ *
+ * Returns `RDM4_SUCCESS`; `RDM4_ENOENT` (no such receive waits: a message
+ * matched it, it completed or was canceled, or it never was);
+ * `RDM4_EBADHANDLE`. Thread safety: any thread.
+ */
+int32_t rdm4_cancel(struct rdm4_ep *ep, void *context);
+
+/**
  * Writes `len` bytes at `buf` to the peer's memory at `raddr`, registered
  * with `key` and `RDM4_ACCESS_REMOTE_WRITE`. `raddr` is an address in the
  * target process: the `buf` the target passed to `rdm4_mr_reg`, plus the
@@ -914,9 +932,9 @@ int32_t rdm4_ep_getname(struct rdm4_ep *ep, void *addr, size_t *len);
 int32_t rdm4_av_insert(struct rdm4_ep *ep, const void *addrs, size_t count, rdm4_addr *out);
 
 /**
- * Removes `count` address handles. Operations towards them complete with
- * `RDM4_ECANCELED`. All handles are checked first: nothing is removed when
- * one is unknown.
+ * Removes `count` address handles. Operations towards them, and posted
+ * receives that accept only one of them, complete with `RDM4_ECANCELED`.
+ * All handles are checked first: nothing is removed when one is unknown.
  *
  * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `addrs`
  * with `count > 0`); `RDM4_ENOADDR` (an unknown handle).

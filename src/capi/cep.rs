@@ -70,6 +70,7 @@ impl CEp {
         mut fn send(dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<(), Status>;
         mut fn inject_now(dest: Addr, buf: UserBuf, tag: Option<u64>) -> bool;
         mut fn recv(buf: UserBuf, opts: RecvOpts) -> Result<(), Status>;
+        mut fn cancel(context: u64) -> Result<(), Status>;
         mut fn write(dest: Addr, buf: UserBuf, remote: RemoteBuf, cq_data: Option<u64>, context: u64) -> Result<(), Status>;
         mut fn read(dest: Addr, buf: UserBuf, remote: RemoteBuf, context: u64) -> Result<(), Status>;
         mut fn progress(now: u64) -> ();

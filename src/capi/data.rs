@@ -300,6 +300,36 @@ pub extern "C" fn rdm4_recvmsg(ep: *mut rdm4_ep, msg: *const rdm4_msg, flags: u6
     })
 }
 
+/// Cancels the posted receive (any kind: `rdm4_recv`, `rdm4_trecv`,
+/// `rdm4_recvmsg`) whose `context` is given, if no message has begun to
+/// fill it: it completes with `RDM4_ECANCELED` (`len` 0) at a later
+/// `rdm4_poll`, and its buffers are the caller's again once that completion
+/// is polled. When several wait with the same context, the oldest goes.
+/// Receives that accept one source are also canceled when that address is
+/// removed (`rdm4_av_remove`). Sends, RMA and atomics cannot be canceled:
+/// a send holds its place in the peer's message order from its post on.
+///
+/// Returns `RDM4_SUCCESS`; `RDM4_ENOENT` (no such receive waits: a message
+/// matched it, it completed or was canceled, or it never was);
+/// `RDM4_EBADHANDLE`. Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn rdm4_cancel(ep: *mut rdm4_ep, context: *mut c_void) -> i32 {
+    boundary(|| {
+        let mut g = lookup(ep)?;
+        let user = context as u64;
+        match g.ep.cancel(user) {
+            Err(Status::NoEnt) => {
+                // A receive of several buffers waits under its copy's context.
+                let inner = g.bounces.iter().find(|(_, b)| b.user_context == user && !b.scatter.is_empty());
+                let inner = inner.map(|(&k, _)| k).ok_or(Status::NoEnt)?;
+                g.ep.cancel(inner)?;
+            }
+            r => r?,
+        }
+        Ok(0)
+    })
+}
+
 #[allow(clippy::too_many_arguments)]
 fn write_common(
     ep: *mut rdm4_ep,

@@ -324,9 +324,9 @@ pub extern "C" fn rdm4_av_insert(ep: *mut rdm4_ep, addrs: *const c_void, count: 
     })
 }
 
-/// Removes `count` address handles. Operations towards them complete with
-/// `RDM4_ECANCELED`. All handles are checked first: nothing is removed when
-/// one is unknown.
+/// Removes `count` address handles. Operations towards them, and posted
+/// receives that accept only one of them, complete with `RDM4_ECANCELED`.
+/// All handles are checked first: nothing is removed when one is unknown.
 ///
 /// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `addrs`
 /// with `count > 0`); `RDM4_ENOADDR` (an unknown handle).

@@ -486,10 +486,19 @@ impl<D: Device> Endpoint<D> {
     pub fn av_remove(&mut self, addr: Addr) -> Result<(), Status> {
         self.core.live_peer(addr)?;
         self.core.cancel_ops_of(addr, Status::Canceled, false);
+        self.core.cancel_recvs_from(addr);
         if let Some(p) = self.core.peers.get_mut(addr) {
             p.in_av = false;
         }
         Ok(())
+    }
+
+    /// Cancels the posted receive with `context` that no message has begun
+    /// to fill: it completes with `Canceled`. `NoEnt` when there is none
+    /// (it matched, completed, or never was). Sends cannot be canceled:
+    /// each holds its place in the peer's message order from its post on.
+    pub fn cancel(&mut self, context: u64) -> Result<(), Status> {
+        self.core.cancel_recv(context)
     }
 
     /// True when `raw` is in the address vector.

@@ -6,7 +6,7 @@
 
 use super::op::{Op, OpKind, Posted, QueuedEager, Tx, Unexpected};
 use super::peer::Peer;
-use super::{pop_front_hot, send_flags, Addr, Core, Cqe, RecvDone, RecvOpts, SendOpts};
+use super::{pop_front_hot, send_flags, Addr, Core, CqFlags, Cqe, RecvDone, RecvOpts, SendOpts};
 use crate::device::{DevError, Device, Sent};
 use crate::mem::UserBuf;
 use crate::status::Status;
@@ -85,6 +85,41 @@ impl Core {
             return self.post_recv_matching(buf, opts).map(|()| true);
         }
         self.queue_posted(buf, opts).map(|()| false)
+    }
+
+    /// Takes back the posted receive with `context` that no message has
+    /// begun to fill (the oldest, when several have it) and queues its
+    /// completion with `Canceled`. `NoEnt` when there is none: it matched
+    /// already, completed, or never was.
+    pub(crate) fn cancel_recv(&mut self, context: u64) -> Result<(), Status> {
+        for tagged in [false, true] {
+            let pos = self.posted[q(tagged)].iter().position(|p| p.context == context);
+            if let Some(p) = pos.and_then(|pos| self.posted[q(tagged)].remove(pos)) {
+                self.recv_canceled(&p, tagged);
+                return Ok(());
+            }
+        }
+        Err(Status::NoEnt)
+    }
+
+    /// Cancels every posted receive that accepts only `peer` (its address
+    /// was removed: no message can match it any more).
+    pub(crate) fn cancel_recvs_from(&mut self, peer: u32) {
+        for tagged in [false, true] {
+            loop {
+                let pos = self.posted[q(tagged)].iter().position(|p| p.src == Some(peer));
+                let Some(p) = pos.and_then(|pos| self.posted[q(tagged)].remove(pos)) else { break };
+                self.recv_canceled(&p, tagged);
+            }
+        }
+    }
+
+    /// The completion of a posted receive that was canceled.
+    fn recv_canceled(&mut self, p: &Posted, tagged: bool) {
+        let flags = CqFlags::RECV | if tagged { CqFlags::TAGGED } else { CqFlags::MSG };
+        let mut e = Cqe::new(p.context, flags, 0, Status::Canceled);
+        e.buf = p.buf.addr();
+        self.cq.push_back(e);
     }
 
     /// Queues a receive that no unexpected message takes.
