@@ -39,21 +39,6 @@ static void cleanup_segments(void)
     tu_shm_files(prefix, 1, 0);
 }
 
-static rdm4_ep *open_ep(uint8_t addr[RDM4_ADDR_LEN])
-{
-    rdm4_ep *ep = NULL;
-    int32_t rc = rdm4_ep_open(NULL, &ep);
-    if (rc != RDM4_SUCCESS || ep == NULL) {
-        FATAL("rdm4_ep_open: %s (%d)", tu_status(rc), (int)rc);
-    }
-    size_t len = RDM4_ADDR_LEN;
-    rc = rdm4_ep_getname(ep, addr, &len);
-    if (rc != RDM4_SUCCESS) {
-        FATAL("rdm4_ep_getname: %s (%d)", tu_status(rc), (int)rc);
-    }
-    return ep;
-}
-
 /* Expects the canceled completion of a receive with `ctx` whose buffer
  * `buf` (len bytes, filled with 0xAB) must be untouched. */
 static void expect_canceled(struct tu_cq *q, struct tu_cq **qs, void *ctx, const uint8_t *buf, size_t len,
@@ -73,11 +58,9 @@ int main(void)
     tu_fatal_cleanup = cleanup_segments;
     setvbuf(stdout, NULL, _IOLBF, 0);
 
-    uint8_t addr_a[RDM4_ADDR_LEN], addr_b[RDM4_ADDR_LEN];
-    rdm4_ep *a = open_ep(addr_a);
-    rdm4_ep *b = open_ep(addr_b);
-    rdm4_addr a_to_b = tu_insert(a, addr_b);
-    rdm4_addr b_to_a = tu_insert(b, addr_a);
+    rdm4_ep *a, *b;
+    rdm4_addr a_to_b, b_to_a;
+    tu_pair(&a, &b, &a_to_b, &b_to_a);
     struct tu_cq qa = { .ep = a }, qb = { .ep = b };
     struct tu_cq *qs[2] = { &qa, &qb };
 

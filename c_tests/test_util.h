@@ -268,6 +268,23 @@ static inline rdm4_cqe tu_cq_expect(struct tu_cq *q, void *ctx, struct tu_cq **q
     return c;
 }
 
+/* Opens an endpoint with the default attributes and writes its address;
+ * FATAL when that fails. */
+static inline rdm4_ep *tu_open(uint8_t addr[RDM4_ADDR_LEN])
+{
+    rdm4_ep *ep = NULL;
+    int32_t rc = rdm4_ep_open(NULL, &ep);
+    if (rc != RDM4_SUCCESS || ep == NULL) {
+        FATAL("rdm4_ep_open: %s (%d)", tu_status(rc), (int)rc);
+    }
+    size_t len = RDM4_ADDR_LEN;
+    rc = rdm4_ep_getname(ep, addr, &len);
+    if (rc != RDM4_SUCCESS) {
+        FATAL("rdm4_ep_getname: %s (%d)", tu_status(rc), (int)rc);
+    }
+    return ep;
+}
+
 /* Inserts one raw address; FATAL when that fails. */
 static inline rdm4_addr tu_insert(rdm4_ep *ep, const uint8_t addr[RDM4_ADDR_LEN])
 {
@@ -285,5 +302,16 @@ static inline rdm4_addr tu_insert(rdm4_ep *ep, const uint8_t addr[RDM4_ADDR_LEN]
         int32_t rc_ = (call);                                                                           \
         CHECK(rc_ == (want), "%s == %s (got %s %d)", #call, #want, tu_status(rc_), (int)rc_);           \
     } while (0)
+
+/* Opens two endpoints that know each other: *a_to_b is B's handle at A,
+ * *b_to_a A's at B. */
+static inline void tu_pair(rdm4_ep **a, rdm4_ep **b, rdm4_addr *a_to_b, rdm4_addr *b_to_a)
+{
+    uint8_t addr_a[RDM4_ADDR_LEN], addr_b[RDM4_ADDR_LEN];
+    *a = tu_open(addr_a);
+    *b = tu_open(addr_b);
+    *a_to_b = tu_insert(*a, addr_b);
+    *b_to_a = tu_insert(*b, addr_a);
+}
 
 #endif /* RDM4_TEST_UTIL_H */

@@ -228,6 +228,17 @@
 #define RDM4_MSG_REMOTE_CQ_DATA (1 << 1)
 
 /**
+ * `rdm4_probe` flag: take the message found out of matching, for
+ * `rdm4_recv_claimed` with the probe's context.
+ */
+#define RDM4_PROBE_CLAIM (1 << 8)
+
+/**
+ * `rdm4_probe` flag: drop the message found (no completion anywhere).
+ */
+#define RDM4_PROBE_DISCARD (1 << 9)
+
+/**
  * `rdm4_sendmsg` flag: more sends follow at once; the library may hold
  * this one until a call without the flag (see `rdm4_sendmsg`).
  */
@@ -453,56 +464,6 @@ typedef struct rdm4_msg {
 } rdm4_msg;
 
 /**
- * Endpoint attributes. Initialise with `rdm4_ep_attr_init`, which sets
- * `size`; fields added in later versions go at the end, and the library
- * reads only the first `size` bytes.
- */
-typedef struct rdm4_ep_attr {
-  /**
-   * `sizeof(rdm4_ep_attr)` as the caller compiled it.
-   */
-  size_t size;
-  /**
-   * `RDM4_DEVICE_*`.
-   */
-  uint32_t device;
-  /**
-   * `RDM4_PROGRESS_*`.
-   */
-  uint32_t progress;
-  /**
-   * Messages longer than one packet (eager, up to 16 KiB) and up to this
-   * many bytes use the medium protocol (0: default 64 KiB); longer ones
-   * use long-CTS. On shm, long-read (one copy by cross-memory attach)
-   * replaces long-CTS only from `RDM4_SHM_LONGREAD_MIN` bytes on, which
-   * is off by default: the ring's pipelined copies were measured faster.
-   */
-  size_t medium_max;
-  /**
-   * Bytes of message data of unexpected messages (arrived before their
-   * receive) held at most (0: default 64 MiB). Past it the endpoint
-   * leaves new messages with the device, which holds their senders back
-   * (their sends wait, "try again" inside the library), until receives
-   * are posted; nothing is dropped, and the endpoint's own operations go
-   * on. One message is always taken when none is held, even a larger
-   * one (up to the larger of `medium_max` and a packet).
-   */
-  size_t unexpected_limit;
-  /**
-   * Long-CTS window in packets (0: default 64).
-   */
-  uint32_t max_credits;
-  /**
-   * `RDM4_THREAD_*` (0: `RDM4_THREAD_SAFE`).
-   */
-  uint32_t threading;
-  /**
-   * Reserved for later fields, must be zero.
-   */
-  uint64_t reserved[8];
-} rdm4_ep_attr;
-
-/**
  * One completion (`rdm4_poll`).
  */
 typedef struct rdm4_cqe {
@@ -560,6 +521,56 @@ typedef struct rdm4_cqe {
    */
   uint64_t reserved[2];
 } rdm4_cqe;
+
+/**
+ * Endpoint attributes. Initialise with `rdm4_ep_attr_init`, which sets
+ * `size`; fields added in later versions go at the end, and the library
+ * reads only the first `size` bytes.
+ */
+typedef struct rdm4_ep_attr {
+  /**
+   * `sizeof(rdm4_ep_attr)` as the caller compiled it.
+   */
+  size_t size;
+  /**
+   * `RDM4_DEVICE_*`.
+   */
+  uint32_t device;
+  /**
+   * `RDM4_PROGRESS_*`.
+   */
+  uint32_t progress;
+  /**
+   * Messages longer than one packet (eager, up to 16 KiB) and up to this
+   * many bytes use the medium protocol (0: default 64 KiB); longer ones
+   * use long-CTS. On shm, long-read (one copy by cross-memory attach)
+   * replaces long-CTS only from `RDM4_SHM_LONGREAD_MIN` bytes on, which
+   * is off by default: the ring's pipelined copies were measured faster.
+   */
+  size_t medium_max;
+  /**
+   * Bytes of message data of unexpected messages (arrived before their
+   * receive) held at most (0: default 64 MiB). Past it the endpoint
+   * leaves new messages with the device, which holds their senders back
+   * (their sends wait, "try again" inside the library), until receives
+   * are posted; nothing is dropped, and the endpoint's own operations go
+   * on. One message is always taken when none is held, even a larger
+   * one (up to the larger of `medium_max` and a packet).
+   */
+  size_t unexpected_limit;
+  /**
+   * Long-CTS window in packets (0: default 64).
+   */
+  uint32_t max_credits;
+  /**
+   * `RDM4_THREAD_*` (0: `RDM4_THREAD_SAFE`).
+   */
+  uint32_t threading;
+  /**
+   * Reserved for later fields, must be zero.
+   */
+  uint64_t reserved[8];
+} rdm4_ep_attr;
 
 /**
  * `rdm4_cqe.src` when the source is not known; also "any source" for receives.
@@ -711,6 +722,53 @@ int32_t rdm4_trecv(struct rdm4_ep *ep,
  * `rdm4_sendmsg`.
  */
 int32_t rdm4_recvmsg(struct rdm4_ep *ep, const struct rdm4_msg *msg, uint64_t flags);
+
+/**
+ * Looks for a message that has arrived (whole or in part) without a
+ * receive and that a receive from `src` (`RDM4_ADDR_UNSPEC`: any) would
+ * take: with `RDM4_MSG_TAGGED` in `flags` a tagged one whose tag equals
+ * `tag` in every bit not set in `ignore`, else an untagged one; the oldest
+ * such. It makes progress first, so that a loop of probes advances.
+ * What it does with the message, by `flags`:
+ * - neither flag below: nothing; a later receive takes it (as
+ *   `MPI_Iprobe`);
+ * - `RDM4_PROBE_CLAIM`: no receive matches it any more;
+ *   `rdm4_recv_claimed` with the same `context` takes it (as
+ *   `MPI_Improbe` and `MPI_Mrecv`);
+ * - `RDM4_PROBE_DISCARD`: it is dropped, and its sender's send completes
+ *   as usual.
+ *
+ * `*entry` is filled as the message's receive completion would be
+ * (`flags` `RDM4_CQ_RECV`, `RDM4_CQ_TAGGED` or `RDM4_CQ_MSG`,
+ * `RDM4_CQ_REMOTE_CQ_DATA` with `data`; `len` its whole length; `tag`,
+ * `src`), with `context`, `buf` NULL and status `RDM4_SUCCESS`; it is
+ * only written to when a message is found.
+ *
+ * Returns 1 (found), 0 (none waits); `RDM4_EBADHANDLE`; `RDM4_EINVAL`
+ * (NULL `entry`, unknown flags, both `RDM4_PROBE_CLAIM` and
+ * `RDM4_PROBE_DISCARD`, or a claim with a `context` that holds a claimed
+ * message already); `RDM4_ENOADDR` (unknown `src`). Thread safety: any
+ * thread.
+ */
+int32_t rdm4_probe(struct rdm4_ep *ep,
+                   rdm4_addr src,
+                   uint64_t tag,
+                   uint64_t ignore,
+                   uint64_t flags,
+                   void *context,
+                   struct rdm4_cqe *entry);
+
+/**
+ * Receives the message that `rdm4_probe` with `RDM4_PROBE_CLAIM` claimed
+ * with `context` into `len` bytes at `buf`: it completes as a receive
+ * with that context (`RDM4_ETRUNC` when longer than `len`).
+ *
+ * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `buf`
+ * with `len > 0`); `RDM4_ENOENT` (no message is claimed with `context`:
+ * it was received already, or its sender was lost). Buffer: the
+ * library's until the completion is polled. Thread safety: any thread.
+ */
+int32_t rdm4_recv_claimed(struct rdm4_ep *ep, void *context, void *buf, size_t len);
 
 /**
  * Cancels the posted receive (any kind: `rdm4_recv`, `rdm4_trecv`,

@@ -11,7 +11,7 @@ use std::os::fd::RawFd;
 use crate::device::shm::ShmDevice;
 use crate::device::udp::UdpDevice;
 use crate::device::Access;
-use crate::engine::{Addr, Cqe, Endpoint, RecvOpts, RemoteBuf, SendOpts, Stats};
+use crate::engine::{Addr, Cqe, Endpoint, ProbeMode, Probed, RecvOpts, RemoteBuf, SendOpts, Stats};
 use crate::mem::UserBuf;
 use crate::status::Status;
 use crate::wire::RawAddr;
@@ -71,6 +71,8 @@ impl CEp {
         mut fn inject_now(dest: Addr, buf: UserBuf, tag: Option<u64>) -> bool;
         mut fn recv(buf: UserBuf, opts: RecvOpts) -> Result<(), Status>;
         mut fn cancel(context: u64) -> Result<(), Status>;
+        mut fn probe(opts: RecvOpts, mode: ProbeMode) -> Result<Option<Probed>, Status>;
+        mut fn recv_claimed(claim: u64, buf: UserBuf, context: u64) -> Result<(), Status>;
         mut fn write(dest: Addr, buf: UserBuf, remote: RemoteBuf, cq_data: Option<u64>, context: u64) -> Result<(), Status>;
         mut fn read(dest: Addr, buf: UserBuf, remote: RemoteBuf, context: u64) -> Result<(), Status>;
         mut fn progress(now: u64) -> ();

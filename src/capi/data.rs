@@ -11,7 +11,7 @@ use std::ffi::c_void;
 use super::types::*;
 use super::{boundary, c_buf, lookup, rdm4_ep};
 use crate::engine::atomic_ops;
-use crate::engine::{Addr, RecvOpts, RemoteBuf, SendOpts};
+use crate::engine::{Addr, ProbeMode, RecvOpts, RemoteBuf, SendOpts, ADDR_UNSPEC};
 use crate::mem::UserBuf;
 use crate::status::Status;
 
@@ -296,6 +296,101 @@ pub extern "C" fn rdm4_recvmsg(ep: *mut rdm4_ep, msg: *const rdm4_msg, flags: u6
                 }
             }
         }
+        Ok(0)
+    })
+}
+
+/// Looks for a message that has arrived (whole or in part) without a
+/// receive and that a receive from `src` (`RDM4_ADDR_UNSPEC`: any) would
+/// take: with `RDM4_MSG_TAGGED` in `flags` a tagged one whose tag equals
+/// `tag` in every bit not set in `ignore`, else an untagged one; the oldest
+/// such. It makes progress first, so that a loop of probes advances.
+/// What it does with the message, by `flags`:
+/// - neither flag below: nothing; a later receive takes it (as
+///   `MPI_Iprobe`);
+/// - `RDM4_PROBE_CLAIM`: no receive matches it any more;
+///   `rdm4_recv_claimed` with the same `context` takes it (as
+///   `MPI_Improbe` and `MPI_Mrecv`);
+/// - `RDM4_PROBE_DISCARD`: it is dropped, and its sender's send completes
+///   as usual.
+///
+/// `*entry` is filled as the message's receive completion would be
+/// (`flags` `RDM4_CQ_RECV`, `RDM4_CQ_TAGGED` or `RDM4_CQ_MSG`,
+/// `RDM4_CQ_REMOTE_CQ_DATA` with `data`; `len` its whole length; `tag`,
+/// `src`), with `context`, `buf` NULL and status `RDM4_SUCCESS`; it is
+/// only written to when a message is found.
+///
+/// Returns 1 (found), 0 (none waits); `RDM4_EBADHANDLE`; `RDM4_EINVAL`
+/// (NULL `entry`, unknown flags, both `RDM4_PROBE_CLAIM` and
+/// `RDM4_PROBE_DISCARD`, or a claim with a `context` that holds a claimed
+/// message already); `RDM4_ENOADDR` (unknown `src`). Thread safety: any
+/// thread.
+#[no_mangle]
+pub extern "C" fn rdm4_probe(
+    ep: *mut rdm4_ep,
+    src: rdm4_addr,
+    tag: u64,
+    ignore: u64,
+    flags: u64,
+    context: *mut c_void,
+    entry: *mut rdm4_cqe,
+) -> i32 {
+    boundary(|| {
+        let known = RDM4_MSG_TAGGED | RDM4_PROBE_CLAIM | RDM4_PROBE_DISCARD;
+        let both = RDM4_PROBE_CLAIM | RDM4_PROBE_DISCARD;
+        if entry.is_null() || flags & !known != 0 || flags & both == both {
+            return Err(Status::Inval);
+        }
+        let mode = if flags & RDM4_PROBE_CLAIM != 0 {
+            ProbeMode::Claim
+        } else if flags & RDM4_PROBE_DISCARD != 0 {
+            ProbeMode::Discard
+        } else {
+            ProbeMode::Peek
+        };
+        let mut g = lookup(ep)?;
+        let src = src_filter(src)?;
+        let tagged = flags & RDM4_MSG_TAGGED != 0;
+        g.progress_once();
+        let opts = RecvOpts { tag: tagged.then_some((tag, ignore)), src, context: context as u64 };
+        let Some(p) = g.ep.probe(opts, mode)? else { return Ok(0) };
+        let mut cq_flags = RDM4_CQ_RECV | if p.tagged { RDM4_CQ_TAGGED } else { RDM4_CQ_MSG };
+        if p.cq_data.is_some() {
+            cq_flags |= RDM4_CQ_REMOTE_CQ_DATA;
+        }
+        let e = rdm4_cqe {
+            context,
+            flags: cq_flags,
+            len: p.len,
+            buf: std::ptr::null_mut(),
+            data: p.cq_data.unwrap_or(0),
+            tag: p.tag,
+            src: if p.src == ADDR_UNSPEC { RDM4_ADDR_UNSPEC } else { u64::from(p.src) },
+            status: 0,
+            detail: 0,
+            olen: 0,
+            reserved: [0; 2],
+        };
+        // SAFETY: non-null, and the caller's entry to write.
+        unsafe { entry.write(e) };
+        Ok(1)
+    })
+}
+
+/// Receives the message that `rdm4_probe` with `RDM4_PROBE_CLAIM` claimed
+/// with `context` into `len` bytes at `buf`: it completes as a receive
+/// with that context (`RDM4_ETRUNC` when longer than `len`).
+///
+/// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `buf`
+/// with `len > 0`); `RDM4_ENOENT` (no message is claimed with `context`:
+/// it was received already, or its sender was lost). Buffer: the
+/// library's until the completion is polled. Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn rdm4_recv_claimed(ep: *mut rdm4_ep, context: *mut c_void, buf: *mut c_void, len: usize) -> i32 {
+    boundary(|| {
+        let mut g = lookup(ep)?;
+        let b = c_buf(buf, len)?;
+        g.ep.recv_claimed(context as u64, b, context as u64)?;
         Ok(0)
     })
 }

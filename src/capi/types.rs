@@ -80,6 +80,11 @@ pub const RDM4_CQ_REMOTE_WRITE: u64 = 1 << 9;
 pub const RDM4_MSG_TAGGED: u64 = 1 << 0;
 /// `rdm4_msg` flag: send `data` as remote CQ data.
 pub const RDM4_MSG_REMOTE_CQ_DATA: u64 = 1 << 1;
+/// `rdm4_probe` flag: take the message found out of matching, for
+/// `rdm4_recv_claimed` with the probe's context.
+pub const RDM4_PROBE_CLAIM: u64 = 1 << 8;
+/// `rdm4_probe` flag: drop the message found (no completion anywhere).
+pub const RDM4_PROBE_DISCARD: u64 = 1 << 9;
 /// `rdm4_sendmsg` flag: more sends follow at once; the library may hold
 /// this one until a call without the flag (see `rdm4_sendmsg`).
 pub const RDM4_MSG_MORE: u64 = 1 << 2;

@@ -196,6 +196,34 @@ pub struct SendOpts {
     pub more: bool,
 }
 
+/// What [`Endpoint::probe`] does with the message it finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeMode {
+    /// Leave it for a receive.
+    Peek,
+    /// Take it out of matching; [`Endpoint::recv_claimed`] receives it.
+    Claim,
+    /// Take it out of matching and drop it (no completion).
+    Discard,
+}
+
+/// A message found by [`Endpoint::probe`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probed {
+    /// Its sender.
+    pub src: Addr,
+    /// Tagged, and its tag.
+    pub tagged: bool,
+    pub tag: u64,
+    /// Its whole length (bytes may still be arriving).
+    pub len: u64,
+    /// Its remote CQ data.
+    pub cq_data: Option<u64>,
+    /// With [`ProbeMode::Claim`]: the probe's context, which
+    /// [`Endpoint::recv_claimed`] names the message by (0 otherwise).
+    pub claim: u64,
+}
+
 /// Options of a receive.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RecvOpts {
@@ -246,6 +274,11 @@ pub(crate) struct Core {
     /// End this progress call's packet batch (the general path: after an
     /// eager message that found no receive; the express path: before one).
     rx_stop: bool,
+    /// Messages claimed by a probe, by the probe's context (and whether
+    /// tagged), and the operations of discarded messages whose completion
+    /// nobody gets.
+    claimed: FxHashMap<u64, (op::Unexpected, bool)>,
+    discarding: FxHashMap<u32, ()>,
     /// The call in progress is a send that more follow (`SendOpts::more`):
     /// the device's doorbell is not rung at its end.
     more_follows: bool,
@@ -374,6 +407,8 @@ impl<D: Device> Endpoint<D> {
             recvs_posted: false,
             rx_stop: false,
             more_follows: false,
+            claimed: FxHashMap::default(),
+            discarding: FxHashMap::default(),
             took_unexpected: false,
             rx_defer: false,
             deferred: false,
@@ -491,6 +526,30 @@ impl<D: Device> Endpoint<D> {
             p.in_av = false;
         }
         Ok(())
+    }
+
+    /// Looks for the oldest message that has arrived (whole or in part)
+    /// without a receive and that a receive with `opts`' source and tag
+    /// filter would take, as MPI_Iprobe (`Peek`), MPI_Improbe (`Claim`: no
+    /// later receive matches it; [`Self::recv_claimed`] with
+    /// `opts.context` takes it; `Inval` when that context holds a claimed
+    /// message already) or a probe that drops it (`Discard`). `Ok(None)`:
+    /// none waits. It looks at what progress has brought in; the caller
+    /// progresses.
+    pub fn probe(&mut self, opts: RecvOpts, mode: ProbeMode) -> Result<Option<Probed>, Status> {
+        let r = self.core.probe(opts, mode);
+        self.core.flush(&mut self.dev); // a discarded long-CTS message is granted
+        r
+    }
+
+    /// Receives the message that [`Self::probe`] claimed with context
+    /// `claim` into `buf`, completing with `context` as a receive does.
+    /// `NoEnt`: no such
+    /// claim (it was received already, or its sender was lost).
+    pub fn recv_claimed(&mut self, claim: u64, buf: UserBuf, context: u64) -> Result<(), Status> {
+        let r = self.core.recv_claimed(claim, buf, context);
+        self.core.flush(&mut self.dev);
+        r
     }
 
     /// Cancels the posted receive with `context` that no message has begun

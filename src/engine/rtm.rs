@@ -7,6 +7,7 @@
 use super::op::{Op, OpKind, Posted, QueuedEager, Tx, Unexpected};
 use super::peer::Peer;
 use super::{pop_front_hot, send_flags, Addr, Core, CqFlags, Cqe, RecvDone, RecvOpts, SendOpts};
+use super::{ProbeMode, Probed};
 use crate::device::{DevError, Device, Sent};
 use crate::mem::UserBuf;
 use crate::status::Status;
@@ -87,6 +88,70 @@ impl Core {
         self.queue_posted(buf, opts).map(|()| false)
     }
 
+    /// Looks for the oldest unexpected message that a receive with `opts`'
+    /// source and tag filter would take; see [`super::Endpoint::probe`].
+    pub(crate) fn probe(&mut self, opts: RecvOpts, mode: ProbeMode) -> Result<Option<Probed>, Status> {
+        if let Some(src) = opts.src {
+            self.live_peer(src)?;
+        }
+        let tagged = opts.tag.is_some();
+        let pos = self.unexpected[q(tagged)].iter().position(|u| match u {
+            Unexpected::Op(k) => self.ops.get(*k).is_some_and(|u| takes(opts.src, opts.tag, u.peer, u.tag)),
+            Unexpected::Eager(m) => takes(opts.src, opts.tag, m.peer, m.tag),
+        });
+        let Some(pos) = pos else { return Ok(None) };
+        if mode == ProbeMode::Claim && self.claimed.contains_key(&opts.context) {
+            return Err(Status::Inval); // the context holds a claimed message already
+        }
+        let (peer, tag, len, cq_data) = match &self.unexpected[q(tagged)][pos] {
+            Unexpected::Op(k) => match self.ops.get(*k) {
+                Some(o) => (o.peer, o.tag, o.len, o.cq_data),
+                None => return Ok(None),
+            },
+            Unexpected::Eager(m) => (m.peer, m.tag, m.data.len() as u64, m.cq_data),
+        };
+        let mut found = Probed { src: self.src_of(peer), tagged, tag, len, cq_data, claim: 0 };
+        if mode == ProbeMode::Peek {
+            return Ok(Some(found));
+        }
+        let Some(u) = self.unexpected[q(tagged)].remove(pos) else { return Ok(None) };
+        if mode == ProbeMode::Discard {
+            self.discard_unexpected(u, tagged);
+            return Ok(Some(found));
+        }
+        found.claim = opts.context;
+        self.claimed.insert(opts.context, (u, tagged));
+        Ok(Some(found))
+    }
+
+    /// Receives the message a probe claimed; see [`super::Endpoint::recv_claimed`].
+    /// (A claimed message whose sender is lost leaves `claimed` then.)
+    pub(crate) fn recv_claimed(&mut self, claim: u64, buf: UserBuf, context: u64) -> Result<(), Status> {
+        let (u, tagged) = self.claimed.remove(&claim).ok_or(Status::NoEnt)?;
+        // The message's own tag: it matches by construction.
+        let tag = match &u {
+            Unexpected::Op(k) => self.ops.get(*k).map_or(0, |o| o.tag),
+            Unexpected::Eager(m) => m.tag,
+        };
+        let opts = RecvOpts { tag: tagged.then_some((tag, 0)), src: None, context };
+        self.take_unexpected(u, tagged, buf, opts)
+    }
+
+    /// Drops an unexpected message out of its queue: what is here is freed,
+    /// what is still to come is received into nothing, no completion.
+    fn discard_unexpected(&mut self, u: Unexpected, tagged: bool) {
+        match u {
+            Unexpected::Eager(m) => {
+                self.unexpected_bytes -= m.data.len().min(self.unexpected_bytes);
+                self.recycle_bounce(m.data);
+            }
+            Unexpected::Op(k) => {
+                self.discarding.insert(k, ());
+                let _ = self.take_unexpected(u, tagged, UserBuf::empty(), RecvOpts::default());
+            }
+        }
+    }
+
     /// Takes back the posted receive with `context` that no message has
     /// begun to fill (the oldest, when several have it) and queues its
     /// completion with `Canceled`. `NoEnt` when there is none: it matched
@@ -149,9 +214,17 @@ impl Core {
         let Some(pos) = found else { return self.queue_posted(buf, opts) };
         let queue = &mut self.unexpected[q(tagged)];
         let taken = if pos == 0 { pop_front_hot(queue) } else { queue.remove(pos) };
+        match taken {
+            Some(u) => self.take_unexpected(u, tagged, buf, opts),
+            None => Ok(()),
+        }
+    }
+
+    /// Receives unexpected message `taken` (out of its queue) into `buf`.
+    fn take_unexpected(&mut self, taken: Unexpected, tagged: bool, buf: UserBuf, opts: RecvOpts) -> Result<(), Status> {
         let key = match taken {
-            Some(Unexpected::Op(key)) => key,
-            Some(Unexpected::Eager(m)) => {
+            Unexpected::Op(key) => key,
+            Unexpected::Eager(m) => {
                 self.took_unexpected = true;
                 // The whole message is here: complete at once.
                 let n = m.data.len().min(buf.len());
@@ -162,7 +235,6 @@ impl Core {
                 self.recycle_bounce(m.data);
                 return Ok(());
             }
-            None => return Ok(()),
         };
         let Some(u) = self.ops.get_mut(key) else {
             return Ok(());
