@@ -1070,6 +1070,22 @@ int32_t rdm4_poll(struct rdm4_ep *ep, struct rdm4_cqe *entries, size_t max);
 int32_t rdm4_wait(struct rdm4_ep *ep, int timeout_ms);
 
 /**
+ * Tells whether it is safe to sleep on `rdm4_ep_fd`'s descriptor now (as
+ * libfabric's `fi_trywait`, UCX's `ucp_worker_arm`): no completion waits
+ * to be polled, and nothing waits for a progress call that the descriptor
+ * would not announce. An event loop calls it after `rdm4_poll` returned
+ * 0 and sleeps only on `RDM4_SUCCESS`; so it neither misses a wake-up nor
+ * spins. `RDM4_EAGAIN` also while sends wait for room at their peer:
+ * poll until they leave. It asks for the descriptor as `rdm4_ep_fd` does.
+ *
+ * Returns `RDM4_SUCCESS` (sleep until the descriptor is readable or
+ * another thread calls on the endpoint); `RDM4_EAGAIN` (call `rdm4_poll`
+ * first); `RDM4_EBADHANDLE`; `RDM4_ENOTSUP` (the device has no
+ * descriptor). Thread safety: any thread.
+ */
+int32_t rdm4_trywait(struct rdm4_ep *ep);
+
+/**
  * A file descriptor that polls readable (poll/epoll) while a packet waits
  * for the endpoint; then call `rdm4_poll`. Level-triggered: it stays
  * readable until a `rdm4_poll` has taken what waits, and a poll that finds

@@ -81,6 +81,7 @@ impl CEp {
         mut fn sleep_end() -> ();
         ref fn wake_sleeper() -> ();
         mut fn wait_fd() -> Option<RawFd>;
+        mut fn trywait() -> bool;
         mut fn poll_cq(out: &mut Vec<Cqe>, max: usize) -> usize;
         ref fn cq_len() -> usize;
     }

@@ -317,6 +317,15 @@ pub trait Device {
     /// for that one packet; the default ignores it.
     fn more_follows(&mut self, _more: bool) {}
 
+    /// Whether the application may sleep on the [`Device::wait_fd`]
+    /// descriptor now: nothing the device holds waits for a progress call
+    /// that the descriptor would not announce (a packet ready, datagrams
+    /// taken from the socket and not handed over, packets to hand over
+    /// again). The default: true.
+    fn trywait(&mut self) -> bool {
+        true
+    }
+
     /// Says that the engine is done queueing packets for now: it rings at
     /// the end of every call that may have sent ([`Device::send_with`],
     /// RDMA, a deregistration's refusals). A device that gathers packets

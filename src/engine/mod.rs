@@ -822,6 +822,15 @@ impl<D: Device> Endpoint<D> {
             && !self.core.redeliver_due)
     }
 
+    /// Whether the application may sleep on [`Self::wait_fd`]'s descriptor
+    /// now: no completion is queued, no work waits for a progress call
+    /// (packets to send, a peer's packets to take again), and the device
+    /// holds nothing the descriptor would not announce. False: progress
+    /// (and take the completions) first.
+    pub fn trywait(&mut self) -> bool {
+        self.core.cq.is_empty() && !self.has_queued_work() && self.dev.trywait()
+    }
+
     /// See [`Device::sleep_begin`].
     pub fn sleep_begin(&mut self) -> Option<(std::os::fd::RawFd, i32)> {
         self.dev.sleep_begin()

@@ -1164,6 +1164,10 @@ impl Device for ShmDevice {
         self.wake_own();
     }
 
+    fn trywait(&mut self) -> bool {
+        !self.ready() && (!self.redeliver || self.parked.is_empty())
+    }
+
     fn wait_fd(&mut self) -> Option<RawFd> {
         // From now on producers always signal the FIFO, and receiving drains it.
         self.fd_mode = true;

@@ -922,6 +922,14 @@ impl Device for UdpDevice {
         let _ = self.sock.send_to(&[0u8], self.local);
     }
 
+    fn trywait(&mut self) -> bool {
+        self.tx_flush();
+        if self.app_fd.is_some() {
+            self.arm_app_timer(Instant::now());
+        }
+        !self.rxb.has_pending() && !self.redeliver
+    }
+
     fn wait_fd(&mut self) -> Option<RawFd> {
         if self.app_fd.is_none() {
             self.app_fd = AppFd::new(self.sock.as_raw_fd());
