@@ -2,7 +2,7 @@
  * abi.c: pins the ABI of rdm4.h as it is on x86_64 today.
  *
  * - the size, alignment and offset of every field of every public struct
- *   (rdm4_ep_attr, rdm4_cqe, rdm4_msg) and the type of every field;
+ *   (rdm4_ep_attr, rdm4_cqe, rdm4_msg, rdm4_ep_info) and the type of every field;
  * - the prototype of every exported function (assigned to a pointer of the
  *   exact expected type: a changed prototype is a compile error under -Werror);
  * - the value of every public constant and status code, written as literal
@@ -100,6 +100,24 @@ PIN_FIELD(rdm4_msg, ignore, 32, 8, uint64_t);
 PIN_FIELD(rdm4_msg, data, 40, 8, uint64_t);
 PIN_FIELD(rdm4_msg, context, 48, 8, void *);
 
+/* struct rdm4_ep_info: 152 bytes, 8-aligned, no padding. */
+_Static_assert(sizeof(rdm4_ep_info) == 152, "sizeof(rdm4_ep_info) == 152");
+_Static_assert(_Alignof(rdm4_ep_info) == 8, "_Alignof(rdm4_ep_info) == 8");
+PIN_FIELD(rdm4_ep_info, size, 0, 8, size_t);
+PIN_FIELD(rdm4_ep_info, device, 8, 4, uint32_t);
+PIN_FIELD(rdm4_ep_info, progress, 12, 4, uint32_t);
+PIN_FIELD(rdm4_ep_info, threading, 16, 4, uint32_t);
+PIN_FIELD(rdm4_ep_info, rdma, 20, 4, uint32_t);
+PIN_FIELD(rdm4_ep_info, max_msg_size, 24, 8, uint64_t);
+PIN_FIELD(rdm4_ep_info, inject_size, 32, 8, uint64_t);
+PIN_FIELD(rdm4_ep_info, mtu, 40, 8, uint64_t);
+PIN_FIELD(rdm4_ep_info, eager_max, 48, 8, uint64_t);
+PIN_FIELD(rdm4_ep_info, eager_max_untagged, 56, 8, uint64_t);
+PIN_FIELD(rdm4_ep_info, medium_max, 64, 8, uint64_t);
+PIN_FIELD(rdm4_ep_info, unexpected_limit, 72, 8, uint64_t);
+PIN_FIELD(rdm4_ep_info, max_credits, 80, 8, uint64_t);
+PIN_ARRAY(rdm4_ep_info, reserved, 88, 64, uint64_t, 8);
+
 /* rdm4_addr is a 64-bit unsigned integer. */
 _Static_assert(sizeof(rdm4_addr) == 8, "sizeof(rdm4_addr) == 8");
 _Static_assert(SAME_TYPE((rdm4_addr)0, uint64_t), "rdm4_addr is uint64_t");
@@ -128,6 +146,7 @@ static int32_t (*const p_trecv)(struct rdm4_ep *, void *, size_t, rdm4_addr, uin
 static int32_t (*const p_recvmsg)(struct rdm4_ep *, const struct rdm4_msg *, uint64_t) = rdm4_recvmsg;
 static int32_t (*const p_cancel)(struct rdm4_ep *, void *) = rdm4_cancel;
 static int32_t (*const p_trywait)(struct rdm4_ep *) = rdm4_trywait;
+static int32_t (*const p_ep_query)(struct rdm4_ep *, struct rdm4_ep_info *) = rdm4_ep_query;
 static int32_t (*const p_probe)(struct rdm4_ep *, rdm4_addr, uint64_t, uint64_t, uint64_t, void *,
                                 struct rdm4_cqe *) = rdm4_probe;
 static int32_t (*const p_recv_claimed)(struct rdm4_ep *, void *, void *, size_t) = rdm4_recv_claimed;
@@ -167,7 +186,7 @@ static void check_symbols(void)
         (const void *)(uintptr_t)p_recv,           (const void *)(uintptr_t)p_trecv,
         (const void *)(uintptr_t)p_recvmsg,        (const void *)(uintptr_t)p_cancel,
         (const void *)(uintptr_t)p_probe,          (const void *)(uintptr_t)p_recv_claimed,
-        (const void *)(uintptr_t)p_trywait,
+        (const void *)(uintptr_t)p_trywait,        (const void *)(uintptr_t)p_ep_query,
         (const void *)(uintptr_t)p_write,
         (const void *)(uintptr_t)p_writedata,      (const void *)(uintptr_t)p_read,
         (const void *)(uintptr_t)p_atomic,         (const void *)(uintptr_t)p_fetch_atomic,
@@ -186,7 +205,7 @@ static void check_symbols(void)
             all = 0;
         }
     }
-    CHECK(n == 34 && all, "the %zu exported functions link with the pinned prototypes", n);
+    CHECK(n == 35 && all, "the %zu exported functions link with the pinned prototypes", n);
 }
 
 /* ---------------------------------------------------------------------- */

@@ -573,6 +573,71 @@ typedef struct rdm4_ep_attr {
 } rdm4_ep_attr;
 
 /**
+ * What an endpoint runs with (`rdm4_ep_query`): its modes, limits and
+ * protocol thresholds, as `fi_getinfo` reports a provider's.
+ */
+typedef struct rdm4_ep_info {
+  /**
+   * `sizeof(rdm4_ep_info)` as the caller compiled it; set it before the
+   * call: the library writes no more than that many bytes.
+   */
+  size_t size;
+  /**
+   * `RDM4_DEVICE_SHM` or `RDM4_DEVICE_UDP`: the device opened (after
+   * `RDM4_DEVICE`).
+   */
+  uint32_t device;
+  /**
+   * `RDM4_PROGRESS_*`.
+   */
+  uint32_t progress;
+  /**
+   * `RDM4_THREAD_*`.
+   */
+  uint32_t threading;
+  /**
+   * RDMA the device offers between these peers' devices: bit 0 read,
+   * bit 1 write (without, RMA is emulated through messages).
+   */
+  uint32_t rdma;
+  /**
+   * The longest message (`RDM4_MSG_MAX`).
+   */
+  uint64_t max_msg_size;
+  /**
+   * The longest message `rdm4_inject` takes.
+   */
+  uint64_t inject_size;
+  /**
+   * The largest packet of the device.
+   */
+  uint64_t mtu;
+  /**
+   * Tagged messages up to this length go in one packet (eager);
+   * untagged ones up to `eager_max_untagged`.
+   */
+  uint64_t eager_max;
+  uint64_t eager_max_untagged;
+  /**
+   * Longer messages up to this length use the medium protocol, longer
+   * ones long-CTS (or long-read).
+   */
+  uint64_t medium_max;
+  /**
+   * Bytes of unexpected messages held at most.
+   */
+  uint64_t unexpected_limit;
+  /**
+   * Long-CTS window in packets.
+   */
+  uint64_t max_credits;
+  /**
+   * Reserved for later fields (written as zero).
+   */
+  uint64_t reserved[8];
+} rdm4_ep_info;
+
+/**
  * `rdm4_cqe.src` when the source is not known; also "any source" for receives.
  */
 #define RDM4_ADDR_UNSPEC UINT64_MAX
@@ -1068,6 +1133,19 @@ int32_t rdm4_poll(struct rdm4_ep *ep, struct rdm4_cqe *entries, size_t max);
  * `rdm4_ep_close` of the same endpoint.
  */
 int32_t rdm4_wait(struct rdm4_ep *ep, int timeout_ms);
+
+/**
+ * Reports what `ep` runs with: its device and modes, its limits and the
+ * protocol thresholds that its settings and device give (as `fi_getinfo`
+ * reports a provider's). Set `info->size` to `sizeof(rdm4_ep_info)`
+ * first; the library writes at most that many bytes, so a program built
+ * against an older, shorter struct keeps working.
+ *
+ * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `info`,
+ * or `info->size` too small for `size` and `device`). Thread safety: any
+ * thread.
+ */
+int32_t rdm4_ep_query(struct rdm4_ep *ep, struct rdm4_ep_info *info);
 
 /**
  * Tells whether it is safe to sleep on `rdm4_ep_fd`'s descriptor now (as

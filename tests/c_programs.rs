@@ -34,7 +34,7 @@ use common_c::{compile, env, file_name, link, programs, run_program, stem_and_li
 const TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Programs run a second time over the udp device (on loopback).
-const OVER_UDP: &[&str] = &["interop_shm.c", "trywait.c"];
+const OVER_UDP: &[&str] = &["interop_shm.c", "query.c", "trywait.c"];
 const UDP_ENV: &[(&str, &str)] = &[("RDM4_DEVICE", "udp"), ("RDM4_UDP_ADDR", "127.0.0.1")];
 
 #[test]

@@ -233,7 +233,7 @@ fn rdm4_3_describes_every_function_macro_and_struct_of_the_header() {
             assert!(documented.contains(&format!(".I {f}")), "rdm4.3: struct {name} field {f} is not described");
         }
     }
-    assert_eq!(structs, 3, "the header's structs (rdm4_msg, rdm4_ep_attr, rdm4_cqe)");
+    assert_eq!(structs, 4, "the header's structs (rdm4_msg, rdm4_ep_attr, rdm4_cqe, rdm4_ep_info)");
 }
 
 /// The `RDM4_*` variables the library reads (see the rule at the top), each

@@ -11,7 +11,8 @@ use std::os::fd::RawFd;
 use crate::device::shm::ShmDevice;
 use crate::device::udp::UdpDevice;
 use crate::device::Access;
-use crate::engine::{Addr, Cqe, Endpoint, ProbeMode, Probed, RecvOpts, RemoteBuf, SendOpts, Stats};
+use crate::device::Caps;
+use crate::engine::{Addr, Config, Cqe, Endpoint, ProbeMode, Probed, RecvOpts, RemoteBuf, SendOpts, Stats};
 use crate::mem::UserBuf;
 use crate::status::Status;
 use crate::wire::RawAddr;
@@ -82,6 +83,9 @@ impl CEp {
         ref fn wake_sleeper() -> ();
         mut fn wait_fd() -> Option<RawFd>;
         mut fn trywait() -> bool;
+        ref fn config() -> &Config;
+        ref fn caps() -> Caps;
+        ref fn eager_max(tagged: bool) -> usize;
         mut fn poll_cq(out: &mut Vec<Cqe>, max: usize) -> usize;
         ref fn cq_len() -> usize;
     }

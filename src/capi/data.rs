@@ -19,6 +19,9 @@ fn addr(a: rdm4_addr) -> Result<Addr, Status> {
     u32::try_from(a).map_err(|_| Status::NoAddr)
 }
 
+/// The longest message `rdm4_inject` takes.
+pub(crate) const INJECT_MAX: usize = 64 * 1024;
+
 fn src_filter(a: rdm4_addr) -> Result<Option<Addr>, Status> {
     if a == RDM4_ADDR_UNSPEC {
         Ok(None)
@@ -114,7 +117,7 @@ pub extern "C" fn rdm4_tinject(ep: *mut rdm4_ep, buf: *const c_void, len: usize,
 fn inject_common(ep: *mut rdm4_ep, buf: *const c_void, len: usize, dest: rdm4_addr, tag: Option<u64>) -> i32 {
     boundary(|| {
         let mut g = lookup(ep)?;
-        if len > 64 * 1024 {
+        if len > INJECT_MAX {
             return Err(Status::Inval);
         }
         let src = c_buf(buf as *mut c_void, len)?;

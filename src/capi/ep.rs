@@ -135,7 +135,8 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
         if a.max_credits != 0 {
             cfg.max_credits = a.max_credits;
         }
-        let inner = EpInner::new(open_endpoint(&a, cfg)?);
+        let mut inner = EpInner::new(open_endpoint(&a, cfg)?);
+        inner.modes = (a.progress, a.threading);
         let single = a.threading == RDM4_THREAD_SINGLE;
         let (slot, handle) = super::install(inner, single).ok_or(Status::NoMem)?;
         if a.progress == RDM4_PROGRESS_AUTO {
@@ -620,6 +621,55 @@ pub extern "C" fn rdm4_wait(ep: *mut rdm4_ep, timeout_ms: c_int) -> i32 {
                 }
             }
         }
+    })
+}
+
+/// Reports what `ep` runs with: its device and modes, its limits and the
+/// protocol thresholds that its settings and device give (as `fi_getinfo`
+/// reports a provider's). Set `info->size` to `sizeof(rdm4_ep_info)`
+/// first; the library writes at most that many bytes, so a program built
+/// against an older, shorter struct keeps working.
+///
+/// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `info`,
+/// or `info->size` too small for `size` and `device`). Thread safety: any
+/// thread.
+#[no_mangle]
+pub extern "C" fn rdm4_ep_query(ep: *mut rdm4_ep, info: *mut rdm4_ep_info) -> i32 {
+    boundary(|| {
+        if info.is_null() {
+            return Err(Status::Inval);
+        }
+        // SAFETY: non-null; the caller's struct begins with its size.
+        let room = unsafe { info.cast::<usize>().read_unaligned() };
+        if room < std::mem::size_of::<usize>() + 4 {
+            return Err(Status::Inval);
+        }
+        let g = lookup(ep)?;
+        let device = match &g.ep {
+            super::CEp::Shm(_) => RDM4_DEVICE_SHM,
+            super::CEp::Udp(_) => RDM4_DEVICE_UDP,
+        };
+        let (cfg, caps) = (g.ep.config(), g.ep.caps());
+        let full = rdm4_ep_info {
+            size: room.min(std::mem::size_of::<rdm4_ep_info>()),
+            device,
+            progress: g.modes.0,
+            threading: g.modes.1,
+            rdma: u32::from(caps.rdma_read) | u32::from(caps.rdma_write) << 1,
+            max_msg_size: RDM4_MSG_MAX,
+            inject_size: super::data::INJECT_MAX as u64,
+            mtu: caps.mtu as u64,
+            eager_max: g.ep.eager_max(true) as u64,
+            eager_max_untagged: g.ep.eager_max(false) as u64,
+            medium_max: cfg.medium_max as u64,
+            unexpected_limit: cfg.unexpected_limit as u64,
+            max_credits: u64::from(cfg.max_credits),
+            reserved: [0; 8],
+        };
+        let n = room.min(std::mem::size_of::<rdm4_ep_info>());
+        // SAFETY: the caller's struct holds `room` bytes; `n` is at most that.
+        unsafe { std::ptr::copy_nonoverlapping((&full as *const rdm4_ep_info).cast::<u8>(), info.cast::<u8>(), n) };
+        Ok(0)
     })
 }
 

@@ -279,6 +279,8 @@ pub(crate) struct EpInner {
     /// call that may have queued work for them wakes them when it lets the
     /// endpoint go ([`Locked`]'s drop).
     pub(crate) parked: u32,
+    /// `RDM4_PROGRESS_*` and `RDM4_THREAD_*` it was opened with.
+    pub(crate) modes: (u32, u32),
 }
 
 impl EpInner {
@@ -290,6 +292,7 @@ impl EpInner {
             ready: Vec::new(),
             scratch: Vec::new(),
             parked: 0,
+            modes: (0, 0),
         }
     }
 

@@ -195,6 +195,45 @@ pub struct rdm4_ep_attr {
     pub reserved: [u64; 8],
 }
 
+/// What an endpoint runs with (`rdm4_ep_query`): its modes, limits and
+/// protocol thresholds, as `fi_getinfo` reports a provider's.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct rdm4_ep_info {
+    /// `sizeof(rdm4_ep_info)` as the caller compiled it; set it before the
+    /// call: the library writes no more than that many bytes.
+    pub size: usize,
+    /// `RDM4_DEVICE_SHM` or `RDM4_DEVICE_UDP`: the device opened (after
+    /// `RDM4_DEVICE`).
+    pub device: u32,
+    /// `RDM4_PROGRESS_*`.
+    pub progress: u32,
+    /// `RDM4_THREAD_*`.
+    pub threading: u32,
+    /// RDMA the device offers between these peers' devices: bit 0 read,
+    /// bit 1 write (without, RMA is emulated through messages).
+    pub rdma: u32,
+    /// The longest message (`RDM4_MSG_MAX`).
+    pub max_msg_size: u64,
+    /// The longest message `rdm4_inject` takes.
+    pub inject_size: u64,
+    /// The largest packet of the device.
+    pub mtu: u64,
+    /// Tagged messages up to this length go in one packet (eager);
+    /// untagged ones up to `eager_max_untagged`.
+    pub eager_max: u64,
+    pub eager_max_untagged: u64,
+    /// Longer messages up to this length use the medium protocol, longer
+    /// ones long-CTS (or long-read).
+    pub medium_max: u64,
+    /// Bytes of unexpected messages held at most.
+    pub unexpected_limit: u64,
+    /// Long-CTS window in packets.
+    pub max_credits: u64,
+    /// Reserved for later fields (written as zero).
+    pub reserved: [u64; 8],
+}
+
 /// One completion (`rdm4_poll`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]

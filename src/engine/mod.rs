@@ -467,6 +467,16 @@ impl<D: Device> Endpoint<D> {
         self.core.stats
     }
 
+    /// The settings the endpoint runs with.
+    pub fn config(&self) -> &Config {
+        &self.core.cfg
+    }
+
+    /// What the device offers.
+    pub fn caps(&self) -> Caps {
+        self.core.caps
+    }
+
     /// The largest message sent with the eager protocol.
     pub fn eager_max(&self, tagged: bool) -> usize {
         let t = if tagged { PacketType::EagerTagRtm } else { PacketType::EagerMsgRtm };

@@ -1,0 +1,111 @@
+/*
+ * query.c: rdm4_ep_query over the device of the environment (run over
+ * shm and over udp).
+ *
+ * Checked: the device the environment chose, the modes and the settings
+ * the endpoint was opened with (defaults, then attributes), the limits
+ * (RDM4_MSG_MAX, the inject size, which rdm4_inject honours at its edge),
+ * thresholds consistent with each other and the MTU; a caller's struct
+ * smaller than this version's is written only up to its size; NULL,
+ * sizes too small and bad handles refused.
+ * Prints "ok - ..." per check, failures to stderr, exits 1 on any failure.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rdm4.h"
+#include "test_util.h"
+
+static char prefix[64];
+
+static void cleanup_segments(void)
+{
+    tu_shm_files(prefix, 1, 0);
+}
+
+int main(void)
+{
+    alarm(60);
+    tu_set_prefix("query", prefix, sizeof prefix);
+    tu_fatal_cleanup = cleanup_segments;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *dev = getenv("RDM4_DEVICE");
+    uint32_t want_dev = dev && strcmp(dev, "udp") == 0 ? RDM4_DEVICE_UDP : RDM4_DEVICE_SHM;
+
+    /* Defaults. */
+    rdm4_ep *a, *b;
+    rdm4_addr a_to_b, b_to_a;
+    tu_pair(&a, &b, &a_to_b, &b_to_a);
+    (void)b_to_a;
+    rdm4_ep_info in;
+    memset(&in, 0x5a, sizeof in);
+    in.size = sizeof in;
+    EXPECT(rdm4_ep_query(a, &in), RDM4_SUCCESS);
+    CHECK(in.size == sizeof in && in.device == want_dev && in.progress == RDM4_PROGRESS_MANUAL &&
+              in.threading == RDM4_THREAD_SAFE,
+          "device %u (want %u), progress %u, threading %u", in.device, want_dev, in.progress, in.threading);
+    CHECK(in.max_msg_size == RDM4_MSG_MAX && in.inject_size == 65536, "limits: max %llu, inject %llu",
+          (unsigned long long)in.max_msg_size, (unsigned long long)in.inject_size);
+    CHECK(in.mtu >= 1024 && in.eager_max > 0 && in.eager_max < in.mtu && in.eager_max_untagged >= in.eager_max &&
+              in.eager_max_untagged < in.mtu,
+          "thresholds: mtu %llu, eager %llu / %llu", (unsigned long long)in.mtu, (unsigned long long)in.eager_max,
+          (unsigned long long)in.eager_max_untagged);
+    CHECK(in.medium_max == 65536 && in.unexpected_limit == 64ull << 20 && in.max_credits == 64,
+          "default settings: medium %llu, unexpected %llu, credits %llu", (unsigned long long)in.medium_max,
+          (unsigned long long)in.unexpected_limit, (unsigned long long)in.max_credits);
+    CHECK(want_dev != RDM4_DEVICE_UDP || in.rdma == 3, "udp offers RDMA read and write (%u)", in.rdma);
+    CHECK(tu_all(in.reserved, sizeof in.reserved, 0), "reserved fields are zero");
+    /* rdm4_inject takes exactly up to inject_size. */
+    static uint8_t big[65537];
+    EXPECT(rdm4_inject(a, big, (size_t)in.inject_size + 1, a_to_b), RDM4_EINVAL);
+    EXPECT(rdm4_inject(a, big, (size_t)in.inject_size, a_to_b), RDM4_SUCCESS);
+
+    /* A shorter struct (an older caller's): nothing past its size. */
+    rdm4_ep_info part;
+    memset(&part, 0x5a, sizeof part);
+    part.size = offsetof(rdm4_ep_info, mtu);
+    EXPECT(rdm4_ep_query(a, &part), RDM4_SUCCESS);
+    CHECK(part.size == offsetof(rdm4_ep_info, mtu) && part.inject_size == 65536 &&
+              tu_all((uint8_t *)&part + offsetof(rdm4_ep_info, mtu), sizeof part - offsetof(rdm4_ep_info, mtu), 0x5a),
+          "a %zu-byte struct is written up to its size only", (size_t)offsetof(rdm4_ep_info, mtu));
+    EXPECT(rdm4_ep_query(a, NULL), RDM4_EINVAL);
+    part.size = 4;
+    EXPECT(rdm4_ep_query(a, &part), RDM4_EINVAL);
+    EXPECT(rdm4_ep_query(NULL, &in), RDM4_EBADHANDLE);
+    EXPECT(rdm4_ep_close(a), RDM4_SUCCESS);
+    EXPECT(rdm4_ep_close(b), RDM4_SUCCESS);
+    in.size = sizeof in;
+    EXPECT(rdm4_ep_query(a, &in), RDM4_EBADHANDLE);
+
+    /* Attributes show. */
+    rdm4_ep_attr at;
+    rdm4_ep_attr_init(&at);
+    at.medium_max = 100000;
+    at.unexpected_limit = 1 << 20;
+    at.max_credits = 16;
+    at.threading = RDM4_THREAD_SINGLE;
+    rdm4_ep *c = NULL;
+    EXPECT(rdm4_ep_open(&at, &c), RDM4_SUCCESS);
+    in.size = sizeof in;
+    EXPECT(rdm4_ep_query(c, &in), RDM4_SUCCESS);
+    CHECK(in.medium_max == 100000 && in.unexpected_limit == 1 << 20 && in.max_credits == 16 &&
+              in.threading == RDM4_THREAD_SINGLE,
+          "the attributes: medium %llu, unexpected %llu, credits %llu, threading %u",
+          (unsigned long long)in.medium_max, (unsigned long long)in.unexpected_limit,
+          (unsigned long long)in.max_credits, in.threading);
+    EXPECT(rdm4_ep_close(c), RDM4_SUCCESS);
+    rdm4_ep_attr_init(&at);
+    at.progress = RDM4_PROGRESS_AUTO;
+    EXPECT(rdm4_ep_open(&at, &c), RDM4_SUCCESS);
+    EXPECT(rdm4_ep_query(c, &in), RDM4_SUCCESS);
+    CHECK(in.progress == RDM4_PROGRESS_AUTO, "automatic progress shows (%u)", in.progress);
+    EXPECT(rdm4_ep_close(c), RDM4_SUCCESS);
+    CHECK(tu_shm_files(prefix, 1, 1) == 0, "no segment left behind");
+    return tu_failures ? 1 : 0;
+}
