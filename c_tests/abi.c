@@ -147,6 +147,7 @@ static int32_t (*const p_recvmsg)(struct rdm4_ep *, const struct rdm4_msg *, uin
 static int32_t (*const p_cancel)(struct rdm4_ep *, void *) = rdm4_cancel;
 static int32_t (*const p_trywait)(struct rdm4_ep *) = rdm4_trywait;
 static int32_t (*const p_ep_query)(struct rdm4_ep *, struct rdm4_ep_info *) = rdm4_ep_query;
+static int32_t (*const p_counters)(struct rdm4_ep *, size_t, const char **, uint64_t *, size_t) = rdm4_counters;
 static int32_t (*const p_probe)(struct rdm4_ep *, rdm4_addr, uint64_t, uint64_t, uint64_t, void *,
                                 struct rdm4_cqe *) = rdm4_probe;
 static int32_t (*const p_recv_claimed)(struct rdm4_ep *, void *, void *, size_t) = rdm4_recv_claimed;
@@ -187,6 +188,7 @@ static void check_symbols(void)
         (const void *)(uintptr_t)p_recvmsg,        (const void *)(uintptr_t)p_cancel,
         (const void *)(uintptr_t)p_probe,          (const void *)(uintptr_t)p_recv_claimed,
         (const void *)(uintptr_t)p_trywait,        (const void *)(uintptr_t)p_ep_query,
+        (const void *)(uintptr_t)p_counters,
         (const void *)(uintptr_t)p_write,
         (const void *)(uintptr_t)p_writedata,      (const void *)(uintptr_t)p_read,
         (const void *)(uintptr_t)p_atomic,         (const void *)(uintptr_t)p_fetch_atomic,
@@ -205,7 +207,7 @@ static void check_symbols(void)
             all = 0;
         }
     }
-    CHECK(n == 35 && all, "the %zu exported functions link with the pinned prototypes", n);
+    CHECK(n == 36 && all, "the %zu exported functions link with the pinned prototypes", n);
 }
 
 /* ---------------------------------------------------------------------- */

@@ -237,6 +237,7 @@ static void check_bad_handle(rdm4_ep *bad, const char *what, rdm4_addr dest, con
     BAD(rdm4_recvmsg(bad, &msg, 0));
     BAD(rdm4_cancel(bad, NULL));
     BAD(rdm4_trywait(bad));
+    BAD(rdm4_counters(bad, 0, NULL, NULL, 0));
     BAD(rdm4_ep_query(bad, &(rdm4_ep_info){ .size = sizeof(rdm4_ep_info) }));
     BAD(rdm4_probe(bad, RDM4_ADDR_UNSPEC, 0, 0, 0, NULL, &(rdm4_cqe){ 0 }));
     BAD(rdm4_recv_claimed(bad, NULL, buf, 8));

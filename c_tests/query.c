@@ -1,13 +1,15 @@
 /*
- * query.c: rdm4_ep_query over the device of the environment (run over
- * shm and over udp).
+ * query.c: rdm4_ep_query and rdm4_counters over the device of the
+ * environment (run over shm and over udp).
  *
  * Checked: the device the environment chose, the modes and the settings
  * the endpoint was opened with (defaults, then attributes), the limits
  * (RDM4_MSG_MAX, the inject size, which rdm4_inject honours at its edge),
  * thresholds consistent with each other and the MTU; a caller's struct
  * smaller than this version's is written only up to its size; NULL,
- * sizes too small and bad handles refused.
+ * sizes too small and bad handles refused. Counters: every name present
+ * once, read in pieces as a whole, packets counted on both sides of a
+ * message, the udp counters moving on udp only.
  * Prints "ok - ..." per check, failures to stderr, exits 1 on any failure.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -23,6 +25,20 @@
 #include "test_util.h"
 
 static char prefix[64];
+
+/* The value of counter `name` of `ep` (FATAL when there is none). */
+static uint64_t counter(rdm4_ep *ep, const char *name)
+{
+    const char *names[64];
+    uint64_t values[64];
+    int32_t n = rdm4_counters(ep, 0, names, values, 64);
+    for (int32_t i = 0; i < n; i++) {
+        if (strcmp(names[i], name) == 0) {
+            return values[i];
+        }
+    }
+    FATAL("no counter %s", name);
+}
 
 static void cleanup_segments(void)
 {
@@ -74,6 +90,43 @@ int main(void)
     CHECK(part.size == offsetof(rdm4_ep_info, mtu) && part.inject_size == 65536 &&
               tu_all((uint8_t *)&part + offsetof(rdm4_ep_info, mtu), sizeof part - offsetof(rdm4_ep_info, mtu), 0x5a),
           "a %zu-byte struct is written up to its size only", (size_t)offsetof(rdm4_ep_info, mtu));
+    /* Counters: names unique, read in pieces as a whole. */
+    const char *names[64], *piece[64];
+    uint64_t values[64];
+    int32_t n = rdm4_counters(a, 0, names, values, 64);
+    CHECK(n >= 18 && n < 64, "%d counters", (int)n);
+    int unique = 1;
+    for (int32_t i = 0; i < n; i++) {
+        for (int32_t j = 0; j < i; j++) {
+            unique &= strcmp(names[i], names[j]) != 0;
+        }
+    }
+    CHECK(unique, "every counter name once");
+    int32_t got = 0;
+    for (size_t first = 0;; first += 5) {
+        int32_t k = rdm4_counters(a, first, piece + first, NULL, 5);
+        if (k <= 0) {
+            break;
+        }
+        got += k;
+    }
+    CHECK(got == n && memcmp(piece, names, (size_t)n * sizeof names[0]) == 0, "read five at a time: the same %d",
+          (int)got);
+    EXPECT(rdm4_counters(a, (size_t)n, names, values, 64), 0);
+    EXPECT(rdm4_counters(NULL, 0, names, values, 64), RDM4_EBADHANDLE);
+    /* The injected message: sent by A, received by B. */
+    struct tu_cq qb = { .ep = b };
+    double t0 = tu_now_ms();
+    while (counter(b, "rx_packets") == 0 && tu_now_ms() - t0 < 2000) {
+        tu_cq_poll(&qb);
+        rdm4_cqe e;
+        (void)rdm4_poll(a, &e, 1);
+    }
+    CHECK(counter(a, "tx_packets") >= 1 && counter(b, "rx_packets") >= 1, "tx_packets %llu at A, rx_packets %llu at B",
+          (unsigned long long)counter(a, "tx_packets"), (unsigned long long)counter(b, "rx_packets"));
+    uint64_t dgrams = counter(a, "udp_datagrams_sent");
+    CHECK(want_dev == RDM4_DEVICE_UDP ? dgrams >= 1 && counter(a, "udp_send_calls") >= 1 : dgrams == 0,
+          "udp_datagrams_sent %llu on this device", (unsigned long long)dgrams);
     EXPECT(rdm4_ep_query(a, NULL), RDM4_EINVAL);
     part.size = 4;
     EXPECT(rdm4_ep_query(a, &part), RDM4_EINVAL);

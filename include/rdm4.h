@@ -672,6 +672,29 @@ const char *rdm4_version_string(void);
 const char *rdm4_strerror(int32_t status);
 
 /**
+ * Reads the endpoint's counters from index `first` on: up to `max` of
+ * them, each counter's name into `names[i]` (a static string: never
+ * freed, valid for the life of the process) and its value into
+ * `values[i]`; either array may be NULL to skip it. Names never change
+ * meaning, and a new release adds counters only after the old ones, so
+ * a program that looks its counters up by name keeps working; call with
+ * increasing `first` until it returns 0 to read them all. The counters
+ * (packets received and sent, packets dropped by reason — malformed,
+ * stale connection id, unknown sender —, protocol and remote-access
+ * errors, packets deferred past the unexpected limit, and the udp
+ * device's datagrams, system calls, retransmissions, duplicates, drops
+ * and refusals, 0 on other devices) count from the endpoint's open.
+ *
+ * Returns how many it wrote (0 when `first` is past the last);
+ * `RDM4_EBADHANDLE`. Thread safety: any thread.
+ */
+int32_t rdm4_counters(struct rdm4_ep *ep,
+                      size_t first,
+                      const char **names,
+                      uint64_t *values,
+                      size_t max);
+
+/**
  * Sends `len` bytes at `buf` to `dest` (untagged); one completion with
  * `RDM4_CQ_SEND | RDM4_CQ_MSG` follows.
  *

@@ -67,6 +67,8 @@ struct Opts {
     inject: bool,
     /// Streams send with `rdm4_sendmsg` and `RDM4_MSG_MORE`.
     more: bool,
+    /// Print the endpoint's counters after the run (`rdm4_counters`).
+    stats: bool,
     role: Role,
     port: u16,
 }
@@ -87,6 +89,7 @@ impl Opts {
             thread_safe: false,
             inject: false,
             more: false,
+            stats: false,
             role: Role::Local,
             port: 0,
         }
@@ -184,6 +187,9 @@ const OPTIONS: &[Opt] = &[
     Opt { name: "--more", arg: "", default: Shown::Words("rdm4_tsend"),
         help: "tag_bw, msg_rate send by rdm4_sendmsg with RDM4_MSG_MORE",
         set: |o, _| { o.more = true; Ok(()) } },
+    Opt { name: "--stats", arg: "", default: Shown::Words("off"),
+        help: "print each side's counters (rdm4_counters) to stderr after the run",
+        set: |o, _| { o.stats = true; Ok(()) } },
     Opt { name: "--server", arg: "", default: Shown::Words("start the peer here"),
         help: "wait for a --client, then run the tests",
         set: |o, _| { o.role = Role::Server; Ok(()) } },
@@ -854,8 +860,32 @@ fn run(o: &Opts, ep: *mut rdm4_ep, mut sock: TcpStream, client: bool) -> Vec<Str
         eprint!("\r{:40}\r", "");
     }
     barrier(&mut c, client, |_| {});
+    if o.stats {
+        print_counters(c.ep, if client { "client" } else { "server" });
+    }
     ok("rdm4_ep_close", rdm4_ep_close(c.ep));
     out
+}
+
+/// Prints every counter of `ep` that is not zero, one per line, to stderr.
+fn print_counters(ep: *mut rdm4_ep, side: &str) {
+    let mut names = [std::ptr::null::<std::ffi::c_char>(); 16];
+    let mut values = [0u64; 16];
+    let mut first = 0;
+    loop {
+        let n = rdm4_counters(ep, first, names.as_mut_ptr(), values.as_mut_ptr(), names.len());
+        if n <= 0 {
+            break;
+        }
+        for i in 0..n as usize {
+            // SAFETY: the library's static, NUL-terminated counter names.
+            let name = unsafe { CStr::from_ptr(names[i]) }.to_string_lossy();
+            if values[i] != 0 {
+                eprintln!("{side} {name} {}", values[i]);
+            }
+        }
+        first += n as usize;
+    }
 }
 
 fn spawn_peer(o: &Opts, port: u16) -> Child {
@@ -888,6 +918,9 @@ fn spawn_peer(o: &Opts, port: u16) -> Child {
     }
     if o.more {
         args.push("--more".into());
+    }
+    if o.stats {
+        args.push("--stats".into());
     }
     args.push("--json".into());
     Command::new(exe)

@@ -21,6 +21,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 mod cep;
+mod counters;
 mod data;
 mod ep;
 mod types;
@@ -34,6 +35,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
+pub use counters::*;
 pub use data::*;
 pub use ep::*;
 pub use types::*;

@@ -1,0 +1,101 @@
+//! The endpoint's counters, read from C by name (`rdm4_counters`).
+//!
+//! The table is append-only: a counter keeps its index and its meaning
+//! from the release that added it on, and new ones come at the end, so a
+//! program that reads the counters it knows by name keeps working. The
+//! udp device's counters read 0 on other devices.
+
+use std::ffi::{c_char, CStr};
+
+use super::{boundary, lookup, rdm4_ep, CEp};
+use crate::device::udp::UdpStats;
+use crate::engine::Stats;
+
+/// One counter: its name and how to read it from the engine's and the
+/// udp device's statistics.
+struct Counter {
+    name: &'static CStr,
+    read: fn(&Stats, &UdpStats) -> u64,
+}
+
+/// Every counter, in its stable order.
+const COUNTERS: &[Counter] = &[
+    Counter { name: c"rx_packets", read: |s, _| s.rx_packets },
+    Counter { name: c"tx_packets", read: |s, _| s.tx_packets },
+    Counter { name: c"drop_malformed", read: |s, _| s.malformed },
+    Counter { name: c"drop_stale_connid", read: |s, _| s.stale_connid },
+    Counter { name: c"drop_unknown_sender", read: |s, _| s.unknown_sender },
+    Counter { name: c"protocol_errors", read: |s, _| s.protocol_errors },
+    Counter { name: c"access_errors", read: |s, _| s.access_errors },
+    Counter { name: c"deferred", read: |s, _| s.deferred },
+    Counter { name: c"udp_datagrams_sent", read: |_, u| u.datagrams_sent },
+    Counter { name: c"udp_send_calls", read: |_, u| u.send_calls },
+    Counter { name: c"udp_recv_calls", read: |_, u| u.recv_calls },
+    Counter { name: c"udp_retransmits", read: |_, u| u.retransmits },
+    Counter { name: c"udp_duplicates", read: |_, u| u.duplicates },
+    Counter { name: c"udp_drop_malformed", read: |_, u| u.malformed },
+    Counter { name: c"udp_drop_stale_connid", read: |_, u| u.stale },
+    Counter { name: c"udp_drop_too_far", read: |_, u| u.too_far },
+    Counter { name: c"udp_rdma_refused", read: |_, u| u.rdma_refused },
+    Counter { name: c"udp_injected_drops", read: |_, u| u.injected_drops },
+];
+
+/// Reads the endpoint's counters from index `first` on: up to `max` of
+/// them, each counter's name into `names[i]` (a static string: never
+/// freed, valid for the life of the process) and its value into
+/// `values[i]`; either array may be NULL to skip it. Names never change
+/// meaning, and a new release adds counters only after the old ones, so
+/// a program that looks its counters up by name keeps working; call with
+/// increasing `first` until it returns 0 to read them all. The counters
+/// (packets received and sent, packets dropped by reason — malformed,
+/// stale connection id, unknown sender —, protocol and remote-access
+/// errors, packets deferred past the unexpected limit, and the udp
+/// device's datagrams, system calls, retransmissions, duplicates, drops
+/// and refusals, 0 on other devices) count from the endpoint's open.
+///
+/// Returns how many it wrote (0 when `first` is past the last);
+/// `RDM4_EBADHANDLE`. Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn rdm4_counters(
+    ep: *mut rdm4_ep,
+    first: usize,
+    names: *mut *const c_char,
+    values: *mut u64,
+    max: usize,
+) -> i32 {
+    boundary(|| {
+        let g = lookup(ep)?;
+        let stats = g.ep.stats();
+        let udp = match &g.ep {
+            CEp::Udp(e) => e.device().stats(),
+            CEp::Shm(_) => UdpStats::default(),
+        };
+        let todo = COUNTERS.get(first..).unwrap_or(&[]);
+        let n = todo.len().min(max).min(i32::MAX as usize);
+        for (i, c) in todo[..n].iter().enumerate() {
+            // SAFETY: the caller's arrays hold `max` entries; i < n <= max.
+            unsafe {
+                if !names.is_null() {
+                    names.add(i).write(c.name.as_ptr());
+                }
+                if !values.is_null() {
+                    values.add(i).write((c.read)(&stats, &udp));
+                }
+            }
+        }
+        Ok(n as i32)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counter_names_are_unique() {
+        let mut names: Vec<&CStr> = COUNTERS.iter().map(|c| c.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), COUNTERS.len());
+    }
+}
