@@ -10,6 +10,7 @@ pub mod device;
 pub mod engine;
 mod env;
 mod fxhash;
+mod log;
 /// cbindgen:ignore
 pub mod mem;
 pub mod status;

@@ -112,7 +112,8 @@ fn open_endpoint(attr: &rdm4_ep_attr, cfg: Config) -> Result<super::CEp, Status>
 /// Returns `RDM4_SUCCESS`; `RDM4_EINVAL` (NULL `ep`, bad attributes —
 /// unknown progress or threading mode, `RDM4_THREAD_SINGLE` with
 /// `RDM4_PROGRESS_AUTO`, non-zero reserved fields — or bad
-/// `RDM4_DEVICE` value, or a bad `RDM4_*` setting), `RDM4_EBUSY` (no free
+/// `RDM4_DEVICE` value, or a bad `RDM4_*` setting, `RDM4_LOG` included),
+/// `RDM4_EBUSY` (no free
 /// shared-memory endpoint id, or the UDP port is taken), `RDM4_ENOADDR`
 /// (`RDM4_UDP_ADDR` is not an address of this host),
 /// `RDM4_EIO` / `RDM4_ENOMEM` (the device could not be created);
@@ -125,6 +126,7 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
             return Err(Status::Inval);
         }
         let a = read_attr(attr)?;
+        crate::log::init()?;
         let mut cfg = Config::default();
         if a.medium_max != 0 {
             cfg.medium_max = a.medium_max;
@@ -137,6 +139,8 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
         }
         let mut inner = EpInner::new(open_endpoint(&a, cfg)?);
         inner.modes = (a.progress, a.threading);
+        let device = if matches!(inner.ep, super::CEp::Udp(_)) { "udp" } else { "shm" };
+        crate::log::log!(crate::log::INFO, "endpoint opened on {device}: {:?}", inner.ep.addr());
         let single = a.threading == RDM4_THREAD_SINGLE;
         let (slot, handle) = super::install(inner, single).ok_or(Status::NoMem)?;
         if a.progress == RDM4_PROGRESS_AUTO {
@@ -239,8 +243,10 @@ pub extern "C" fn rdm4_ep_close(ep: *mut rdm4_ep) -> i32 {
             inner.ep.wake_sleeper();
             let _ = t.join();
         }
+        let addr = inner.ep.addr();
         drop(inner);
         super::release_slot(ep);
+        crate::log::log!(crate::log::INFO, "endpoint closed: {addr:?}");
         Ok(0)
     })
 }

@@ -37,8 +37,9 @@ impl Core {
             Some(d) => Packet::Req(d.to_req()),
             None => match Packet::parse(bytes) {
                 Ok(p) => p,
-                Err(_) => {
+                Err(e) => {
                     self.stats.malformed += 1;
+                    crate::log::log!(crate::log::DEBUG, "dropped a malformed packet of {} bytes: {e:?}", bytes.len());
                     return;
                 }
             },
@@ -70,6 +71,7 @@ impl Core {
             Ok((c, len)) if len == payload.len() as u64 => c,
             _ => {
                 self.stats.malformed += 1;
+                crate::log::log!(crate::log::DEBUG, "dropped a malformed CTSDATA packet");
                 return;
             }
         };
@@ -198,6 +200,11 @@ impl Core {
                 (Some(c), Some(r)) if c != known.connid() => return self.learn(r),
                 (Some(c), _) if c != known.connid() => {
                     self.stats.stale_connid += 1;
+                    let had = known.connid();
+                    crate::log::log!(
+                        crate::log::DEBUG,
+                        "dropped a packet of peer {p} for connid {c:#x} (it has {had:#x})"
+                    );
                     return None;
                 }
                 _ => return Some(p),
@@ -205,6 +212,7 @@ impl Core {
         }
         let Some(raw) = raw else {
             self.stats.unknown_sender += 1;
+            crate::log::log!(crate::log::DEBUG, "dropped a packet from an unknown sender without its address");
             return None;
         };
         self.learn(raw)

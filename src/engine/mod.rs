@@ -517,6 +517,7 @@ impl<D: Device> Endpoint<D> {
             return Ok(p);
         }
         let ah = self.dev.insert(raw)?;
+        crate::log::log!(crate::log::INFO, "peer added: {raw:?}");
         let mut peer = Peer::new(*raw, Some(ah), self.core.cfg.first_msg_id);
         peer.in_av = true;
         let p = self.core.peers.insert(peer).ok_or(Status::NoMem)?;
@@ -944,6 +945,7 @@ impl Core {
         self.rx_defer = true;
         self.deferred = true;
         self.stats.deferred += 1;
+        crate::log::log!(crate::log::DEBUG, "left a new message of peer {peer} with the device: unexpected limit");
         if let Some(p) = self.peers.get_mut(peer) {
             p.deferred = true;
         }
@@ -1037,6 +1039,7 @@ impl Core {
                     if let Some(p) = self.by_ah.get(ah) {
                         if let Some(peer) = self.peers.get_mut(p) {
                             peer.lost = true;
+                            crate::log::log!(crate::log::WARN, "peer {p} lost: its operations fail with RDM4_EPEER");
                         }
                         self.fail_peer(p, Status::PeerUnreachable);
                     }
