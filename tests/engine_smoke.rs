@@ -26,3 +26,41 @@ fn smoke_eager_medium_longcts() {
         eprintln!("{len}: {:?}", c.all_types());
     }
 }
+
+/// The HANDSHAKE carries `host_id` and `device_version`, and each side
+/// keeps the other's; a legacy peer sends neither.
+#[test]
+fn handshakes_carry_host_id_and_device_version_and_each_side_keeps_the_peers() {
+    let a = Config { host_id: 0x0123_4567_89AB_CDEF, device_version: 0xEFA1, ..Config::default() };
+    let b = Config { host_id: 0x1111, legacy: true, ..Config::default() };
+    let mut c = Cluster::with_configs(SimConfig::chaotic(3), vec![a, b]);
+    assert_eq!(c.eps[0].peer_identity(c.addrs[0][1]).unwrap(), (None, None), "before the HANDSHAKE");
+    let mut dst = [OwnedBuf::zeroed(4), OwnedBuf::zeroed(4)];
+    let mut src = [OwnedBuf::from_slice(&[1; 4]), OwnedBuf::from_slice(&[2; 4])];
+    for i in 0..2 {
+        c.eps[i].recv(dst[i].buf(), RecvOpts { context: 1, ..Default::default() }).unwrap();
+        let to = c.addrs[i][1 - i];
+        c.eps[i].send(to, src[i].buf(), SendOpts { context: 2, ..Default::default() }).unwrap();
+    }
+    // The HANDSHAKEs may arrive after the messages (the sim reorders).
+    let known = |c: &Cluster| c.eps[1].peer_identity(c.addrs[1][0]).is_ok_and(|i| i.0.is_some());
+    c.run_until(100_000, |c| c.cqs.iter().all(|q| q.len() == 2) && known(c));
+    for _ in 0..1000 {
+        c.step();
+    }
+    // B kept A's; A got nothing of a legacy peer (which sent its HANDSHAKE too).
+    assert_eq!(c.eps[1].peer_identity(c.addrs[1][0]).unwrap(), (Some(0x0123_4567_89AB_CDEF), Some(0xEFA1)));
+    assert_eq!(c.eps[0].peer_identity(c.addrs[0][1]).unwrap(), (None, None));
+    // By default: this host's identifier, the same in every endpoint, and
+    // rdm4's device version.
+    let mut d = Cluster::new(2, SimConfig::chaotic(4), Config::default());
+    let (mut x, mut y) = (OwnedBuf::from_slice(&[1]), OwnedBuf::zeroed(1));
+    d.eps[1].recv(y.buf(), RecvOpts::default()).unwrap();
+    d.eps[0].send(d.addrs[0][1], x.buf(), SendOpts::default()).unwrap();
+    let known = |d: &Cluster| d.eps[1].peer_identity(d.addrs[1][0]).is_ok_and(|i| i.0.is_some());
+    d.run_until(100_000, |d| d.cqs.iter().all(|q| q.len() == 1) && known(d));
+    let host = rdm4::engine::host_id();
+    assert_ne!(host, 0);
+    assert_eq!(d.eps[1].peer_identity(d.addrs[1][0]).unwrap(), (Some(host), Some(rdm4::engine::DEVICE_VERSION)));
+    assert_eq!(d.eps[1].peer_identity(99), Err(Status::NoAddr));
+}

@@ -34,6 +34,10 @@ impl Core {
         let words = [LeU64::new(self.my_extra())];
         let mut h = wire::Handshake::new(&words);
         h.connid = self.my_connid();
+        if !self.cfg.legacy {
+            h.host_id = (self.cfg.host_id != 0).then_some(self.cfg.host_id);
+            h.device_version = (self.cfg.device_version != 0).then_some(self.cfg.device_version);
+        }
         self.queue_ctrl(peer, &Packet::Handshake(h));
     }
 
@@ -44,6 +48,7 @@ impl Core {
         };
         p.hs_recv = true;
         p.extra = h.extra_info.first().map_or(0, |w| w.get());
+        (p.host_id, p.device_version) = (h.host_id, h.device_version);
         let waiting: Vec<u32> = p.waiting_hs.drain(..).collect();
         for key in waiting {
             self.choose_rma_protocol(key);

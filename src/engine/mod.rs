@@ -90,6 +90,27 @@ use slab::Slab;
 /// An address handle returned by [`Endpoint::av_insert`].
 pub type Addr = u32;
 
+/// The `device_version` rdm4 sends: the version of its device contract
+/// (an EFA NIC would send its hardware version).
+pub const DEVICE_VERSION: u32 = 1;
+
+/// This host's identifier: a hash of `/etc/machine-id`, else of the host
+/// name; never 0.
+pub fn host_id() -> u64 {
+    use std::hash::Hasher;
+    static ID: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *ID.get_or_init(|| {
+        let name = std::fs::read("/etc/machine-id")
+            .ok()
+            .filter(|b| !b.is_empty())
+            .or_else(|| std::fs::read("/proc/sys/kernel/hostname").ok())
+            .unwrap_or_default();
+        let mut h = crate::fxhash::FxHasher::default();
+        h.write(&name);
+        h.finish() | 1
+    })
+}
+
 /// Per-endpoint tunables (protocol selection thresholds and limits).
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -128,6 +149,13 @@ pub struct Config {
     /// Behave as a baseline-only peer: advertise no extra feature or request
     /// (for interoperability tests).
     pub legacy: bool,
+    /// This host's identifier, sent in the HANDSHAKE (`host_id`; 0: not
+    /// sent). Default: a hash of `/etc/machine-id` (else the host name),
+    /// the same for every process of the host.
+    pub host_id: u64,
+    /// Sent as the HANDSHAKE's `device_version` (0: not sent). Default:
+    /// [`DEVICE_VERSION`].
+    pub device_version: u32,
     /// Messages of at least this many bytes that would use long-CTS use
     /// long-read instead when both sides can RDMA-read (one copy, by the
     /// receiver's device).
@@ -147,6 +175,8 @@ impl Default for Config {
             rx_batch: 64,
             first_msg_id: 0,
             legacy: false,
+            host_id: host_id(),
+            device_version: DEVICE_VERSION,
             longread_min: 0,
         }
     }
@@ -465,6 +495,15 @@ impl<D: Device> Endpoint<D> {
     /// Counters of refused network input.
     pub fn stats(&self) -> Stats {
         self.core.stats
+    }
+
+    /// The `host_id` and `device_version` that the peer at `addr` sent in
+    /// its HANDSHAKE (`None` for a field it did not send, or before its
+    /// HANDSHAKE arrived). Peers with this endpoint's `host_id` run on
+    /// this host.
+    pub fn peer_identity(&self, addr: Addr) -> Result<(Option<u64>, Option<u32>), Status> {
+        let p = self.core.peers.get(addr).ok_or(Status::NoAddr)?;
+        Ok((p.host_id, p.device_version))
     }
 
     /// The settings the endpoint runs with.
