@@ -72,7 +72,8 @@ PIN_FIELD(rdm4_ep_attr, medium_max, 16, 8, size_t);
 PIN_FIELD(rdm4_ep_attr, unexpected_limit, 24, 8, size_t);
 PIN_FIELD(rdm4_ep_attr, max_credits, 32, 4, uint32_t);
 PIN_FIELD(rdm4_ep_attr, threading, 36, 4, uint32_t);
-PIN_ARRAY(rdm4_ep_attr, reserved, 40, 64, uint64_t, 8);
+PIN_FIELD(rdm4_ep_attr, flags, 40, 8, uint64_t);
+PIN_ARRAY(rdm4_ep_attr, reserved, 48, 56, uint64_t, 7);
 
 /* struct rdm4_cqe: 88 bytes, 8-aligned, no padding. */
 _Static_assert(sizeof(rdm4_cqe) == 88, "sizeof(rdm4_cqe) == 88");
@@ -281,6 +282,7 @@ static const struct constant constants[] = {
     K(RDM4_MSG_MORE, 0x4),
     K(RDM4_PROBE_CLAIM, 0x100),
     K(RDM4_PROBE_DISCARD, 0x200),
+    K(RDM4_EP_LEGACY, 0x1),
 
     /* libfabric's enum fi_datatype */
     K(RDM4_INT8, 0),
@@ -423,13 +425,14 @@ static void check_attr_init(void)
     CHECK(a.unexpected_limit == 0, "attr.unexpected_limit == 0 (the default) (%zu)", a.unexpected_limit);
     CHECK(a.max_credits == 0, "attr.max_credits == 0 (the default) (%u)", (unsigned)a.max_credits);
     CHECK(a.threading == RDM4_THREAD_SAFE, "attr.threading == RDM4_THREAD_SAFE (%u)", (unsigned)a.threading);
+    CHECK(a.flags == 0, "attr.flags == 0 (%llu)", (unsigned long long)a.flags);
     int zero = 1;
-    for (size_t i = 0; i < 8; i++) {
+    for (size_t i = 0; i < 7; i++) {
         if (a.reserved[i] != 0) {
             zero = 0;
         }
     }
-    CHECK(zero, "attr.reserved[0..8] are all zero");
+    CHECK(zero, "attr.reserved[0..7] are all zero");
 
     /* Every byte is written (no padding left with the 0xa5 fill). */
     rdm4_ep_attr expect;

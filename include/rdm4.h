@@ -420,6 +420,16 @@
 #define RDM4_MSWAP 18
 
 /**
+ * `rdm4_ep_attr.flags`: speak protocol v4's baseline only, as a peer of an
+ * older implementation does: advertise no extra feature or request in the
+ * HANDSHAKE (no RDMA read or write, no delivery complete, no connid
+ * header, no PEER_ERROR), so that peers fall back to the emulated
+ * protocols. For testing interoperability and each fallback; also set by
+ * `RDM4_LEGACY=1`.
+ */
+#define RDM4_EP_LEGACY (1 << 0)
+
+/**
  * An open endpoint (opaque).
  */
 typedef struct rdm4_ep rdm4_ep;
@@ -567,9 +577,13 @@ typedef struct rdm4_ep_attr {
    */
   uint32_t threading;
   /**
+   * `RDM4_EP_*` flags (0: none).
+   */
+  uint64_t flags;
+  /**
    * Reserved for later fields, must be zero.
    */
-  uint64_t reserved[8];
+  uint64_t reserved[7];
 } rdm4_ep_attr;
 
 /**
@@ -1030,8 +1044,9 @@ int32_t rdm4_ep_attr_init(struct rdm4_ep_attr *attr);
  *
  * Returns `RDM4_SUCCESS`; `RDM4_EINVAL` (NULL `ep`, bad attributes —
  * unknown progress or threading mode, `RDM4_THREAD_SINGLE` with
- * `RDM4_PROGRESS_AUTO`, non-zero reserved fields — or bad
- * `RDM4_DEVICE` value, or a bad `RDM4_*` setting), `RDM4_EBUSY` (no free
+ * `RDM4_PROGRESS_AUTO`, unknown flags, non-zero reserved fields — or bad
+ * `RDM4_DEVICE` value, or a bad `RDM4_*` setting, `RDM4_LOG` included),
+ * `RDM4_EBUSY` (no free
  * shared-memory endpoint id, or the UDP port is taken), `RDM4_ENOADDR`
  * (`RDM4_UDP_ADDR` is not an address of this host),
  * `RDM4_EIO` / `RDM4_ENOMEM` (the device could not be created);

@@ -45,7 +45,8 @@ fn default_attr() -> rdm4_ep_attr {
         unexpected_limit: 0,
         max_credits: 0,
         threading: RDM4_THREAD_SAFE,
-        reserved: [0; 8],
+        flags: 0,
+        reserved: [0; 7],
     }
 }
 
@@ -69,6 +70,7 @@ fn read_attr(attr: *const rdm4_ep_attr) -> Result<rdm4_ep_attr, Status> {
     if a.progress > RDM4_PROGRESS_AUTO
         || a.threading > RDM4_THREAD_SINGLE
         || (a.threading == RDM4_THREAD_SINGLE && a.progress != RDM4_PROGRESS_MANUAL)
+        || a.flags & !RDM4_EP_LEGACY != 0
         || a.reserved.iter().any(|&r| r != 0)
     {
         return Err(Status::Inval);
@@ -111,7 +113,7 @@ fn open_endpoint(attr: &rdm4_ep_attr, cfg: Config) -> Result<super::CEp, Status>
 ///
 /// Returns `RDM4_SUCCESS`; `RDM4_EINVAL` (NULL `ep`, bad attributes —
 /// unknown progress or threading mode, `RDM4_THREAD_SINGLE` with
-/// `RDM4_PROGRESS_AUTO`, non-zero reserved fields — or bad
+/// `RDM4_PROGRESS_AUTO`, unknown flags, non-zero reserved fields — or bad
 /// `RDM4_DEVICE` value, or a bad `RDM4_*` setting, `RDM4_LOG` included),
 /// `RDM4_EBUSY` (no free
 /// shared-memory endpoint id, or the UDP port is taken), `RDM4_ENOADDR`
@@ -137,6 +139,10 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
         if a.max_credits != 0 {
             cfg.max_credits = a.max_credits;
         }
+        cfg.legacy = match crate::env::word("RDM4_LEGACY", &["0", "1"])? {
+            Some(v) => v == 1,
+            None => a.flags & RDM4_EP_LEGACY != 0,
+        };
         let mut inner = EpInner::new(open_endpoint(&a, cfg)?);
         inner.modes = (a.progress, a.threading);
         let device = if matches!(inner.ep, super::CEp::Udp(_)) { "udp" } else { "shm" };

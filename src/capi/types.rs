@@ -191,9 +191,19 @@ pub struct rdm4_ep_attr {
     pub max_credits: u32,
     /// `RDM4_THREAD_*` (0: `RDM4_THREAD_SAFE`).
     pub threading: u32,
+    /// `RDM4_EP_*` flags (0: none).
+    pub flags: u64,
     /// Reserved for later fields, must be zero.
-    pub reserved: [u64; 8],
+    pub reserved: [u64; 7],
 }
+
+/// `rdm4_ep_attr.flags`: speak protocol v4's baseline only, as a peer of an
+/// older implementation does: advertise no extra feature or request in the
+/// HANDSHAKE (no RDMA read or write, no delivery complete, no connid
+/// header, no PEER_ERROR), so that peers fall back to the emulated
+/// protocols. For testing interoperability and each fallback; also set by
+/// `RDM4_LEGACY=1`.
+pub const RDM4_EP_LEGACY: u64 = 1 << 0;
 
 /// What an endpoint runs with (`rdm4_ep_query`): its modes, limits and
 /// protocol thresholds, as `fi_getinfo` reports a provider's.

@@ -1,0 +1,134 @@
+/*
+ * legacy.c: an endpoint opened with RDM4_EP_LEGACY (protocol v4's baseline
+ * only) and a full one work together through every fallback: messages of
+ * each protocol both ways, RMA write and read (emulated: the legacy side
+ * advertises no RDMA), and a fetching atomic, each verified; RDM4_LEGACY=1
+ * gives the same as the flag; unknown attribute flags are refused.
+ * Prints "ok - ..." per check, failures to stderr, exits 1 on any failure.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rdm4.h"
+#include "test_util.h"
+
+#define CTX(n) ((void *)(uintptr_t)(n))
+
+static char prefix[64];
+
+static void cleanup_segments(void)
+{
+    tu_shm_files(prefix, 1, 0);
+}
+
+static rdm4_ep *open_with(uint64_t flags, uint8_t addr[RDM4_ADDR_LEN])
+{
+    rdm4_ep_attr at;
+    rdm4_ep_attr_init(&at);
+    at.flags = flags;
+    rdm4_ep *ep = NULL;
+    int32_t rc = rdm4_ep_open(&at, &ep);
+    if (rc != RDM4_SUCCESS) {
+        FATAL("rdm4_ep_open: %s", tu_status(rc));
+    }
+    size_t len = RDM4_ADDR_LEN;
+    if (rdm4_ep_getname(ep, addr, &len) != RDM4_SUCCESS) {
+        FATAL("rdm4_ep_getname");
+    }
+    return ep;
+}
+
+/* Messages of each protocol from `x` to `y`, then RMA and an atomic by
+ * `x` against `y`'s memory. */
+static void exchange(rdm4_ep *x, rdm4_ep *y, rdm4_addr x_to_y, rdm4_addr y_to_x, const char *what)
+{
+    struct tu_cq qx = { .ep = x }, qy = { .ep = y };
+    struct tu_cq *qs[2] = { &qx, &qy };
+    static const size_t lens[3] = { 8, 40000, 1 << 20 };
+    (void)y_to_x;
+    for (int i = 0; i < 3; i++) {
+        uint8_t *s = malloc(lens[i]), *r = calloc(1, lens[i]);
+        if (!s || !r) {
+            FATAL("malloc");
+        }
+        tu_fill(s, lens[i], 20 + i);
+        EXPECT(rdm4_trecv(y, r, lens[i], RDM4_ADDR_UNSPEC, 7, 0, CTX(1)), RDM4_SUCCESS);
+        EXPECT(rdm4_tsend(x, s, lens[i], x_to_y, 7, CTX(2)), RDM4_SUCCESS);
+        rdm4_cqe c = tu_cq_expect(&qy, CTX(1), qs, 2, 5000, "the receive");
+        CHECK(c.status == RDM4_SUCCESS && c.len == lens[i] && tu_verify(r, lens[i], 20 + i) < 0,
+              "%s: %zu bytes received intact", what, lens[i]);
+        c = tu_cq_expect(&qx, CTX(2), qs, 2, 5000, "the send");
+        CHECK(c.status == RDM4_SUCCESS, "%s: the send of %zu bytes completes", what, lens[i]);
+        free(s);
+        free(r);
+    }
+    /* RMA into y's memory. */
+    enum { M = 300000 };
+    uint8_t *mem = calloc(1, M), *src = malloc(M), *back = calloc(1, M);
+    if (!mem || !src || !back) {
+        FATAL("malloc");
+    }
+    uint64_t key = 0;
+    EXPECT(rdm4_mr_reg(y, mem, M, RDM4_ACCESS_REMOTE_READ | RDM4_ACCESS_REMOTE_WRITE, &key), RDM4_SUCCESS);
+    tu_fill(src, M, 33);
+    EXPECT(rdm4_write(x, src, M, x_to_y, (uint64_t)(uintptr_t)mem, key, CTX(3)), RDM4_SUCCESS);
+    rdm4_cqe c = tu_cq_expect(&qx, CTX(3), qs, 2, 5000, "the write");
+    CHECK(c.status == RDM4_SUCCESS && tu_verify(mem, M, 33) < 0, "%s: RMA write lands (%s)", what,
+          tu_status(c.status));
+    EXPECT(rdm4_read(x, back, M, x_to_y, (uint64_t)(uintptr_t)mem, key, CTX(4)), RDM4_SUCCESS);
+    c = tu_cq_expect(&qx, CTX(4), qs, 2, 5000, "the read");
+    CHECK(c.status == RDM4_SUCCESS && tu_verify(back, M, 33) < 0, "%s: RMA read returns it", what);
+    uint64_t *word = (uint64_t *)(void *)mem, add = 5, old = 0, before = word[0];
+    EXPECT(rdm4_fetch_atomic(x, &add, 1, &old, RDM4_UINT64, RDM4_SUM, x_to_y, (uint64_t)(uintptr_t)mem, key, CTX(5)),
+           RDM4_SUCCESS);
+    c = tu_cq_expect(&qx, CTX(5), qs, 2, 5000, "the atomic");
+    CHECK(c.status == RDM4_SUCCESS && old == before && word[0] == before + 5, "%s: fetch-add", what);
+    EXPECT(rdm4_mr_close(y, key), RDM4_SUCCESS);
+    free(mem);
+    free(src);
+    free(back);
+}
+
+int main(void)
+{
+    alarm(60);
+    tu_set_prefix("legacy", prefix, sizeof prefix);
+    tu_fatal_cleanup = cleanup_segments;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+
+    /* Unknown flags are refused. */
+    rdm4_ep_attr bad;
+    rdm4_ep_attr_init(&bad);
+    bad.flags = 1u << 5;
+    rdm4_ep *none = NULL;
+    EXPECT(rdm4_ep_open(&bad, &none), RDM4_EINVAL);
+
+    for (int pass = 0; pass < 2; pass++) {
+        /* Pass 0: the attribute flag; pass 1: RDM4_LEGACY=1 for the first
+         * open only. */
+        uint8_t addr_l[RDM4_ADDR_LEN], addr_f[RDM4_ADDR_LEN];
+        if (pass == 1) {
+            setenv("RDM4_LEGACY", "1", 1);
+        }
+        rdm4_ep *legacy = open_with(pass == 0 ? RDM4_EP_LEGACY : 0, addr_l);
+        unsetenv("RDM4_LEGACY");
+        rdm4_ep *full = open_with(0, addr_f);
+        rdm4_addr l_to_f = tu_insert(legacy, addr_f), f_to_l = tu_insert(full, addr_l);
+        exchange(full, legacy, f_to_l, l_to_f, pass == 0 ? "full to legacy (flag)" : "full to legacy (RDM4_LEGACY)");
+        exchange(legacy, full, l_to_f, f_to_l, pass == 0 ? "legacy to full (flag)" : "legacy to full (RDM4_LEGACY)");
+        EXPECT(rdm4_ep_close(legacy), RDM4_SUCCESS);
+        EXPECT(rdm4_ep_close(full), RDM4_SUCCESS);
+    }
+    setenv("RDM4_LEGACY", "yes", 1);
+    uint8_t addr[RDM4_ADDR_LEN];
+    (void)addr;
+    EXPECT(rdm4_ep_open(NULL, &none), RDM4_EINVAL);
+    unsetenv("RDM4_LEGACY");
+    CHECK(tu_shm_files(prefix, 1, 1) == 0, "no segment left behind");
+    return tu_failures ? 1 : 0;
+}
