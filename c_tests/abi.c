@@ -283,6 +283,8 @@ static const struct constant constants[] = {
     K(RDM4_PROBE_CLAIM, 0x100),
     K(RDM4_PROBE_DISCARD, 0x200),
     K(RDM4_EP_LEGACY, 0x1),
+    K(RDM4_EP_DELIVERY_COMPLETE, 0x2),
+    K(RDM4_MSG_DELIVERY_COMPLETE, 0x8),
 
     /* libfabric's enum fi_datatype */
     K(RDM4_INT8, 0),

@@ -4,6 +4,10 @@
  * each protocol both ways, RMA write and read (emulated: the legacy side
  * advertises no RDMA), and a fetching atomic, each verified; RDM4_LEGACY=1
  * gives the same as the flag; unknown attribute flags are refused.
+ * Delivery complete (RDM4_MSG_DELIVERY_COMPLETE, RDM4_EP_DELIVERY_COMPLETE):
+ * between full endpoints a send completes only once a receive has taken
+ * the message; towards a legacy peer it fails with RDM4_ENOTSUP, and a
+ * legacy endpoint refuses it at once.
  * Prints "ok - ..." per check, failures to stderr, exits 1 on any failure.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -123,6 +127,48 @@ int main(void)
         exchange(legacy, full, l_to_f, f_to_l, pass == 0 ? "legacy to full (flag)" : "legacy to full (RDM4_LEGACY)");
         EXPECT(rdm4_ep_close(legacy), RDM4_SUCCESS);
         EXPECT(rdm4_ep_close(full), RDM4_SUCCESS);
+    }
+    /* Delivery complete. */
+    {
+        uint8_t a1[RDM4_ADDR_LEN], a2[RDM4_ADDR_LEN], a3[RDM4_ADDR_LEN];
+        rdm4_ep *f1 = open_with(0, a1), *f2 = open_with(RDM4_EP_DELIVERY_COMPLETE, a2);
+        rdm4_ep *lg = open_with(RDM4_EP_LEGACY, a3);
+        rdm4_addr f1_f2 = tu_insert(f1, a2), f2_f1 = tu_insert(f2, a1), f1_lg = tu_insert(f1, a3);
+        rdm4_addr f2_lg = tu_insert(f2, a3), lg_f1 = tu_insert(lg, a1);
+        struct tu_cq q1 = { .ep = f1 }, q2 = { .ep = f2 }, q3 = { .ep = lg };
+        struct tu_cq *qs[3] = { &q1, &q2, &q3 };
+        uint8_t s[4000], r[4000];
+        tu_fill(s, sizeof s, 9);
+        struct iovec iov = { s, sizeof s };
+        rdm4_msg m = { &iov, 1, f1_f2, 3, 0, 0, CTX(60) };
+        EXPECT(rdm4_sendmsg(f1, &m, RDM4_MSG_TAGGED | RDM4_MSG_DELIVERY_COMPLETE), RDM4_SUCCESS);
+        /* Not before a receive takes it. */
+        double t0 = tu_now_ms();
+        while (tu_now_ms() - t0 < 100) {
+            tu_cq_poll(&q1);
+            tu_cq_poll(&q2);
+        }
+        CHECK(q1.n == 0, "a delivery-complete send waits for the receiver's receive (%zu entries)", q1.n);
+        EXPECT(rdm4_trecv(f2, r, sizeof r, RDM4_ADDR_UNSPEC, 3, 0, CTX(61)), RDM4_SUCCESS);
+        rdm4_cqe c = tu_cq_expect(&q1, CTX(60), qs, 3, 2000, "the DC send");
+        CHECK(c.status == RDM4_SUCCESS && tu_verify(r, sizeof r, 9) < 0, "then it completes (%s)", tu_status(c.status));
+        (void)tu_cq_expect(&q2, CTX(61), qs, 3, 2000, "the DC receive");
+        /* Towards a legacy peer: ENOTSUP, by flag and by attribute. */
+        m.addr = f1_lg;
+        m.context = CTX(62);
+        EXPECT(rdm4_sendmsg(f1, &m, RDM4_MSG_TAGGED | RDM4_MSG_DELIVERY_COMPLETE), RDM4_SUCCESS);
+        c = tu_cq_expect(&q1, CTX(62), qs, 3, 2000, "DC towards a legacy peer");
+        CHECK(c.status == RDM4_ENOTSUP, "DC towards a legacy peer: RDM4_ENOTSUP (%s)", tu_status(c.status));
+        EXPECT(rdm4_tsend(f2, s, 8, f2_lg, 3, CTX(63)), RDM4_SUCCESS);
+        c = tu_cq_expect(&q2, CTX(63), qs, 3, 2000, "an RDM4_EP_DELIVERY_COMPLETE send towards a legacy peer");
+        CHECK(c.status == RDM4_ENOTSUP, "RDM4_EP_DELIVERY_COMPLETE applies to rdm4_tsend (%s)", tu_status(c.status));
+        /* From a legacy endpoint: refused at once. */
+        m.addr = lg_f1;
+        EXPECT(rdm4_sendmsg(lg, &m, RDM4_MSG_DELIVERY_COMPLETE), RDM4_ENOTSUP);
+        (void)f2_f1;
+        EXPECT(rdm4_ep_close(f1), RDM4_SUCCESS);
+        EXPECT(rdm4_ep_close(f2), RDM4_SUCCESS);
+        EXPECT(rdm4_ep_close(lg), RDM4_SUCCESS);
     }
     setenv("RDM4_LEGACY", "yes", 1);
     uint8_t addr[RDM4_ADDR_LEN];

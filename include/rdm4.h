@@ -245,6 +245,11 @@
 #define RDM4_MSG_MORE (1 << 2)
 
 /**
+ * `rdm4_sendmsg` flag: delivery complete (see `rdm4_sendmsg`).
+ */
+#define RDM4_MSG_DELIVERY_COMPLETE (1 << 3)
+
+/**
  * Atomic datatypes: libfabric's `enum fi_datatype` values.
  */
 #define RDM4_INT8 0
@@ -428,6 +433,13 @@
  * `RDM4_LEGACY=1`.
  */
 #define RDM4_EP_LEGACY (1 << 0)
+
+/**
+ * `rdm4_ep_attr.flags`: every send of the endpoint is delivery complete
+ * (as `RDM4_MSG_DELIVERY_COMPLETE`; inject aside, which has no
+ * completion).
+ */
+#define RDM4_EP_DELIVERY_COMPLETE (1 << 1)
 
 /**
  * An open endpoint (opaque).
@@ -785,7 +797,15 @@ int32_t rdm4_tinject(struct rdm4_ep *ep, const void *buf, size_t len, rdm4_addr 
  * before sleeping on `rdm4_ep_fd`. Devices that send at once (shm) ignore
  * the flag.
  *
- * Returns as `rdm4_send`, and `RDM4_EINVAL` (NULL `msg`, unknown flags,
+ * `RDM4_MSG_DELIVERY_COMPLETE` (as `FI_DELIVERY_COMPLETE`): the send
+ * completes once the receiver has the whole message, not once it left
+ * (the protocol's DC messages and their RECEIPT); a peer without the
+ * feature (a baseline or legacy one) fails it with `RDM4_ENOTSUP` rather
+ * than give a weaker guarantee. `RDM4_EP_DELIVERY_COMPLETE` asks it for
+ * every send of the endpoint.
+ *
+ * Returns as `rdm4_send`, `RDM4_ENOTSUP` (delivery complete from a legacy
+ * endpoint), and `RDM4_EINVAL` (NULL `msg`, unknown flags,
  * NULL `iov` with `iov_count` > 0, more than 1024 buffers, a NULL buffer
  * with a non-zero length), `RDM4_EOVERFLOW` (total length too large).
  */

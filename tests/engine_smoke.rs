@@ -64,3 +64,46 @@ fn handshakes_carry_host_id_and_device_version_and_each_side_keeps_the_peers() {
     assert_eq!(d.eps[1].peer_identity(d.addrs[1][0]).unwrap(), (Some(host), Some(rdm4::engine::DEVICE_VERSION)));
     assert_eq!(d.eps[1].peer_identity(99), Err(Status::NoAddr));
 }
+
+/// Delivery complete for messages (`SendOpts::dc`): eager, medium and
+/// long-CTS go as DC_* RTMs, and each send completes only once the
+/// receiver has the whole message — for one that arrives before its
+/// receive, once a receive takes it. A legacy peer fails it with NotSup
+/// (no weaker guarantee); a legacy endpoint refuses it at once.
+#[test]
+fn delivery_complete_sends_complete_after_the_receiver_has_the_message() {
+    for (len, name) in [(100usize, "DC_EAGER_MSGRTM"), (40_000, "DC_MEDIUM_MSGRTM"), (300_000, "DC_LONGCTS_MSGRTM")] {
+        let mut c = Cluster::new(2, SimConfig::chaotic(len as u64), Config::default());
+        let data = pattern(len, 3);
+        let mut src = OwnedBuf::from_slice(&data);
+        let mut dst = OwnedBuf::zeroed(len);
+        let to = c.addrs[0][1];
+        c.eps[0].send(to, src.buf(), SendOpts { context: 5, dc: true, ..Default::default() }).unwrap();
+        // No receive yet: the message waits at the receiver, the send too.
+        for _ in 0..3000 {
+            c.step();
+        }
+        assert!(c.cqs[0].is_empty(), "{len}: a DC send completed before any receive took it: {:?}", c.cqs[0]);
+        c.eps[1].recv(dst.buf(), RecvOpts { context: 9, ..Default::default() }).unwrap();
+        c.run_until(100_000, |c| !c.cqs[0].is_empty());
+        assert_eq!(c.cqs[0][0].status, Status::Success, "{len}");
+        assert_eq!(c.cqs[1].len(), 1, "{len}: the receive completed first");
+        assert_eq!(dst.bytes(), &data[..], "{len}");
+        let types = c.types_between(0, 1);
+        assert!(types.contains(&name), "{len}: {types:?}");
+        assert!(c.types_between(1, 0).contains(&"RECEIPT"), "{len}");
+    }
+    // A legacy peer: NotSup, nothing weaker.
+    let legacy = Config { legacy: true, ..Config::default() };
+    let mut c = Cluster::with_configs(SimConfig::chaotic(9), vec![Config::default(), legacy.clone()]);
+    let mut src = OwnedBuf::from_slice(&[7; 64]);
+    let mut dst = OwnedBuf::zeroed(64);
+    c.eps[1].recv(dst.buf(), RecvOpts { context: 1, ..Default::default() }).unwrap();
+    c.eps[0].send(c.addrs[0][1], src.buf(), SendOpts { context: 2, dc: true, ..Default::default() }).unwrap();
+    c.run_until(100_000, |c| !c.cqs[0].is_empty());
+    assert_eq!(c.cqs[0][0].status, Status::NotSup);
+    // From a legacy endpoint: refused at once.
+    let to = c.addrs[1][0];
+    let r = c.eps[1].send(to, src.buf(), SendOpts { dc: true, ..Default::default() });
+    assert_eq!(r, Err(Status::NotSup));
+}

@@ -30,10 +30,11 @@ fn src_filter(a: rdm4_addr) -> Result<Option<Addr>, Status> {
     }
 }
 
-fn send_common(ep: *mut rdm4_ep, buf: *const c_void, len: usize, dest: rdm4_addr, opts: SendOpts) -> i32 {
+fn send_common(ep: *mut rdm4_ep, buf: *const c_void, len: usize, dest: rdm4_addr, mut opts: SendOpts) -> i32 {
     boundary(|| {
         let mut g = lookup(ep)?;
         let b = c_buf(buf as *mut c_void, len)?;
+        opts.dc = g.dc_all;
         g.ep.send(addr(dest)?, b, opts)?;
         Ok(0)
     })
@@ -59,7 +60,13 @@ pub extern "C" fn rdm4_send(
     dest: rdm4_addr,
     context: *mut c_void,
 ) -> i32 {
-    send_common(ep, buf, len, dest, SendOpts { tag: None, cq_data: None, context: context as u64, more: false })
+    send_common(
+        ep,
+        buf,
+        len,
+        dest,
+        SendOpts { tag: None, cq_data: None, context: context as u64, more: false, dc: false },
+    )
 }
 
 /// Sends a tagged message; the receiver matches `tag` (see `rdm4_trecv`).
@@ -73,7 +80,13 @@ pub extern "C" fn rdm4_tsend(
     tag: u64,
     context: *mut c_void,
 ) -> i32 {
-    send_common(ep, buf, len, dest, SendOpts { tag: Some(tag), cq_data: None, context: context as u64, more: false })
+    send_common(
+        ep,
+        buf,
+        len,
+        dest,
+        SendOpts { tag: Some(tag), cq_data: None, context: context as u64, more: false, dc: false },
+    )
 }
 
 /// Sends an untagged message carrying remote CQ data: the receiver's
@@ -87,7 +100,13 @@ pub extern "C" fn rdm4_senddata(
     dest: rdm4_addr,
     context: *mut c_void,
 ) -> i32 {
-    send_common(ep, buf, len, dest, SendOpts { tag: None, cq_data: Some(data), context: context as u64, more: false })
+    send_common(
+        ep,
+        buf,
+        len,
+        dest,
+        SendOpts { tag: None, cq_data: Some(data), context: context as u64, more: false, dc: false },
+    )
 }
 
 /// Sends a copy of `len` bytes at `buf`: the buffer is the caller's again
@@ -130,7 +149,7 @@ fn inject_common(ep: *mut rdm4_ep, buf: *const c_void, len: usize, dest: rdm4_ad
         }
         let bytes = src.with_slice(|s| s.to_vec());
         let (copy, ctx) = g.inject_copy(&bytes);
-        if let Err(e) = g.ep.send(dest, copy, SendOpts { tag, cq_data: None, context: ctx, more: false }) {
+        if let Err(e) = g.ep.send(dest, copy, SendOpts { tag, cq_data: None, context: ctx, more: false, dc: false }) {
             g.take_injected(ctx);
             return Err(e);
         }
@@ -181,14 +200,23 @@ fn read_msg(msg: *const rdm4_msg, flags: u64, allowed: u64) -> Result<rdm4_msg, 
 /// before sleeping on `rdm4_ep_fd`. Devices that send at once (shm) ignore
 /// the flag.
 ///
-/// Returns as `rdm4_send`, and `RDM4_EINVAL` (NULL `msg`, unknown flags,
+/// `RDM4_MSG_DELIVERY_COMPLETE` (as `FI_DELIVERY_COMPLETE`): the send
+/// completes once the receiver has the whole message, not once it left
+/// (the protocol's DC messages and their RECEIPT); a peer without the
+/// feature (a baseline or legacy one) fails it with `RDM4_ENOTSUP` rather
+/// than give a weaker guarantee. `RDM4_EP_DELIVERY_COMPLETE` asks it for
+/// every send of the endpoint.
+///
+/// Returns as `rdm4_send`, `RDM4_ENOTSUP` (delivery complete from a legacy
+/// endpoint), and `RDM4_EINVAL` (NULL `msg`, unknown flags,
 /// NULL `iov` with `iov_count` > 0, more than 1024 buffers, a NULL buffer
 /// with a non-zero length), `RDM4_EOVERFLOW` (total length too large).
 #[no_mangle]
 pub extern "C" fn rdm4_sendmsg(ep: *mut rdm4_ep, msg: *const rdm4_msg, flags: u64) -> i32 {
     boundary(|| {
         let mut g = lookup(ep)?;
-        let m = read_msg(msg, flags, RDM4_MSG_TAGGED | RDM4_MSG_REMOTE_CQ_DATA | RDM4_MSG_MORE)?;
+        let known = RDM4_MSG_TAGGED | RDM4_MSG_REMOTE_CQ_DATA | RDM4_MSG_MORE | RDM4_MSG_DELIVERY_COMPLETE;
+        let m = read_msg(msg, flags, known)?;
         let iovs = msg_iovs(&m)?;
         let dest = addr(m.addr)?;
         let mut opts = SendOpts {
@@ -196,6 +224,7 @@ pub extern "C" fn rdm4_sendmsg(ep: *mut rdm4_ep, msg: *const rdm4_msg, flags: u6
             cq_data: (flags & RDM4_MSG_REMOTE_CQ_DATA != 0).then_some(m.data),
             context: m.context as u64,
             more: flags & RDM4_MSG_MORE != 0,
+            dc: flags & RDM4_MSG_DELIVERY_COMPLETE != 0 || g.dc_all,
         };
         match iovs.as_slice() {
             [] => g.ep.send(dest, UserBuf::empty(), opts)?,

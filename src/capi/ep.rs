@@ -70,7 +70,7 @@ fn read_attr(attr: *const rdm4_ep_attr) -> Result<rdm4_ep_attr, Status> {
     if a.progress > RDM4_PROGRESS_AUTO
         || a.threading > RDM4_THREAD_SINGLE
         || (a.threading == RDM4_THREAD_SINGLE && a.progress != RDM4_PROGRESS_MANUAL)
-        || a.flags & !RDM4_EP_LEGACY != 0
+        || a.flags & !(RDM4_EP_LEGACY | RDM4_EP_DELIVERY_COMPLETE) != 0
         || a.reserved.iter().any(|&r| r != 0)
     {
         return Err(Status::Inval);
@@ -145,6 +145,7 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
         };
         let mut inner = EpInner::new(open_endpoint(&a, cfg)?);
         inner.modes = (a.progress, a.threading);
+        inner.dc_all = a.flags & RDM4_EP_DELIVERY_COMPLETE != 0;
         let device = if matches!(inner.ep, super::CEp::Udp(_)) { "udp" } else { "shm" };
         crate::log::log!(crate::log::INFO, "endpoint opened on {device}: {:?}", inner.ep.addr());
         let single = a.threading == RDM4_THREAD_SINGLE;

@@ -88,6 +88,8 @@ pub const RDM4_PROBE_DISCARD: u64 = 1 << 9;
 /// `rdm4_sendmsg` flag: more sends follow at once; the library may hold
 /// this one until a call without the flag (see `rdm4_sendmsg`).
 pub const RDM4_MSG_MORE: u64 = 1 << 2;
+/// `rdm4_sendmsg` flag: delivery complete (see `rdm4_sendmsg`).
+pub const RDM4_MSG_DELIVERY_COMPLETE: u64 = 1 << 3;
 
 /// Atomic datatypes: libfabric's `enum fi_datatype` values.
 pub const RDM4_INT8: u32 = 0;
@@ -204,6 +206,10 @@ pub struct rdm4_ep_attr {
 /// protocols. For testing interoperability and each fallback; also set by
 /// `RDM4_LEGACY=1`.
 pub const RDM4_EP_LEGACY: u64 = 1 << 0;
+/// `rdm4_ep_attr.flags`: every send of the endpoint is delivery complete
+/// (as `RDM4_MSG_DELIVERY_COMPLETE`; inject aside, which has no
+/// completion).
+pub const RDM4_EP_DELIVERY_COMPLETE: u64 = 1 << 1;
 
 /// What an endpoint runs with (`rdm4_ep_query`): its modes, limits and
 /// protocol thresholds, as `fi_getinfo` reports a provider's.

@@ -224,6 +224,10 @@ pub struct SendOpts {
     /// More sends follow at once: the device may hold this one's packets
     /// until a call without it ([`crate::device::Device::doorbell`]).
     pub more: bool,
+    /// Delivery complete: the send completes once the receiver has the
+    /// whole message (the DC_* RTMs and their RECEIPT), not once it left.
+    /// A peer without the feature fails it with `NotSup`.
+    pub dc: bool,
 }
 
 /// What [`Endpoint::probe`] does with the message it finds.
@@ -657,6 +661,11 @@ impl<D: Device> Endpoint<D> {
 
     #[inline(always)]
     fn send_inner(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<(), Status> {
+        if opts.dc {
+            self.core.post_send(dest, buf, opts)?;
+            self.core.flush(&mut self.dev);
+            return Ok(());
+        }
         if let Some(done) = self.core.send_now::<D, true>(&mut self.dev, dest, buf, opts) {
             return done;
         }
@@ -680,7 +689,7 @@ impl<D: Device> Endpoint<D> {
     /// messages to one peer in order: this path is taken only when nothing
     /// is queued). `tag`: a tagged message.
     pub fn inject_now(&mut self, dest: Addr, buf: UserBuf, tag: Option<u64>) -> bool {
-        let opts = SendOpts { tag, cq_data: None, context: 0, more: false };
+        let opts = SendOpts { tag, cq_data: None, context: 0, more: false, dc: false };
         self.core.send_now::<D, false>(&mut self.dev, dest, buf, opts) == Some(Ok(()))
     }
 

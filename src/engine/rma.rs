@@ -51,6 +51,9 @@ impl Core {
     /// Picks the REQ type of a write or atomic once the peer's features are known.
     pub(crate) fn choose_rma_protocol(&mut self, key: u32) {
         let Some(op) = self.ops.get(key) else { return };
+        if op.kind == OpKind::Send {
+            return self.choose_dc_send(key);
+        }
         let peer = self.peers.get(op.peer);
         let has = |bit| peer.is_some_and(|p| p.has(bit)) && !self.cfg.legacy;
         let dc = has(wire::extra::DELIVERY_COMPLETE);
@@ -287,11 +290,33 @@ impl Core {
     /// A RECEIPT: the DC write (or atomic) was applied.
     pub(crate) fn handle_receipt(&mut self, peer: u32, r: &wire::Receipt) {
         match self.ops.get_mut(r.send_id) {
-            Some(op) if op.peer == peer && op.awaiting && matches!(op.kind, OpKind::Write | OpKind::Atomic) => {
+            Some(op)
+                if op.peer == peer
+                    && op.awaiting
+                    && (matches!(op.kind, OpKind::Write | OpKind::Atomic) || (op.kind == OpKind::Send && op.dc)) =>
+            {
                 op.awaiting = false;
                 self.check_done(r.send_id);
             }
             _ => self.stats.protocol_errors += 1,
+        }
+    }
+
+    /// A delivery-complete send once the peer's features are known: its
+    /// DC_* RTM type, or `NotSup` when the peer lacks the feature (never
+    /// a weaker guarantee).
+    fn choose_dc_send(&mut self, key: u32) {
+        let Some(op) = self.ops.get(key) else { return };
+        let dc = self.peers.get(op.peer).is_some_and(|p| p.has(wire::extra::DELIVERY_COMPLETE)) && !self.cfg.legacy;
+        let info = op.ptype.and_then(|t| t.req_info());
+        let dc_type = info.and_then(|i| PacketType::req_type(ReqFamily::Rtm, i.proto, i.tagged, true));
+        match dc_type {
+            Some(t) if dc => {
+                if let Some(op) = self.ops.get_mut(key) {
+                    op.ptype = Some(t);
+                }
+            }
+            _ => self.complete(key, Status::NotSup),
         }
     }
 

@@ -34,6 +34,9 @@ impl Core {
     /// long-read send whose buffer must be registered with the device.
     pub(crate) fn post_send(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<Option<u32>, Status> {
         let peer = self.reachable_peer(dest)?;
+        if opts.dc && (self.cfg.legacy || (peer.hs_recv && !peer.has(wire::extra::DELIVERY_COMPLETE))) {
+            return Err(Status::NotSup); // a baseline endpoint or peer has no delivery complete
+        }
         let tagged = opts.tag.is_some();
         let len = buf.len();
         let proto = if len <= self.eager_cap[usize::from(tagged)] {
@@ -43,7 +46,7 @@ impl Core {
         } else {
             2
         };
-        let longread = if proto == 2 { self.longread_type(dest, len, tagged) } else { None };
+        let longread = if proto == 2 && !opts.dc { self.longread_type(dest, len, tagged) } else { None };
         let mut op = Op::new(OpKind::Send, dest, opts.context, buf);
         op.ptype = Some(longread.unwrap_or(self.rtm_types[proto][usize::from(tagged)]));
         // A long-read send ends with the receiver's EOR.
@@ -58,12 +61,20 @@ impl Core {
         op.len = len as u64;
         op.msg_id = peer.tx_msg_id;
         op.backlog = true;
+        // Delivery complete: the DC type once the peer's features are
+        // known, and the send waits for its RECEIPT.
+        op.dc = opts.dc;
+        op.awaiting |= opts.dc;
         let key = self.new_op(op)?;
         if let Some(p) = self.peers.get_mut(dest) {
             p.tx_msg_id = p.tx_msg_id.wrapping_add(1);
             p.tx_bytes += len as u64;
         }
-        self.enqueue(key);
+        if opts.dc {
+            self.start_or_wait_handshake(dest, key);
+        } else {
+            self.enqueue(key);
+        }
         Ok(longread.map(|_| key))
     }
 
