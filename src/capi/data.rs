@@ -30,11 +30,10 @@ fn src_filter(a: rdm4_addr) -> Result<Option<Addr>, Status> {
     }
 }
 
-fn send_common(ep: *mut rdm4_ep, buf: *const c_void, len: usize, dest: rdm4_addr, mut opts: SendOpts) -> i32 {
+fn send_common(ep: *mut rdm4_ep, buf: *const c_void, len: usize, dest: rdm4_addr, opts: SendOpts) -> i32 {
     boundary(|| {
         let mut g = lookup(ep)?;
         let b = c_buf(buf as *mut c_void, len)?;
-        opts.dc = g.dc_all;
         g.ep.send(addr(dest)?, b, opts)?;
         Ok(0)
     })
@@ -224,7 +223,7 @@ pub extern "C" fn rdm4_sendmsg(ep: *mut rdm4_ep, msg: *const rdm4_msg, flags: u6
             cq_data: (flags & RDM4_MSG_REMOTE_CQ_DATA != 0).then_some(m.data),
             context: m.context as u64,
             more: flags & RDM4_MSG_MORE != 0,
-            dc: flags & RDM4_MSG_DELIVERY_COMPLETE != 0 || g.dc_all,
+            dc: flags & RDM4_MSG_DELIVERY_COMPLETE != 0,
         };
         match iovs.as_slice() {
             [] => g.ep.send(dest, UserBuf::empty(), opts)?,

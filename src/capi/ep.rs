@@ -139,13 +139,13 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
         if a.max_credits != 0 {
             cfg.max_credits = a.max_credits;
         }
+        cfg.delivery_complete = a.flags & RDM4_EP_DELIVERY_COMPLETE != 0;
         cfg.legacy = match crate::env::word("RDM4_LEGACY", &["0", "1"])? {
             Some(v) => v == 1,
             None => a.flags & RDM4_EP_LEGACY != 0,
         };
         let mut inner = EpInner::new(open_endpoint(&a, cfg)?);
         inner.modes = (a.progress, a.threading);
-        inner.dc_all = a.flags & RDM4_EP_DELIVERY_COMPLETE != 0;
         let device = if matches!(inner.ep, super::CEp::Udp(_)) { "udp" } else { "shm" };
         crate::log::log!(crate::log::INFO, "endpoint opened on {device}: {:?}", inner.ep.addr());
         let single = a.threading == RDM4_THREAD_SINGLE;

@@ -283,8 +283,6 @@ pub(crate) struct EpInner {
     pub(crate) parked: u32,
     /// `RDM4_PROGRESS_*` and `RDM4_THREAD_*` it was opened with.
     pub(crate) modes: (u32, u32),
-    /// Every send is delivery complete (`RDM4_EP_DELIVERY_COMPLETE`).
-    pub(crate) dc_all: bool,
 }
 
 impl EpInner {
@@ -297,7 +295,6 @@ impl EpInner {
             scratch: Vec::new(),
             parked: 0,
             modes: (0, 0),
-            dc_all: false,
         }
     }
 

@@ -326,6 +326,11 @@ pub trait Device {
         true
     }
 
+    /// The device gathers packets for fewer system calls and needs
+    /// [`Device::doorbell`]; false (the default) lets the engine leave the
+    /// doorbell and its bookkeeping out of its paths altogether.
+    const BATCHES: bool = false;
+
     /// Says that the engine is done queueing packets for now: it rings at
     /// the end of every call that may have sent ([`Device::send_with`],
     /// RDMA, a deregistration's refusals). A device that gathers packets

@@ -156,6 +156,8 @@ pub struct Config {
     /// Sent as the HANDSHAKE's `device_version` (0: not sent). Default:
     /// [`DEVICE_VERSION`].
     pub device_version: u32,
+    /// Every send is delivery complete ([`SendOpts::dc`]).
+    pub delivery_complete: bool,
     /// Messages of at least this many bytes that would use long-CTS use
     /// long-read instead when both sides can RDMA-read (one copy, by the
     /// receiver's device).
@@ -177,6 +179,7 @@ impl Default for Config {
             legacy: false,
             host_id: host_id(),
             device_version: DEVICE_VERSION,
+            delivery_complete: false,
             longread_min: 0,
         }
     }
@@ -313,6 +316,10 @@ pub(crate) struct Core {
     /// nobody gets.
     claimed: FxHashMap<u64, (op::Unexpected, bool)>,
     discarding: FxHashMap<u32, ()>,
+    /// Eager sends may complete at once: the device's sends do
+    /// (`Caps::sync_send`) and the endpoint does not ask every send for
+    /// delivery complete.
+    eager_now: bool,
     /// The call in progress is a send that more follow (`SendOpts::more`):
     /// the device's doorbell is not rung at its end.
     more_follows: bool,
@@ -441,6 +448,7 @@ impl<D: Device> Endpoint<D> {
             recvs_posted: false,
             rx_stop: false,
             more_follows: false,
+            eager_now: false,
             claimed: FxHashMap::default(),
             discarding: FxHashMap::default(),
             took_unexpected: false,
@@ -466,6 +474,7 @@ impl<D: Device> Endpoint<D> {
             dereg: Vec::new(),
         };
         let mut core = core;
+        core.eager_now = core.caps.sync_send && !core.cfg.delivery_complete;
         for (i, proto) in [Subprotocol::Eager, Subprotocol::Medium, Subprotocol::Longcts].into_iter().enumerate() {
             for tagged in [false, true] {
                 if let Some(t) = PacketType::req_type(ReqFamily::Rtm, proto, tagged, false) {
@@ -653,6 +662,9 @@ impl<D: Device> Endpoint<D> {
     /// Sends `buf` to `dest` (two-sided).
     #[inline(always)]
     pub fn send(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<(), Status> {
+        if !D::BATCHES {
+            return self.send_inner(dest, buf, opts);
+        }
         self.core.more_follows = opts.more;
         let r = self.send_inner(dest, buf, opts);
         self.core.more_follows = false;
@@ -660,14 +672,19 @@ impl<D: Device> Endpoint<D> {
     }
 
     #[inline(always)]
-    fn send_inner(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<(), Status> {
-        if opts.dc {
+    fn send_inner(&mut self, dest: Addr, buf: UserBuf, mut opts: SendOpts) -> Result<(), Status> {
+        // The eager fast path: never taken with delivery complete (for an
+        // endpoint whose every send is, `eager_now` is off).
+        if !opts.dc {
+            if let Some(done) = self.core.send_now::<D, true>(&mut self.dev, dest, buf, opts) {
+                return done;
+            }
+        }
+        if opts.dc || self.core.cfg.delivery_complete {
+            opts.dc = true;
             self.core.post_send(dest, buf, opts)?;
             self.core.flush(&mut self.dev);
             return Ok(());
-        }
-        if let Some(done) = self.core.send_now::<D, true>(&mut self.dev, dest, buf, opts) {
-            return done;
         }
         if self.core.queue_eager(dest, buf, opts)? {
             self.core.flush(&mut self.dev);

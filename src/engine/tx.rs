@@ -87,7 +87,7 @@ impl Core {
     /// follow ([`crate::engine::SendOpts::more`]).
     #[inline(always)]
     pub(crate) fn ring<D: Device>(&self, dev: &mut D) {
-        if !self.more_follows {
+        if D::BATCHES && !self.more_follows {
             dev.doorbell();
         }
     }

@@ -860,6 +860,8 @@ impl Device for UdpDevice {
         self.tx_flush();
     }
 
+    const BATCHES: bool = true;
+
     fn doorbell(&mut self) {
         self.tx_flush();
         if self.app_fd.is_some() {
