@@ -233,6 +233,15 @@ pub struct SendOpts {
     pub dc: bool,
 }
 
+/// Messages claimed by a probe (by the probe's context, and whether
+/// tagged) and the operations of discarded ones: kept out of line, away
+/// from the fields every message touches.
+#[derive(Default)]
+pub(crate) struct Probes {
+    pub claimed: FxHashMap<u64, (op::Unexpected, bool)>,
+    pub discarding: FxHashMap<u32, ()>,
+}
+
 /// What [`Endpoint::probe`] does with the message it finds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProbeMode {
@@ -314,8 +323,7 @@ pub(crate) struct Core {
     /// Messages claimed by a probe, by the probe's context (and whether
     /// tagged), and the operations of discarded messages whose completion
     /// nobody gets.
-    claimed: FxHashMap<u64, (op::Unexpected, bool)>,
-    discarding: FxHashMap<u32, ()>,
+    probes: Box<Probes>,
     /// Eager sends may complete at once: the device's sends do
     /// (`Caps::sync_send`) and the endpoint does not ask every send for
     /// delivery complete.
@@ -449,8 +457,7 @@ impl<D: Device> Endpoint<D> {
             rx_stop: false,
             more_follows: false,
             eager_now: false,
-            claimed: FxHashMap::default(),
-            discarding: FxHashMap::default(),
+            probes: Box::default(),
             took_unexpected: false,
             rx_defer: false,
             deferred: false,
