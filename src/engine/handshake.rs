@@ -48,7 +48,7 @@ impl Core {
         };
         p.hs_recv = true;
         p.extra = h.extra_info.first().map_or(0, |w| w.get());
-        self.probes.identities.insert(peer, (h.host_id, h.device_version));
+        (p.host_id, p.device_version) = (h.host_id, h.device_version);
         let waiting: Vec<u32> = p.waiting_hs.drain(..).collect();
         for key in waiting {
             self.choose_rma_protocol(key);

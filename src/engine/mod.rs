@@ -233,17 +233,13 @@ pub struct SendOpts {
     pub dc: bool,
 }
 
-/// State that few messages touch, kept out of line, away from the fields
-/// every message does: messages claimed by a probe (by the probe's
-/// context, and whether tagged), the operations of discarded ones, the
-/// peers' HANDSHAKE identities.
+/// Messages claimed by a probe (by the probe's context, and whether
+/// tagged) and the operations of discarded ones: kept out of line, away
+/// from the fields every message touches.
 #[derive(Default)]
 pub(crate) struct Probes {
     pub claimed: FxHashMap<u64, (op::Unexpected, bool)>,
     pub discarding: FxHashMap<u32, ()>,
-    /// The `host_id` and `device_version` of each peer's HANDSHAKE (by
-    /// peer index; kept here, off the peers' hot fields).
-    pub identities: FxHashMap<u32, (Option<u64>, Option<u32>)>,
 }
 
 /// What [`Endpoint::probe`] does with the message it finds.
@@ -526,8 +522,8 @@ impl<D: Device> Endpoint<D> {
     /// HANDSHAKE arrived). Peers with this endpoint's `host_id` run on
     /// this host.
     pub fn peer_identity(&self, addr: Addr) -> Result<(Option<u64>, Option<u32>), Status> {
-        self.core.peers.get(addr).ok_or(Status::NoAddr)?;
-        Ok(self.core.probes.identities.get(&addr).copied().unwrap_or((None, None)))
+        let p = self.core.peers.get(addr).ok_or(Status::NoAddr)?;
+        Ok((p.host_id, p.device_version))
     }
 
     /// The settings the endpoint runs with.

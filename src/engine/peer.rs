@@ -12,6 +12,9 @@ use crate::wire::RawAddr;
 #[derive(Debug)]
 pub(crate) struct Peer {
     pub raw: RawAddr,
+    /// The `host_id` and `device_version` of its HANDSHAKE.
+    pub host_id: Option<u64>,
+    pub device_version: Option<u32>,
     /// The device handle; `None` until a learnt sender is inserted.
     pub ah: Option<Ah>,
     /// Inserted by the application (not only learnt from a packet).
@@ -52,6 +55,8 @@ impl Peer {
     pub fn new(raw: RawAddr, ah: Option<Ah>, first_msg_id: u32) -> Peer {
         Peer {
             raw,
+            host_id: None,
+            device_version: None,
             ah,
             in_av: false,
             hs_sent: false,
