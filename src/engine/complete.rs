@@ -76,7 +76,7 @@ impl Core {
             RecvDone { tagged: op.tagged, len: op.len, buf: op.buf, tag: op.tag, cq_data: op.cq_data }
                 .entry(op.context, src)
         });
-        if !self.probes.discarding.is_empty() && self.probes.discarding.remove(&key).is_some() {
+        if !self.discarding.is_empty() && self.discarding.remove(&key).is_some() {
             return; // a probe discarded the message
         }
         if let Some(e) = e {
@@ -128,13 +128,13 @@ impl Core {
                 for q in &mut self.unexpected {
                     q.retain(|u| !matches!(u, op::Unexpected::Op(k) if *k == key));
                 }
-                if !self.probes.claimed.is_empty() {
-                    self.probes.claimed.retain(|_, (u, _)| !matches!(u, op::Unexpected::Op(k) if *k == key));
+                if !self.claimed.is_empty() {
+                    self.claimed.retain(|_, (u, _)| !matches!(u, op::Unexpected::Op(k) if *k == key));
                 }
             }
         }
         // A message a probe discarded: everything but the completion.
-        let discarded = !self.probes.discarding.is_empty() && self.probes.discarding.remove(&key).is_some();
+        let discarded = !self.discarding.is_empty() && self.discarding.remove(&key).is_some();
         let status = if op.status != Status::Success { op.status } else { status };
         let src = self.src_of(op.peer);
         let mut e = Cqe { detail: op.detail, ..Cqe::new(op.context, CqFlags::empty(), 0, status) };

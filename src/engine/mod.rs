@@ -233,15 +233,6 @@ pub struct SendOpts {
     pub dc: bool,
 }
 
-/// Messages claimed by a probe (by the probe's context, and whether
-/// tagged) and the operations of discarded ones: kept out of line, away
-/// from the fields every message touches.
-#[derive(Default)]
-pub(crate) struct Probes {
-    pub claimed: FxHashMap<u64, (op::Unexpected, bool)>,
-    pub discarding: FxHashMap<u32, ()>,
-}
-
 /// What [`Endpoint::probe`] does with the message it finds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProbeMode {
@@ -323,7 +314,8 @@ pub(crate) struct Core {
     /// Messages claimed by a probe, by the probe's context (and whether
     /// tagged), and the operations of discarded messages whose completion
     /// nobody gets.
-    probes: Box<Probes>,
+    claimed: FxHashMap<u64, (op::Unexpected, bool)>,
+    discarding: FxHashMap<u32, ()>,
     /// Eager sends may complete at once: the device's sends do
     /// (`Caps::sync_send`) and the endpoint does not ask every send for
     /// delivery complete.
@@ -457,7 +449,8 @@ impl<D: Device> Endpoint<D> {
             rx_stop: false,
             more_follows: false,
             eager_now: false,
-            probes: Box::default(),
+            claimed: FxHashMap::default(),
+            discarding: FxHashMap::default(),
             took_unexpected: false,
             rx_defer: false,
             deferred: false,

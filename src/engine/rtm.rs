@@ -111,7 +111,7 @@ impl Core {
             Unexpected::Eager(m) => takes(opts.src, opts.tag, m.peer, m.tag),
         });
         let Some(pos) = pos else { return Ok(None) };
-        if mode == ProbeMode::Claim && self.probes.claimed.contains_key(&opts.context) {
+        if mode == ProbeMode::Claim && self.claimed.contains_key(&opts.context) {
             return Err(Status::Inval); // the context holds a claimed message already
         }
         let (peer, tag, len, cq_data) = match &self.unexpected[q(tagged)][pos] {
@@ -131,14 +131,14 @@ impl Core {
             return Ok(Some(found));
         }
         found.claim = opts.context;
-        self.probes.claimed.insert(opts.context, (u, tagged));
+        self.claimed.insert(opts.context, (u, tagged));
         Ok(Some(found))
     }
 
     /// Receives the message a probe claimed; see [`super::Endpoint::recv_claimed`].
     /// (A claimed message whose sender is lost leaves `claimed` then.)
     pub(crate) fn recv_claimed(&mut self, claim: u64, buf: UserBuf, context: u64) -> Result<(), Status> {
-        let (u, tagged) = self.probes.claimed.remove(&claim).ok_or(Status::NoEnt)?;
+        let (u, tagged) = self.claimed.remove(&claim).ok_or(Status::NoEnt)?;
         // The message's own tag: it matches by construction.
         let tag = match &u {
             Unexpected::Op(k) => self.ops.get(*k).map_or(0, |o| o.tag),
@@ -157,7 +157,7 @@ impl Core {
                 self.recycle_bounce(m.data);
             }
             Unexpected::Op(k) => {
-                self.probes.discarding.insert(k, ());
+                self.discarding.insert(k, ());
                 let _ = self.take_unexpected(u, tagged, UserBuf::empty(), RecvOpts::default());
             }
         }
