@@ -316,10 +316,6 @@ pub(crate) struct Core {
     /// nobody gets.
     claimed: FxHashMap<u64, (op::Unexpected, bool)>,
     discarding: FxHashMap<u32, ()>,
-    /// Eager sends may complete at once: the device's sends do
-    /// (`Caps::sync_send`) and the endpoint does not ask every send for
-    /// delivery complete.
-    eager_now: bool,
     /// The call in progress is a send that more follow (`SendOpts::more`):
     /// the device's doorbell is not rung at its end.
     more_follows: bool,
@@ -448,7 +444,6 @@ impl<D: Device> Endpoint<D> {
             recvs_posted: false,
             rx_stop: false,
             more_follows: false,
-            eager_now: false,
             claimed: FxHashMap::default(),
             discarding: FxHashMap::default(),
             took_unexpected: false,
@@ -474,7 +469,11 @@ impl<D: Device> Endpoint<D> {
             dereg: Vec::new(),
         };
         let mut core = core;
-        core.eager_now = core.caps.sync_send && !core.cfg.delivery_complete;
+        // An endpoint whose every send is delivery complete never completes
+        // a send at once: the engine's copy of the device's capabilities
+        // says so, and the eager fast path stays off without a test of
+        // its own.
+        core.caps.sync_send &= !core.cfg.delivery_complete;
         for (i, proto) in [Subprotocol::Eager, Subprotocol::Medium, Subprotocol::Longcts].into_iter().enumerate() {
             for tagged in [false, true] {
                 if let Some(t) = PacketType::req_type(ReqFamily::Rtm, proto, tagged, false) {
@@ -674,7 +673,7 @@ impl<D: Device> Endpoint<D> {
     #[inline(always)]
     fn send_inner(&mut self, dest: Addr, buf: UserBuf, mut opts: SendOpts) -> Result<(), Status> {
         // The eager fast path: never taken with delivery complete (for an
-        // endpoint whose every send is, `eager_now` is off).
+        // endpoint whose every send is, `caps.sync_send` is off).
         if !opts.dc {
             if let Some(done) = self.core.send_now::<D, true>(&mut self.dev, dest, buf, opts) {
                 return done;

@@ -520,7 +520,7 @@ impl Core {
     /// when the fast path could not send it; false: it needs an operation
     /// entry (a device whose sends complete later, or not an eager message).
     pub(crate) fn queue_eager(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<bool, Status> {
-        if !self.eager_now || buf.len() > self.eager_cap[usize::from(opts.tag.is_some())] {
+        if !self.caps.sync_send || buf.len() > self.eager_cap[usize::from(opts.tag.is_some())] {
             return Ok(false);
         }
         self.reachable_peer(dest)?;
@@ -599,7 +599,7 @@ impl Core {
         opts: SendOpts,
     ) -> Option<Result<(), Status>> {
         let tagged = opts.tag.is_some();
-        if !self.eager_now
+        if !self.caps.sync_send
             || !self.txq.is_empty()
             || !self.ctrl.is_empty()
             || buf.len() > self.eager_cap[usize::from(tagged)]
