@@ -42,7 +42,7 @@ fn until(ep: &mut Ep, n: usize) -> Vec<Cqe> {
 }
 
 fn tagged(tag: u64, context: u64) -> SendOpts {
-    SendOpts { tag: Some(tag), cq_data: None, context, more: false, dc: false }
+    SendOpts { tag: Some(tag), cq_data: None, context }
 }
 
 /// Two endpoints that know each other, one message each way done (both

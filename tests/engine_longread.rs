@@ -62,9 +62,7 @@ fn one_message(
     if recv_first {
         c.eps[1].recv(rbuf, ropts).unwrap();
     }
-    c.eps[0]
-        .send(to1, src.buf(), SendOpts { tag, cq_data: Some(0xD00D), context: 11, more: false, dc: false })
-        .unwrap();
+    c.eps[0].send(to1, src.buf(), SendOpts { tag, cq_data: Some(0xD00D), context: 11 }).unwrap();
     if !recv_first {
         c.run_until(200_000, |c| c.eps[1].pending_ops() > 0);
         // An unexpected long-read message holds no data.

@@ -238,7 +238,7 @@ impl Model {
         let mut src = OwnedBuf::from_slice(&pattern(len, seed));
         let ctx = self.ctx();
         c.eps[s]
-            .send(c.addrs[s][r], src.buf(), SendOpts { tag, cq_data, context: ctx, more: false, dc: false })
+            .send(c.addrs[s][r], src.buf(), SendOpts { tag, cq_data, context: ctx })
             .unwrap_or_else(|e| panic!("seed {}: send {s}->{r} failed: {e:?}", self.seed));
         self.pending[s].insert(ctx, Pending::Send { stream: si, k, _src: src });
         self.streams[si].sent += 1;

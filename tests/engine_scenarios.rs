@@ -42,7 +42,7 @@ fn one_message(seed: u64, len: usize, tagged: bool, recv_first: bool) {
     if recv_first {
         c.eps[1].recv(dst.buf(), ropts).unwrap();
     }
-    c.eps[0].send(to1, src.buf(), SendOpts { tag, cq_data: None, context: 11, more: false, dc: false }).unwrap();
+    c.eps[0].send(to1, src.buf(), SendOpts { tag, cq_data: None, context: 11 }).unwrap();
     if !recv_first {
         c.run_until(200_000, |c| c.eps[1].unexpected_messages() > 0 || len == 0 && c.net.in_flight() == 0);
         c.eps[1].recv(dst.buf(), ropts).unwrap();
@@ -649,7 +649,7 @@ fn unexpected_eager_messages_match_by_source_and_tag_in_order_and_truncate() {
         msgs.iter().map(|&(s, t, len, _)| OwnedBuf::from_slice(&pattern(len, s as u64 * 10 + t))).collect();
     for (&(s, tag, _, cq_data), b) in msgs.iter().zip(&mut srcs) {
         let to1 = c.addrs[s][1];
-        c.eps[s].send(to1, b.buf(), SendOpts { tag: Some(tag), cq_data, context: 0, more: false, dc: false }).unwrap();
+        c.eps[s].send(to1, b.buf(), SendOpts { tag: Some(tag), cq_data, context: 0 }).unwrap();
     }
     c.settle(10_000);
     assert!(c.eps[1].unexpected_bytes() >= 90, "all three wait unexpected");
@@ -782,15 +782,13 @@ fn a_receiver_behind_its_sender_catches_up() {
     let mut first = OwnedBuf::zeroed(8);
     c.eps[1].recv(first.buf(), ropts(usize::MAX)).unwrap();
     let mut src = OwnedBuf::from_slice(&[7u8; 8]);
-    c.eps[0].send(to1, src.buf(), SendOpts { tag, cq_data: None, context: 0, more: false, dc: false }).unwrap();
+    c.eps[0].send(to1, src.buf(), SendOpts { tag, cq_data: None, context: 0 }).unwrap();
     c.run_until(10_000, |c| !c.cqs[0].is_empty() && !c.cqs[1].is_empty());
     c.settle(1_000);
     c.take_cq(1);
     // The backlog: every message is at the receiver before it posts anything.
     for i in 0..N {
-        c.eps[0]
-            .send(to1, src.buf(), SendOpts { tag, cq_data: None, context: i as u64 + 1, more: false, dc: false })
-            .unwrap();
+        c.eps[0].send(to1, src.buf(), SendOpts { tag, cq_data: None, context: i as u64 + 1 }).unwrap();
     }
     for _ in 0..100 {
         c.eps[0].progress(c.net.now());

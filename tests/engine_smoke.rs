@@ -2,7 +2,9 @@ mod common;
 
 use common::*;
 use rdm4::device::sim::SimConfig;
-use rdm4::engine::{Config, RecvOpts, SendOpts};
+use rdm4::engine::{Config, RecvOpts, SendFlags, SendOpts};
+
+const DC: SendFlags = SendFlags { more: false, dc: true };
 use rdm4::mem::OwnedBuf;
 use rdm4::Status;
 
@@ -78,7 +80,7 @@ fn delivery_complete_sends_complete_after_the_receiver_has_the_message() {
         let mut src = OwnedBuf::from_slice(&data);
         let mut dst = OwnedBuf::zeroed(len);
         let to = c.addrs[0][1];
-        c.eps[0].send(to, src.buf(), SendOpts { context: 5, dc: true, ..Default::default() }).unwrap();
+        c.eps[0].send_flagged(to, src.buf(), SendOpts { context: 5, ..Default::default() }, DC).unwrap();
         // No receive yet: the message waits at the receiver, the send too.
         for _ in 0..3000 {
             c.step();
@@ -99,11 +101,11 @@ fn delivery_complete_sends_complete_after_the_receiver_has_the_message() {
     let mut src = OwnedBuf::from_slice(&[7; 64]);
     let mut dst = OwnedBuf::zeroed(64);
     c.eps[1].recv(dst.buf(), RecvOpts { context: 1, ..Default::default() }).unwrap();
-    c.eps[0].send(c.addrs[0][1], src.buf(), SendOpts { context: 2, dc: true, ..Default::default() }).unwrap();
+    c.eps[0].send_flagged(c.addrs[0][1], src.buf(), SendOpts { context: 2, ..Default::default() }, DC).unwrap();
     c.run_until(100_000, |c| !c.cqs[0].is_empty());
     assert_eq!(c.cqs[0][0].status, Status::NotSup);
     // From a legacy endpoint: refused at once.
     let to = c.addrs[1][0];
-    let r = c.eps[1].send(to, src.buf(), SendOpts { dc: true, ..Default::default() });
+    let r = c.eps[1].send_flagged(to, src.buf(), SendOpts::default(), DC);
     assert_eq!(r, Err(Status::NotSup));
 }

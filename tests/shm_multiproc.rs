@@ -139,12 +139,7 @@ fn all_to_all_child() {
         for (k, &len) in SIZES.iter().enumerate() {
             let mut b = OwnedBuf::from_slice(&pattern(len, seed(rank, j, k)));
             let tag = (rank << 8 | k) as u64;
-            e.ep.send(
-                addrs[j],
-                b.buf(),
-                SendOpts { tag: Some(tag), cq_data: Some(tag), context: 2, more: false, dc: false },
-            )
-            .unwrap();
+            e.ep.send(addrs[j], b.buf(), SendOpts { tag: Some(tag), cq_data: Some(tag), context: 2 }).unwrap();
             sbufs.push(b);
         }
     }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::pattern;
 use rdm4::device::udp::{Faults, UdpConfig, UdpDevice};
 use rdm4::device::Access;
-use rdm4::engine::{atomic_ops, Config, Cqe, Endpoint, RecvOpts, RemoteBuf, SendOpts};
+use rdm4::engine::{atomic_ops, Config, Cqe, Endpoint, RecvOpts, RemoteBuf, SendFlags, SendOpts};
 use rdm4::mem::{OwnedBuf, UserBuf};
 use rdm4::Status;
 
@@ -157,8 +157,8 @@ fn sends_with_more_wait_for_a_call_without_it_then_leave_together() {
     cqs = [Vec::new(), Vec::new()];
     let before = a.device().stats();
     for (k, s) in srcs.iter_mut().enumerate().take(N - 1) {
-        a.send(ab, s.buf(), SendOpts { tag: Some(k as u64), context: k as u64, more: true, ..SendOpts::default() })
-            .unwrap();
+        let opts = SendOpts { tag: Some(k as u64), context: k as u64, ..SendOpts::default() };
+        a.send_flagged(ab, s.buf(), opts, SendFlags { more: true, dc: false }).unwrap();
     }
     // Nothing left the sender: the receiver, progressed for 20 ms, has nothing.
     let t = Instant::now();

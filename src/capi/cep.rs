@@ -12,7 +12,7 @@ use crate::device::shm::ShmDevice;
 use crate::device::udp::UdpDevice;
 use crate::device::Access;
 use crate::device::Caps;
-use crate::engine::{Addr, Config, Cqe, Endpoint, ProbeMode, Probed, RecvOpts, RemoteBuf, SendOpts, Stats};
+use crate::engine::{Addr, Config, Cqe, Endpoint, ProbeMode, Probed, RecvOpts, RemoteBuf, SendFlags, SendOpts, Stats};
 use crate::mem::UserBuf;
 use crate::status::Status;
 use crate::wire::RawAddr;
@@ -69,6 +69,7 @@ impl CEp {
         mut fn mr_reg(buf: UserBuf, access: Access) -> Result<u64, Status>;
         mut fn mr_dereg(key: u64) -> Result<(), Status>;
         mut fn send(dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<(), Status>;
+        mut fn send_flagged(dest: Addr, buf: UserBuf, opts: SendOpts, flags: SendFlags) -> Result<(), Status>;
         mut fn inject_now(dest: Addr, buf: UserBuf, tag: Option<u64>) -> bool;
         mut fn recv(buf: UserBuf, opts: RecvOpts) -> Result<(), Status>;
         mut fn cancel(context: u64) -> Result<(), Status>;

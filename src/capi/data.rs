@@ -11,7 +11,7 @@ use std::ffi::c_void;
 use super::types::*;
 use super::{boundary, c_buf, lookup, rdm4_ep};
 use crate::engine::atomic_ops;
-use crate::engine::{Addr, ProbeMode, RecvOpts, RemoteBuf, SendOpts, ADDR_UNSPEC};
+use crate::engine::{Addr, ProbeMode, RecvOpts, RemoteBuf, SendFlags, SendOpts, ADDR_UNSPEC};
 use crate::mem::UserBuf;
 use crate::status::Status;
 
@@ -59,13 +59,7 @@ pub extern "C" fn rdm4_send(
     dest: rdm4_addr,
     context: *mut c_void,
 ) -> i32 {
-    send_common(
-        ep,
-        buf,
-        len,
-        dest,
-        SendOpts { tag: None, cq_data: None, context: context as u64, more: false, dc: false },
-    )
+    send_common(ep, buf, len, dest, SendOpts { tag: None, cq_data: None, context: context as u64 })
 }
 
 /// Sends a tagged message; the receiver matches `tag` (see `rdm4_trecv`).
@@ -79,13 +73,7 @@ pub extern "C" fn rdm4_tsend(
     tag: u64,
     context: *mut c_void,
 ) -> i32 {
-    send_common(
-        ep,
-        buf,
-        len,
-        dest,
-        SendOpts { tag: Some(tag), cq_data: None, context: context as u64, more: false, dc: false },
-    )
+    send_common(ep, buf, len, dest, SendOpts { tag: Some(tag), cq_data: None, context: context as u64 })
 }
 
 /// Sends an untagged message carrying remote CQ data: the receiver's
@@ -99,13 +87,7 @@ pub extern "C" fn rdm4_senddata(
     dest: rdm4_addr,
     context: *mut c_void,
 ) -> i32 {
-    send_common(
-        ep,
-        buf,
-        len,
-        dest,
-        SendOpts { tag: None, cq_data: Some(data), context: context as u64, more: false, dc: false },
-    )
+    send_common(ep, buf, len, dest, SendOpts { tag: None, cq_data: Some(data), context: context as u64 })
 }
 
 /// Sends a copy of `len` bytes at `buf`: the buffer is the caller's again
@@ -148,7 +130,7 @@ fn inject_common(ep: *mut rdm4_ep, buf: *const c_void, len: usize, dest: rdm4_ad
         }
         let bytes = src.with_slice(|s| s.to_vec());
         let (copy, ctx) = g.inject_copy(&bytes);
-        if let Err(e) = g.ep.send(dest, copy, SendOpts { tag, cq_data: None, context: ctx, more: false, dc: false }) {
+        if let Err(e) = g.ep.send(dest, copy, SendOpts { tag, cq_data: None, context: ctx }) {
             g.take_injected(ctx);
             return Err(e);
         }
@@ -222,17 +204,16 @@ pub extern "C" fn rdm4_sendmsg(ep: *mut rdm4_ep, msg: *const rdm4_msg, flags: u6
             tag: (flags & RDM4_MSG_TAGGED != 0).then_some(m.tag),
             cq_data: (flags & RDM4_MSG_REMOTE_CQ_DATA != 0).then_some(m.data),
             context: m.context as u64,
-            more: flags & RDM4_MSG_MORE != 0,
-            dc: flags & RDM4_MSG_DELIVERY_COMPLETE != 0,
         };
+        let sf = SendFlags { more: flags & RDM4_MSG_MORE != 0, dc: flags & RDM4_MSG_DELIVERY_COMPLETE != 0 };
         match iovs.as_slice() {
-            [] => g.ep.send(dest, UserBuf::empty(), opts)?,
-            [one] => g.ep.send(dest, *one, opts)?,
+            [] => g.ep.send_flagged(dest, UserBuf::empty(), opts, sf)?,
+            [one] => g.ep.send_flagged(dest, *one, opts, sf)?,
             many => {
                 // Several buffers: gathered into one library-owned copy.
                 let (buf, ctx) = g.bounce_gather(many, opts.context);
                 opts.context = ctx;
-                if let Err(e) = g.ep.send(dest, buf, opts) {
+                if let Err(e) = g.ep.send_flagged(dest, buf, opts, sf) {
                     g.drop_bounce(ctx);
                     return Err(e);
                 }

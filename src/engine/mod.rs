@@ -156,7 +156,7 @@ pub struct Config {
     /// Sent as the HANDSHAKE's `device_version` (0: not sent). Default:
     /// [`DEVICE_VERSION`].
     pub device_version: u32,
-    /// Every send is delivery complete ([`SendOpts::dc`]).
+    /// Every send is delivery complete ([`SendFlags::dc`]).
     pub delivery_complete: bool,
     /// Messages of at least this many bytes that would use long-CTS use
     /// long-read instead when both sides can RDMA-read (one copy, by the
@@ -224,6 +224,14 @@ pub struct SendOpts {
     pub cq_data: Option<u64>,
     /// Returned in the completion.
     pub context: u64,
+}
+
+/// Flags of a send ([`Endpoint::send_flagged`]). Kept apart from
+/// [`SendOpts`], which every send builds and copies: two bytes more in it
+/// made the 8 B path read the struct back wider than it was written (a
+/// store-forwarding stall, ~15% of the shm 8 B rate; docs/performance.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SendFlags {
     /// More sends follow at once: the device may hold this one's packets
     /// until a call without it ([`crate::device::Device::doorbell`]).
     pub more: bool,
@@ -316,7 +324,7 @@ pub(crate) struct Core {
     /// nobody gets.
     claimed: FxHashMap<u64, (op::Unexpected, bool)>,
     discarding: FxHashMap<u32, ()>,
-    /// The call in progress is a send that more follow (`SendOpts::more`):
+    /// The call in progress is a send that more follow (`SendFlags::more`):
     /// the device's doorbell is not rung at its end.
     more_follows: bool,
     /// A receive took an unexpected eager message when posted, and its
@@ -661,27 +669,32 @@ impl<D: Device> Endpoint<D> {
     /// Sends `buf` to `dest` (two-sided).
     #[inline(always)]
     pub fn send(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<(), Status> {
+        self.send_flagged(dest, buf, opts, SendFlags::default())
+    }
+
+    /// [`Self::send`] with [`SendFlags`].
+    #[inline(always)]
+    pub fn send_flagged(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts, flags: SendFlags) -> Result<(), Status> {
         if !D::BATCHES {
-            return self.send_inner(dest, buf, opts);
+            return self.send_inner(dest, buf, opts, flags.dc);
         }
-        self.core.more_follows = opts.more;
-        let r = self.send_inner(dest, buf, opts);
+        self.core.more_follows = flags.more;
+        let r = self.send_inner(dest, buf, opts, flags.dc);
         self.core.more_follows = false;
         r
     }
 
     #[inline(always)]
-    fn send_inner(&mut self, dest: Addr, buf: UserBuf, mut opts: SendOpts) -> Result<(), Status> {
+    fn send_inner(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts, dc: bool) -> Result<(), Status> {
         // The eager fast path: never taken with delivery complete (for an
         // endpoint whose every send is, `caps.sync_send` is off).
-        if !opts.dc {
+        if !dc {
             if let Some(done) = self.core.send_now::<D, true>(&mut self.dev, dest, buf, opts) {
                 return done;
             }
         }
-        if opts.dc || self.core.cfg.delivery_complete {
-            opts.dc = true;
-            self.core.post_send(dest, buf, opts)?;
+        if dc || self.core.cfg.delivery_complete {
+            self.core.post_send(dest, buf, opts, true)?;
             self.core.flush(&mut self.dev);
             return Ok(());
         }
@@ -689,7 +702,7 @@ impl<D: Device> Endpoint<D> {
             self.core.flush(&mut self.dev);
             return Ok(());
         }
-        if let Some(key) = self.core.post_send(dest, buf, opts)? {
+        if let Some(key) = self.core.post_send(dest, buf, opts, false)? {
             self.core.register_longread(&mut self.dev, key);
         }
         self.core.flush(&mut self.dev);
@@ -705,7 +718,7 @@ impl<D: Device> Endpoint<D> {
     /// messages to one peer in order: this path is taken only when nothing
     /// is queued). `tag`: a tagged message.
     pub fn inject_now(&mut self, dest: Addr, buf: UserBuf, tag: Option<u64>) -> bool {
-        let opts = SendOpts { tag, cq_data: None, context: 0, more: false, dc: false };
+        let opts = SendOpts { tag, cq_data: None, context: 0 };
         self.core.send_now::<D, false>(&mut self.dev, dest, buf, opts) == Some(Ok(()))
     }
 

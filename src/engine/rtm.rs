@@ -32,9 +32,16 @@ fn takes(src: Option<u32>, tag: Option<(u64, u64)>, peer: u32, msg_tag: u64) -> 
 impl Core {
     /// Queues a send; see [`super::Endpoint::send`]. `Some(key)`: a
     /// long-read send whose buffer must be registered with the device.
-    pub(crate) fn post_send(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<Option<u32>, Status> {
+    /// `dc`: delivery complete ([`super::SendFlags::dc`]).
+    pub(crate) fn post_send(
+        &mut self,
+        dest: Addr,
+        buf: UserBuf,
+        opts: SendOpts,
+        dc: bool,
+    ) -> Result<Option<u32>, Status> {
         let peer = self.reachable_peer(dest)?;
-        if opts.dc && (self.cfg.legacy || (peer.hs_recv && !peer.has(wire::extra::DELIVERY_COMPLETE))) {
+        if dc && (self.cfg.legacy || (peer.hs_recv && !peer.has(wire::extra::DELIVERY_COMPLETE))) {
             return Err(Status::NotSup); // a baseline endpoint or peer has no delivery complete
         }
         let tagged = opts.tag.is_some();
@@ -46,7 +53,7 @@ impl Core {
         } else {
             2
         };
-        let longread = if proto == 2 && !opts.dc { self.longread_type(dest, len, tagged) } else { None };
+        let longread = if proto == 2 && !dc { self.longread_type(dest, len, tagged) } else { None };
         let mut op = Op::new(OpKind::Send, dest, opts.context, buf);
         op.ptype = Some(longread.unwrap_or(self.rtm_types[proto][usize::from(tagged)]));
         // A long-read send ends with the receiver's EOR.
@@ -63,14 +70,14 @@ impl Core {
         op.backlog = true;
         // Delivery complete: the DC type once the peer's features are
         // known, and the send waits for its RECEIPT.
-        op.dc = opts.dc;
-        op.awaiting |= opts.dc;
+        op.dc = dc;
+        op.awaiting |= dc;
         let key = self.new_op(op)?;
         if let Some(p) = self.peers.get_mut(dest) {
             p.tx_msg_id = p.tx_msg_id.wrapping_add(1);
             p.tx_bytes += len as u64;
         }
-        if opts.dc {
+        if dc {
             self.start_or_wait_handshake(dest, key);
         } else {
             self.enqueue(key);

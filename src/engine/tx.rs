@@ -84,7 +84,7 @@ impl Core {
     }
 
     /// Rings the device's doorbell unless the call is a send that more
-    /// follow ([`crate::engine::SendOpts::more`]).
+    /// follow ([`crate::engine::SendFlags::more`]).
     #[inline(always)]
     pub(crate) fn ring<D: Device>(&self, dev: &mut D) {
         if D::BATCHES && !self.more_follows {
