@@ -109,3 +109,61 @@ fn delivery_complete_sends_complete_after_the_receiver_has_the_message() {
     let r = c.eps[1].send_flagged(to, src.buf(), SendOpts::default(), DC);
     assert_eq!(r, Err(Status::NotSup));
 }
+
+/// Forged packets from a known peer's device address: a connid header that
+/// is not the peer's is dropped and counted (`stale_connid`), nothing
+/// delivered; a raw address header with another connid is another
+/// endpoint (a new incarnation at that address), never the known peer:
+/// what it sends is not attributed to it.
+#[test]
+fn packets_with_a_wrong_connid_are_dropped_and_counted_or_kept_apart() {
+    use rdm4::device::Device;
+    use rdm4::wire::{Packet, PacketType, RawAddr, RawAddrHdr, Req};
+    let mut c = Cluster::new(2, SimConfig::default(), Config::default());
+    // One message each way first: HANDSHAKEs done, connid headers in use.
+    let (mut s0, mut r1) = (OwnedBuf::from_slice(&[1]), OwnedBuf::zeroed(1));
+    c.eps[1].recv(r1.buf(), RecvOpts { context: 1, ..Default::default() }).unwrap();
+    c.eps[0].send(c.addrs[0][1], s0.buf(), SendOpts::default()).unwrap();
+    c.run_until(100_000, |c| c.cqs[0].len() == 1 && c.cqs[1].len() == 1);
+    c.take_cq(0);
+    c.take_cq(1);
+    let a_raw = c.eps[0].addr();
+    let b_raw = c.eps[1].addr();
+    let before = c.eps[0].stats();
+    // A posted any-source receive at A that a delivered forgery would fill.
+    let mut dst = OwnedBuf::zeroed(16);
+    c.eps[0].recv(dst.buf(), RecvOpts { context: 7, ..Default::default() }).unwrap();
+    let send_forged = |c: &mut Cluster, raw: Option<RawAddr>, connid: Option<u32>| {
+        let body;
+        let mut r = Req::new(PacketType::EagerMsgRtm);
+        r.data = b"forged";
+        r.connid = connid;
+        if let Some(raw) = raw {
+            body = raw.to_bytes();
+            r.raw_addr = RawAddrHdr::new(&body).ok();
+        }
+        let mut pkt = vec![0u8; 256];
+        let n = Packet::Req(r).emit(&mut pkt).unwrap();
+        let dev = c.eps[1].device_mut();
+        let ah = dev.insert(&a_raw).unwrap();
+        let _ = dev.send(ah, &pkt[..n], 0);
+    };
+    // Without a raw address: B's device address, a connid that is not B's.
+    send_forged(&mut c, None, Some(b_raw.connid() ^ 0x5555));
+    for _ in 0..200 {
+        c.step();
+    }
+    let after = c.eps[0].stats();
+    assert_eq!(after.stale_connid, before.stale_connid + 1, "{after:?}");
+    assert!(c.cqs[0].is_empty(), "a forged packet was delivered: {:?}", c.cqs[0]);
+    // With a raw address naming B's device address and another connid:
+    // another endpoint, not B.
+    let other = RawAddr::new(b_raw.gid, b_raw.qpn(), b_raw.connid() ^ 0x7777);
+    send_forged(&mut c, Some(other), None);
+    for _ in 0..200 {
+        c.step();
+    }
+    for e in &c.cqs[0] {
+        assert_ne!(e.src, c.addrs[0][1], "a packet with another connid was attributed to the known peer: {e:?}");
+    }
+}

@@ -506,6 +506,12 @@ impl<D: Device> Endpoint<D> {
         &self.dev
     }
 
+    /// The device, to act on it beside the engine: tests use it to put
+    /// forged packets on the wire as a peer would.
+    pub fn device_mut(&mut self) -> &mut D {
+        &mut self.dev
+    }
+
     /// Ends the endpoint, handing its device back (operations are dropped
     /// unfinished, as when the endpoint is dropped).
     pub fn into_device(self) -> D {
