@@ -24,6 +24,7 @@
 #![cfg(target_os = "linux")]
 
 mod common_c;
+mod common_tool;
 
 use common_c::command_line;
 
@@ -107,15 +108,8 @@ fn check_fresh(deps: &Path, name: &str) {
 
 /// Fails with a clear message when `tool` cannot be run.
 fn require_tool(tool: &str) {
-    let found = Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
     assert!(
-        found,
+        common_tool::installed(tool),
         "`{tool}` is not installed (or `{tool} --version` fails): tests/consumer.rs needs cmake and \
          pkg-config to build programs against the installed library. Install them (Debian/Ubuntu: \
          `apt-get install cmake pkg-config`; .ci/run does this on CI)."

@@ -25,9 +25,11 @@
 //! `groff` and `lexgrog` are required: without them the tests fail (CI
 //! installs them in `.ci/run`: packages groff-base and man-db).
 
+mod common_tool;
+
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -60,15 +62,8 @@ fn page(name: &str) -> String {
 
 /// Fails with a clear message when `tool` cannot be run.
 fn require_tool(tool: &str, package: &str) {
-    let found = Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
     assert!(
-        found,
+        common_tool::installed(tool),
         "`{tool}` is not installed (or `{tool} --version` fails): tests/man_pages.rs needs it to check the \
          man pages. Install it (Debian/Ubuntu: `apt-get install {package}`; .ci/run does this on CI)."
     );
