@@ -170,6 +170,40 @@ int main(void)
         EXPECT(rdm4_ep_close(f2), RDM4_SUCCESS);
         EXPECT(rdm4_ep_close(lg), RDM4_SUCCESS);
     }
+    /* Feature switches: RDM4_FEATURES_OFF takes one feature away (here
+     * delivery complete) and leaves the rest; RDM4_CONSTANT_HEADER=1 asks
+     * peers for a constant header length, and every fallback still works. */
+    {
+        uint8_t a1[RDM4_ADDR_LEN], a2[RDM4_ADDR_LEN];
+        setenv("RDM4_FEATURES_OFF", "delivery_complete,runt", 1);
+        setenv("RDM4_CONSTANT_HEADER", "1", 1);
+        rdm4_ep *off = open_with(0, a1);
+        unsetenv("RDM4_FEATURES_OFF");
+        unsetenv("RDM4_CONSTANT_HEADER");
+        rdm4_ep *full = open_with(0, a2);
+        rdm4_addr off_full = tu_insert(off, a2), full_off = tu_insert(full, a1);
+        exchange(full, off, full_off, off_full, "full to an endpoint with features off");
+        exchange(off, full, off_full, full_off, "an endpoint with features off to full");
+        struct tu_cq q1 = { .ep = off }, q2 = { .ep = full };
+        struct tu_cq *qs[2] = { &q1, &q2 };
+        uint8_t s[64] = { 0 };
+        struct iovec iov = { s, sizeof s };
+        rdm4_msg m = { &iov, 1, off_full, 0, 0, 0, CTX(70) };
+        EXPECT(rdm4_sendmsg(off, &m, RDM4_MSG_DELIVERY_COMPLETE), RDM4_ENOTSUP);
+        /* The full endpoint knows the other's features from the exchange:
+         * refused at once. */
+        m.addr = full_off;
+        m.context = CTX(71);
+        EXPECT(rdm4_sendmsg(full, &m, RDM4_MSG_DELIVERY_COMPLETE), RDM4_ENOTSUP);
+        CHECK(tu_cq_poll(&q1) + tu_cq_poll(&q2) == 0, "no completion for refused sends");
+        (void)qs;
+        EXPECT(rdm4_ep_close(off), RDM4_SUCCESS);
+        EXPECT(rdm4_ep_close(full), RDM4_SUCCESS);
+        rdm4_ep *none = NULL;
+        setenv("RDM4_FEATURES_OFF", "rdma_read,warp_drive", 1);
+        EXPECT(rdm4_ep_open(NULL, &none), RDM4_EINVAL);
+        unsetenv("RDM4_FEATURES_OFF");
+    }
     setenv("RDM4_LEGACY", "yes", 1);
     uint8_t addr[RDM4_ADDR_LEN];
     (void)addr;

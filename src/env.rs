@@ -36,6 +36,23 @@ pub(crate) fn word(name: &str, words: &[&str]) -> Result<Option<usize>, Status> 
     }
 }
 
+/// A comma-separated list of names from `table`, as the union of their
+/// bits; `None` when unset.
+pub(crate) fn bits(name: &str, table: &[(&str, u64)]) -> Result<Option<u64>, Status> {
+    let Some(v) = var(name) else { return Ok(None) };
+    let mut out = 0;
+    for part in v.split(',') {
+        match table.iter().find(|(n, _)| *n == part.trim()) {
+            Some((_, b)) => out |= b,
+            None => {
+                let names: Vec<&str> = table.iter().map(|(n, _)| *n).collect();
+                return Err(reject(name, &v, &format!("a comma-separated list of {}", names.join(", "))));
+            }
+        }
+    }
+    Ok(Some(out))
+}
+
 /// A whole number within `range`, or one of `words` (as `Err(index)`);
 /// `None` when unset.
 pub(crate) fn number_or_word<T>(

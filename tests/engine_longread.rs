@@ -19,7 +19,12 @@ fn rdma_sim(seed: u64) -> SimConfig {
 /// A pair whose HANDSHAKEs have been exchanged (the sender knows the
 /// receiver can read), with the capture log cleared.
 fn warm_pair(sim: SimConfig, cfg: Config) -> Cluster {
-    let mut c = Cluster::new(2, sim, cfg);
+    warm_pair_with(sim, vec![cfg.clone(), cfg])
+}
+
+/// [`warm_pair`] of two endpoints with their own settings.
+fn warm_pair_with(sim: SimConfig, cfgs: Vec<Config>) -> Cluster {
+    let mut c = Cluster::with_configs(sim, cfgs);
     for (a, b) in [(0, 1), (1, 0)] {
         let mut s = OwnedBuf::from_slice(b"hi");
         let mut r = OwnedBuf::zeroed(2);
@@ -163,7 +168,46 @@ fn a_failed_read_is_nacked_and_the_message_goes_by_long_cts() {
                 (vec!["CTSDATA", "LONGCTS_TAGRTM", "LONGREAD_TAGRTM"], vec!["CTS", "READ_NACK"]),
                 "{what}"
             );
+            // Only the LONGCTS RTM that answers the nack carries the REQ
+            // flag READ_NACK (wire-facts #10).
+            let flagged: Vec<_> = c
+                .net
+                .log()
+                .iter()
+                .filter(|r| r.from == 0 && r.flags & READ_NACK_FLAG != 0)
+                .map(|r| PacketType::from_u8(r.ptype).map_or("?", |t| t.name()))
+                .collect();
+            assert_eq!(flagged, vec!["LONGCTS_TAGRTM"], "{what}");
         }
+    }
+}
+
+const READ_NACK_FLAG: u16 = rdm4::wire::req_flags::READ_NACK;
+use rdm4::wire::PacketType;
+
+#[test]
+fn without_the_senders_read_nack_a_failed_read_fails_both_sides() {
+    // The sender does not advertise READ_NACK (it reads, though): the
+    // receiver may not nack, so its receive fails, and the PEER_ERROR it
+    // sends fails the send: nothing waits for a nack nobody would answer.
+    let off = Config { features_off: rdm4::wire::extra::READ_NACK, ..Config::default() };
+    for seed in SEEDS {
+        let sim = SimConfig { fail_reads: true, ..rdma_sim(seed) };
+        let mut c = warm_pair_with(sim, vec![off.clone(), Config::default()]);
+        let len = 1 << 20;
+        let mut src = OwnedBuf::from_slice(&pattern(len, 3));
+        let mut dst = OwnedBuf::zeroed(len);
+        c.eps[1].recv(dst.buf(), RecvOpts { context: 22, ..RecvOpts::default() }).unwrap();
+        c.eps[0].send(c.addrs[0][1], src.buf(), SendOpts { context: 11, ..SendOpts::default() }).unwrap();
+        c.run_until(2_000_000, |c| !c.cqs[0].is_empty() && !c.cqs[1].is_empty());
+        c.settle(10_000);
+        let (s, r) = (c.take_cq(0), c.take_cq(1));
+        assert_eq!((s.len(), s[0].context, s[0].status), (1, 11, Status::RemoteAccess), "seed {seed}");
+        assert_eq!((r.len(), r[0].context, r[0].status), (1, 22, Status::RemoteAccess), "seed {seed}");
+        let back = dedup(c.types_between(1, 0));
+        assert_eq!(back, vec!["PEER_ERROR"], "seed {seed}: no READ_NACK to a sender without it");
+        assert_eq!(c.eps[0].pending_ops() + c.eps[1].pending_ops(), 0, "seed {seed}");
+        assert_eq!(c.net.registrations(0), 0, "seed {seed}: the send's registration is dropped");
     }
 }
 

@@ -234,7 +234,8 @@ fn rdm4_3_describes_every_function_macro_and_struct_of_the_header() {
 /// The `RDM4_*` variables the library reads (see the rule at the top), each
 /// with the file that reads it.
 fn variables_read() -> Vec<(String, PathBuf)> {
-    const READERS: [&str; 5] = ["env::var", "env::var_os", "env::number", "env::word", "env::number_or_word"];
+    const READERS: [&str; 6] =
+        ["env::var", "env::var_os", "env::number", "env::word", "env::number_or_word", "env::bits"];
     let mut files = vec![root().join("src")];
     let mut found = Vec::new();
     while let Some(path) = files.pop() {

@@ -144,6 +144,8 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
             Some(v) => v == 1,
             None => a.flags & RDM4_EP_LEGACY != 0,
         };
+        cfg.features_off = crate::env::bits("RDM4_FEATURES_OFF", &FEATURE_NAMES)?.unwrap_or(0);
+        cfg.constant_header = crate::env::word("RDM4_CONSTANT_HEADER", &["0", "1"])? == Some(1);
         let mut inner = EpInner::new(open_endpoint(&a, cfg)?);
         inner.modes = (a.progress, a.threading);
         let device = if matches!(inner.ep, super::CEp::Udp(_)) { "udp" } else { "shm" };
@@ -168,6 +170,20 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
         Ok(0)
     })
 }
+
+/// The extra features `RDM4_FEATURES_OFF` names (`Config::features_off`).
+const FEATURE_NAMES: [(&str, u64); 7] = {
+    use crate::wire::extra::*;
+    [
+        ("rdma_read", RDMA_READ),
+        ("delivery_complete", DELIVERY_COMPLETE),
+        ("connid_header", CONNID_HEADER),
+        ("runt", RUNT),
+        ("rdma_write", RDMA_WRITE),
+        ("read_nack", READ_NACK),
+        ("peer_error", PEER_ERROR),
+    ]
+};
 
 /// The shortest and longest spin of the progress thread before it sleeps.
 const SPIN_MIN: Duration = Duration::from_micros(50);

@@ -105,6 +105,8 @@ pub struct SimRecord {
     pub to: usize,
     /// The packet type byte.
     pub ptype: u8,
+    /// The base header's flags.
+    pub flags: u16,
     /// Packet length.
     pub len: usize,
     /// The engine's [`Device::more_follows`] hint for the packet.
@@ -355,6 +357,7 @@ impl SimDevice {
                 from: me,
                 to: target,
                 ptype: data[0],
+                flags: u16::from_le_bytes([data[2], data[3]]),
                 len: len + extra,
                 more,
                 gathered: extra + copied,

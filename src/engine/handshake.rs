@@ -14,12 +14,23 @@ impl Core {
         }
         let mut bits = wire::extra::DELIVERY_COMPLETE | wire::extra::CONNID_HEADER | wire::extra::PEER_ERROR;
         if self.caps.rdma_read {
-            bits |= wire::extra::RDMA_READ;
+            // Reading, this endpoint also nacks a read it cannot do and
+            // answers a nack of its own long-read sends (spec §4.7).
+            bits |= wire::extra::RDMA_READ | wire::extra::READ_NACK;
         }
         if self.caps.rdma_write {
             bits |= wire::extra::RDMA_WRITE;
         }
-        bits
+        if self.cfg.constant_header {
+            bits |= wire::extra::CONSTANT_HEADER_LENGTH;
+        }
+        bits & !self.cfg.features_off
+    }
+
+    /// Both this endpoint and `peer` (by its HANDSHAKE) have extra
+    /// feature `bit`: the protocol it names may run between them.
+    pub(crate) fn both(&self, peer: &super::peer::Peer, bit: u64) -> bool {
+        self.my_extra() & bit == bit && peer.has(bit)
     }
 
     /// Queues our HANDSHAKE for `peer` once.

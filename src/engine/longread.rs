@@ -30,10 +30,7 @@ impl Core {
     /// protocol applies.
     pub(crate) fn longread_type(&self, peer: u32, len: usize, tagged: bool) -> Option<PacketType> {
         let p = self.peers.get(peer)?;
-        let usable = !self.cfg.legacy
-            && self.caps.rdma_read
-            && p.hs_recv
-            && p.has(wire::extra::RDMA_READ)
+        let usable = self.both(p, wire::extra::RDMA_READ)
             && len >= self.cfg.longread_min.max(self.caps.longread_min).max(1)
             && len as u64 <= u64::from(u32::MAX);
         usable.then(|| PacketType::req_type(ReqFamily::Rtm, Subprotocol::Longread, tagged, false)).flatten()
@@ -74,6 +71,7 @@ impl Core {
             sent: 0,
             buf: op.buf,
             nodata: true,
+            nacked: false,
         };
         let iov = [RmaIov::new(op.buf.addr(), op.len, mr)];
         let mut r = self.rtm_req(&args, peer);
@@ -178,10 +176,27 @@ impl Core {
     }
 
     /// Receiver: a read failed: READ_NACK, then wait for the sender's
-    /// LONGCTS_RTM (spec §4.7).
+    /// LONGCTS_RTM (spec §4.7) — when the sender advertised READ_NACK.
+    /// A sender without it would not understand the nack: the receive
+    /// fails (`RemoteAccess`), and so does the send, by PEER_ERROR where
+    /// the sender takes it (else by its request timeout). A sender whose
+    /// HANDSHAKE has not arrived yet (it overtook the RTM) is nacked: only
+    /// a sender of protocol v4 with read support sends long-read, and the
+    /// reference implementation nacks since 1.20.
     fn read_failed(&mut self, key: u32) {
         if self.lr_iovs.remove(&key).is_none() {
             return; // already nacked (several reads failed)
+        }
+        let peer = self.ops.get(key).and_then(|op| self.peers.get(op.peer));
+        let nackable = peer.is_some_and(|p| {
+            self.my_extra() & wire::extra::READ_NACK != 0 && (!p.hs_recv || p.has(wire::extra::READ_NACK))
+        });
+        if !nackable {
+            let Some(op) = self.ops.get(key) else { return };
+            let (peer, send_id) = (op.peer, op.remote_id);
+            self.send_peer_error(peer, send_id, Status::RemoteAccess);
+            self.complete(key, Status::RemoteAccess);
+            return;
         }
         let longcts = self.ops.get(key).and_then(|op| self.rtm_types[2].get(usize::from(op.tagged)).copied());
         let connid = self.my_connid();
@@ -249,6 +264,7 @@ impl Core {
         op.sent = 0;
         op.window_end = 0;
         op.nodata = true;
+        op.nacked = true;
         self.enqueue(key);
     }
 

@@ -92,6 +92,9 @@ pub(crate) struct Op {
     pub lr_mr: Option<u64>,
     /// Long-CTS send after a READ_NACK: the RTM carries no data (spec §4.7).
     pub nodata: bool,
+    /// Long-CTS send after the receiver's READ_NACK: its RTM carries the
+    /// REQ flag READ_NACK (wire-facts #10).
+    pub nacked: bool,
     /// Ended (with `status`) while the device still held packets or RDMA
     /// of it: it completes when `inflight` reaches 0, so the application
     /// gets its buffer back only once the device is done with it.
@@ -135,6 +138,7 @@ impl Op {
             direct: false,
             lr_mr: None,
             nodata: false,
+            nacked: false,
             closing: false,
             backlog: false,
         }

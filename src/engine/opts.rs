@@ -80,6 +80,17 @@ pub struct Config {
     /// long-read instead when both sides can RDMA-read (one copy, by the
     /// receiver's device).
     pub longread_min: usize,
+    /// Extra feature bits (`wire::extra`) this endpoint neither advertises
+    /// nor uses, as if it lacked them: each protocol's fallback can be run
+    /// against a full peer (`RDM4_FEATURES_OFF`).
+    pub features_off: u64,
+    /// Ask peers for a constant header length (spec §4.3): they keep the
+    /// raw address header in every REQ. rdm4 parses any header length and
+    /// receives no message into the application's buffer in place, so the
+    /// request buys it nothing and costs every REQ 40 bytes: off by
+    /// default, for interoperability tests and peers' zero-copy studies
+    /// (`RDM4_CONSTANT_HEADER`).
+    pub constant_header: bool,
 }
 
 impl Default for Config {
@@ -99,6 +110,8 @@ impl Default for Config {
             device_version: DEVICE_VERSION,
             delivery_complete: false,
             longread_min: 0,
+            features_off: 0,
+            constant_header: false,
         }
     }
 }

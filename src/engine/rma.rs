@@ -55,7 +55,7 @@ impl Core {
             return self.choose_dc_send(key);
         }
         let peer = self.peers.get(op.peer);
-        let has = |bit| peer.is_some_and(|p| p.has(bit)) && !self.cfg.legacy;
+        let has = |bit| peer.is_some_and(|p| self.both(p, bit));
         let dc = has(wire::extra::DELIVERY_COMPLETE);
         // Direct read / write (spec §4.1, §4.6): the device moves the bytes
         // and the target does nothing. A write with CQ data stays emulated:
@@ -307,7 +307,7 @@ impl Core {
     /// a weaker guarantee).
     fn choose_dc_send(&mut self, key: u32) {
         let Some(op) = self.ops.get(key) else { return };
-        let dc = self.peers.get(op.peer).is_some_and(|p| p.has(wire::extra::DELIVERY_COMPLETE)) && !self.cfg.legacy;
+        let dc = self.peers.get(op.peer).is_some_and(|p| self.both(p, wire::extra::DELIVERY_COMPLETE));
         let info = op.ptype.and_then(|t| t.req_info());
         let dc_type = info.and_then(|i| PacketType::req_type(ReqFamily::Rtm, i.proto, i.tagged, true));
         match dc_type {

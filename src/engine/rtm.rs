@@ -41,7 +41,8 @@ impl Core {
         dc: bool,
     ) -> Result<Option<u32>, Status> {
         let peer = self.reachable_peer(dest)?;
-        if dc && (self.cfg.legacy || (peer.hs_recv && !peer.has(wire::extra::DELIVERY_COMPLETE))) {
+        let dc_off = self.my_extra() & wire::extra::DELIVERY_COMPLETE == 0;
+        if dc && (dc_off || (peer.hs_recv && !peer.has(wire::extra::DELIVERY_COMPLETE))) {
             return Err(Status::NotSup); // a baseline endpoint or peer has no delivery complete
         }
         let tagged = opts.tag.is_some();
@@ -498,6 +499,9 @@ impl Core {
         r.fields.seg_offset = a.sent;
         r.fields.send_id = a.send_id;
         r.fields.credit_request = self.cfg.credit_request;
+        if a.nacked {
+            r.flags |= wire::req_flags::READ_NACK;
+        }
         r
     }
 
@@ -564,6 +568,7 @@ impl Core {
             sent: 0,
             buf: e.buf,
             nodata: false,
+            nacked: false,
         };
         let mut built = false;
         let core: &Core = self;
@@ -656,6 +661,8 @@ pub(crate) struct RtmArgs {
     pub buf: UserBuf,
     /// The RTM carries no data (long-CTS after a READ_NACK).
     pub nodata: bool,
+    /// The long-CTS RTM answers a READ_NACK (REQ flag 0x2000).
+    pub nacked: bool,
 }
 
 /// Payload bytes per packet of a medium message of `len` bytes (before
@@ -692,6 +699,7 @@ impl RtmArgs {
             sent: op.sent,
             buf: op.buf,
             nodata: op.nodata,
+            nacked: op.nacked,
         }
     }
 }
