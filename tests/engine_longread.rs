@@ -24,20 +24,7 @@ fn warm_pair(sim: SimConfig, cfg: Config) -> Cluster {
 
 /// [`warm_pair`] of two endpoints with their own settings.
 fn warm_pair_with(sim: SimConfig, cfgs: Vec<Config>) -> Cluster {
-    let mut c = Cluster::with_configs(sim, cfgs);
-    for (a, b) in [(0, 1), (1, 0)] {
-        let mut s = OwnedBuf::from_slice(b"hi");
-        let mut r = OwnedBuf::zeroed(2);
-        let to = c.addrs[a][b];
-        c.eps[b].recv(r.buf(), RecvOpts::default()).unwrap();
-        c.eps[a].send(to, s.buf(), SendOpts::default()).unwrap();
-        c.run_until(100_000, |c| !c.cqs[a].is_empty() && !c.cqs[b].is_empty());
-        c.settle(10_000);
-        c.take_cq(a);
-        c.take_cq(b);
-    }
-    c.net.clear_log();
-    c
+    Cluster::warm(sim, cfgs)
 }
 
 fn sorted(mut v: Vec<&'static str>) -> Vec<&'static str> {

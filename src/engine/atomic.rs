@@ -56,17 +56,25 @@ impl Core {
         op.ptype = Some(ptype);
         op.rma = RmaIov::new(remote.addr, len as u64, remote.key);
         op.len = len as u64;
-        op.msg_id = peer.tx_msg_id;
         op.atomic = Some(AtomicReq { datatype, op: op_code, compare, result });
         op.awaiting = class != AtomicClass::Write;
+        // A write atomic waits for the HANDSHAKE (DC or not), and so does
+        // any atomic behind an operation that waits: the `msg_id` comes
+        // when the wait ends (`withdraw.rs`).
+        let known = self.cfg.legacy || peer.hs_recv;
+        let parks = !peer.waiting_hs.is_empty() || (class == AtomicClass::Write && !known);
         let key = self.new_op(op)?;
-        if let Some(p) = self.peers.get_mut(dest) {
-            p.tx_msg_id = p.tx_msg_id.wrapping_add(1);
-        }
-        if class == AtomicClass::Write {
-            self.start_or_wait_handshake(dest, key);
+        self.time_request(key);
+        if parks {
+            self.park(dest, key);
+            self.trigger_handshake(dest);
         } else {
-            self.enqueue(key);
+            self.assign_msg_id(key);
+            if class == AtomicClass::Write {
+                self.start_or_wait_handshake(dest, key);
+            } else {
+                self.enqueue(key);
+            }
         }
         Ok(())
     }

@@ -56,7 +56,7 @@ impl Core {
             Packet::ReadRsp(r) => self.handle_readrsp(peer, &r),
             Packet::AtomRsp(a) => self.handle_atomrsp(peer, &a),
             Packet::Receipt(r) => self.handle_receipt(peer, &r),
-            Packet::PeerError(e) => self.handle_peer_error(peer, &e),
+            Packet::PeerError(e) => self.handle_peer_error(peer, &e, bytes),
             Packet::Eor(e) => self.handle_eor(peer, &e),
             Packet::ReadNack(e) => self.handle_read_nack(peer, &e),
         }
@@ -304,8 +304,9 @@ impl Core {
         }
     }
 
-    /// Processes held REQs whose turn has come.
-    fn drain_reorder(&mut self, peer: u32) {
+    /// Processes held REQs whose turn has come (and tombstones: a
+    /// PEER_ERROR MSG_ID_SKIP held for its number moves past it).
+    pub(crate) fn drain_reorder(&mut self, peer: u32) {
         loop {
             let Some(p) = self.peers.get_mut(peer) else {
                 return;
@@ -318,8 +319,14 @@ impl Core {
                     p.reorder_bytes -= pkt.len().min(p.reorder_bytes);
                 }
                 self.reorder_bytes -= pkt.len().min(self.reorder_bytes);
-                if let Ok(Packet::Req(r)) = Packet::parse(&pkt) {
-                    self.handle_req(peer, &r, &pkt, false);
+                match Packet::parse(&pkt) {
+                    Ok(Packet::Req(r)) => self.handle_req(peer, &r, &pkt, false),
+                    Ok(Packet::PeerError(_)) => {
+                        if let Some(p) = self.peers.get_mut(peer) {
+                            p.rx_msg_id = p.rx_msg_id.wrapping_add(1);
+                        }
+                    }
+                    _ => {}
                 }
                 self.pool.push(pkt);
             }

@@ -62,7 +62,13 @@ impl Core {
         (p.host_id, p.device_version) = (h.host_id, h.device_version);
         let waiting: Vec<u32> = p.waiting_hs.drain(..).collect();
         for key in waiting {
-            self.choose_rma_protocol(key);
+            // A plain send parked only behind another keeps its protocol.
+            let plain = self.ops.get(key).is_some_and(|op| op.kind == super::op::OpKind::Send && !op.dc);
+            if !plain {
+                self.choose_rma_protocol(key);
+            }
+            // Those that failed there (the peer lacks the feature) take no `msg_id`.
+            self.assign_msg_id(key);
             self.enqueue(key);
         }
     }

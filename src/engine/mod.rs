@@ -73,7 +73,9 @@ mod peer;
 mod rma;
 mod rtm;
 mod slab;
+mod timeout;
 mod tx;
+mod withdraw;
 
 use std::collections::{HashMap, VecDeque};
 
@@ -163,6 +165,9 @@ pub(crate) struct Core {
     nacked: FxHashMap<(u32, u32), u32>,
     /// Device registrations of finished long-read sends, to drop.
     dereg: Vec<u64>,
+    /// Timed requests in post order: (operation, deadline (0: not set
+    /// yet), its context).
+    timed: VecDeque<(u32, u64, u64)>,
 }
 
 /// One endpoint: the engine over a device.
@@ -232,6 +237,7 @@ impl<D: Device> Endpoint<D> {
             lr_iovs: FxHashMap::default(),
             nacked: FxHashMap::default(),
             dereg: Vec::new(),
+            timed: VecDeque::new(),
         };
         let mut core = core;
         // An endpoint whose every send is delivery complete never completes
@@ -385,12 +391,19 @@ impl<D: Device> Endpoint<D> {
         r
     }
 
-    /// Cancels the posted receive with `context` that no message has begun
-    /// to fill: it completes with `Canceled`. `NoEnt` when there is none
-    /// (it matched, completed, or never was). Sends cannot be canceled:
-    /// each holds its place in the peer's message order from its post on.
+    /// Cancels the operation with `context`: a posted receive that no
+    /// message has begun to fill, else a send, write, read or atomic of
+    /// this endpoint that has not started (see `withdraw.rs`). It completes
+    /// with `Canceled`. `NoEnt` when there is none (it matched, completed,
+    /// or never was); `Busy` when it has started, or holds a message number
+    /// its peer cannot be told to skip (a peer without PEER_ERROR).
     pub fn cancel(&mut self, context: u64) -> Result<(), Status> {
-        self.core.cancel_recv(context)
+        let r = match self.core.cancel_recv(context) {
+            Err(Status::NoEnt) => self.core.cancel_op(context),
+            r => r,
+        };
+        self.core.flush(&mut self.dev);
+        r
     }
 
     /// True when `raw` is in the address vector.
@@ -543,6 +556,7 @@ impl<D: Device> Endpoint<D> {
     /// Makes progress: handles device events and received packets, sends
     /// what is queued. `now` is the caller's clock in nanoseconds.
     pub fn progress(&mut self, now: u64) {
+        self.expire(now);
         self.progress_into(now, &mut ());
     }
 
@@ -865,6 +879,10 @@ impl Core {
                             // for it: the same detail as the target's own
                             // answer (PEER_ERROR) carries.
                             op.detail = s.code().unsigned_abs();
+                        }
+                        if s != Status::PeerUnreachable {
+                            // Its peer must not wait for the rest.
+                            self.abandon(key, s);
                         }
                         self.complete(key, s);
                     } else {

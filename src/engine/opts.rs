@@ -91,6 +91,10 @@ pub struct Config {
     /// default, for interoperability tests and peers' zero-copy studies
     /// (`RDM4_CONSTANT_HEADER`).
     pub constant_header: bool,
+    /// A write, read or atomic not done this many nanoseconds after its
+    /// post (by the clock given to `Endpoint::expire`) ends with
+    /// `TimedOut` (0: never). See `engine/timeout.rs`.
+    pub request_timeout_ns: u64,
 }
 
 impl Default for Config {
@@ -112,6 +116,7 @@ impl Default for Config {
             longread_min: 0,
             features_off: 0,
             constant_header: false,
+            request_timeout_ns: 60_000_000_000,
         }
     }
 }
@@ -135,6 +140,8 @@ pub struct Stats {
     pub deferred: u64,
     /// Packets sent, by type byte.
     pub tx_packets: u64,
+    /// Requests ended by their timeout (`Config::request_timeout_ns`).
+    pub timeouts: u64,
 }
 
 /// A registered memory region.

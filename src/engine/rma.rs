@@ -29,6 +29,7 @@ impl Core {
         op.len = buf.len() as u64;
         op.cq_data = cq_data;
         let key = self.new_op(op)?;
+        self.time_request(key);
         self.start_or_wait_handshake(dest, key);
         Ok(())
     }
@@ -41,10 +42,15 @@ impl Core {
             self.choose_rma_protocol(key);
             self.enqueue(key);
         } else {
-            if let Some(p) = self.peers.get_mut(dest) {
-                p.waiting_hs.push_back(key);
-            }
+            self.park(dest, key);
             self.trigger_handshake(dest);
+        }
+    }
+
+    /// Parks `key` until `dest`'s HANDSHAKE.
+    pub(crate) fn park(&mut self, dest: Addr, key: u32) {
+        if let Some(p) = self.peers.get_mut(dest) {
+            p.waiting_hs.push_back(key);
         }
     }
 
@@ -115,6 +121,7 @@ impl Core {
         op.credits = self.cfg.credit_request;
         op.awaiting = true;
         let key = self.new_op(op)?;
+        self.time_request(key);
         if self.caps.rdma_read {
             // Direct read if the peer offers RDMA read: that needs its HANDSHAKE.
             self.start_or_wait_handshake(dest, key);
@@ -321,9 +328,9 @@ impl Core {
     }
 
     /// A PEER_ERROR naming one of our operations: it fails with the status.
-    pub(crate) fn handle_peer_error(&mut self, peer: u32, e: &wire::PeerError) {
+    pub(crate) fn handle_peer_error(&mut self, peer: u32, e: &wire::PeerError, bytes: &[u8]) {
         if e.ref_kind != wire::peer_error_ref::OPE_INDEX {
-            return;
+            return self.handle_msg_error(peer, e, bytes);
         }
         let ours = self.ops.get(e.op_id).is_some_and(|op| {
             op.peer == peer && matches!(op.kind, OpKind::Send | OpKind::Write | OpKind::Read | OpKind::Atomic)

@@ -67,21 +67,31 @@ impl Core {
         op.tag = opts.tag.unwrap_or(0);
         op.cq_data = opts.cq_data;
         op.len = len as u64;
-        op.msg_id = peer.tx_msg_id;
         op.backlog = true;
         // Delivery complete: the DC type once the peer's features are
         // known, and the send waits for its RECEIPT.
         op.dc = dc;
         op.awaiting |= dc;
+        // Behind an operation that waits for the peer's HANDSHAKE, or
+        // waiting itself: the `msg_id` comes when the wait ends
+        // (`withdraw.rs`).
+        let parks = !peer.waiting_hs.is_empty() || (dc && !self.cfg.legacy && !peer.hs_recv);
         let key = self.new_op(op)?;
         if let Some(p) = self.peers.get_mut(dest) {
-            p.tx_msg_id = p.tx_msg_id.wrapping_add(1);
             p.tx_bytes += len as u64;
         }
-        if dc {
-            self.start_or_wait_handshake(dest, key);
+        if parks {
+            self.park(dest, key);
+            if dc {
+                self.trigger_handshake(dest);
+            }
         } else {
-            self.enqueue(key);
+            self.assign_msg_id(key);
+            if dc {
+                self.start_or_wait_handshake(dest, key);
+            } else {
+                self.enqueue(key);
+            }
         }
         Ok(longread.map(|_| key))
     }
@@ -534,7 +544,9 @@ impl Core {
         if !self.caps.sync_send || buf.len() > self.eager_cap[usize::from(opts.tag.is_some())] {
             return Ok(false);
         }
-        self.reachable_peer(dest)?;
+        if !self.reachable_peer(dest)?.waiting_hs.is_empty() {
+            return Ok(false); // behind an operation that waits for the HANDSHAKE
+        }
         if self.outstanding() >= self.cfg.max_ops {
             return Err(Status::Again);
         }

@@ -104,12 +104,12 @@ impl<T> Slab<T> {
 
     /// Keys of all live entries.
     pub fn keys(&self) -> Vec<u32> {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.val.is_some())
-            .map(|(i, s)| s.gen << INDEX_BITS | i as u32)
-            .collect()
+        self.iter().map(|(k, _)| k).collect()
+    }
+
+    /// Live entries with their keys.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &T)> {
+        self.slots.iter().enumerate().filter_map(|(i, s)| s.val.as_ref().map(|v| (s.gen << INDEX_BITS | i as u32, v)))
     }
 }
 

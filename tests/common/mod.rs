@@ -27,6 +27,25 @@ impl Cluster {
         Cluster { net, eps, addrs, cqs: vec![Vec::new(); n] }
     }
 
+    /// Two endpoints whose HANDSHAKEs have been exchanged (a message each
+    /// way), with the capture log cleared.
+    pub fn warm(sim: SimConfig, cfgs: Vec<Config>) -> Cluster {
+        let mut c = Cluster::with_configs(sim, cfgs);
+        for (a, b) in [(0, 1), (1, 0)] {
+            let mut s = rdm4::mem::OwnedBuf::from_slice(b"hi");
+            let mut r = rdm4::mem::OwnedBuf::zeroed(2);
+            let to = c.addrs[a][b];
+            c.eps[b].recv(r.buf(), rdm4::engine::RecvOpts::default()).unwrap();
+            c.eps[a].send(to, s.buf(), rdm4::engine::SendOpts::default()).unwrap();
+            c.run_until(100_000, |c| !c.cqs[a].is_empty() && !c.cqs[b].is_empty());
+            c.settle(10_000);
+            c.take_cq(a);
+            c.take_cq(b);
+        }
+        c.net.clear_log();
+        c
+    }
+
     /// One round: every endpoint progresses and its completions are collected.
     pub fn step(&mut self) {
         let now = self.net.now();
