@@ -73,7 +73,8 @@ PIN_FIELD(rdm4_ep_attr, unexpected_limit, 24, 8, size_t);
 PIN_FIELD(rdm4_ep_attr, max_credits, 32, 4, uint32_t);
 PIN_FIELD(rdm4_ep_attr, threading, 36, 4, uint32_t);
 PIN_FIELD(rdm4_ep_attr, flags, 40, 8, uint64_t);
-PIN_ARRAY(rdm4_ep_attr, reserved, 48, 56, uint64_t, 7);
+PIN_FIELD(rdm4_ep_attr, timeout_ms, 48, 8, uint64_t);
+PIN_ARRAY(rdm4_ep_attr, reserved, 56, 48, uint64_t, 6);
 
 /* struct rdm4_cqe: 88 bytes, 8-aligned, no padding. */
 _Static_assert(sizeof(rdm4_cqe) == 88, "sizeof(rdm4_cqe) == 88");
@@ -117,7 +118,8 @@ PIN_FIELD(rdm4_ep_info, eager_max_untagged, 56, 8, uint64_t);
 PIN_FIELD(rdm4_ep_info, medium_max, 64, 8, uint64_t);
 PIN_FIELD(rdm4_ep_info, unexpected_limit, 72, 8, uint64_t);
 PIN_FIELD(rdm4_ep_info, max_credits, 80, 8, uint64_t);
-PIN_ARRAY(rdm4_ep_info, reserved, 88, 64, uint64_t, 8);
+PIN_FIELD(rdm4_ep_info, timeout_ms, 88, 8, uint64_t);
+PIN_ARRAY(rdm4_ep_info, reserved, 96, 56, uint64_t, 7);
 
 /* rdm4_addr is a 64-bit unsigned integer. */
 _Static_assert(sizeof(rdm4_addr) == 8, "sizeof(rdm4_addr) == 8");
@@ -284,6 +286,7 @@ static const struct constant constants[] = {
     K(RDM4_PROBE_DISCARD, 0x200),
     K(RDM4_EP_LEGACY, 0x1),
     K(RDM4_EP_DELIVERY_COMPLETE, 0x2),
+    K(RDM4_TIMEOUT_NONE, 0xffffffffffffffffull),
     K(RDM4_MSG_DELIVERY_COMPLETE, 0x8),
 
     /* libfabric's enum fi_datatype */
@@ -428,13 +431,14 @@ static void check_attr_init(void)
     CHECK(a.max_credits == 0, "attr.max_credits == 0 (the default) (%u)", (unsigned)a.max_credits);
     CHECK(a.threading == RDM4_THREAD_SAFE, "attr.threading == RDM4_THREAD_SAFE (%u)", (unsigned)a.threading);
     CHECK(a.flags == 0, "attr.flags == 0 (%llu)", (unsigned long long)a.flags);
+    CHECK(a.timeout_ms == 0, "attr.timeout_ms == 0 (the default) (%llu)", (unsigned long long)a.timeout_ms);
     int zero = 1;
-    for (size_t i = 0; i < 7; i++) {
+    for (size_t i = 0; i < 6; i++) {
         if (a.reserved[i] != 0) {
             zero = 0;
         }
     }
-    CHECK(zero, "attr.reserved[0..7] are all zero");
+    CHECK(zero, "attr.reserved[0..6] are all zero");
 
     /* Every byte is written (no padding left with the 0xa5 fill). */
     rdm4_ep_attr expect;

@@ -13,6 +13,11 @@
  *    success; an unknown context is RDM4_ENOENT;
  *  - messages sent after a cancel go to the receives still posted, in
  *    order (a canceled receive takes nothing);
+ *  - operations that have not started: a fresh endpoint C's write and
+ *    fetch-add towards B wait for B's first answer (B is not polled):
+ *    both cancel (RDM4_ECANCELED, B's memory unchanged, the result buffer
+ *    untouched), again is RDM4_ENOENT; a 1 MiB send whose request left is
+ *    under way: RDM4_EBUSY, and it completes once B receives it;
  *  - rdm4_av_remove of B cancels A's receives directed at B, not the
  *    others;
  *  - a bad handle is RDM4_EBADHANDLE.
@@ -119,6 +124,65 @@ int main(void)
     EXPECT(rdm4_cancel(a, CTX(21)), RDM4_ENOENT);
     (void)tu_cq_expect(&qb, CTX(31), qs, 2, 2000, "send 31");
     (void)tu_cq_expect(&qb, CTX(32), qs, 2, 2000, "send 32");
+
+    /* Operations that have not started. */
+    {
+        uint8_t addr_c[RDM4_ADDR_LEN], addr_b[RDM4_ADDR_LEN];
+        size_t alen = sizeof addr_b;
+        EXPECT(rdm4_ep_getname(b, addr_b, &alen), RDM4_SUCCESS);
+        rdm4_ep *c_ep = tu_open(addr_c);
+        rdm4_addr c_to_b = tu_insert(c_ep, addr_b);
+        struct tu_cq qc = { .ep = c_ep };
+        struct tu_cq *q3[3] = { &qa, &qb, &qc };
+        static uint64_t mem[8], src[8], operand = 5, result = 0xABAB;
+        uint64_t key = 0;
+        EXPECT(rdm4_mr_reg(b, mem, sizeof mem, RDM4_ACCESS_REMOTE_READ | RDM4_ACCESS_REMOTE_WRITE, &key),
+               RDM4_SUCCESS);
+        tu_fill(src, sizeof src, 77);
+        EXPECT(rdm4_write(c_ep, src, sizeof src, c_to_b, (uint64_t)(uintptr_t)mem, key, CTX(50)), RDM4_SUCCESS);
+        EXPECT(rdm4_fetch_atomic(c_ep, &operand, 1, &result, RDM4_UINT64, RDM4_SUM, c_to_b, (uint64_t)(uintptr_t)mem,
+                                 key, CTX(51)),
+               RDM4_SUCCESS);
+        for (int i = 0; i < 20; i++) {
+            tu_cq_poll(&qc); /* C progresses; B does not */
+        }
+        EXPECT(rdm4_cancel(c_ep, CTX(50)), RDM4_SUCCESS);
+        EXPECT(rdm4_cancel(c_ep, CTX(51)), RDM4_SUCCESS);
+        EXPECT(rdm4_cancel(c_ep, CTX(50)), RDM4_ENOENT);
+        rdm4_cqe c = tu_cq_expect(&qc, CTX(50), &q3[2], 1, 2000, "the canceled write");
+        CHECK(c.status == RDM4_ECANCELED, "a write waiting for its peer is canceled (%s)", tu_status(c.status));
+        c = tu_cq_expect(&qc, CTX(51), &q3[2], 1, 2000, "the canceled atomic");
+        CHECK(c.status == RDM4_ECANCELED && result == 0xABAB, "a fetch-add waiting for its peer is canceled (%s)",
+              tu_status(c.status));
+        /* A large send whose request left: under way. */
+        enum { BIG = 1 << 20 };
+        uint8_t *big = malloc(BIG), *sink = malloc(BIG);
+        if (!big || !sink) {
+            FATAL("malloc");
+        }
+        tu_fill(big, BIG, 78);
+        EXPECT(rdm4_send(c_ep, big, BIG, c_to_b, CTX(52)), RDM4_SUCCESS);
+        for (int i = 0; i < 20; i++) {
+            tu_cq_poll(&qc);
+        }
+        EXPECT(rdm4_cancel(c_ep, CTX(52)), RDM4_EBUSY);
+        EXPECT(rdm4_recv(b, sink, BIG, RDM4_ADDR_UNSPEC, CTX(53)), RDM4_SUCCESS);
+        c = tu_cq_expect(&qb, CTX(53), q3, 3, 5000, "B's receive of the large message");
+        CHECK(c.status == RDM4_SUCCESS && tu_verify(sink, BIG, 78) < 0, "the busy send still arrives whole");
+        c = tu_cq_expect(&qc, CTX(52), q3, 3, 5000, "the large send");
+        CHECK(c.status == RDM4_SUCCESS, "and completes (%s)", tu_status(c.status));
+        /* Nothing of the canceled operations reached B, also after it progressed. */
+        for (int i = 0; i < 50; i++) {
+            tu_cq_poll(&qb);
+            tu_cq_poll(&qc);
+        }
+        CHECK(tu_all(mem, sizeof mem, 0), "B's memory is unchanged by the canceled write and atomic");
+        CHECK(qc.n == 0, "no other completion at C (%zu)", qc.n);
+        EXPECT(rdm4_mr_close(b, key), RDM4_SUCCESS);
+        EXPECT(rdm4_ep_close(c_ep), RDM4_SUCCESS);
+        free(big);
+        free(sink);
+    }
 
     /* rdm4_av_remove cancels the receives directed at the removed address
      * only. */

@@ -35,16 +35,7 @@ static rdm4_ep *open_with(uint64_t flags, uint8_t addr[RDM4_ADDR_LEN])
     rdm4_ep_attr at;
     rdm4_ep_attr_init(&at);
     at.flags = flags;
-    rdm4_ep *ep = NULL;
-    int32_t rc = rdm4_ep_open(&at, &ep);
-    if (rc != RDM4_SUCCESS) {
-        FATAL("rdm4_ep_open: %s", tu_status(rc));
-    }
-    size_t len = RDM4_ADDR_LEN;
-    if (rdm4_ep_getname(ep, addr, &len) != RDM4_SUCCESS) {
-        FATAL("rdm4_ep_getname");
-    }
-    return ep;
+    return tu_open_attr(&at, addr);
 }
 
 /* Messages of each protocol from `x` to `y`, then RMA and an atomic by

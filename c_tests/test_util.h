@@ -268,21 +268,27 @@ static inline rdm4_cqe tu_cq_expect(struct tu_cq *q, void *ctx, struct tu_cq **q
     return c;
 }
 
-/* Opens an endpoint with the default attributes and writes its address;
- * FATAL when that fails. */
-static inline rdm4_ep *tu_open(uint8_t addr[RDM4_ADDR_LEN])
+/* Opens an endpoint with attributes `at` (NULL: the defaults) and writes
+ * its address (unless `addr` is NULL); FATAL when that fails. */
+static inline rdm4_ep *tu_open_attr(const rdm4_ep_attr *at, uint8_t addr[RDM4_ADDR_LEN])
 {
     rdm4_ep *ep = NULL;
-    int32_t rc = rdm4_ep_open(NULL, &ep);
+    int32_t rc = rdm4_ep_open(at, &ep);
     if (rc != RDM4_SUCCESS || ep == NULL) {
         FATAL("rdm4_ep_open: %s (%d)", tu_status(rc), (int)rc);
     }
     size_t len = RDM4_ADDR_LEN;
-    rc = rdm4_ep_getname(ep, addr, &len);
+    rc = addr ? rdm4_ep_getname(ep, addr, &len) : RDM4_SUCCESS;
     if (rc != RDM4_SUCCESS) {
         FATAL("rdm4_ep_getname: %s (%d)", tu_status(rc), (int)rc);
     }
     return ep;
+}
+
+/* tu_open_attr with the default attributes. */
+static inline rdm4_ep *tu_open(uint8_t addr[RDM4_ADDR_LEN])
+{
+    return tu_open_attr(NULL, addr);
 }
 
 /* Inserts one raw address; FATAL when that fails. */

@@ -72,7 +72,7 @@
 #define RDM4_ENOTSUP (-10)
 /** The peer is unreachable: it closed, died, or the device gave up delivering to it. (rdm4_strerror: "peer unreachable") */
 #define RDM4_EPEER (-11)
-/** A wait timed out. (rdm4_strerror: "timed out") */
+/** A wait timed out (`rdm4_wait`), or, as a completion status, a write, read or atomic its target did not serve within `rdm4_ep_attr.timeout_ms`. (rdm4_strerror: "timed out") */
 #define RDM4_ETIMEDOUT (-12)
 /** The operation was canceled (`rdm4_cancel`, or its address was removed from the address vector). (rdm4_strerror: "operation canceled") */
 #define RDM4_ECANCELED (-13)
@@ -425,6 +425,11 @@
 #define RDM4_MSWAP 18
 
 /**
+ * `rdm4_ep_attr.timeout_ms`: requests never time out.
+ */
+#define RDM4_TIMEOUT_NONE UINT64_MAX
+
+/**
  * `rdm4_ep_attr.flags`: speak protocol v4's baseline only, as a peer of an
  * older implementation does: advertise no extra feature or request in the
  * HANDSHAKE (no RDMA read or write, no delivery complete, no connid
@@ -593,9 +598,17 @@ typedef struct rdm4_ep_attr {
    */
   uint64_t flags;
   /**
+   * A write, read or atomic that its target has not served this many
+   * milliseconds after its post completes with `RDM4_ETIMEDOUT` (0: the
+   * default, 60000; `RDM4_TIMEOUT_NONE`: never). Messages have no
+   * timeout: a send waits for the receiver's application. Read again
+   * from `RDM4_TIMEOUT_MS`, which overrides it.
+   */
+  uint64_t timeout_ms;
+  /**
    * Reserved for later fields, must be zero.
    */
-  uint64_t reserved[7];
+  uint64_t reserved[6];
 } rdm4_ep_attr;
 
 /**
@@ -658,9 +671,14 @@ typedef struct rdm4_ep_info {
    */
   uint64_t max_credits;
   /**
+   * The request timeout in milliseconds (`rdm4_ep_attr.timeout_ms`; 0:
+   * never).
+   */
+  uint64_t timeout_ms;
+  /**
    * Reserved for later fields (written as zero).
    */
-  uint64_t reserved[8];
+  uint64_t reserved[7];
 } rdm4_ep_info;
 
 /**
@@ -899,11 +917,22 @@ int32_t rdm4_recv_claimed(struct rdm4_ep *ep, void *context, void *buf, size_t l
  * `rdm4_poll`, and its buffers are the caller's again once that completion
  * is polled. When several wait with the same context, the oldest goes.
  * Receives that accept one source are also canceled when that address is
- * removed (`rdm4_av_remove`). Sends, RMA and atomics cannot be canceled:
- * a send holds its place in the peer's message order from its post on.
+ * removed (`rdm4_av_remove`).
  *
- * Returns `RDM4_SUCCESS`; `RDM4_ENOENT` (no such receive waits: a message
- * matched it, it completed or was canceled, or it never was);
+ * With no such receive, it cancels the send, write, read or atomic with
+ * `context` that has not started: one that waits for its peer's first
+ * answer (the peer's features decide its protocol), or is queued with
+ * none of its packets handed to the device yet. It completes with
+ * `RDM4_ECANCELED` and nothing of it reaches the peer; a message's place
+ * in the peer's message order is given up with a PEER_ERROR the peer
+ * skips it by. An operation under way is not canceled (it completes as
+ * usual), nor is a message or atomic queued for a peer that cannot be
+ * told to skip it (a peer without the PEER_ERROR feature). Injected sends
+ * have no context and cannot be canceled.
+ *
+ * Returns `RDM4_SUCCESS`; `RDM4_ENOENT` (no such receive or operation
+ * waits: it matched, completed or was canceled, or never was);
+ * `RDM4_EBUSY` (the operation has started, or its peer cannot skip it);
  * `RDM4_EBADHANDLE`. Thread safety: any thread.
  */
 int32_t rdm4_cancel(struct rdm4_ep *ep, void *context);
@@ -916,7 +945,14 @@ int32_t rdm4_cancel(struct rdm4_ep *ep, void *context);
  * The completion (`RDM4_CQ_RMA | RDM4_CQ_WRITE`) says the data is in the
  * target's memory (towards rdm4 peers); a bad key, range or access
  * completes with `RDM4_EREMOTEACCESS` (`detail` 7) and the target's memory
- * unchanged.
+ * unchanged. One the target has not served `rdm4_ep_attr.timeout_ms`
+ * after its post (60 s by default; a peer that stopped calling the
+ * library, or a legacy one that drops a request it cannot serve without
+ * answering) completes with `RDM4_ETIMEDOUT`; what arrives for it later
+ * is dropped, and nothing is written into `buf` after its completion. The
+ * timeout is noticed by `rdm4_poll` and `rdm4_wait` (which wakes for
+ * it); an event loop sleeping on `rdm4_ep_fd` bounds its sleep by the
+ * timeout while such operations are outstanding.
  *
  * Progress: with cross-memory attach (shm, the default where the OS allows
  * it) the target takes no part; but the first RMA or atomic towards a
@@ -959,8 +995,8 @@ int32_t rdm4_writedata(struct rdm4_ep *ep,
  * Reads `len` bytes of the peer's memory at `raddr` (the target's address
  * of its registered memory, as for `rdm4_write`; registered with `key` and
  * `RDM4_ACCESS_REMOTE_READ`) into `buf`. Completion:
- * `RDM4_CQ_RMA | RDM4_CQ_READ`, or `RDM4_EREMOTEACCESS`. Progress as for
- * `rdm4_write`. Returns as `rdm4_write`.
+ * `RDM4_CQ_RMA | RDM4_CQ_READ`, or `RDM4_EREMOTEACCESS`, or
+ * `RDM4_ETIMEDOUT` (as for `rdm4_write`). Progress as for `rdm4_write`. Returns as `rdm4_write`.
  */
 int32_t rdm4_read(struct rdm4_ep *ep,
                   void *buf,
@@ -983,7 +1019,8 @@ int32_t rdm4_read(struct rdm4_ep *ep,
  * or a compare op); `RDM4_ENOTSUP` (the op does not apply to
  * the datatype, or `long double`); `RDM4_EOVERFLOW` (payload too large);
  * `RDM4_ENOADDR`; `RDM4_EPEER`; `RDM4_EAGAIN`. Completion:
- * `RDM4_CQ_ATOMIC | RDM4_CQ_WRITE`, or `RDM4_EREMOTEACCESS`.
+ * `RDM4_CQ_ATOMIC | RDM4_CQ_WRITE`, or `RDM4_EREMOTEACCESS`, or
+ * `RDM4_ETIMEDOUT` (as for `rdm4_write`).
  * Buffer: the library's until the completion is polled.
  */
 int32_t rdm4_atomic(struct rdm4_ep *ep,

@@ -78,6 +78,9 @@ impl CEp {
         mut fn write(dest: Addr, buf: UserBuf, remote: RemoteBuf, cq_data: Option<u64>, context: u64) -> Result<(), Status>;
         mut fn read(dest: Addr, buf: UserBuf, remote: RemoteBuf, context: u64) -> Result<(), Status>;
         mut fn progress(now: u64) -> ();
+        mut fn expire(now: u64) -> ();
+        ref fn timers_armed() -> bool;
+        ref fn next_timeout(now: u64) -> Option<u64>;
         ref fn has_queued_work() -> bool;
         mut fn sleep_begin() -> Option<(RawFd, i32)>;
         mut fn sleep_end() -> ();

@@ -413,11 +413,22 @@ pub extern "C" fn rdm4_recv_claimed(ep: *mut rdm4_ep, context: *mut c_void, buf:
 /// `rdm4_poll`, and its buffers are the caller's again once that completion
 /// is polled. When several wait with the same context, the oldest goes.
 /// Receives that accept one source are also canceled when that address is
-/// removed (`rdm4_av_remove`). Sends, RMA and atomics cannot be canceled:
-/// a send holds its place in the peer's message order from its post on.
+/// removed (`rdm4_av_remove`).
 ///
-/// Returns `RDM4_SUCCESS`; `RDM4_ENOENT` (no such receive waits: a message
-/// matched it, it completed or was canceled, or it never was);
+/// With no such receive, it cancels the send, write, read or atomic with
+/// `context` that has not started: one that waits for its peer's first
+/// answer (the peer's features decide its protocol), or is queued with
+/// none of its packets handed to the device yet. It completes with
+/// `RDM4_ECANCELED` and nothing of it reaches the peer; a message's place
+/// in the peer's message order is given up with a PEER_ERROR the peer
+/// skips it by. An operation under way is not canceled (it completes as
+/// usual), nor is a message or atomic queued for a peer that cannot be
+/// told to skip it (a peer without the PEER_ERROR feature). Injected sends
+/// have no context and cannot be canceled.
+///
+/// Returns `RDM4_SUCCESS`; `RDM4_ENOENT` (no such receive or operation
+/// waits: it matched, completed or was canceled, or never was);
+/// `RDM4_EBUSY` (the operation has started, or its peer cannot skip it);
 /// `RDM4_EBADHANDLE`. Thread safety: any thread.
 #[no_mangle]
 pub extern "C" fn rdm4_cancel(ep: *mut rdm4_ep, context: *mut c_void) -> i32 {
@@ -463,7 +474,14 @@ fn write_common(
 /// The completion (`RDM4_CQ_RMA | RDM4_CQ_WRITE`) says the data is in the
 /// target's memory (towards rdm4 peers); a bad key, range or access
 /// completes with `RDM4_EREMOTEACCESS` (`detail` 7) and the target's memory
-/// unchanged.
+/// unchanged. One the target has not served `rdm4_ep_attr.timeout_ms`
+/// after its post (60 s by default; a peer that stopped calling the
+/// library, or a legacy one that drops a request it cannot serve without
+/// answering) completes with `RDM4_ETIMEDOUT`; what arrives for it later
+/// is dropped, and nothing is written into `buf` after its completion. The
+/// timeout is noticed by `rdm4_poll` and `rdm4_wait` (which wakes for
+/// it); an event loop sleeping on `rdm4_ep_fd` bounds its sleep by the
+/// timeout while such operations are outstanding.
 ///
 /// Progress: with cross-memory attach (shm, the default where the OS allows
 /// it) the target takes no part; but the first RMA or atomic towards a
@@ -513,8 +531,8 @@ pub extern "C" fn rdm4_writedata(
 /// Reads `len` bytes of the peer's memory at `raddr` (the target's address
 /// of its registered memory, as for `rdm4_write`; registered with `key` and
 /// `RDM4_ACCESS_REMOTE_READ`) into `buf`. Completion:
-/// `RDM4_CQ_RMA | RDM4_CQ_READ`, or `RDM4_EREMOTEACCESS`. Progress as for
-/// `rdm4_write`. Returns as `rdm4_write`.
+/// `RDM4_CQ_RMA | RDM4_CQ_READ`, or `RDM4_EREMOTEACCESS`, or
+/// `RDM4_ETIMEDOUT` (as for `rdm4_write`). Progress as for `rdm4_write`. Returns as `rdm4_write`.
 #[no_mangle]
 pub extern "C" fn rdm4_read(
     ep: *mut rdm4_ep,
@@ -580,7 +598,8 @@ fn atomic_common(
 /// or a compare op); `RDM4_ENOTSUP` (the op does not apply to
 /// the datatype, or `long double`); `RDM4_EOVERFLOW` (payload too large);
 /// `RDM4_ENOADDR`; `RDM4_EPEER`; `RDM4_EAGAIN`. Completion:
-/// `RDM4_CQ_ATOMIC | RDM4_CQ_WRITE`, or `RDM4_EREMOTEACCESS`.
+/// `RDM4_CQ_ATOMIC | RDM4_CQ_WRITE`, or `RDM4_EREMOTEACCESS`, or
+/// `RDM4_ETIMEDOUT` (as for `rdm4_write`).
 /// Buffer: the library's until the completion is polled.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]

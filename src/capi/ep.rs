@@ -46,7 +46,8 @@ fn default_attr() -> rdm4_ep_attr {
         max_credits: 0,
         threading: RDM4_THREAD_SAFE,
         flags: 0,
-        reserved: [0; 7],
+        timeout_ms: 0,
+        reserved: [0; 6],
     }
 }
 
@@ -143,6 +144,17 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
         cfg.legacy = match crate::env::word("RDM4_LEGACY", &["0", "1"])? {
             Some(v) => v == 1,
             None => a.flags & RDM4_EP_LEGACY != 0,
+        };
+        let timeout_ms = match crate::env::number_or_word::<u64>("RDM4_TIMEOUT_MS", 1..=u64::from(u32::MAX), &["off"])?
+        {
+            Some(Ok(ms)) => ms,
+            Some(Err(_)) => RDM4_TIMEOUT_NONE,
+            None => a.timeout_ms,
+        };
+        cfg.request_timeout_ns = match timeout_ms {
+            0 => cfg.request_timeout_ns,
+            RDM4_TIMEOUT_NONE => 0,
+            ms => ms.saturating_mul(1_000_000),
         };
         cfg.features_off = crate::env::bits("RDM4_FEATURES_OFF", &FEATURE_NAMES)?.unwrap_or(0);
         cfg.constant_header = crate::env::word("RDM4_CONSTANT_HEADER", &["0", "1"])? == Some(1);
@@ -571,6 +583,9 @@ fn poll_engine<D: Device>(e: &mut Endpoint<D>, entries: *mut rdm4_cqe, max: usiz
         return (k0 + n, true);
     }
     if more {
+        if e.timers_armed() {
+            e.expire(super::now_ns());
+        }
         e.progress_into(0, &mut direct);
     }
     let k = k0 + direct.n;
@@ -631,17 +646,21 @@ pub extern "C" fn rdm4_wait(ep: *mut rdm4_ep, timeout_ms: c_int) -> i32 {
                 if left.is_some_and(|l| l.is_zero()) {
                     return Err(Status::TimedOut);
                 }
+                let timer =
+                    g.ep.next_timeout(super::now_ns()).map(|ns| (ns / 1_000_000 + 1).min(i32::MAX as u64) as i32);
                 match g.ep.sleep_begin() {
-                    Some(s) => {
+                    Some((fd, ms)) => {
                         g.parked += 1;
-                        Some(s)
+                        Some((fd, ms, timer))
                     }
                     // A packet waits (or the device cannot block): go on.
                     None => None,
                 }
             };
-            if let Some((fd, ms)) = sleep {
+            if let Some((fd, ms, timer)) = sleep {
                 let ms = left.map_or(ms, |l| (l.as_millis().max(1) as i32).min(ms));
+                // Woken in time for the next request timeout.
+                let ms = timer.map_or(ms, |t| if ms < 0 { t } else { ms.min(t) });
                 poll_one(fd, ms);
                 let mut g = lookup(ep)?;
                 g.parked -= 1;
@@ -693,7 +712,8 @@ pub extern "C" fn rdm4_ep_query(ep: *mut rdm4_ep, info: *mut rdm4_ep_info) -> i3
             medium_max: cfg.medium_max as u64,
             unexpected_limit: cfg.unexpected_limit as u64,
             max_credits: u64::from(cfg.max_credits),
-            reserved: [0; 8],
+            timeout_ms: cfg.request_timeout_ns / 1_000_000,
+            reserved: [0; 7],
         };
         let n = room.min(std::mem::size_of::<rdm4_ep_info>());
         // SAFETY: the caller's struct holds `room` bytes; `n` is at most that.

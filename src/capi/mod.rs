@@ -45,6 +45,13 @@ use crate::fxhash::FxHashMap;
 use crate::mem::UserBuf;
 use crate::status::{self, Status};
 
+/// Nanoseconds on a monotonic clock (since the first call): the time the
+/// engine's request timeouts count in.
+pub(crate) fn now_ns() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
+}
+
 /// Runs an exported function's body: `Ok(n)` returns `n`, `Err(s)` the
 /// status code, a panic `RDM4_EINTERNAL`.
 #[inline(always)]
@@ -302,6 +309,9 @@ impl EpInner {
     #[inline(always)]
     pub(crate) fn progress_once(&mut self) -> bool {
         let before = self.ep.cq_len();
+        if self.ep.timers_armed() {
+            self.ep.expire(now_ns());
+        }
         self.ep.progress(0);
         self.ep.cq_len() > before
     }

@@ -195,9 +195,18 @@ pub struct rdm4_ep_attr {
     pub threading: u32,
     /// `RDM4_EP_*` flags (0: none).
     pub flags: u64,
+    /// A write, read or atomic that its target has not served this many
+    /// milliseconds after its post completes with `RDM4_ETIMEDOUT` (0: the
+    /// default, 60000; `RDM4_TIMEOUT_NONE`: never). Messages have no
+    /// timeout: a send waits for the receiver's application. Read again
+    /// from `RDM4_TIMEOUT_MS`, which overrides it.
+    pub timeout_ms: u64,
     /// Reserved for later fields, must be zero.
-    pub reserved: [u64; 7],
+    pub reserved: [u64; 6],
 }
+
+/// `rdm4_ep_attr.timeout_ms`: requests never time out.
+pub const RDM4_TIMEOUT_NONE: u64 = u64::MAX;
 
 /// `rdm4_ep_attr.flags`: speak protocol v4's baseline only, as a peer of an
 /// older implementation does: advertise no extra feature or request in the
@@ -246,8 +255,11 @@ pub struct rdm4_ep_info {
     pub unexpected_limit: u64,
     /// Long-CTS window in packets.
     pub max_credits: u64,
+    /// The request timeout in milliseconds (`rdm4_ep_attr.timeout_ms`; 0:
+    /// never).
+    pub timeout_ms: u64,
     /// Reserved for later fields (written as zero).
-    pub reserved: [u64; 8],
+    pub reserved: [u64; 7],
 }
 
 /// One completion (`rdm4_poll`).
