@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use rdm4::device::sim::SimConfig;
 use rdm4::device::Access;
-use rdm4::engine::{Config, RecvOpts, RemoteBuf, SendOpts};
+use rdm4::engine::{Config, CqFlags, RecvOpts, RemoteBuf, SendOpts};
 use rdm4::mem::OwnedBuf;
 use rdm4::wire::{req_flags, PacketType};
 use rdm4::Status;
@@ -84,4 +84,97 @@ fn a_peer_that_asks_for_a_constant_header_length_gets_the_raw_address_in_every_r
     traffic(&mut c, "no request");
     let to1 = reqs_with_raw_addr(&c, 0, 1);
     assert!(to1.last().is_some_and(|(_, raw)| !raw), "{to1:?}");
+}
+
+/// Writes `len` bytes 0 → 1 (with `cq_data`) over a warm pair, checks the
+/// bytes, both completions and the registrations left; returns the packet
+/// types both ways and the requester's status.
+fn one_write(c: &mut Cluster, len: usize, cq_data: Option<u64>) -> (Vec<&'static str>, Vec<&'static str>, Status) {
+    let data = pattern(len, len as u64 ^ 5);
+    let mut src = OwnedBuf::from_slice(&data);
+    let mut region = OwnedBuf::zeroed(len + 64);
+    let key = c.eps[1].mr_reg(region.buf(), Access::REMOTE_WRITE).unwrap();
+    let rb = RemoteBuf { addr: region.buf().addr() + 32, key };
+    c.net.clear_log();
+    c.eps[0].write(c.addrs[0][1], src.buf(), rb, cq_data, 77).unwrap();
+    c.run_until(2_000_000, |c| !c.cqs[0].is_empty());
+    c.settle(10_000);
+    let s = c.take_cq(0);
+    let t = c.take_cq(1);
+    assert_eq!((s.len(), s[0].context), (1, 77));
+    if s[0].status == Status::Success {
+        assert!(region.bytes()[32..32 + len] == data[..], "{len} B: data");
+        match cq_data {
+            Some(d) => {
+                assert_eq!(t.len(), 1, "{len} B: one target-side completion");
+                assert_eq!((t[0].data, t[0].len, t[0].src), (d, len as u64, c.addrs[1][0]));
+                assert!(t[0].flags.contains(CqFlags::REMOTE_WRITE | CqFlags::REMOTE_CQ_DATA));
+            }
+            None => assert!(t.is_empty(), "{len} B: no target-side completion without CQ data"),
+        }
+    } else {
+        assert!(region.bytes().iter().all(|&b| b == 0), "{len} B: a failed write wrote nothing");
+        assert!(t.is_empty());
+    }
+    assert!(region.bytes()[..32].iter().all(|&b| b == 0) && region.bytes()[32 + len..].iter().all(|&b| b == 0));
+    assert_eq!(c.net.registrations(0), 0, "{len} B: the requester's registration is gone");
+    assert_eq!(c.eps[0].pending_ops() + c.eps[1].pending_ops(), 0);
+    c.eps[1].mr_dereg(key).unwrap();
+    let mut fwd = c.types_between(0, 1);
+    fwd.sort();
+    let mut back = c.types_between(1, 0);
+    back.sort();
+    (fwd, back, s[0].status)
+}
+
+fn rdma(seed: u64) -> SimConfig {
+    SimConfig { rdma: true, ..SimConfig::chaotic(seed) }
+}
+
+#[test]
+fn long_writes_go_by_long_read_when_both_sides_read_and_no_direct_write_applies() {
+    let no_write = Config { features_off: rdm4::wire::extra::RDMA_WRITE, ..Config::default() };
+    for seed in [1, 2] {
+        // Without RDMA write on one side: the target reads the bytes.
+        let mut c = Cluster::warm(rdma(seed), vec![no_write.clone(), Config::default()]);
+        for len in [300_000, 1 << 20] {
+            let (fwd, back, st) = one_write(&mut c, len, None);
+            assert_eq!((fwd, back, st), (vec!["LONGREAD_RTW"], vec!["EOR"], Status::Success), "seed {seed} {len}");
+        }
+        // A small one stays eager (DC between full endpoints).
+        let (fwd, _, st) = one_write(&mut c, 100, None);
+        assert_eq!((fwd, st), (vec!["DC_EAGER_RTW"], Status::Success));
+        // CQ data beyond the immediate's 32 bits: long-read, the CQ data in the RTW.
+        let mut c = Cluster::warm(rdma(seed), vec![Config::default(); 2]);
+        let (fwd, back, st) = one_write(&mut c, 1 << 20, Some(1 << 40));
+        assert_eq!((fwd, back, st), (vec!["LONGREAD_RTW"], vec!["EOR"], Status::Success), "seed {seed}");
+    }
+    // The target cannot read: long-CTS.
+    let no_read = Config { features_off: rdm4::wire::extra::RDMA_READ, ..Config::default() };
+    let mut c = Cluster::warm(rdma(3), vec![no_write.clone(), no_read]);
+    let (fwd, back, st) = one_write(&mut c, 1 << 20, Some(9));
+    assert_eq!((fwd, back, st), (vec!["CTSDATA", "DC_LONGCTS_RTW"], vec!["CTS", "RECEIPT"], Status::Success));
+    // The target's read fails: the write fails, nothing written.
+    let sim = SimConfig { fail_reads: true, ..rdma(4) };
+    let mut c = Cluster::warm(sim, vec![no_write, Config::default()]);
+    let (fwd, back, st) = one_write(&mut c, 1 << 20, Some(9));
+    assert_eq!((fwd, back, st), (vec!["LONGREAD_RTW"], vec!["PEER_ERROR"], Status::RemoteAccess));
+}
+
+#[test]
+fn direct_writes_with_cq_data_go_by_rdma_write_with_immediate() {
+    for seed in [1, 2] {
+        let mut c = Cluster::warm(rdma(seed), vec![Config::default(); 2]);
+        for len in [0, 8, 100_000, 1 << 20] {
+            // No packet at all: the device moves the bytes and reports the
+            // immediate to the target, which writes the completion.
+            let (fwd, back, st) = one_write(&mut c, len, Some(0xDEAD_BEEF));
+            assert_eq!((fwd.len(), back.len(), st), (0, 0, Status::Success), "seed {seed} {len}: {fwd:?}");
+        }
+        // A device without it: emulated.
+        let sim = SimConfig { write_imm: false, ..rdma(seed) };
+        let mut c = Cluster::warm(sim, vec![Config::default(); 2]);
+        let (fwd, _, st) = one_write(&mut c, 100, Some(0xDEAD_BEEF));
+        assert_eq!((fwd, st), (vec!["DC_EAGER_RTW"], Status::Success));
+    }
 }

@@ -49,6 +49,8 @@ pub struct SimConfig {
     pub fail_reads: bool,
     /// With `rdma`: the largest single RDMA transfer.
     pub max_rdma_size: u64,
+    /// With `rdma`: offer RDMA write with immediate data too.
+    pub write_imm: bool,
     /// The device's `Caps::longread_min` hint.
     pub longread_min: usize,
     /// Record every packet in the log.
@@ -74,6 +76,7 @@ impl Default for SimConfig {
             rdma: false,
             fail_reads: false,
             max_rdma_size: 1 << 30,
+            write_imm: true,
             longread_min: 0,
             capture: true,
             backlog_min: 0,
@@ -376,10 +379,12 @@ impl SimDevice {
         remote_addr: u64,
         key: u64,
         wr_id: u64,
-        write: bool,
+        // A write (with its immediate data, if any), or a read.
+        write: Option<Option<u32>>,
     ) -> Result<(), DevError> {
+        let (imm, write) = (write.flatten(), write.is_some());
         let mut net = self.net.borrow_mut();
-        if !net.cfg.rdma {
+        if !net.cfg.rdma || (imm.is_some() && !net.cfg.write_imm) {
             return Err(DevError::Failed(Status::NotSup));
         }
         if local.len() as u64 > net.cfg.max_rdma_size {
@@ -405,6 +410,11 @@ impl SimDevice {
                 None => Err(Status::RemoteAccess),
             }
         };
+        if let (Some(imm), Ok(())) = (imm, status) {
+            // The target's device reports the write once its bytes are in.
+            let from = net.nodes[target].ahs.iter().position(|a| *a == Some(me)).map(|a| a as Ah);
+            net.nodes[target].events.push(DevEvent::WriteImm { ah: from, imm, len: local.len() as u64 });
+        }
         net.nodes[me].events.push(DevEvent::SendDone { wr_id, ah, status });
         Ok(())
     }
@@ -443,7 +453,7 @@ impl Device for SimDevice {
             max_rdma_size: if rdma { net.cfg.max_rdma_size } else { 0 },
             rdma_read: rdma,
             rdma_write: rdma,
-            rdma_write_imm: false,
+            rdma_write_imm: rdma && net.cfg.write_imm,
             sync_send: true,
             gather_in_place: !net.cfg.copy_gathered,
             longread_min: net.cfg.longread_min,
@@ -605,10 +615,22 @@ impl Device for SimDevice {
     }
 
     fn rdma_read(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
-        self.rdma(ah, local, remote_addr, key, wr_id, false)
+        self.rdma(ah, local, remote_addr, key, wr_id, None)
     }
 
     fn rdma_write(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
-        self.rdma(ah, local, remote_addr, key, wr_id, true)
+        self.rdma(ah, local, remote_addr, key, wr_id, Some(None))
+    }
+
+    fn rdma_write_imm(
+        &mut self,
+        ah: Ah,
+        local: UserBuf,
+        remote_addr: u64,
+        key: u64,
+        imm: u32,
+        wr_id: u64,
+    ) -> Result<(), DevError> {
+        self.rdma(ah, local, remote_addr, key, wr_id, Some(Some(imm)))
     }
 }

@@ -36,12 +36,15 @@ impl Core {
         usable.then(|| PacketType::req_type(ReqFamily::Rtm, Subprotocol::Longread, tagged, false)).flatten()
     }
 
-    /// Registers the buffer of long-read send `key` for remote read; on
-    /// failure the send falls back to long-CTS.
+    /// Registers the buffer of long-read send (or write) `key` for remote
+    /// read; on failure it falls back to long-CTS.
     pub(crate) fn register_longread<D: Device>(&mut self, dev: &mut D, key: u32) {
         let Some(op) = self.ops.get(key) else { return };
         let reg = dev.reg(op.buf, Access::REMOTE_READ);
-        let fallback = self.rtm_types[2][usize::from(op.tagged)];
+        let fallback = match op.kind {
+            OpKind::Write => PacketType::LongctsRtw,
+            _ => self.rtm_types[2][usize::from(op.tagged)],
+        };
         let Some(op) = self.ops.get_mut(key) else { return };
         match reg {
             Ok(k) => op.lr_mr = Some(k),
@@ -187,6 +190,14 @@ impl Core {
         if self.lr_iovs.remove(&key).is_none() {
             return; // already nacked (several reads failed)
         }
+        if let Some(op) = self.ops.get(key).filter(|op| op.kind == OpKind::RemoteWrite) {
+            // A long-read write: the requester's write fails (no nack: it
+            // has no long-CTS fallback of the same write on the wire).
+            let (peer, id) = (op.peer, op.remote_id);
+            self.send_peer_error(peer, id, Status::RemoteAccess);
+            self.complete(key, Status::RemoteAccess);
+            return;
+        }
         let peer = self.ops.get(key).and_then(|op| self.peers.get(op.peer));
         let nackable = peer.is_some_and(|p| {
             self.my_extra() & wire::extra::READ_NACK != 0 && (!p.hs_recv || p.has(wire::extra::READ_NACK))
@@ -230,10 +241,15 @@ impl Core {
         self.grant(key);
     }
 
-    /// Sender: the EOR of long-read send `send_id`.
+    /// Sender: the EOR of long-read send (or long-read write) `send_id`.
     pub(crate) fn handle_eor(&mut self, peer: u32, e: &IdsHdr) {
         match self.ops.get_mut(e.send_id) {
-            Some(op) if op.peer == peer && op.kind == OpKind::Send && op.lr_mr.is_some() && op.awaiting => {
+            Some(op)
+                if op.peer == peer
+                    && matches!(op.kind, OpKind::Send | OpKind::Write)
+                    && op.lr_mr.is_some()
+                    && op.awaiting =>
+            {
                 op.awaiting = false;
                 self.check_done(e.send_id);
             }

@@ -857,8 +857,8 @@ impl Core {
                     let Some(op) = self.ops.get_mut(key) else {
                         continue;
                     };
-                    if op.kind == OpKind::Recv {
-                        // Only long-read receives post device work.
+                    if matches!(op.kind, OpKind::Recv | OpKind::RemoteWrite) {
+                        // Only long-read receives (and writes) post device work.
                         self.longread_read_done(key, status.is_ok());
                         continue;
                     }
@@ -889,10 +889,12 @@ impl Core {
                         self.check_done(key);
                     }
                 }
-                // The engine issues no RDMA write with immediate data yet
-                // (a direct write with remote CQ data goes emulated); one
-                // from a peer changed only memory it was allowed to write.
-                DevEvent::WriteImm { .. } => {}
+                // A peer's direct write with remote CQ data: its
+                // target-side completion.
+                DevEvent::WriteImm { ah, imm, len } => {
+                    let peer = ah.and_then(|a| self.by_ah.get(a)).unwrap_or(ADDR_UNSPEC);
+                    self.remote_write_cqe(peer, len, u64::from(imm));
+                }
                 DevEvent::PeerLost { ah } => {
                     if let Some(p) = self.by_ah.get(ah) {
                         if let Some(peer) = self.peers.get_mut(p) {

@@ -64,16 +64,29 @@ impl Core {
         let has = |bit| peer.is_some_and(|p| self.both(p, bit));
         let dc = has(wire::extra::DELIVERY_COMPLETE);
         // Direct read / write (spec §4.1, §4.6): the device moves the bytes
-        // and the target does nothing. A write with CQ data stays emulated:
-        // the target must see a packet to write its completion.
+        // and the target does nothing. A write with CQ data goes by RDMA
+        // write with immediate data where the device has it and the data
+        // fits its 32 bits (the target's device reports it, and the target
+        // writes the completion); else emulated: the target must see a
+        // packet to write its completion.
         let fits = op.len <= self.caps.max_rdma_size;
+        let imm_ok = op.cq_data.is_none_or(|d| self.caps.rdma_write_imm && d <= u64::from(u32::MAX));
         let direct = match op.kind {
             OpKind::Read => self.caps.rdma_read && has(wire::extra::RDMA_READ) && fits,
-            OpKind::Write => self.caps.rdma_write && has(wire::extra::RDMA_WRITE) && fits && op.cq_data.is_none(),
+            OpKind::Write => self.caps.rdma_write && has(wire::extra::RDMA_WRITE) && fits && imm_ok,
             _ => false,
         };
+        // Emulated long-read write (spec §4.1): the target reads the bytes
+        // from the requester's buffer in one RDMA read, for writes that would
+        // go by long-CTS, when both sides read. It has no DC type and needs
+        // none: the target sends its EOR once the bytes are in its memory.
+        let longread = op.kind == OpKind::Write
+            && has(wire::extra::RDMA_READ)
+            && op.len as usize >= self.cfg.longread_min.max(self.caps.longread_min).max(1)
+            && op.len as usize > self.req_data_cap(PacketType::EagerRtw, 1);
         let ptype = match op.kind {
             _ if direct => None,
+            OpKind::Write if longread => Some(PacketType::LongreadRtw),
             OpKind::Write => {
                 let eager = if dc { PacketType::DcEagerRtw } else { PacketType::EagerRtw };
                 let proto = if op.len as usize <= self.req_data_cap(eager, 1) {
@@ -92,6 +105,8 @@ impl Core {
         let awaiting = match op.kind {
             _ if direct => false,
             OpKind::Read => true,
+            // It ends with the target's EOR.
+            OpKind::Write if longread => true,
             OpKind::Atomic => dc || ptype != Some(PacketType::WriteRta),
             _ => dc,
         };
@@ -168,6 +183,12 @@ impl Core {
             // The request is all a read sends: count its whole length as sent.
             return r.emit(out).ok().map(|n| (n, op.len));
         }
+        if ptype == PacketType::LongreadRtw {
+            // The target reads the whole buffer: no data beside it.
+            let read = [RmaIov::new(op.buf.addr(), op.len, op.lr_mr?)];
+            r.read_iov = &read;
+            return r.emit(out).ok().map(|n| (n, op.len));
+        }
         let room = self.caps.mtu.saturating_sub(r.hdr_len() + r.opt_hdr_len()) as u64;
         let chunk = op.len.min(room) as usize;
         op.buf.with_slice(|s| wire::Req { data: &s[..chunk], ..r }.emit(out).ok().map(|n| (n, chunk as u64)))
@@ -181,6 +202,9 @@ impl Core {
         let total = match info.proto {
             Subprotocol::Eager => r.data.len() as u64,
             Subprotocol::Longcts => r.fields.msg_length,
+            Subprotocol::Longread if self.my_extra() & wire::extra::RDMA_READ != 0 && Core::read_iov_ok(r) => {
+                r.fields.msg_length
+            }
             _ => {
                 // A write protocol this endpoint does not serve: say so.
                 self.stats.protocol_errors += 1;
@@ -241,6 +265,12 @@ impl Core {
         };
         if let Some(k) = r.rma_iov.first().map(|v| v.key()) {
             self.mr_hold(k);
+        }
+        if info.proto == Subprotocol::Longread {
+            // Served like a long-read receive: the reads, then the EOR.
+            self.lr_iovs.insert(key, r.read_iov.to_vec());
+            self.enqueue(key);
+            return;
         }
         if let Some(op) = self.ops.get_mut(key) {
             op.place(0, r.data);

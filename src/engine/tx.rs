@@ -185,8 +185,13 @@ impl Core {
             let Some(op) = self.ops.get_mut(key) else {
                 return true;
             };
-            if op.kind == OpKind::Recv {
+            if op.kind == OpKind::Recv || (op.kind == OpKind::RemoteWrite && self.lr_iovs.contains_key(&key)) {
                 return self.pump_longread(dev, key);
+            }
+            if op.lr_mr.is_none() && op.ptype == Some(wire::PacketType::LongreadRtw) && !op.started {
+                // A long-read write: its buffer registered for the target's read.
+                self.register_longread(dev, key);
+                continue;
             }
             if op.closing || (op.started && op.sent >= op.len) {
                 op.queued = false; // everything handed to the device
@@ -312,7 +317,11 @@ impl Core {
         };
         let (buf, addr, rkey, wr) = (op.buf, op.rma.addr(), op.rma.key(), u64::from(key) + 1);
         let r = if op.kind == OpKind::Write {
-            dev.rdma_write(ah, buf, addr, rkey, wr)
+            match op.cq_data {
+                // Fits 32 bits: `choose_rma_protocol` made it direct only then.
+                Some(d) => dev.rdma_write_imm(ah, buf, addr, rkey, d as u32, wr),
+                None => dev.rdma_write(ah, buf, addr, rkey, wr),
+            }
         } else {
             dev.rdma_read(ah, buf, addr, rkey, wr)
         };
