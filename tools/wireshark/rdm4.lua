@@ -127,7 +127,7 @@ field("pcap.direction", U8, "Direction", base.DEC, DIRECTIONS)
 field("pcap.device", U8, "Device", base.DEC, DEVICES)
 field("pcap.flags", U8, "Pseudo-header flags", base.HEX)
 field("pcap.udp_hdr", ProtoField.bool, "udp device header follows", 8, nil, 0x1)
-field("pcap.peer", U32, "Peer address handle", base.DEC, { [0xffffffff] = "unknown sender" })
+field("pcap.peer", U32, "Peer address handle (0xffffffff: unknown sender)")
 -- The udp device header.
 field("udp.magic", U8, "Magic", base.HEX)
 field("udp.version", U8, "Version")
