@@ -13,6 +13,7 @@ mod fxhash;
 mod log;
 /// cbindgen:ignore
 pub mod mem;
+/// cbindgen:ignore
 pub mod pcap;
 pub mod status;
 /// cbindgen:ignore

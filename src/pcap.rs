@@ -251,7 +251,7 @@ impl PcapFile {
     /// The file `RDM4_PCAP` names, `None` when unset; one that cannot be
     /// created is `Status::Io` after a line on stderr.
     pub(crate) fn from_env() -> Result<Option<PcapFile>, Status> {
-        let Some(template) = crate::env::var(ENV) else { return Ok(None) };
+        let Some(template) = crate::env::var("RDM4_PCAP") else { return Ok(None) };
         PcapFile::open(&template).map(Some).map_err(|e| {
             eprintln!(
                 "rdm4: {ENV}={template:?}: cannot create the capture file: {e}; the endpoint is not opened (RDM4_EIO)"

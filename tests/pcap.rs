@@ -405,3 +405,17 @@ fn malformed_packets_are_flagged() {
     assert_eq!(tshark(&file, &["type"]), [["", "", "3"]]);
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn a_capture_file_that_cannot_be_created_fails_the_open_with_eio() {
+    let out = Command::new(env!("CARGO_BIN_EXE_rdm4-perf"))
+        .args(["--sizes", "8", "--iters", "2", "--test", "tag_lat", "--settle-ms", "0", "--no-pin"])
+        .env("RDM4_PCAP", "/nonexistent-dir/run.%p.pcap")
+        .env("RDM4_SHM_PREFIX", format!("rdm4pcap{}eio", std::process::id()))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("RDM4_PCAP=") && err.contains("/nonexistent-dir/run.%p.pcap"), "{err}");
+    assert!(err.contains("device input/output error"), "rdm4_ep_open fails with RDM4_EIO: {err}");
+}
