@@ -145,19 +145,20 @@ field("udp.body", ProtoField.bytes, "Device message")
 field("type", U8, "Type", base.DEC, TYPES)
 field("version", U8, "Version")
 field("flags", U16, "Flags", base.HEX)
-field("flags.connid_hdr", ProtoField.bool, "CONNID_HDR", 16, nil, 0x8000)
-field("flags.raw_addr_hdr", ProtoField.bool, "RAW_ADDR_HDR", 16, nil, 0x1)
-field("flags.cq_data_hdr", ProtoField.bool, "CQ_DATA_HDR", 16, nil, 0x2)
-field("flags.msg", ProtoField.bool, "MSG", 16, nil, 0x4)
-field("flags.tagged", ProtoField.bool, "TAGGED", 16, nil, 0x8)
-field("flags.rma", ProtoField.bool, "RMA", 16, nil, 0x10)
-field("flags.atomic", ProtoField.bool, "ATOMIC", 16, nil, 0x20)
-field("flags.read_nack", ProtoField.bool, "READ_NACK", 16, nil, 0x2000)
-field("flags.cts_read_req", ProtoField.bool, "CTS READ_REQ", 16, nil, 0x80)
-field("flags.host_id", ProtoField.bool, "HOST_ID", 16, nil, 0x1)
-field("flags.device_version", ProtoField.bool, "DEVICE_VERSION", 16, nil, 0x2)
-field("flags.user_recv_qp", ProtoField.bool, "USER_RECV_QP", 16, nil, 0x4)
-field("flags.hmem_p2p", ProtoField.bool, "HMEM_P2P", 16, nil, 0x8)
+-- The flag bits each family of types gives a meaning (wire-facts "Flags and
+-- constants"), shown under rdm4.flags as rdm4.flags.<name>.
+local FLAG_BITS = {
+    any = { { "connid_hdr", 0x8000 } },
+    req = { { "raw_addr_hdr", 0x1 }, { "cq_data_hdr", 0x2 }, { "msg", 0x4 }, { "tagged", 0x8 }, { "rma", 0x10 },
+        { "atomic", 0x20 }, { "read_nack", 0x2000 } },
+    cts = { { "cts_read_req", 0x80 } },
+    handshake = { { "host_id", 0x1 }, { "device_version", 0x2 }, { "user_recv_qp", 0x4 }, { "hmem_p2p", 0x8 } },
+}
+for _, bits in pairs(FLAG_BITS) do
+    for _, b in ipairs(bits) do
+        field("flags." .. b[1], ProtoField.bool, b[1]:upper(), 16, nil, b[2])
+    end
+end
 -- Fields of one or more types.
 field("msg_id", U32, "msg_id")
 field("tag", U64, "tag", base.HEX)
@@ -288,16 +289,10 @@ end
 local function add_flags(tree, tvb, ptype)
     local r = tvb(2, 2)
     local ft = tree:add_le(f.flags, r)
-    ft:add_le(f["flags.connid_hdr"], r)
-    if REQ_LAYOUT[ptype] then
-        for _, n in ipairs({ "raw_addr_hdr", "cq_data_hdr", "msg", "tagged", "rma", "atomic", "read_nack" }) do
-            ft:add_le(f["flags." .. n], r)
-        end
-    elseif ptype == 3 then
-        ft:add_le(f["flags.cts_read_req"], r)
-    elseif ptype == 9 then
-        for _, n in ipairs({ "host_id", "device_version", "user_recv_qp", "hmem_p2p" }) do
-            ft:add_le(f["flags." .. n], r)
+    local family = REQ_LAYOUT[ptype] and "req" or (ptype == 3 and "cts") or (ptype == 9 and "handshake")
+    for _, bits in ipairs({ FLAG_BITS.any, FLAG_BITS[family] or {} }) do
+        for _, b in ipairs(bits) do
+            ft:add_le(f["flags." .. b[1]], r)
         end
     end
     return r:le_uint()
