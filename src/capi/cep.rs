@@ -37,7 +37,9 @@ pub(crate) enum CEp {
     Captured(Box<CapEp>),
 }
 
-/// An engine over a captured device: the calls of [`CEp::Captured`].
+/// An engine over a captured device: the calls of [`CEp::Captured`]
+/// (boxed there, made once: the variants' sizes do not matter).
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum CapEp {
     /// Shm, captured.
     Shm(Endpoint<Capture<ShmDevice>>),
