@@ -478,3 +478,94 @@ impl<D: Device> Device for Capture<D> {
         self.inner.rdma_write_imm(ah, local, remote_addr, key, imm, wr_id)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::sim::{SimConfig, SimNet};
+    use crate::device::Rx;
+    use crate::mem::OwnedBuf;
+
+    /// The records of a capture file: (direction, peer, packet).
+    fn records(path: &std::path::Path) -> Vec<(u8, u32, Vec<u8>)> {
+        let b = std::fs::read(path).unwrap();
+        assert_eq!(b[..24], file_header());
+        let (mut pos, mut out) = (24, Vec::new());
+        while pos < b.len() {
+            let incl = u32::from_le_bytes(b[pos + 8..pos + 12].try_into().unwrap()) as usize;
+            let r = &b[pos + REC_HDR..pos + REC_HDR + incl];
+            assert_eq!(r[..8], [b'R', b'D', b'M', b'4', 1, r[5], DeviceKind::Sim as u8, 0]);
+            out.push((r[5], u32::from_le_bytes(r[8..12].try_into().unwrap()), r[PSEUDO_LEN..].to_vec()));
+            pos += REC_HDR + incl;
+        }
+        out
+    }
+
+    #[test]
+    fn each_packet_is_recorded_once_whole_and_a_deferred_one_when_it_is_taken() {
+        let path = std::env::temp_dir().join(format!("rdm4-pcap-unit-{}.pcap", std::process::id()));
+        let file = PcapFile::open(path.to_str().unwrap()).unwrap();
+        let net = SimNet::new(SimConfig::default());
+        let mut a = Capture::new(net.device(), file.clone(), DeviceKind::Sim);
+        let mut b = Capture::new(net.device(), file, DeviceKind::Sim);
+        let ah = a.insert(&b.local_addr()).unwrap();
+        let back = b.insert(&a.local_addr()).unwrap();
+        let (p1, p2, hdr) = (vec![1u8; 40], vec![2u8; 50], vec![3u8; 24]);
+        let mut payload = OwnedBuf::from_slice(&[4u8; 300]);
+        a.send_with(ah, 0, 64, |buf: &mut [u8]| {
+            buf[..40].copy_from_slice(&p1);
+            40
+        })
+        .unwrap();
+        a.send(ah, &p2, 0).unwrap();
+        let gathered = [&hdr[..], &[4u8; 300]].concat();
+        a.send_gather(
+            ah,
+            9,
+            24,
+            |buf: &mut [u8]| {
+                buf[..24].copy_from_slice(&hdr);
+                24
+            },
+            payload.buf(),
+        )
+        .unwrap();
+        // Nothing to send is no packet.
+        a.send_with(ah, 0, 64, |_: &mut [u8]| 0).unwrap();
+        while net.advance_to_next() {
+            // The first packet is left with the device, then taken.
+            let mut first = true;
+            b.recv(16, |_, _, _| if std::mem::take(&mut first) { Rx::Defer } else { Rx::Next });
+            b.redeliver();
+            b.recv(16, |_, _, _| Rx::Next);
+        }
+        drop((a, b));
+        let got = records(&path);
+        std::fs::remove_file(&path).unwrap();
+        let sent: Vec<_> = got.iter().filter(|r| r.0 == Dir::Sent as u8).cloned().collect();
+        assert_eq!(sent, [(0, ah, p1.clone()), (0, ah, p2.clone()), (0, ah, gathered.clone())]);
+        let mut received: Vec<_> = got.iter().filter(|r| r.0 == Dir::Received as u8).cloned().collect();
+        assert_eq!(received.len(), 3, "each packet received is recorded once");
+        received.sort();
+        let mut want = vec![(1, back, p1), (1, back, p2), (1, back, gathered)];
+        want.sort();
+        assert_eq!(received, want);
+    }
+
+    #[test]
+    fn a_file_named_again_is_shared_then_appended_to() {
+        let path = std::env::temp_dir().join(format!("rdm4-pcap-again-{}-%p.pcap", std::process::id()));
+        let real = std::path::PathBuf::from(path.to_str().unwrap().replace("%p", &std::process::id().to_string()));
+        let one = PcapFile::open(path.to_str().unwrap()).unwrap();
+        let two = PcapFile::open(path.to_str().unwrap()).unwrap();
+        assert!(Arc::ptr_eq(&one.0, &two.0));
+        one.lock().record(Dir::Sent, DeviceKind::Sim, Some(1), [&[9; 8], &[]]);
+        drop((one, two));
+        let three = PcapFile::open(path.to_str().unwrap()).unwrap();
+        three.lock().record(Dir::Received, DeviceKind::Sim, None, [&[8; 4], &[]]);
+        drop(three);
+        let got = records(&real);
+        std::fs::remove_file(&real).unwrap();
+        assert_eq!(got, [(0, 1, vec![9; 8]), (1, UNKNOWN_PEER, vec![8; 4])]);
+    }
+}
