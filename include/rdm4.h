@@ -1106,7 +1106,8 @@ int32_t rdm4_ep_attr_init(struct rdm4_ep_attr *attr);
  * `RDM4_EBUSY` (no free
  * shared-memory endpoint id, or the UDP port is taken), `RDM4_ENOADDR`
  * (`RDM4_UDP_ADDR` is not an address of this host),
- * `RDM4_EIO` / `RDM4_ENOMEM` (the device could not be created);
+ * `RDM4_EIO` / `RDM4_ENOMEM` (the device could not be created; `RDM4_EIO`
+ * also when the file `RDM4_PCAP` names cannot be created);
  * `RDM4_ENOMEM` also when 4096 endpoints of the process are open.
  * Thread safety: any thread.
  */

@@ -18,6 +18,10 @@
 #   DIR/share/man/man7/rdm4.7                    from man/rdm4.7 (overview, environment)
 #   DIR/share/man/man3/rdm4.3                    from man/rdm4.3 (the C API)
 #   DIR/share/man/man1/rdm4-perf.1               from man/rdm4-perf.1 (the benchmark tool)
+#   DIR/share/rdm4/wireshark/rdm4.lua            from tools/wireshark/rdm4.lua (the Wireshark
+#                                                dissector of RDM4_PCAP captures: tshark -X
+#                                                lua_script:FILE, or link it into
+#                                                ~/.local/lib/wireshark/plugins/)
 #
 # Options:
 #
@@ -199,5 +203,8 @@ for page in "${man_pages[@]}"; do
     install -d "$mandir/man$section"
     fill "$root/man/$page" "$mandir/man$section/$page" RDM4_T_VERSION="$version"
 done
+
+install -d "$dest/share/rdm4/wireshark"
+install -m 644 "$root/tools/wireshark/rdm4.lua" "$dest/share/rdm4/wireshark/rdm4.lua"
 
 echo "install.sh: installed rdm4 $version into ${DESTDIR:+$DESTDIR}$prefix (libraries from $libs_from)"

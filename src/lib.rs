@@ -13,6 +13,8 @@ mod fxhash;
 mod log;
 /// cbindgen:ignore
 pub mod mem;
+/// cbindgen:ignore
+pub mod pcap;
 pub mod status;
 /// cbindgen:ignore
 pub mod wire;

@@ -4,16 +4,23 @@
 //! choice at all (a boxed trait object's virtual call per packet, and
 //! closures that could not be inlined, cost ~15% of an 8-byte message); the
 //! choice costs one branch per C call (`CEp`'s methods match once and run
-//! that device's engine).
+//! that device's engine). With `RDM4_PCAP` set the device is wrapped in a
+//! [`Capture`], behind a third variant whose calls go out of line
+//! ([`CapEp`]): the engines over the bare devices stay as they were,
+//! inlined into the C calls, and capture costs the endpoints without it
+//! nothing but the match's third arm (see `crate::pcap`). (Two more variants
+//! inlined like the others cost ~16 instructions per 8-byte message: the C
+//! calls grew past what the optimiser inlines.)
 
 use std::os::fd::RawFd;
 
 use crate::device::shm::ShmDevice;
-use crate::device::udp::UdpDevice;
+use crate::device::udp::{UdpDevice, UdpStats};
 use crate::device::Access;
 use crate::device::Caps;
 use crate::engine::{Addr, Config, Cqe, Endpoint, ProbeMode, Probed, RecvOpts, RemoteBuf, SendFlags, SendOpts, Stats};
 use crate::mem::UserBuf;
+use crate::pcap::{Capture, DeviceKind, PcapFile};
 use crate::status::Status;
 use crate::wire::RawAddr;
 
@@ -26,72 +33,150 @@ pub(crate) enum CEp {
     Shm(Endpoint<ShmDevice>),
     /// Hosts on an IP network.
     Udp(Endpoint<UdpDevice>),
+    /// Either, with its packets captured (`RDM4_PCAP`).
+    Captured(Box<CapEp>),
 }
 
-/// Runs `$body` with `$e` bound to the engine inside `$self`.
+/// An engine over a captured device: the calls of [`CEp::Captured`]
+/// (boxed there, made once: the variants' sizes do not matter).
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum CapEp {
+    /// Shm, captured.
+    Shm(Endpoint<Capture<ShmDevice>>),
+    /// Udp, captured.
+    Udp(Endpoint<Capture<UdpDevice>>),
+}
+
+/// Runs `$body` with `$e` bound to the engine inside `$self`, for the bare
+/// devices; `$cap` for a captured one.
 macro_rules! each {
-    ($self:expr, $e:ident => $body:expr) => {
+    ($self:expr, $e:ident => $body:expr, $c:ident => $cap:expr) => {
         match $self {
             CEp::Shm($e) => $body,
             CEp::Udp($e) => $body,
+            CEp::Captured($c) => $cap,
+        }
+    };
+}
+
+/// Runs `$body` with `$e` bound to the engine inside a [`CapEp`].
+macro_rules! each_cap {
+    ($self:expr, $e:ident => $body:expr) => {
+        match $self {
+            CapEp::Shm($e) => $body,
+            CapEp::Udp($e) => $body,
         }
     };
 }
 
 /// Methods with plain arguments, forwarded: `ref` ones take `&self`,
-/// `mut` ones `&mut self`.
+/// `mut` ones `&mut self`. Each is also a method of [`CapEp`], out of line.
 macro_rules! forward {
     ($( $kind:ident fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty; )*) => {
-        $( forward!(@one $kind $name ($($arg: $ty),*) $ret); )*
-    };
-    (@one ref $name:ident ($($arg:ident: $ty:ty),*) $ret:ty) => {
-        #[inline(always)]
-        pub(crate) fn $name(&self $(, $arg: $ty)*) -> $ret {
-            each!(self, e => e.$name($($arg),*))
+        impl CEp {
+            $( forward!(@one $kind $name ($($arg: $ty),*) $ret, always, each, c => c.$name($($arg),*)); )*
+        }
+        impl CapEp {
+            $( forward!(@one $kind $name ($($arg: $ty),*) $ret, never, each_cap); )*
         }
     };
-    (@one mut $name:ident ($($arg:ident: $ty:ty),*) $ret:ty) => {
-        #[inline(always)]
+    (@one ref $name:ident ($($arg:ident: $ty:ty),*) $ret:ty, $inl:ident, $each:ident $(, $c:ident => $cap:expr)?) => {
+        #[inline($inl)]
+        pub(crate) fn $name(&self $(, $arg: $ty)*) -> $ret {
+            $each!(self, e => e.$name($($arg),*) $(, $c => $cap)?)
+        }
+    };
+    (@one mut $name:ident ($($arg:ident: $ty:ty),*) $ret:ty, $inl:ident, $each:ident $(, $c:ident => $cap:expr)?) => {
+        #[inline($inl)]
         pub(crate) fn $name(&mut self $(, $arg: $ty)*) -> $ret {
-            each!(self, e => e.$name($($arg),*))
+            $each!(self, e => e.$name($($arg),*) $(, $c => $cap)?)
         }
     };
 }
 
+forward! {
+    ref fn addr() -> RawAddr;
+    ref fn stats() -> Stats;
+    mut fn av_insert(raw: &RawAddr) -> Result<Addr, Status>;
+    mut fn av_remove(addr: Addr) -> Result<(), Status>;
+    ref fn av_contains(raw: &RawAddr) -> bool;
+    ref fn av_lookup(addr: Addr) -> Result<RawAddr, Status>;
+    mut fn mr_reg(buf: UserBuf, access: Access) -> Result<u64, Status>;
+    mut fn mr_dereg(key: u64) -> Result<(), Status>;
+    mut fn send(dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<(), Status>;
+    mut fn send_flagged(dest: Addr, buf: UserBuf, opts: SendOpts, flags: SendFlags) -> Result<(), Status>;
+    mut fn inject_now(dest: Addr, buf: UserBuf, tag: Option<u64>) -> bool;
+    mut fn recv(buf: UserBuf, opts: RecvOpts) -> Result<(), Status>;
+    mut fn cancel(context: u64) -> Result<(), Status>;
+    mut fn probe(opts: RecvOpts, mode: ProbeMode) -> Result<Option<Probed>, Status>;
+    mut fn recv_claimed(claim: u64, buf: UserBuf, context: u64) -> Result<(), Status>;
+    mut fn write(dest: Addr, buf: UserBuf, remote: RemoteBuf, cq_data: Option<u64>, context: u64) -> Result<(), Status>;
+    mut fn read(dest: Addr, buf: UserBuf, remote: RemoteBuf, context: u64) -> Result<(), Status>;
+    mut fn progress(now: u64) -> ();
+    mut fn expire(now: u64) -> ();
+    ref fn timers_armed() -> bool;
+    ref fn next_timeout(now: u64) -> Option<u64>;
+    ref fn has_queued_work() -> bool;
+    mut fn sleep_begin() -> Option<(RawFd, i32)>;
+    mut fn sleep_end() -> ();
+    ref fn wake_sleeper() -> ();
+    mut fn wait_fd() -> Option<RawFd>;
+    mut fn trywait() -> bool;
+    ref fn config() -> &Config;
+    ref fn caps() -> Caps;
+    ref fn eager_max(tagged: bool) -> usize;
+    mut fn poll_cq(out: &mut Vec<Cqe>, max: usize) -> usize;
+    ref fn cq_len() -> usize;
+}
+
+/// The arguments of [`Endpoint::atomic`], passed on as they are.
+type AtomicArgs = (Addr, u32, u32, UserBuf, UserBuf, UserBuf, RemoteBuf, u64);
+
+/// Runs [`Endpoint::atomic`] on `e`.
+#[inline(always)]
+fn atomic_on<D: crate::device::Device>(e: &mut Endpoint<D>, a: AtomicArgs) -> Result<(), Status> {
+    e.atomic(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7)
+}
+
 impl CEp {
-    forward! {
-        ref fn addr() -> RawAddr;
-        ref fn stats() -> Stats;
-        mut fn av_insert(raw: &RawAddr) -> Result<Addr, Status>;
-        mut fn av_remove(addr: Addr) -> Result<(), Status>;
-        ref fn av_contains(raw: &RawAddr) -> bool;
-        ref fn av_lookup(addr: Addr) -> Result<RawAddr, Status>;
-        mut fn mr_reg(buf: UserBuf, access: Access) -> Result<u64, Status>;
-        mut fn mr_dereg(key: u64) -> Result<(), Status>;
-        mut fn send(dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<(), Status>;
-        mut fn send_flagged(dest: Addr, buf: UserBuf, opts: SendOpts, flags: SendFlags) -> Result<(), Status>;
-        mut fn inject_now(dest: Addr, buf: UserBuf, tag: Option<u64>) -> bool;
-        mut fn recv(buf: UserBuf, opts: RecvOpts) -> Result<(), Status>;
-        mut fn cancel(context: u64) -> Result<(), Status>;
-        mut fn probe(opts: RecvOpts, mode: ProbeMode) -> Result<Option<Probed>, Status>;
-        mut fn recv_claimed(claim: u64, buf: UserBuf, context: u64) -> Result<(), Status>;
-        mut fn write(dest: Addr, buf: UserBuf, remote: RemoteBuf, cq_data: Option<u64>, context: u64) -> Result<(), Status>;
-        mut fn read(dest: Addr, buf: UserBuf, remote: RemoteBuf, context: u64) -> Result<(), Status>;
-        mut fn progress(now: u64) -> ();
-        mut fn expire(now: u64) -> ();
-        ref fn timers_armed() -> bool;
-        ref fn next_timeout(now: u64) -> Option<u64>;
-        ref fn has_queued_work() -> bool;
-        mut fn sleep_begin() -> Option<(RawFd, i32)>;
-        mut fn sleep_end() -> ();
-        ref fn wake_sleeper() -> ();
-        mut fn wait_fd() -> Option<RawFd>;
-        mut fn trywait() -> bool;
-        ref fn config() -> &Config;
-        ref fn caps() -> Caps;
-        ref fn eager_max(tagged: bool) -> usize;
-        mut fn poll_cq(out: &mut Vec<Cqe>, max: usize) -> usize;
-        ref fn cq_len() -> usize;
+    /// The engine over `dev`, capturing to `pcap` when given.
+    pub(crate) fn open_shm(dev: ShmDevice, cfg: Config, pcap: Option<PcapFile>) -> CEp {
+        match pcap {
+            None => CEp::Shm(Endpoint::new(dev, cfg)),
+            Some(f) => CEp::Captured(Box::new(CapEp::Shm(Endpoint::new(Capture::new(dev, f, DeviceKind::Shm), cfg)))),
+        }
+    }
+
+    /// [`CEp::open_shm`] for the udp device.
+    pub(crate) fn open_udp(dev: UdpDevice, cfg: Config, pcap: Option<PcapFile>) -> CEp {
+        match pcap {
+            None => CEp::Udp(Endpoint::new(dev, cfg)),
+            Some(f) => CEp::Captured(Box::new(CapEp::Udp(Endpoint::new(Capture::new(dev, f, DeviceKind::Udp), cfg)))),
+        }
+    }
+
+    /// The device's `RDM4_DEVICE_*` number.
+    pub(crate) fn device_kind(&self) -> u32 {
+        match self {
+            CEp::Shm(_) => super::RDM4_DEVICE_SHM,
+            CEp::Udp(_) => super::RDM4_DEVICE_UDP,
+            CEp::Captured(c) => match &**c {
+                CapEp::Shm(_) => super::RDM4_DEVICE_SHM,
+                CapEp::Udp(_) => super::RDM4_DEVICE_UDP,
+            },
+        }
+    }
+
+    /// The udp device's counters (zero for another device).
+    pub(crate) fn udp_stats(&self) -> UdpStats {
+        match self {
+            CEp::Udp(e) => e.device().stats(),
+            CEp::Captured(c) => match &**c {
+                CapEp::Udp(e) => e.device().inner().stats(),
+                CapEp::Shm(_) => UdpStats::default(),
+            },
+            CEp::Shm(_) => UdpStats::default(),
+        }
     }
 
     /// See [`Endpoint::atomic`].
@@ -108,12 +193,27 @@ impl CEp {
         remote: RemoteBuf,
         context: u64,
     ) -> Result<(), Status> {
-        each!(self, e => e.atomic(dest, datatype, op, operand, compare, result, remote, context))
+        let a = (dest, datatype, op, operand, compare, result, remote, context);
+        each!(self, e => atomic_on(e, a), c => c.atomic(a))
     }
 
     /// See [`Endpoint::drain_cq`].
     #[inline(always)]
     pub(crate) fn drain_cq(&mut self, max: usize, f: impl FnMut(usize, &Cqe)) -> usize {
-        each!(self, e => e.drain_cq(max, f))
+        each!(self, e => e.drain_cq(max, f), c => c.drain_cq(max, f))
+    }
+}
+
+impl CapEp {
+    /// See [`Endpoint::atomic`].
+    #[inline(never)]
+    fn atomic(&mut self, a: AtomicArgs) -> Result<(), Status> {
+        each_cap!(self, e => atomic_on(e, a))
+    }
+
+    /// See [`Endpoint::drain_cq`].
+    #[inline(never)]
+    fn drain_cq(&mut self, max: usize, f: impl FnMut(usize, &Cqe)) -> usize {
+        each_cap!(self, e => e.drain_cq(max, f))
     }
 }

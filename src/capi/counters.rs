@@ -7,7 +7,7 @@
 
 use std::ffi::{c_char, CStr};
 
-use super::{boundary, lookup, rdm4_ep, CEp};
+use super::{boundary, lookup, rdm4_ep};
 use crate::device::udp::UdpStats;
 use crate::engine::Stats;
 
@@ -66,10 +66,7 @@ pub extern "C" fn rdm4_counters(
     boundary(|| {
         let g = lookup(ep)?;
         let stats = g.ep.stats();
-        let udp = match &g.ep {
-            CEp::Udp(e) => e.device().stats(),
-            CEp::Shm(_) => UdpStats::default(),
-        };
+        let udp = g.ep.udp_stats();
         let todo = COUNTERS.get(first..).unwrap_or(&[]);
         let n = todo.len().min(max).min(i32::MAX as usize);
         for (i, c) in todo[..n].iter().enumerate() {

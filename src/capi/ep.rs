@@ -10,6 +10,7 @@ use crate::device::shm::ShmDevice;
 use crate::device::udp::UdpDevice;
 use crate::device::{Access, Device};
 use crate::engine::{Config, CqFlags, CqSink, Cqe, Endpoint, ADDR_UNSPEC};
+use crate::pcap::PcapFile;
 use crate::status::Status;
 use crate::wire::RawAddr;
 
@@ -86,11 +87,14 @@ fn open_endpoint(attr: &rdm4_ep_attr, cfg: Config) -> Result<super::CEp, Status>
         Some(_) => RDM4_DEVICE_UDP,
         None => attr.device,
     };
-    match kind {
-        RDM4_DEVICE_DEFAULT | RDM4_DEVICE_SHM => Ok(super::CEp::Shm(Endpoint::new(ShmDevice::open()?, cfg))),
-        RDM4_DEVICE_UDP => Ok(super::CEp::Udp(Endpoint::new(UdpDevice::open()?, cfg))),
-        _ => Err(Status::Inval),
+    if !matches!(kind, RDM4_DEVICE_DEFAULT | RDM4_DEVICE_SHM | RDM4_DEVICE_UDP) {
+        return Err(Status::Inval);
     }
+    let pcap = PcapFile::from_env()?;
+    Ok(match kind {
+        RDM4_DEVICE_UDP => super::CEp::open_udp(UdpDevice::open()?, cfg, pcap),
+        _ => super::CEp::open_shm(ShmDevice::open()?, cfg, pcap),
+    })
 }
 
 /// Opens an endpoint.
@@ -119,7 +123,8 @@ fn open_endpoint(attr: &rdm4_ep_attr, cfg: Config) -> Result<super::CEp, Status>
 /// `RDM4_EBUSY` (no free
 /// shared-memory endpoint id, or the UDP port is taken), `RDM4_ENOADDR`
 /// (`RDM4_UDP_ADDR` is not an address of this host),
-/// `RDM4_EIO` / `RDM4_ENOMEM` (the device could not be created);
+/// `RDM4_EIO` / `RDM4_ENOMEM` (the device could not be created; `RDM4_EIO`
+/// also when the file `RDM4_PCAP` names cannot be created);
 /// `RDM4_ENOMEM` also when 4096 endpoints of the process are open.
 /// Thread safety: any thread.
 #[no_mangle]
@@ -160,7 +165,7 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
         cfg.constant_header = crate::env::word("RDM4_CONSTANT_HEADER", &["0", "1"])? == Some(1);
         let mut inner = EpInner::new(open_endpoint(&a, cfg)?);
         inner.modes = (a.progress, a.threading);
-        let device = if matches!(inner.ep, super::CEp::Udp(_)) { "udp" } else { "shm" };
+        let device = if inner.ep.device_kind() == RDM4_DEVICE_UDP { "udp" } else { "shm" };
         crate::log::log!(crate::log::INFO, "endpoint opened on {device}: {:?}", inner.ep.addr());
         let single = a.threading == RDM4_THREAD_SINGLE;
         let (slot, handle) = super::install(inner, single).ok_or(Status::NoMem)?;
@@ -548,6 +553,7 @@ pub extern "C" fn rdm4_poll(ep: *mut rdm4_ep, entries: *mut rdm4_cqe, max: usize
         let (k, done) = match &mut g.ep {
             super::CEp::Shm(e) => poll_engine(e, entries, max, pass),
             super::CEp::Udp(e) => poll_engine(e, entries, max, pass),
+            super::CEp::Captured(c) => poll_captured(c, entries, max, pass),
         };
         if done {
             return Ok(k as i32);
@@ -555,6 +561,15 @@ pub extern "C" fn rdm4_poll(ep: *mut rdm4_ep, entries: *mut rdm4_cqe, max: usize
         let n = g.take_completions(max - k, pass, out(k));
         Ok((k + n) as i32)
     })
+}
+
+/// [`poll_engine`] on a captured device, out of line (see `CEp`).
+#[inline(never)]
+fn poll_captured(c: &mut super::CapEp, entries: *mut rdm4_cqe, max: usize, pass: bool) -> (usize, bool) {
+    match c {
+        super::CapEp::Shm(e) => poll_engine(e, entries, max, pass),
+        super::CapEp::Udp(e) => poll_engine(e, entries, max, pass),
+    }
 }
 
 /// `rdm4_poll`'s progress on engine `e`: writes entries from `entries[0]`
@@ -693,10 +708,7 @@ pub extern "C" fn rdm4_ep_query(ep: *mut rdm4_ep, info: *mut rdm4_ep_info) -> i3
             return Err(Status::Inval);
         }
         let g = lookup(ep)?;
-        let device = match &g.ep {
-            super::CEp::Shm(_) => RDM4_DEVICE_SHM,
-            super::CEp::Udp(_) => RDM4_DEVICE_UDP,
-        };
+        let device = g.ep.device_kind();
         let (cfg, caps) = (g.ep.config(), g.ep.caps());
         let full = rdm4_ep_info {
             size: room.min(std::mem::size_of::<rdm4_ep_info>()),

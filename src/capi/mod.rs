@@ -26,7 +26,7 @@ mod data;
 mod ep;
 mod types;
 
-pub(crate) use cep::CEp;
+pub(crate) use cep::{CEp, CapEp};
 
 use std::ffi::{c_char, c_void};
 use std::ops::{Deref, DerefMut};

@@ -41,6 +41,26 @@ const F_COUNT: usize = 14;
 const NONE: u8 = u8::MAX;
 
 impl F {
+    /// libfabric's member name.
+    const fn name(self) -> &'static str {
+        match self {
+            F::MsgId => "msg_id",
+            F::Tag => "tag",
+            F::MsgLength => "msg_length",
+            F::SegOffset => "seg_offset",
+            F::SendId => "send_id",
+            F::RecvId => "recv_id",
+            F::CreditRequest => "credit_request",
+            F::RecvLength32 => "recv_length",
+            F::RuntLength => "runt_length",
+            F::AtomicDatatype => "atomic_datatype",
+            F::AtomicOp => "atomic_op",
+            F::Padding => "padding",
+            F::RmaIovCount => "rma_iov_count",
+            F::ReadIovCount => "read_iov_count",
+        }
+    }
+
     const fn width(self) -> usize {
         match self {
             F::Tag | F::MsgLength | F::SegOffset | F::RuntLength => 8,
@@ -76,6 +96,13 @@ impl super::ReqInfo {
     /// Length of the type's fixed header (before its optional headers).
     pub fn fixed_len(&self) -> usize {
         self.layout.len
+    }
+
+    /// The names of the type's fixed fields in wire order (libfabric's
+    /// member names: `msg_id`, `tag`, `msg_length`, `rma_iov_count`, ...),
+    /// for tools that show packets (the pcap dissector's test).
+    pub fn field_names(&self) -> impl Iterator<Item = &'static str> {
+        self.layout.fields.iter().map(|(f, _)| f.name())
     }
 }
 
