@@ -4,9 +4,11 @@
 
 use super::mrtable::claim_remote;
 use super::ShmDevice;
+use super::{off, segment, HDR_LEN, SLOT_HDR};
 use crate::device::{Access, Ah, DevError, DevEvent};
 use crate::mem::UserBuf;
 use crate::status::Status;
+use std::sync::atomic::Ordering;
 
 /// Cross-memory attach is usable: the syscall works here, and the ptrace
 /// policy lets peers attach (Yama scope 0, or 1 with this process opting in
@@ -47,6 +49,83 @@ impl ShmDevice {
         wr_id: u64,
         write: bool,
     ) -> Result<(), DevError> {
+        let status = self.copy(ah, local, remote_addr, key, write)?;
+        self.copied(ah, wr_id, status);
+        Ok(())
+    }
+
+    /// [`Device::rdma_write`](crate::device::Device::rdma_write) with
+    /// immediate data: the notice's entry in the owner's ring is claimed
+    /// first (a full ring: `Again`, nothing written), published after the
+    /// copy ended — as a [`segment::WRITE_IMM`] notice when it succeeded,
+    /// else as padding (a refused write reports nothing to the owner). The
+    /// owner reads the notice after every packet sent before it, and after
+    /// the bytes are in its memory.
+    pub(super) fn write_imm(
+        &mut self,
+        ah: Ah,
+        local: UserBuf,
+        (remote_addr, key): (u64, u64),
+        imm: u32,
+        wr_id: u64,
+    ) -> Result<(), DevError> {
+        if !self.cma {
+            return Err(DevError::Failed(Status::NotSup));
+        }
+        let ids = (self.epid, self.connid);
+        let need = super::entry_len(12);
+        let p = self.peer(ah)?;
+        let (mut pos, pad) = match super::claim(p, need, true) {
+            Ok(c) => c,
+            Err(e) => return Err(self.claim_failed(ah, e)),
+        };
+        if pad > 0 {
+            // SAFETY: the padding's entry, in bounds (see `claim`).
+            super::publish(&p.shape, unsafe { p.map.ptr_at(HDR_LEN + p.shape.at(pos)) }, pos, ids, 0, pad as u32);
+            pos += pad as u64;
+        }
+        // SAFETY: the claimed entry, in bounds (see `claim`); the mapping
+        // stays where it is while the peer entry lives (not removed here).
+        let entry = unsafe { p.map.ptr_at(HDR_LEN + p.shape.at(pos)) };
+        let status = match self.copy(ah, local, remote_addr, key, true) {
+            Ok(s) => s,
+            // The registration is being changed: the write waits, the
+            // claimed entry goes as padding.
+            Err(e) => Err(if e == DevError::Again { Status::Again } else { Status::RemoteAccess }),
+        };
+        let p = self.peer(ah)?;
+        let flag = if status.is_ok() {
+            let mut b = [0u8; 12];
+            b[..4].copy_from_slice(&imm.to_le_bytes());
+            b[4..].copy_from_slice(&(local.len() as u64).to_le_bytes());
+            // SAFETY: the claimed entry's payload, `SLOT_HDR + 12 <= need`.
+            unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), entry.add(SLOT_HDR), 12) };
+            segment::WRITE_IMM
+        } else {
+            0
+        };
+        super::publish(&p.shape, entry, pos, ids, 0, need as u32 | flag);
+        super::producer_fence();
+        if p.map.hdr_u32::<{ off::SLEEPING }>().load(Ordering::SeqCst) != 0 {
+            Self::wake(p);
+        }
+        if status == Err(Status::Again) {
+            return Err(DevError::Again);
+        }
+        self.copied(ah, wr_id, status);
+        Ok(())
+    }
+
+    /// The copy of an RDMA read or write, after checking the owner's
+    /// registration; `Err(Again)` while that registration is being changed.
+    fn copy(
+        &mut self,
+        ah: Ah,
+        local: UserBuf,
+        remote_addr: u64,
+        key: u64,
+        write: bool,
+    ) -> Result<Result<(), Status>, DevError> {
         if !self.cma {
             return Err(DevError::Failed(Status::NotSup));
         }
@@ -89,6 +168,11 @@ impl ShmDevice {
                 })
             }
         };
+        Ok(status)
+    }
+
+    /// Reports the end of RDMA `wr_id` towards `ah`.
+    fn copied(&mut self, ah: Ah, wr_id: u64, status: Result<(), Status>) {
         if status == Err(Status::PeerUnreachable) {
             // Its process is gone: every operation towards it fails now,
             // sends included, not only at the next peer check.
@@ -98,6 +182,5 @@ impl ShmDevice {
             self.events.push(DevEvent::PeerLost { ah });
         }
         self.events.push(DevEvent::SendDone { wr_id, ah, status });
-        Ok(())
     }
 }

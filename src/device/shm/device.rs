@@ -9,7 +9,7 @@ impl Device for ShmDevice {
             max_rdma_size: if self.cma { 1 << 30 } else { 0 },
             rdma_read: self.cma,
             rdma_write: self.cma,
-            rdma_write_imm: false,
+            rdma_write_imm: self.cma,
             sync_send: true,
             gather_in_place: false, // the ring is written: the payload is copied anyway
             longread_min: self.cfg.longread_min,
@@ -254,6 +254,18 @@ impl Device for ShmDevice {
 
     fn rdma_write(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
         self.rdma(ah, local, remote_addr, key, wr_id, true)
+    }
+
+    fn rdma_write_imm(
+        &mut self,
+        ah: Ah,
+        local: UserBuf,
+        remote_addr: u64,
+        key: u64,
+        imm: u32,
+        wr_id: u64,
+    ) -> Result<(), DevError> {
+        self.write_imm(ah, local, (remote_addr, key), imm, wr_id)
     }
 
     fn wait(&mut self, timeout_ms: i32) -> bool {

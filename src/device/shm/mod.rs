@@ -577,7 +577,6 @@ impl ShmDevice {
             }
             let (from, connid) = segment::halves(h.ids.load(Ordering::Relaxed));
             let (len, span, more) = h.sizes();
-            let notice = len == 0 && h.close_notice();
             // A span no producer writes is a peer scribbling on the segment
             // (which any process of the user can): skip one line and read
             // nothing.
@@ -621,8 +620,8 @@ impl ShmDevice {
                 if lines > 0 {
                     self.prefetch_reply(ah, lines);
                 }
-            } else if sane && notice {
-                self.close_noticed(from, connid);
+            } else if sane && len == 0 {
+                self.notice(e, from, connid);
             }
             self.head += span as u64;
             n += 1;
@@ -673,6 +672,27 @@ impl ShmDevice {
             self.map.hdr_u64::<{ off::TAIL }>().fetch_and(!segment::HELD, Ordering::AcqRel);
         }
         n
+    }
+
+    /// An entry without a packet at ring offset `e` (its span checked)
+    /// from endpoint `epid` of `connid`: a close notice, a write-with-
+    /// immediate notice, or padding.
+    #[cold]
+    #[inline(never)]
+    fn notice(&mut self, e: usize, epid: u32, connid: u32) {
+        // SAFETY: as in `recv_batch`: an entry header inside the ring.
+        let h = unsafe { self.map.entry_at(e) };
+        if h.close_notice() {
+            self.close_noticed(epid, connid);
+        } else if h.write_imm() {
+            // SAFETY: `SLOT_HDR + 12 <= 64 <=` the entry's span (checked
+            // by the caller), inside the ring.
+            let b = unsafe { self.map.bytes(e + SLOT_HDR, 12) };
+            let imm = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            let len = u64::from_le_bytes([b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11]]);
+            let ah = self.by_id.get(&(epid, connid)).copied();
+            self.events.push(DevEvent::WriteImm { ah, imm, len });
+        }
     }
 
     /// A close notice from endpoint `epid` of `connid`: the peer is lost

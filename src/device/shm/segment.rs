@@ -133,6 +133,13 @@ pub(super) const MORE: u32 = 1;
 /// towards it at once rather than at their next peer check.
 pub(super) const CLOSE_NOTICE: u32 = 2;
 
+/// The entry span's flag of a write-with-immediate notice: an entry
+/// without a packet (length 0) whose payload bytes hold the immediate
+/// data (u32) and the bytes written (u64), which a producer publishes
+/// after its cross-memory-attach write into the owner's memory ended
+/// (`Device::rdma_write_imm`).
+pub(super) const WRITE_IMM: u32 = 4;
+
 /// The span's low bits that are flags.
 const SPAN_FLAGS: u32 = 63;
 
@@ -167,6 +174,11 @@ impl EntryHdr {
     /// Whether the entry is a [`CLOSE_NOTICE`].
     pub(super) fn close_notice(&self) -> bool {
         halves(self.sizes.load(Ordering::Relaxed)).1 & CLOSE_NOTICE != 0
+    }
+
+    /// Whether the entry is a [`WRITE_IMM`] notice.
+    pub(super) fn write_imm(&self) -> bool {
+        halves(self.sizes.load(Ordering::Relaxed)).1 & WRITE_IMM != 0
     }
 }
 

@@ -373,3 +373,43 @@ fn over_shm_without_cma_a_request_whose_range_wraps_is_answered_with_an_error() 
     assert_eq!(answer, Some((42, Status::RemoteAccess.code().unsigned_abs())));
     assert!(region.bytes().iter().all(|&b| b == 0x5A));
 }
+
+#[test]
+fn a_write_with_immediate_data_is_reported_to_the_owner_after_its_bytes_and_packets_before_it() {
+    let mut owner = ShmDevice::open_with(cfg("imm")).unwrap();
+    let mut writer = ShmDevice::open_with(cfg("imm")).unwrap();
+    if !writer.caps().rdma_write_imm {
+        return; // no cross-memory attach here: the engine emulates such writes
+    }
+    let ah = writer.insert(&owner.local_addr()).unwrap();
+    let back = owner.insert(&writer.local_addr()).unwrap();
+    let mut region = crate::mem::OwnedBuf::zeroed(4096);
+    let k = owner.reg(region.buf(), Access::REMOTE_WRITE).unwrap();
+    let mut src = crate::mem::OwnedBuf::from_slice(&[7u8; 1000]);
+    writer.send(ah, &[1u8; 8], 0).unwrap();
+    writer.rdma_write_imm(ah, src.buf(), region.buf().addr() + 8, k, 0xDEAD_BEEF, 5).unwrap();
+    // A refused write (bad key) reports nothing to the owner.
+    writer.rdma_write_imm(ah, src.buf(), region.buf().addr(), k ^ 1, 9, 6).unwrap();
+    let mut ev = Vec::new();
+    writer.events(&mut ev);
+    assert_eq!(
+        ev,
+        vec![
+            DevEvent::SendDone { wr_id: 5, ah, status: Ok(()) },
+            DevEvent::SendDone { wr_id: 6, ah, status: Err(Status::RemoteAccess) }
+        ]
+    );
+    // The owner: the packet first, then the notice, the bytes in place.
+    let mut got = Vec::new();
+    owner.recv(16, |_, p: &[u8], _| {
+        got.push(p.to_vec());
+        crate::device::Rx::Next
+    });
+    assert_eq!(got, vec![vec![1u8; 8]], "the packet sent before; notices are no packets");
+    let mut oev = Vec::new();
+    owner.events(&mut oev);
+    assert_eq!(oev, vec![DevEvent::WriteImm { ah: Some(back), imm: 0xDEAD_BEEF, len: 1000 }]);
+    assert!(region.bytes()[8..1008].iter().all(|&b| b == 7) && region.bytes()[..8].iter().all(|&b| b == 0));
+    assert!(region.bytes()[1008..].iter().all(|&b| b == 0));
+    owner.dereg(k).unwrap();
+}
