@@ -119,7 +119,9 @@ PIN_FIELD(rdm4_ep_info, medium_max, 64, 8, uint64_t);
 PIN_FIELD(rdm4_ep_info, unexpected_limit, 72, 8, uint64_t);
 PIN_FIELD(rdm4_ep_info, max_credits, 80, 8, uint64_t);
 PIN_FIELD(rdm4_ep_info, timeout_ms, 88, 8, uint64_t);
-PIN_ARRAY(rdm4_ep_info, reserved, 96, 56, uint64_t, 7);
+PIN_FIELD(rdm4_ep_info, longread_min, 96, 8, uint64_t);
+PIN_FIELD(rdm4_ep_info, runt_size, 104, 8, uint64_t);
+PIN_ARRAY(rdm4_ep_info, reserved, 112, 40, uint64_t, 5);
 
 /* rdm4_addr is a 64-bit unsigned integer. */
 _Static_assert(sizeof(rdm4_addr) == 8, "sizeof(rdm4_addr) == 8");

@@ -676,9 +676,21 @@ typedef struct rdm4_ep_info {
    */
   uint64_t timeout_ms;
   /**
+   * Messages from this length on move by long-read (one RDMA read by
+   * the receiver) when both sides can read (`UINT64_MAX`: never; shm:
+   * `RDM4_SHM_LONGREAD_MIN`).
+   */
+  uint64_t longread_min;
+  /**
+   * Runting read: of a long-read message, up to this many bytes per
+   * peer in flight travel in packets, the rest is read (0: never;
+   * `RDM4_RUNT_SIZE`).
+   */
+  uint64_t runt_size;
+  /**
    * Reserved for later fields (written as zero).
    */
-  uint64_t reserved[7];
+  uint64_t reserved[5];
 } rdm4_ep_info;
 
 /**

@@ -22,9 +22,10 @@ fn warm_pair(sim: SimConfig, cfg: Config) -> Cluster {
     warm_pair_with(sim, vec![cfg.clone(), cfg])
 }
 
-/// [`warm_pair`] of two endpoints with their own settings.
+/// [`warm_pair`] of two endpoints with their own settings, runting read
+/// off (`engine_runt.rs` covers it): plain long-read.
 fn warm_pair_with(sim: SimConfig, cfgs: Vec<Config>) -> Cluster {
-    Cluster::warm(sim, cfgs)
+    Cluster::warm(sim, cfgs.into_iter().map(|c| Config { runt_size: 0, ..c }).collect())
 }
 
 fn sorted(mut v: Vec<&'static str>) -> Vec<&'static str> {

@@ -161,6 +161,9 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
             RDM4_TIMEOUT_NONE => 0,
             ms => ms.saturating_mul(1_000_000),
         };
+        if let Some(n) = crate::env::number::<usize>("RDM4_RUNT_SIZE", 0..=1 << 30)? {
+            cfg.runt_size = n;
+        }
         cfg.features_off = crate::env::bits("RDM4_FEATURES_OFF", &FEATURE_NAMES)?.unwrap_or(0);
         cfg.constant_header = crate::env::word("RDM4_CONSTANT_HEADER", &["0", "1"])? == Some(1);
         let mut inner = EpInner::new(open_endpoint(&a, cfg)?);
@@ -598,10 +601,7 @@ fn poll_engine<D: Device>(e: &mut Endpoint<D>, entries: *mut rdm4_cqe, max: usiz
         return (k0 + n, true);
     }
     if more {
-        if e.timers_armed() {
-            e.expire(super::now_ns());
-        }
-        e.progress_into(0, &mut direct);
+        e.progress_timed(super::now_ns, &mut direct);
     }
     let k = k0 + direct.n;
     if pass {
@@ -725,7 +725,9 @@ pub extern "C" fn rdm4_ep_query(ep: *mut rdm4_ep, info: *mut rdm4_ep_info) -> i3
             unexpected_limit: cfg.unexpected_limit as u64,
             max_credits: u64::from(cfg.max_credits),
             timeout_ms: cfg.request_timeout_ns / 1_000_000,
-            reserved: [0; 7],
+            longread_min: cfg.longread_min.max(caps.longread_min).max(1) as u64,
+            runt_size: cfg.runt_size as u64,
+            reserved: [0; 5],
         };
         let n = room.min(std::mem::size_of::<rdm4_ep_info>());
         // SAFETY: the caller's struct holds `room` bytes; `n` is at most that.

@@ -258,8 +258,16 @@ pub struct rdm4_ep_info {
     /// The request timeout in milliseconds (`rdm4_ep_attr.timeout_ms`; 0:
     /// never).
     pub timeout_ms: u64,
+    /// Messages from this length on move by long-read (one RDMA read by
+    /// the receiver) when both sides can read (`UINT64_MAX`: never; shm:
+    /// `RDM4_SHM_LONGREAD_MIN`).
+    pub longread_min: u64,
+    /// Runting read: of a long-read message, up to this many bytes per
+    /// peer in flight travel in packets, the rest is read (0: never;
+    /// `RDM4_RUNT_SIZE`).
+    pub runt_size: u64,
     /// Reserved for later fields (written as zero).
-    pub reserved: [u64; 7],
+    pub reserved: [u64; 5],
 }
 
 /// One completion (`rdm4_poll`).

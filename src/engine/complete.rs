@@ -97,6 +97,7 @@ impl Core {
             op.awaiting = false;
             return;
         }
+        self.release_runt(key);
         // Copy what the completion needs and drop the entry in place.
         let Some(op) = self.ops.remove_with(key, |op| op::Finished::from(op)) else {
             return;

@@ -278,7 +278,9 @@ impl Core {
                 self.reorder_bytes += copy.len();
                 p.reorder.entry(r.fields.msg_id).or_default().push(copy);
             }
-            MsgOrder::Past if info.proto == Subprotocol::Medium => self.handle_medium_segment(peer, r),
+            MsgOrder::Past if matches!(info.proto, Subprotocol::Medium | Subprotocol::Runtread) => {
+                self.handle_medium_segment(peer, r)
+            }
             MsgOrder::Past if info.proto == Subprotocol::Longcts && info.family == ReqFamily::Rtm => {
                 self.handle_nacked_longcts(peer, r)
             }
@@ -300,6 +302,7 @@ impl Core {
     fn rtm_need(r: &crate::wire::Req<'_>, info: ReqInfo) -> usize {
         match info.proto {
             Subprotocol::Medium => usize::try_from(r.fields.msg_length).unwrap_or(usize::MAX),
+            Subprotocol::Runtread => usize::try_from(r.fields.runt_length).unwrap_or(usize::MAX),
             _ => r.data.len(),
         }
     }

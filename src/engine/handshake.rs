@@ -15,8 +15,9 @@ impl Core {
         let mut bits = wire::extra::DELIVERY_COMPLETE | wire::extra::CONNID_HEADER | wire::extra::PEER_ERROR;
         if self.caps.rdma_read {
             // Reading, this endpoint also nacks a read it cannot do and
-            // answers a nack of its own long-read sends (spec §4.7).
-            bits |= wire::extra::RDMA_READ | wire::extra::READ_NACK;
+            // answers a nack of its own long-read sends (spec §4.7), and
+            // sends and receives runting reads (§4.5).
+            bits |= wire::extra::RDMA_READ | wire::extra::READ_NACK | wire::extra::RUNT;
         }
         if self.caps.rdma_write {
             bits |= wire::extra::RDMA_WRITE;

@@ -101,7 +101,10 @@ impl Core {
     pub(crate) fn in_ctsdata_phase(op: &Op) -> bool {
         op.started
             && match op.kind {
-                OpKind::Send => op.ptype.and_then(|t| t.req_info()).is_some_and(|i| i.proto != Subprotocol::Medium),
+                OpKind::Send => op
+                    .ptype
+                    .and_then(|t| t.req_info())
+                    .is_some_and(|i| !matches!(i.proto, Subprotocol::Medium | Subprotocol::Runtread)),
                 OpKind::Write | OpKind::ReadResponder => true,
                 _ => false,
             }

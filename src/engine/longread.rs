@@ -51,6 +51,7 @@ impl Core {
             Err(_) => {
                 op.ptype = Some(fallback);
                 op.awaiting = false;
+                self.release_runt(key);
             }
         }
     }
@@ -111,11 +112,12 @@ impl Core {
             let mut off = 0u64;
             while off < v.len() && at + off < target {
                 let pos = at + off;
-                let n = (v.len() - off).min(target - pos).min(max);
-                if pos + n <= sent {
-                    off += n;
+                if pos < sent {
+                    // Read already (or, for a runting read, the runt).
+                    off += (sent - pos).min(v.len() - off);
                     continue;
                 }
+                let n = (v.len() - off).min(target - pos).min(max);
                 let Some(local) = buf.slice(pos as usize, n as usize) else {
                     failed = true;
                     break 'iovs;
@@ -216,6 +218,7 @@ impl Core {
         op.ptype = longcts;
         op.sent = 0;
         op.received = 0;
+        op.runt = 0;
         op.window_end = 0;
         let (peer, msg_id) = (op.peer, op.msg_id);
         self.nacked.insert((peer, msg_id), key);
@@ -281,6 +284,7 @@ impl Core {
         op.window_end = 0;
         op.nodata = true;
         op.nacked = true;
+        self.release_runt(key);
         self.enqueue(key);
     }
 

@@ -72,6 +72,7 @@ mod opts;
 mod peer;
 mod rma;
 mod rtm;
+mod runt;
 mod slab;
 mod timeout;
 mod tx;

@@ -95,6 +95,9 @@ pub(crate) struct Op {
     /// Long-CTS send after the receiver's READ_NACK: its RTM carries the
     /// REQ flag READ_NACK (wire-facts #10).
     pub nacked: bool,
+    /// Runting read: the runt's length (sender: taken from the peer's
+    /// budget; receiver: the bytes that come in packets, the rest read).
+    pub runt: u64,
     /// Ended (with `status`) while the device still held packets or RDMA
     /// of it: it completes when `inflight` reaches 0, so the application
     /// gets its buffer back only once the device is done with it.
@@ -139,6 +142,7 @@ impl Op {
             lr_mr: None,
             nodata: false,
             nacked: false,
+            runt: 0,
             closing: false,
             backlog: false,
         }

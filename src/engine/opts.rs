@@ -80,6 +80,10 @@ pub struct Config {
     /// long-read instead when both sides can RDMA-read (one copy, by the
     /// receiver's device).
     pub longread_min: usize,
+    /// Runting read (spec §4.5): of messages that go by long-read, the
+    /// first bytes travel in packets, up to this many bytes in flight per
+    /// peer (0: never; see `engine/runt.rs`).
+    pub runt_size: usize,
     /// Extra feature bits (`wire::extra`) this endpoint neither advertises
     /// nor uses, as if it lacked them: each protocol's fallback can be run
     /// against a full peer (`RDM4_FEATURES_OFF`).
@@ -114,6 +118,7 @@ impl Default for Config {
             device_version: DEVICE_VERSION,
             delivery_complete: false,
             longread_min: 0,
+            runt_size: 256 * 1024,
             features_off: 0,
             constant_header: false,
             request_timeout_ns: 60_000_000_000,

@@ -49,6 +49,9 @@ pub(crate) struct Peer {
     /// Packets of this peer were deferred (left with the device) since the
     /// last redelivery: taking its next message may let them in.
     pub deferred: bool,
+    /// Runt bytes of runting-read sends to the peer not yet ended
+    /// (bounded by `Config::runt_size`).
+    pub runt_inflight: u64,
 }
 
 impl Peer {
@@ -71,6 +74,7 @@ impl Peer {
             waiting_hs: VecDeque::new(),
             tx_bytes: 0,
             deferred: false,
+            runt_inflight: 0,
         }
     }
 

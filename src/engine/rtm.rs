@@ -55,7 +55,11 @@ impl Core {
             2
         };
         let longread = if proto == 2 && !dc { self.longread_type(dest, len, tagged) } else { None };
+        let parks = !peer.waiting_hs.is_empty() || (dc && !self.cfg.legacy && !peer.hs_recv);
+        let runt = if longread.is_some() { self.take_runt(dest, len) } else { 0 };
+        let longread = if runt > 0 { Core::runtread_type(tagged) } else { longread };
         let mut op = Op::new(OpKind::Send, dest, opts.context, buf);
+        op.runt = runt;
         op.ptype = Some(longread.unwrap_or(self.rtm_types[proto][usize::from(tagged)]));
         // A long-read send ends with the receiver's EOR.
         op.awaiting = longread.is_some();
@@ -72,11 +76,18 @@ impl Core {
         // known, and the send waits for its RECEIPT.
         op.dc = dc;
         op.awaiting |= dc;
-        // Behind an operation that waits for the peer's HANDSHAKE, or
-        // waiting itself: the `msg_id` comes when the wait ends
+        // `parks`: behind an operation that waits for the peer's HANDSHAKE,
+        // or waiting itself: the `msg_id` comes when the wait ends
         // (`withdraw.rs`).
-        let parks = !peer.waiting_hs.is_empty() || (dc && !self.cfg.legacy && !peer.hs_recv);
-        let key = self.new_op(op)?;
+        let key = match self.new_op(op) {
+            Ok(k) => k,
+            Err(s) => {
+                if let Some(p) = self.peers.get_mut(dest) {
+                    p.runt_inflight = p.runt_inflight.saturating_sub(runt);
+                }
+                return Err(s);
+            }
+        };
         if let Some(p) = self.peers.get_mut(dest) {
             p.tx_bytes += len as u64;
         }
@@ -293,6 +304,10 @@ impl Core {
         if proto == Some(Subprotocol::Longread) && self.lr_iovs.contains_key(&key) {
             self.enqueue(key); // the reads start now
         }
+        if proto == Some(Subprotocol::Runtread) {
+            self.runt_progress(key); // the reads start once the runt is in
+            return Ok(());
+        }
         self.check_done(key);
         Ok(())
     }
@@ -303,8 +318,12 @@ impl Core {
             Subprotocol::Eager => r.data.len() as u64,
             Subprotocol::Medium | Subprotocol::Longcts => r.fields.msg_length,
             Subprotocol::Longread if Core::read_iov_ok(r) => r.fields.msg_length,
-            // A malformed long-read RTM; the rest are not RTM protocols, or
-            // runting, which rdm4 never asks for.
+            Subprotocol::Runtread if self.my_extra() & wire::extra::RUNT != 0 && Core::runt_ok(r) => {
+                r.fields.msg_length
+            }
+            // A malformed long-read or runting RTM (or runting this
+            // endpoint did not offer); the rest are not RTM protocols, or
+            // runting CTS, which the reference implementation defines only.
             Subprotocol::Longread
             | Subprotocol::Runtread
             | Subprotocol::Runtcts
@@ -321,7 +340,10 @@ impl Core {
             self.stats.protocol_errors += 1;
             return;
         }
-        let offset = if info.proto == Subprotocol::Medium { r.fields.seg_offset } else { 0 };
+        let offset = match info.proto {
+            Subprotocol::Medium | Subprotocol::Runtread => r.fields.seg_offset,
+            _ => 0,
+        };
         let qi = q(info.tagged);
         let tag = r.fields.tag;
         let found = self.posted[qi].iter().position(|r| accepts(r, info.tagged, peer, tag));
@@ -340,7 +362,11 @@ impl Core {
                 // whole message). Fresh packets that did not fit were
                 // deferred before (`Core::rtm_fits`); one from the reorder
                 // buffer is taken whatever its size (it is held already).
-                let cap = if info.proto == Subprotocol::Medium { msg_length } else { r.data.len() as u64 };
+                let cap = match info.proto {
+                    Subprotocol::Medium => msg_length,
+                    Subprotocol::Runtread => r.fields.runt_length,
+                    _ => r.data.len() as u64,
+                };
                 // Only REQs that passed that check reach the reorder
                 // buffer: this refuses none a peer sent in good faith.
                 let bound = self.cfg.unexpected_limit.max(self.cfg.medium_max).max(self.caps.mtu);
@@ -388,6 +414,14 @@ impl Core {
             }
             return;
         }
+        if info.proto == Subprotocol::Runtread {
+            // The reads go from the runt's end on, once the runt is in.
+            op.runt = r.fields.runt_length;
+            op.sent = r.fields.runt_length;
+            self.lr_iovs.insert(key, r.read_iov.to_vec());
+            self.medium_rx.insert((peer, r.fields.msg_id), key);
+            return self.runt_progress(key);
+        }
         if info.proto == Subprotocol::Medium && incomplete {
             self.medium_rx.insert((peer, r.fields.msg_id), key);
         }
@@ -414,6 +448,10 @@ impl Core {
             return;
         }
         op.place(off, r.data);
+        if op.runt > 0 {
+            // A runting read's later packet: within the runt.
+            return self.runt_progress(key);
+        }
         if op.received >= op.len {
             self.medium_rx.remove(&(peer, r.fields.msg_id));
         }
@@ -425,8 +463,11 @@ impl Core {
     pub(crate) fn rtm_next_packet(&self, key: u32, op: &Op, peer: &Peer, out: &mut [u8]) -> Option<(usize, u64)> {
         let ptype = op.ptype?;
         let info = ptype.req_info()?;
-        if op.started && (info.proto != Subprotocol::Medium || op.sent >= op.len) {
+        if op.started && (!matches!(info.proto, Subprotocol::Medium | Subprotocol::Runtread) || op.sent >= op.len) {
             return None;
+        }
+        if info.proto == Subprotocol::Runtread {
+            return self.runtread_rtm(key, op, peer, out);
         }
         if info.proto == Subprotocol::Longread {
             return self.longread_rtm(key, op, peer, out);

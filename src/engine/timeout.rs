@@ -93,6 +93,21 @@ impl<D: Device> Endpoint<D> {
         }
     }
 
+    /// [`Self::progress_into`] after [`Self::expire`] with the time `clock`
+    /// tells, which it asks only while requests are timed.
+    #[inline(always)]
+    pub fn progress_timed<S: super::CqSink>(&mut self, clock: impl FnOnce() -> u64, sink: &mut S) {
+        if self.timers_armed() {
+            self.expire_now(clock());
+        }
+        self.progress_into(0, sink);
+    }
+
+    #[inline(never)]
+    fn expire_now(&mut self, now: u64) {
+        self.core.expire(now);
+    }
+
     /// Nanoseconds from `now` until the next request times out (0: due),
     /// `None` when none is timed. A request posted since the last
     /// [`Self::expire`] counts the whole timeout.

@@ -1,0 +1,107 @@
+//! The runting read message subprotocol (spec §4.5): a long-read message
+//! whose first `runt_length` bytes travel in RUNTREAD_RTM packets (the
+//! "runt"), so the receiver has them without waiting for its read, and
+//! whose rest the receiver reads in one RDMA read, as in long-read.
+//!
+//! - Sender: a message that would go by long-read, to a peer that
+//!   advertised RUNT, while the runt bytes in flight to that peer are
+//!   below `Config::runt_size`: the runt is what is left of that budget
+//!   (at most the message less one byte, in whole 64-byte lines; none
+//!   left: plain long-read), as the reference implementation sizes it.
+//!   Every RUNTREAD_RTM carries the whole buffer's `read_iov`, its
+//!   segment's `seg_offset`, and `runt_length` = the whole runt
+//!   (wire-facts #16). The send ends with the receiver's EOR; the runt
+//!   leaves the peer's budget then (or when the send fails or is nacked).
+//! - Receiver: the first RUNTREAD_RTM (in `msg_id` order) matches a
+//!   receive or waits as an unexpected message holding the runt; later
+//!   ones are placed by offset (as medium segments). Once the whole runt
+//!   is in a matched receive, the rest is read (`Core::pump_longread`
+//!   from `runt_length` on, at most the receive's length), then the EOR
+//!   and the completion. A read that fails is nacked as for long-read
+//!   (spec §4.7): the message comes again by long-CTS, all of it.
+
+use super::op::Op;
+use super::peer::Peer;
+use super::rtm::RtmArgs;
+use super::Core;
+use crate::wire::{self, PacketType, ReqFamily, RmaIov, Subprotocol};
+
+impl Core {
+    /// The runt of a long-read message of `len` bytes to `peer` (0: plain
+    /// long-read), taken from the peer's budget.
+    pub(crate) fn take_runt(&mut self, peer: u32, len: usize) -> u64 {
+        let Some(p) = self.peers.get(peer) else { return 0 };
+        if self.cfg.runt_size == 0 || !self.both(p, wire::extra::RUNT) {
+            return 0;
+        }
+        let room = (self.cfg.runt_size as u64).saturating_sub(p.runt_inflight);
+        let runt = room.min(len as u64 - 1) & !63;
+        if let Some(p) = self.peers.get_mut(peer) {
+            p.runt_inflight += runt;
+        }
+        runt
+    }
+
+    /// Gives the runt of send `key` back to its peer's budget (it ended,
+    /// or goes on by another protocol).
+    pub(crate) fn release_runt(&mut self, key: u32) {
+        let Some(op) = self.ops.get_mut(key).filter(|op| op.kind == super::op::OpKind::Send && op.runt > 0) else {
+            return;
+        };
+        let (peer, runt) = (op.peer, std::mem::take(&mut op.runt));
+        if let Some(p) = self.peers.get_mut(peer) {
+            p.runt_inflight = p.runt_inflight.saturating_sub(runt);
+        }
+    }
+
+    /// The RUNTREAD_RTM type of a message.
+    pub(crate) fn runtread_type(tagged: bool) -> Option<PacketType> {
+        PacketType::req_type(ReqFamily::Rtm, Subprotocol::Runtread, tagged, false)
+    }
+
+    /// The next RUNTREAD_RTM of send `key`: the buffer's `read_iov`, the
+    /// runt's next segment. Its byte count takes the whole rest of the
+    /// message with the runt's last segment (the receiver reads the rest).
+    pub(crate) fn runtread_rtm(&self, key: u32, op: &Op, peer: &Peer, out: &mut [u8]) -> Option<(usize, u64)> {
+        let mr = op.lr_mr?;
+        let args = RtmArgs::of(key, op.ptype?, op);
+        let iov = [RmaIov::new(op.buf.addr(), op.len, mr)];
+        let mut r = self.rtm_req(&args, peer);
+        r.read_iov = &iov;
+        r.fields.runt_length = op.runt;
+        let room = self.caps.mtu.saturating_sub(r.hdr_len() + r.opt_hdr_len() + RmaIov::LEN) as u64;
+        let chunk = (op.runt - op.sent).min(room);
+        let last = op.sent + chunk >= op.runt;
+        let counted = if last { op.len - op.sent } else { chunk };
+        op.buf.with_slice(|s| {
+            let data = s.get(op.sent as usize..(op.sent + chunk) as usize)?;
+            wire::Req { data, ..r }.emit(out).ok().map(|n| (n, counted))
+        })
+    }
+
+    /// A received RUNTREAD_RTM's fields are usable: the `read_iov` covers
+    /// the message, the runt lies within it, and the segment within the
+    /// runt.
+    pub(crate) fn runt_ok(r: &wire::Req<'_>) -> bool {
+        let f = &r.fields;
+        let total = r.read_iov.iter().try_fold(0u64, |acc, v| acc.checked_add(v.len()));
+        total == Some(f.msg_length)
+            && f.runt_length <= f.msg_length
+            && f.seg_offset.checked_add(r.data.len() as u64).is_some_and(|end| end <= f.runt_length)
+    }
+
+    /// Receiver: runtread receive `key` got runt bytes; once the whole runt
+    /// is in and the receive is matched, the reads start.
+    pub(crate) fn runt_progress(&mut self, key: u32) {
+        let Some(op) = self.ops.get(key) else { return };
+        if op.received >= op.runt {
+            let (peer, msg_id) = (op.peer, op.msg_id);
+            if self.medium_rx.get(&(peer, msg_id)) == Some(&key) {
+                self.medium_rx.remove(&(peer, msg_id));
+            }
+            if op.kind == super::op::OpKind::Recv && self.lr_iovs.contains_key(&key) {
+                self.enqueue(key);
+            }
+        }
+    }
+}
