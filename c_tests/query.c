@@ -29,9 +29,9 @@ static char prefix[64];
 /* The value of counter `name` of `ep` (FATAL when there is none). */
 static uint64_t counter(rdm4_ep *ep, const char *name)
 {
-    const char *names[64];
-    uint64_t values[64];
-    int32_t n = rdm4_counters(ep, 0, names, values, 64);
+    const char *names[512];
+    uint64_t values[512];
+    int32_t n = rdm4_counters(ep, 0, names, values, 512);
     for (int32_t i = 0; i < n; i++) {
         if (strcmp(names[i], name) == 0) {
             return values[i];
@@ -76,6 +76,9 @@ int main(void)
           "default settings: medium %llu, unexpected %llu, credits %llu", (unsigned long long)in.medium_max,
           (unsigned long long)in.unexpected_limit, (unsigned long long)in.max_credits);
     CHECK(want_dev != RDM4_DEVICE_UDP || in.rdma == 3, "udp offers RDMA read and write (%u)", in.rdma);
+    CHECK(in.timeout_ms == 60000 && in.longread_min == UINT64_MAX && in.runt_size == 262144,
+          "timeout %llu ms, long-read from %llu, runt %llu", (unsigned long long)in.timeout_ms,
+          (unsigned long long)in.longread_min, (unsigned long long)in.runt_size);
     CHECK(tu_all(in.reserved, sizeof in.reserved, 0), "reserved fields are zero");
     /* rdm4_inject takes exactly up to inject_size. */
     static uint8_t big[65537];
@@ -91,10 +94,10 @@ int main(void)
               tu_all((uint8_t *)&part + offsetof(rdm4_ep_info, mtu), sizeof part - offsetof(rdm4_ep_info, mtu), 0x5a),
           "a %zu-byte struct is written up to its size only", (size_t)offsetof(rdm4_ep_info, mtu));
     /* Counters: names unique, read in pieces as a whole. */
-    const char *names[64], *piece[64];
-    uint64_t values[64];
-    int32_t n = rdm4_counters(a, 0, names, values, 64);
-    CHECK(n >= 18 && n < 64, "%d counters", (int)n);
+    static const char *names[512], *piece[512];
+    static uint64_t values[512];
+    int32_t n = rdm4_counters(a, 0, names, values, 512);
+    CHECK(n >= 100 && n < 512, "%d counters", (int)n);
     int unique = 1;
     for (int32_t i = 0; i < n; i++) {
         for (int32_t j = 0; j < i; j++) {
@@ -112,8 +115,8 @@ int main(void)
     }
     CHECK(got == n && memcmp(piece, names, (size_t)n * sizeof names[0]) == 0, "read five at a time: the same %d",
           (int)got);
-    EXPECT(rdm4_counters(a, (size_t)n, names, values, 64), 0);
-    EXPECT(rdm4_counters(NULL, 0, names, values, 64), RDM4_EBADHANDLE);
+    EXPECT(rdm4_counters(a, (size_t)n, names, values, 512), 0);
+    EXPECT(rdm4_counters(NULL, 0, names, values, 512), RDM4_EBADHANDLE);
     /* The injected message: sent by A, received by B. */
     struct tu_cq qb = { .ep = b };
     double t0 = tu_now_ms();
@@ -124,6 +127,39 @@ int main(void)
     }
     CHECK(counter(a, "tx_packets") >= 1 && counter(b, "rx_packets") >= 1, "tx_packets %llu at A, rx_packets %llu at B",
           (unsigned long long)counter(a, "tx_packets"), (unsigned long long)counter(b, "rx_packets"));
+    /* By type and by protocol: the injected 64 KiB message went by medium. */
+    CHECK(counter(a, "tx_MEDIUM_MSGRTM") >= 1 && counter(b, "rx_MEDIUM_MSGRTM") >= 1 &&
+              counter(a, "ops_msg_medium") == 1 && counter(a, "bytes_msg_medium") == in.inject_size &&
+              counter(a, "ops_msg_eager") == 0,
+          "medium: tx_MEDIUM_MSGRTM %llu at A, rx_MEDIUM_MSGRTM %llu at B, ops_msg_medium %llu (%llu bytes) at A",
+          (unsigned long long)counter(a, "tx_MEDIUM_MSGRTM"), (unsigned long long)counter(b, "rx_MEDIUM_MSGRTM"),
+          (unsigned long long)counter(a, "ops_msg_medium"), (unsigned long long)counter(a, "bytes_msg_medium"));
+    /* A 1 MiB tagged message goes by long-CTS: its RTM out, CTS back,
+     * CTSDATA out (tagged: the injected message waits unexpected). */
+    {
+        enum { M = 1 << 20 };
+        uint8_t *s = calloc(1, M), *r = calloc(1, M);
+        if (!s || !r) {
+            FATAL("calloc");
+        }
+        struct tu_cq qa = { .ep = a };
+        struct tu_cq *qs[2] = { &qa, &qb };
+        EXPECT(rdm4_trecv(b, r, M, RDM4_ADDR_UNSPEC, 9, 0, (void *)(uintptr_t)2), RDM4_SUCCESS);
+        EXPECT(rdm4_tsend(a, s, M, a_to_b, 9, (void *)(uintptr_t)1), RDM4_SUCCESS);
+        (void)tu_cq_expect(&qb, (void *)(uintptr_t)2, qs, 2, 5000, "the 1 MiB receive");
+        (void)tu_cq_expect(&qa, (void *)(uintptr_t)1, qs, 2, 5000, "the 1 MiB send");
+        CHECK(counter(a, "ops_msg_longcts") == 1 && counter(a, "bytes_msg_longcts") == M &&
+                  counter(a, "tx_LONGCTS_TAGRTM") == 1 && counter(b, "rx_LONGCTS_TAGRTM") == 1 &&
+                  counter(a, "rx_CTS") >= 1 && counter(b, "tx_CTS") == counter(a, "rx_CTS") &&
+                  counter(a, "tx_CTSDATA") >= 1 && counter(a, "tx_CTSDATA") == counter(b, "rx_CTSDATA"),
+              "long-CTS: ops %llu (%llu bytes), RTM %llu/%llu, CTS %llu/%llu, CTSDATA %llu/%llu",
+              (unsigned long long)counter(a, "ops_msg_longcts"), (unsigned long long)counter(a, "bytes_msg_longcts"),
+              (unsigned long long)counter(a, "tx_LONGCTS_TAGRTM"), (unsigned long long)counter(b, "rx_LONGCTS_TAGRTM"),
+              (unsigned long long)counter(b, "tx_CTS"), (unsigned long long)counter(a, "rx_CTS"),
+              (unsigned long long)counter(a, "tx_CTSDATA"), (unsigned long long)counter(b, "rx_CTSDATA"));
+        free(s);
+        free(r);
+    }
     uint64_t dgrams = counter(a, "udp_datagrams_sent");
     CHECK(want_dev == RDM4_DEVICE_UDP ? dgrams >= 1 && counter(a, "udp_send_calls") >= 1 : dgrams == 0,
           "udp_datagrams_sent %llu on this device", (unsigned long long)dgrams);

@@ -737,9 +737,17 @@ const char *rdm4_strerror(int32_t status);
  * increasing `first` until it returns 0 to read them all. The counters
  * (packets received and sent, packets dropped by reason — malformed,
  * stale connection id, unknown sender —, protocol and remote-access
- * errors, packets deferred past the unexpected limit, and the udp
- * device's datagrams, system calls, retransmissions, duplicates, drops
- * and refusals, 0 on other devices) count from the endpoint's open.
+ * errors, packets deferred past the unexpected limit, the udp device's
+ * datagrams, system calls, retransmissions, duplicates, drops and
+ * refusals, 0 on other devices, requests ended by their timeout; then
+ * packets sent and received by type, `tx_<TYPE>` and `rx_<TYPE>` for
+ * every packet type of protocol v4, e.g. `tx_EAGER_TAGRTM`, `rx_CTS`;
+ * then operations and their bytes by the protocol they took,
+ * `ops_<protocol>` and `bytes_<protocol>`: `msg_eager`, `msg_medium`,
+ * `msg_longcts`, `msg_longread`, `msg_runtread`, `write_direct`,
+ * `write_eager`, `write_longcts`, `write_longread`, `read_direct`,
+ * `read_short`, `read_longcts`, `atomic`) count from the endpoint's
+ * open.
  *
  * Returns how many it wrote (0 when `first` is past the last);
  * `RDM4_EBADHANDLE`. Thread safety: any thread.

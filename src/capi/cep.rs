@@ -18,7 +18,9 @@ use crate::device::shm::ShmDevice;
 use crate::device::udp::{UdpDevice, UdpStats};
 use crate::device::Access;
 use crate::device::Caps;
-use crate::engine::{Addr, Config, Cqe, Endpoint, ProbeMode, Probed, RecvOpts, RemoteBuf, SendFlags, SendOpts, Stats};
+use crate::engine::{
+    Addr, Config, Cqe, Endpoint, ProbeMode, Probed, RecvOpts, RemoteBuf, SendFlags, SendOpts, Stats, Traffic,
+};
 use crate::mem::UserBuf;
 use crate::pcap::{Capture, DeviceKind, PcapFile};
 use crate::status::Status;
@@ -97,6 +99,8 @@ macro_rules! forward {
 forward! {
     ref fn addr() -> RawAddr;
     ref fn stats() -> Stats;
+    ref fn traffic() -> &Traffic;
+    ref fn packets_in() -> u64;
     mut fn av_insert(raw: &RawAddr) -> Result<Addr, Status>;
     mut fn av_remove(addr: Addr) -> Result<(), Status>;
     ref fn av_contains(raw: &RawAddr) -> bool;

@@ -3,13 +3,19 @@
 //! The table is append-only: a counter keeps its index and its meaning
 //! from the release that added it on, and new ones come at the end, so a
 //! program that reads the counters it knows by name keeps working. The
-//! udp device's counters read 0 on other devices.
+//! udp device's counters read 0 on other devices. After the fixed ones
+//! come the traffic counters (`engine::Traffic`): `tx_<TYPE>` then
+//! `rx_<TYPE>` for every packet type of protocol v4 in type order, then
+//! `ops_<protocol>` and `bytes_<protocol>` in `engine::Proto` order;
+//! counters added later go after them.
 
-use std::ffi::{c_char, CStr};
+use std::ffi::{c_char, CStr, CString};
+use std::sync::OnceLock;
 
 use super::{boundary, lookup, rdm4_ep};
 use crate::device::udp::UdpStats;
-use crate::engine::Stats;
+use crate::engine::{Proto, Stats, Traffic};
+use crate::wire::PacketType;
 
 /// One counter: its name and how to read it from the engine's and the
 /// udp device's statistics.
@@ -38,6 +44,7 @@ const COUNTERS: &[Counter] = &[
     Counter { name: c"udp_drop_too_far", read: |_, u| u.too_far },
     Counter { name: c"udp_rdma_refused", read: |_, u| u.rdma_refused },
     Counter { name: c"udp_injected_drops", read: |_, u| u.injected_drops },
+    Counter { name: c"request_timeouts", read: |s, _| s.timeouts },
 ];
 
 /// Reads the endpoint's counters from index `first` on: up to `max` of
@@ -49,9 +56,17 @@ const COUNTERS: &[Counter] = &[
 /// increasing `first` until it returns 0 to read them all. The counters
 /// (packets received and sent, packets dropped by reason — malformed,
 /// stale connection id, unknown sender —, protocol and remote-access
-/// errors, packets deferred past the unexpected limit, and the udp
-/// device's datagrams, system calls, retransmissions, duplicates, drops
-/// and refusals, 0 on other devices) count from the endpoint's open.
+/// errors, packets deferred past the unexpected limit, the udp device's
+/// datagrams, system calls, retransmissions, duplicates, drops and
+/// refusals, 0 on other devices, requests ended by their timeout; then
+/// packets sent and received by type, `tx_<TYPE>` and `rx_<TYPE>` for
+/// every packet type of protocol v4, e.g. `tx_EAGER_TAGRTM`, `rx_CTS`;
+/// then operations and their bytes by the protocol they took,
+/// `ops_<protocol>` and `bytes_<protocol>`: `msg_eager`, `msg_medium`,
+/// `msg_longcts`, `msg_longread`, `msg_runtread`, `write_direct`,
+/// `write_eager`, `write_longcts`, `write_longread`, `read_direct`,
+/// `read_short`, `read_longcts`, `atomic`) count from the endpoint's
+/// open.
 ///
 /// Returns how many it wrote (0 when `first` is past the last);
 /// `RDM4_EBADHANDLE`. Thread safety: any thread.
@@ -67,20 +82,65 @@ pub extern "C" fn rdm4_counters(
         let g = lookup(ep)?;
         let stats = g.ep.stats();
         let udp = g.ep.udp_stats();
-        let todo = COUNTERS.get(first..).unwrap_or(&[]);
-        let n = todo.len().min(max).min(i32::MAX as usize);
-        for (i, c) in todo[..n].iter().enumerate() {
+        let traffic = g.ep.traffic();
+        let traffic_names = traffic_names();
+        let total = COUNTERS.len() + traffic_names.len();
+        let n = total.saturating_sub(first).min(max).min(i32::MAX as usize);
+        for i in 0..n {
+            let at = first + i;
+            let (name, value) = match COUNTERS.get(at) {
+                Some(c) => (c.name, (c.read)(&stats, &udp)),
+                None => {
+                    let (name, source) = &traffic_names[at - COUNTERS.len()];
+                    (name.as_c_str(), source.read(traffic))
+                }
+            };
             // SAFETY: the caller's arrays hold `max` entries; i < n <= max.
             unsafe {
                 if !names.is_null() {
-                    names.add(i).write(c.name.as_ptr());
+                    names.add(i).write(name.as_ptr());
                 }
                 if !values.is_null() {
-                    values.add(i).write((c.read)(&stats, &udp));
+                    values.add(i).write(value);
                 }
             }
         }
         Ok(n as i32)
+    })
+}
+
+/// Where a traffic counter's value comes from.
+enum Source {
+    Tx(u8),
+    Rx(u8),
+    Ops(Proto),
+    Bytes(Proto),
+}
+
+impl Source {
+    fn read(&self, t: &Traffic) -> u64 {
+        match *self {
+            Source::Tx(b) => t.tx[usize::from(b)],
+            Source::Rx(b) => t.rx[usize::from(b)],
+            Source::Ops(p) => t.ops(p),
+            Source::Bytes(p) => t.bytes[p as usize],
+        }
+    }
+}
+
+/// The traffic counters' names (made once, kept for the process's life)
+/// and sources, in their stable order.
+fn traffic_names() -> &'static [(CString, Source)] {
+    static NAMES: OnceLock<Vec<(CString, Source)>> = OnceLock::new();
+    NAMES.get_or_init(|| {
+        let types: Vec<PacketType> = (0..=u8::MAX).filter_map(PacketType::from_u8).collect();
+        let name = |s: String| CString::new(s).unwrap_or_default();
+        let mut v = Vec::new();
+        v.extend(types.iter().map(|t| (name(format!("tx_{}", t.name())), Source::Tx(*t as u8))));
+        v.extend(types.iter().map(|t| (name(format!("rx_{}", t.name())), Source::Rx(*t as u8))));
+        v.extend(Proto::ALL.iter().map(|p| (name(format!("ops_{}", p.name())), Source::Ops(*p))));
+        v.extend(Proto::ALL.iter().map(|p| (name(format!("bytes_{}", p.name())), Source::Bytes(*p))));
+        v
     })
 }
 
@@ -91,8 +151,11 @@ mod tests {
     #[test]
     fn counter_names_are_unique() {
         let mut names: Vec<&CStr> = COUNTERS.iter().map(|c| c.name).collect();
+        names.extend(traffic_names().iter().map(|(n, _)| n.as_c_str()));
+        let all = names.len();
+        assert!(all > COUNTERS.len() + 100, "the traffic counters: {all}");
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), COUNTERS.len());
+        assert_eq!(names.len(), all);
     }
 }

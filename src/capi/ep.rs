@@ -226,8 +226,8 @@ fn progress_thread(slot: &'static super::EpSlot, handle: u64) {
         // Ends when the endpoint is closed.
         let Some(mut g) = slot.lock_raw(handle) else { break };
         let Some(inner) = g.as_deref_mut() else { break };
-        let rx = inner.ep.stats().rx_packets;
-        let busy = inner.progress_once() || inner.ep.stats().rx_packets != rx;
+        let rx = inner.ep.packets_in();
+        let busy = inner.progress_once() || inner.ep.packets_in() != rx;
         if busy {
             idle_since = None;
             continue;

@@ -65,6 +65,7 @@ impl Core {
         let parks = !peer.waiting_hs.is_empty() || (class == AtomicClass::Write && !known);
         let key = self.new_op(op)?;
         self.time_request(key);
+        self.traffic.op(super::Proto::Atomic, len as u64);
         if parks {
             self.park(dest, key);
             self.trigger_handshake(dest);

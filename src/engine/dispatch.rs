@@ -9,7 +9,7 @@ use super::rtm::accepts;
 use super::{raw_key, Core, CqSink, RecvDone};
 use crate::device::Ah;
 use crate::mem::UserBuf;
-use crate::wire::{self, Category, Packet, ReqFamily, ReqInfo, Subprotocol};
+use crate::wire::{self, Category, Packet, PacketType, ReqFamily, ReqInfo, Subprotocol};
 
 impl Core {
     /// Handles one packet as received from the device: the common eager
@@ -17,7 +17,6 @@ impl Core {
     /// everything else out of line.
     #[inline(always)]
     pub(crate) fn handle_packet<S: CqSink>(&mut self, from: Option<Ah>, bytes: &[u8], sink: &mut S) {
-        self.stats.rx_packets += 1;
         if let Some(ah) = from {
             if self.eager_fast(ah, bytes, sink) {
                 return;
@@ -33,6 +32,7 @@ impl Core {
     /// this path, which does far more work anyway.
     #[inline(never)]
     fn handle_any_packet(&mut self, from: Option<Ah>, bytes: &[u8]) {
+        self.traffic.rx[usize::from(bytes.first().copied().unwrap_or(0))] += 1;
         let pkt = match wire::DataRtm::parse(bytes) {
             Some(d) => Packet::Req(d.to_req()),
             None => match Packet::parse(bytes) {
@@ -66,7 +66,7 @@ impl Core {
     /// (`Device::send_gather`): the engine gathers only CTSDATA segments, so
     /// anything else arriving this way is malformed.
     pub(crate) fn handle_gathered(&mut self, from: Option<Ah>, hdr: &[u8], payload: UserBuf) {
-        self.stats.rx_packets += 1;
+        self.traffic.rx[PacketType::CtsData as usize] += 1;
         let c = match wire::CtsData::parse_headers_only(hdr) {
             Ok((c, len)) if len == payload.len() as u64 => c,
             _ => {
@@ -103,9 +103,7 @@ impl Core {
     #[inline(always)]
     pub(crate) fn eager_express<S: CqSink>(&mut self, ah: Ah, bytes: &[u8], sink: &mut S) -> bool {
         let Some(e) = wire::DataRtm::parse_eager_usual(bytes) else { return false };
-        let taken = self.eager_take::<S, true>(ah, e, sink);
-        self.stats.rx_packets += u64::from(taken);
-        taken
+        self.eager_take::<S, true>(ah, e, sink)
     }
 
     /// [`Self::eager_fast`] once the packet is read. `EXPRESS`: only when a
@@ -130,6 +128,7 @@ impl Core {
                 self.rx_stop = true;
                 return false;
             }
+            self.traffic.rx_eager(e.tagged());
             if !self.unexpected_room(e.data.len()) {
                 self.defer_packet(p);
                 return true;
@@ -147,6 +146,7 @@ impl Core {
             // Its next messages, deferred behind this one, may come now.
             self.redeliver_due = true;
         }
+        self.traffic.rx_eager(e.tagged());
         // `r`, a copy of the front, is what leaves the queue.
         self.posted[qi].skip_front();
         // The whole message is here: into the buffer (truncated to it) and

@@ -21,7 +21,7 @@
 
 use super::op::OpKind;
 use super::rtm::RtmArgs;
-use super::{Core, Status};
+use super::{Core, Proto, Status};
 use crate::device::{Access, DevError, Device};
 use crate::wire::{self, IdsHdr, Packet, PacketType, ReqFamily, RmaIov, Subprotocol};
 
@@ -51,7 +51,10 @@ impl Core {
             Err(_) => {
                 op.ptype = Some(fallback);
                 op.awaiting = false;
+                let (proto, len) =
+                    (if op.kind == OpKind::Write { Proto::WriteLongcts } else { Proto::Longcts }, op.len);
                 self.release_runt(key);
+                self.traffic.op(proto, len);
             }
         }
     }
@@ -284,7 +287,9 @@ impl Core {
         op.window_end = 0;
         op.nodata = true;
         op.nacked = true;
+        let len = op.len;
         self.release_runt(key);
+        self.traffic.op(Proto::Longcts, len);
         self.enqueue(key);
     }
 

@@ -75,6 +75,7 @@ mod rtm;
 mod runt;
 mod slab;
 mod timeout;
+mod traffic;
 mod tx;
 mod withdraw;
 
@@ -84,6 +85,7 @@ pub(crate) use complete::{send_flags, RecvDone};
 pub use cq::{CqFlags, CqSink, Cqe, ADDR_UNSPEC};
 pub(crate) use opts::Mr;
 pub use opts::{host_id, Config, ProbeMode, Probed, RecvOpts, RemoteBuf, SendFlags, SendOpts, Stats, DEVICE_VERSION};
+pub use traffic::{Proto, Traffic};
 
 use crate::device::{Access, Caps, DevEvent, Device, Rx};
 use crate::fxhash::FxHashMap;
@@ -166,6 +168,10 @@ pub(crate) struct Core {
     nacked: FxHashMap<(u32, u32), u32>,
     /// Device registrations of finished long-read sends, to drop.
     dereg: Vec<u64>,
+    /// Packets by type and operations by protocol.
+    traffic: Traffic,
+    /// Packets the general progress call took from the device.
+    packets_in: u64,
     /// Timed requests in post order: (operation, deadline (0: not set
     /// yet), its context).
     timed: VecDeque<(u32, u64, u64)>,
@@ -239,6 +245,8 @@ impl<D: Device> Endpoint<D> {
             nacked: FxHashMap::default(),
             dereg: Vec::new(),
             timed: VecDeque::new(),
+            traffic: Traffic::default(),
+            packets_in: 0,
         };
         let mut core = core;
         // An endpoint whose every send is delivery complete never completes
@@ -282,9 +290,20 @@ impl<D: Device> Endpoint<D> {
         self.dev
     }
 
-    /// Counters of refused network input.
+    /// Counters of refused network input, and packets in and out.
     pub fn stats(&self) -> Stats {
-        self.core.stats
+        Stats { rx_packets: self.core.traffic.rx_total(), tx_packets: self.core.traffic.tx_total(), ..self.core.stats }
+    }
+
+    /// Packets [`Self::progress_into`] has taken from the device (the
+    /// express path's aside): a cheap sign of activity.
+    pub fn packets_in(&self) -> u64 {
+        self.core.packets_in
+    }
+
+    /// Packets sent and received by type, operations by protocol.
+    pub fn traffic(&self) -> &Traffic {
+        &self.core.traffic
     }
 
     /// The `host_id` and `device_version` that the peer at `addr` sent in
@@ -585,7 +604,7 @@ impl<D: Device> Endpoint<D> {
             // ran at ~60% of their rate. An application that posts no
             // receives meanwhile still has every packet taken.
             core.rx_stop = false;
-            dev.recv(batch, |from, pkt: &[u8], gathered| {
+            let taken = dev.recv(batch, |from, pkt: &[u8], gathered| {
                 match gathered {
                     None => core.handle_packet(from, pkt, sink),
                     Some(payload) => core.handle_gathered(from, pkt, payload),
@@ -599,6 +618,7 @@ impl<D: Device> Endpoint<D> {
                     Rx::Next
                 }
             });
+            core.packets_in += taken as u64;
             core.recvs_posted = false;
         }
         core.finish_progress(dev);

@@ -5,7 +5,7 @@
 
 use super::op::{Op, OpKind};
 use super::peer::Peer;
-use super::{Addr, Core, RemoteBuf};
+use super::{Addr, Core, Proto, RemoteBuf};
 use crate::device::Access;
 use crate::mem::UserBuf;
 use crate::status::Status;
@@ -110,6 +110,20 @@ impl Core {
             OpKind::Atomic => dc || ptype != Some(PacketType::WriteRta),
             _ => dc,
         };
+        let counted = match (op.kind, ptype) {
+            (OpKind::Write, _) if direct => Some(Proto::WriteDirect),
+            (OpKind::Read, _) if direct => Some(Proto::ReadDirect),
+            (_, Some(PacketType::LongreadRtw)) => Some(Proto::WriteLongread),
+            (_, Some(PacketType::EagerRtw | PacketType::DcEagerRtw)) => Some(Proto::WriteEager),
+            (_, Some(PacketType::LongctsRtw | PacketType::DcLongctsRtw)) => Some(Proto::WriteLongcts),
+            (_, Some(PacketType::ShortRtr)) => Some(Proto::ReadShort),
+            (_, Some(PacketType::LongctsRtr)) => Some(Proto::ReadLongcts),
+            _ => None, // atomics count at their post
+        };
+        let len = op.len;
+        if let Some(p) = counted {
+            self.traffic.op(p, len);
+        }
         if let Some(op) = self.ops.get_mut(key) {
             op.ptype = ptype;
             op.awaiting = awaiting;
@@ -141,6 +155,7 @@ impl Core {
             // Direct read if the peer offers RDMA read: that needs its HANDSHAKE.
             self.start_or_wait_handshake(dest, key);
         } else {
+            self.traffic.op(if short { Proto::ReadShort } else { Proto::ReadLongcts }, buf.len() as u64);
             self.enqueue(key);
         }
         Ok(())

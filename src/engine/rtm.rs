@@ -79,8 +79,23 @@ impl Core {
         // `parks`: behind an operation that waits for the peer's HANDSHAKE,
         // or waiting itself: the `msg_id` comes when the wait ends
         // (`withdraw.rs`).
+        let counted = match (runt, longread.is_some(), proto) {
+            (1.., _, _) => super::Proto::Runtread,
+            (0, true, _) => super::Proto::Longread,
+            (_, _, 0) => super::Proto::Eager,
+            (_, _, 1) => super::Proto::Medium,
+            _ => super::Proto::Longcts,
+        };
         let key = match self.new_op(op) {
-            Ok(k) => k,
+            Ok(k) => {
+                // Eager messages count by their RTMs (`Traffic::ops`).
+                if counted == super::Proto::Eager {
+                    self.traffic.bytes[counted as usize] += len as u64;
+                } else {
+                    self.traffic.op(counted, len as u64);
+                }
+                k
+            }
             Err(s) => {
                 if let Some(p) = self.peers.get_mut(dest) {
                     p.runt_inflight = p.runt_inflight.saturating_sub(runt);
@@ -595,6 +610,7 @@ impl Core {
         let msg_id = p.tx_msg_id;
         p.tx_msg_id = p.tx_msg_id.wrapping_add(1);
         let e = QueuedEager { peer: dest, buf, tag: opts.tag, cq_data: opts.cq_data, context: opts.context, msg_id };
+        self.traffic.bytes[super::Proto::Eager as usize] += buf.len() as u64;
         self.txq.push_back(Tx::Eager(e));
         self.queued_eager += 1;
         Ok(true)
@@ -638,7 +654,7 @@ impl Core {
             Err(DevError::Failed(s)) => s,
             Ok(_) if !built => Status::Internal,
             Ok(_) => {
-                self.stats.tx_packets += 1;
+                self.traffic.tx[args.ptype as usize] += 1;
                 Status::Success
             }
         };
@@ -690,7 +706,7 @@ impl Core {
         if !(built && sent == Ok(Sent::Done)) {
             return None; // nothing went out: queue it
         }
-        self.stats.tx_packets += 1;
+        self.traffic.tx_eager(tagged, buf.len());
         self.ring(dev);
         if let Some(p) = self.peers.get_mut(dest) {
             p.tx_msg_id = p.tx_msg_id.wrapping_add(1);

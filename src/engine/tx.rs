@@ -132,7 +132,7 @@ impl Core {
                 self.ctrl.push_back((peer, pkt, len));
                 continue;
             }
-            self.stats.tx_packets += u64::from(ah.is_some());
+            self.traffic.tx[usize::from(pkt[0])] += u64::from(ah.is_some());
             self.pool.push(pkt);
         }
         let mut n = self.txq.len();
@@ -206,6 +206,8 @@ impl Core {
             };
             let wr_id = u64::from(key) + 1;
             let mut built = None;
+            // The type byte of the packet built (for the traffic counters).
+            let mut ptype = 0u8;
             let opens = Core::opens(op);
             let sent = if Core::in_ctsdata_phase(op) {
                 // CTSDATA: the headers in the device's buffer, the bytes
@@ -228,6 +230,7 @@ impl Core {
                     |slot: &mut [u8]| {
                         let n = hdr.emit_headers_only(slot, len).unwrap_or(0);
                         built = (n > 0).then_some((n, len));
+                        ptype = wire::PacketType::CtsData as u8;
                         n
                     },
                     payload,
@@ -243,6 +246,7 @@ impl Core {
                     hdr_len,
                     |slot: &mut [u8]| {
                         built = self.rtm_packet(&args, peer, slot).map(|(n, _)| (n, len));
+                        ptype = args.ptype as u8;
                         built.map_or(0, |(n, _)| n)
                     },
                     payload,
@@ -256,12 +260,13 @@ impl Core {
                 let max_len = self.packet_bound(key);
                 dev.send_with(ah, wr_id, max_len, |slot: &mut [u8]| {
                     built = core.next_packet(key, slot);
+                    ptype = slot.first().copied().unwrap_or(0);
                     built.map_or(0, |(n, _)| n)
                 })
             };
             match (sent, built) {
                 (Ok(how), Some((_, bytes))) => {
-                    self.stats.tx_packets += 1;
+                    self.traffic.tx[usize::from(ptype)] += 1;
                     let Some(op) = self.ops.get_mut(key) else { return true };
                     op.started = true;
                     op.sent += bytes;

@@ -1,0 +1,200 @@
+//! Every protocol of issue 30 over the shm device, two endpoints of one
+//! process: each operation asserts through the traffic counters
+//! (`Endpoint::traffic`) that the intended protocol ran, and the fallback
+//! where a side lacks a feature (a full/legacy pair, features off,
+//! cross-memory attach off).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::pattern;
+
+use rdm4::device::shm::{ShmConfig, ShmDevice};
+use rdm4::device::Access;
+use rdm4::engine::{Config, CqFlags, Cqe, Endpoint, Proto, RecvOpts, RemoteBuf, SendFlags, SendOpts};
+use rdm4::mem::OwnedBuf;
+use rdm4::wire::PacketType as T;
+use rdm4::Status;
+
+type Ep = Endpoint<ShmDevice>;
+
+struct Pair {
+    eps: [Ep; 2],
+    to: [u32; 2],
+    cqs: [Vec<Cqe>; 2],
+}
+
+/// Two endpoints over shm (`cma`, long-read from `longread_min`) with
+/// settings `a` and `b`, their HANDSHAKEs exchanged.
+fn pair(name: &str, cma: bool, longread_min: usize, a: Config, b: Config) -> Pair {
+    let prefix = format!("rdm4p{}{name}", std::process::id());
+    let cfg = ShmConfig { prefix, cma, longread_min, ..ShmConfig::default() };
+    let mut ea = Endpoint::new(ShmDevice::open_with(cfg.clone()).unwrap(), a);
+    let mut eb = Endpoint::new(ShmDevice::open_with(cfg).unwrap(), b);
+    let to = [ea.av_insert(&eb.addr()).unwrap(), eb.av_insert(&ea.addr()).unwrap()];
+    let mut p = Pair { eps: [ea, eb], to, cqs: [Vec::new(), Vec::new()] };
+    for (x, y) in [(0, 1), (1, 0)] {
+        let mut s = OwnedBuf::from_slice(b"hi");
+        let mut r = OwnedBuf::zeroed(2);
+        p.eps[y].recv(r.buf(), RecvOpts { context: 999, ..RecvOpts::default() }).unwrap();
+        p.eps[x].send(p.to[x], s.buf(), SendOpts { context: 999, ..SendOpts::default() }).unwrap();
+        p.run(|c| c[0].len() + c[1].len() >= 2);
+        p.cqs = [Vec::new(), Vec::new()];
+    }
+    p
+}
+
+impl Pair {
+    /// Progresses both until `done` (at most 20 s), collecting completions.
+    fn run(&mut self, mut done: impl FnMut(&[Vec<Cqe>; 2]) -> bool) {
+        let t = Instant::now();
+        while !done(&self.cqs) {
+            assert!(t.elapsed() < Duration::from_secs(20), "stuck: {:?}", self.cqs);
+            for (ep, cq) in self.eps.iter_mut().zip(self.cqs.iter_mut()) {
+                ep.progress(0);
+                ep.poll_cq(cq, usize::MAX);
+            }
+        }
+    }
+
+    /// A tagged message of `len` bytes 0 → 1 (`dc`: delivery complete),
+    /// checked; returns the sender's completion status.
+    fn message(&mut self, len: usize, dc: bool) -> Status {
+        let data = pattern(len, len as u64);
+        let mut s = OwnedBuf::from_slice(&data);
+        let mut r = OwnedBuf::zeroed(len);
+        self.eps[1].recv(r.buf(), RecvOpts { tag: Some((4, 0)), src: None, context: 2 }).unwrap();
+        let flags = SendFlags { dc, ..SendFlags::default() };
+        self.eps[0]
+            .send_flagged(self.to[0], s.buf(), SendOpts { tag: Some(4), cq_data: None, context: 1 }, flags)
+            .unwrap();
+        self.run(|c| !c[0].is_empty() && !c[1].is_empty());
+        let (sc, rc) = (self.cqs[0].remove(0), self.cqs[1].remove(0));
+        assert_eq!(rc.status, Status::Success, "{len} B receive");
+        assert!(r.bytes() == data, "{len} B data");
+        sc.status
+    }
+
+    /// A write of `len` bytes 0 → 1's memory (with `cq_data`), then a
+    /// read of it back; both checked.
+    fn write_read(&mut self, len: usize, cq_data: Option<u64>) {
+        let mut region = OwnedBuf::zeroed(len);
+        let key = self.eps[1].mr_reg(region.buf(), Access::REMOTE_READ | Access::REMOTE_WRITE).unwrap();
+        let rb = RemoteBuf { addr: region.buf().addr(), key };
+        let data = pattern(len, 7);
+        let mut s = OwnedBuf::from_slice(&data);
+        self.eps[0].write(self.to[0], s.buf(), rb, cq_data, 5).unwrap();
+        self.run(|c| !c[0].is_empty() && (cq_data.is_none() || !c[1].is_empty()));
+        assert_eq!(self.cqs[0].remove(0).status, Status::Success, "write of {len} B");
+        if let Some(d) = cq_data {
+            let t = self.cqs[1].remove(0);
+            assert_eq!((t.data, t.len), (d, len as u64), "the target's completion");
+            assert!(t.flags.contains(CqFlags::REMOTE_WRITE | CqFlags::REMOTE_CQ_DATA));
+        }
+        assert!(region.bytes() == data, "write of {len} B lands");
+        let mut back = OwnedBuf::zeroed(len);
+        self.eps[0].read(self.to[0], back.buf(), rb, 6).unwrap();
+        self.run(|c| !c[0].is_empty());
+        assert_eq!(self.cqs[0].remove(0).status, Status::Success, "read of {len} B");
+        assert!(back.bytes() == data, "read of {len} B returns it");
+        self.eps[1].mr_dereg(key).unwrap();
+    }
+
+    fn ops(&self, i: usize, p: Proto) -> u64 {
+        self.eps[i].traffic().ops(p)
+    }
+
+    fn sent(&self, i: usize, t: T) -> u64 {
+        self.eps[i].traffic().sent(t)
+    }
+
+    fn received(&self, i: usize, t: T) -> u64 {
+        self.eps[i].traffic().received(t)
+    }
+}
+
+#[test]
+fn messages_take_eager_medium_and_long_cts_by_length() {
+    let mut p = pair("msg", true, usize::MAX, Config::default(), Config::default());
+    for len in [8, 40_000, 1 << 20] {
+        assert_eq!(p.message(len, false), Status::Success);
+    }
+    assert_eq!((p.ops(0, Proto::Eager), p.ops(0, Proto::Medium), p.ops(0, Proto::Longcts)), (2, 1, 1));
+    assert_eq!(p.eps[0].traffic().bytes[Proto::Longcts as usize], 1 << 20);
+    assert!(p.sent(0, T::MediumTagRtm) >= 2 && p.sent(0, T::MediumTagRtm) == p.received(1, T::MediumTagRtm));
+    assert_eq!((p.sent(0, T::LongctsTagRtm), p.received(1, T::LongctsTagRtm)), (1, 1));
+    assert!(p.received(0, T::Cts) >= 1 && p.sent(0, T::CtsData) == p.received(1, T::CtsData));
+}
+
+#[test]
+fn long_read_and_runting_read_move_a_long_message_by_one_read() {
+    // Long-read from 256 KiB; runting off: plain long-read.
+    let plain = Config { runt_size: 0, ..Config::default() };
+    let mut p = pair("lr", true, 256 << 10, plain.clone(), plain);
+    assert_eq!(p.message(1 << 20, false), Status::Success);
+    assert_eq!((p.ops(0, Proto::Longread), p.sent(0, T::LongreadTagRtm), p.received(0, T::Eor)), (1, 1, 1));
+    assert_eq!(p.sent(0, T::CtsData), 0, "no data in packets");
+    // Runting read: the runt in RUNTREAD packets, the rest read.
+    let mut p = pair("runt", true, 256 << 10, Config::default(), Config::default());
+    assert_eq!(p.message(1 << 20, false), Status::Success);
+    assert_eq!((p.ops(0, Proto::Runtread), p.received(0, T::Eor)), (1, 1));
+    assert!(p.sent(0, T::RuntreadTagRtm) >= 4, "{} RUNTREAD packets", p.sent(0, T::RuntreadTagRtm));
+    assert_eq!(p.sent(0, T::RuntreadTagRtm), p.received(1, T::RuntreadTagRtm));
+    // A receiver without runting read: plain long-read; a legacy one: long-CTS.
+    let off = Config { features_off: rdm4::wire::extra::RUNT, ..Config::default() };
+    let mut p = pair("noru", true, 256 << 10, Config::default(), off);
+    assert_eq!(p.message(1 << 20, false), Status::Success);
+    assert_eq!((p.ops(0, Proto::Runtread), p.ops(0, Proto::Longread)), (0, 1));
+    let legacy = Config { legacy: true, ..Config::default() };
+    let mut p = pair("lrleg", true, 256 << 10, Config::default(), legacy);
+    assert_eq!(p.message(1 << 20, false), Status::Success);
+    assert_eq!((p.ops(0, Proto::Longread), p.ops(0, Proto::Longcts)), (0, 1));
+}
+
+#[test]
+fn rma_goes_direct_with_immediate_data_by_long_read_or_emulated() {
+    // Cross-memory attach: direct; CQ data by write with immediate data.
+    let mut p = pair("direct", true, usize::MAX, Config::default(), Config::default());
+    p.write_read(100_000, Some(0xABCD));
+    p.write_read(64, None);
+    assert_eq!((p.ops(0, Proto::WriteDirect), p.ops(0, Proto::ReadDirect)), (2, 2));
+    assert_eq!(p.sent(0, T::EagerRtw) + p.sent(0, T::DcEagerRtw) + p.sent(0, T::LongctsRtw), 0, "no RTW packet");
+    // The requester without RDMA write: the target reads the write (LONGREAD_RTW).
+    let no_write = Config { features_off: rdm4::wire::extra::RDMA_WRITE, ..Config::default() };
+    let mut p = pair("lrtw", true, 64 << 10, no_write, Config::default());
+    p.write_read(300_000, Some(0x77));
+    assert_eq!((p.ops(0, Proto::WriteLongread), p.sent(0, T::LongreadRtw), p.received(0, T::Eor)), (1, 1, 1));
+    assert_eq!(p.ops(0, Proto::ReadDirect), 1);
+    // No cross-memory attach: emulated (DC types between full endpoints).
+    let mut p = pair("emul", false, usize::MAX, Config::default(), Config::default());
+    p.write_read(100, Some(1));
+    p.write_read(300_000, None);
+    assert_eq!((p.ops(0, Proto::WriteEager), p.ops(0, Proto::WriteLongcts)), (1, 1));
+    assert_eq!((p.ops(0, Proto::ReadShort), p.ops(0, Proto::ReadLongcts)), (1, 1));
+    assert_eq!((p.sent(0, T::DcEagerRtw), p.sent(0, T::DcLongctsRtw), p.received(0, T::Receipt)), (1, 1, 2));
+    // A legacy target: the baseline types, no RECEIPT.
+    let legacy = Config { legacy: true, ..Config::default() };
+    let mut p = pair("rmaleg", true, usize::MAX, Config::default(), legacy);
+    p.write_read(100, None);
+    assert_eq!((p.sent(0, T::EagerRtw), p.received(0, T::Receipt), p.ops(0, Proto::WriteDirect)), (1, 0, 0));
+}
+
+#[test]
+fn delivery_complete_messages_use_the_dc_types_and_their_receipt() {
+    let mut p = pair("dc", true, usize::MAX, Config::default(), Config::default());
+    for len in [8, 40_000, 1 << 20] {
+        assert_eq!(p.message(len, true), Status::Success);
+    }
+    assert_eq!((p.sent(0, T::DcEagerTagRtm), p.sent(0, T::DcLongctsTagRtm)), (1, 1));
+    assert!(p.sent(0, T::DcMediumTagRtm) >= 2);
+    assert_eq!(p.received(0, T::Receipt), 3);
+    // Towards a legacy peer: NotSup, and nothing of it sent.
+    let legacy = Config { legacy: true, ..Config::default() };
+    let mut p = pair("dcleg", true, usize::MAX, Config::default(), legacy);
+    let mut s = OwnedBuf::from_slice(&[1; 8]);
+    let flags = SendFlags { dc: true, ..SendFlags::default() };
+    let r = p.eps[0].send_flagged(p.to[0], s.buf(), SendOpts::default(), flags);
+    assert_eq!(r, Err(Status::NotSup));
+    assert_eq!(p.sent(0, T::DcEagerMsgRtm), 0);
+}
