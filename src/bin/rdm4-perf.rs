@@ -146,7 +146,7 @@ fn number<T: std::str::FromStr>(name: &str, value: &str) -> std::result::Result<
 #[rustfmt::skip]
 const OPTIONS: &[Opt] = &[
     Opt { name: "--device", arg: "shm|udp", default: Shown::Value("shm"),
-        help: "the device of both endpoints (udp: not available yet)",
+        help: "the device of both endpoints",
         set: |o, v| { o.device = v.to_string(); Ok(()) } },
     Opt { name: "--test", arg: "NAME[,NAME...]", default: Shown::Words("all, in the order below"),
         help: "the tests to run, in this order",

@@ -49,6 +49,7 @@ impl Core {
         match reg {
             Ok(k) => op.lr_mr = Some(k),
             Err(_) => {
+                crate::log::log!(crate::log::INFO, "a buffer could not be registered for long-read: long-CTS");
                 op.ptype = Some(fallback);
                 op.awaiting = false;
                 let (proto, len) =
@@ -199,6 +200,7 @@ impl Core {
             // A long-read write: the requester's write fails (no nack: it
             // has no long-CTS fallback of the same write on the wire).
             let (peer, id) = (op.peer, op.remote_id);
+            crate::log::log!(crate::log::INFO, "a long-read write of peer {peer} failed to read: PEER_ERROR");
             self.send_peer_error(peer, id, Status::RemoteAccess);
             self.complete(key, Status::RemoteAccess);
             return;
@@ -225,6 +227,7 @@ impl Core {
         op.window_end = 0;
         let (peer, msg_id) = (op.peer, op.msg_id);
         self.nacked.insert((peer, msg_id), key);
+        crate::log::log!(crate::log::INFO, "a read of message {msg_id} from peer {peer} failed: READ_NACK, long-CTS");
         self.queue_ctrl(peer, &Packet::ReadNack(nack));
     }
 
@@ -288,6 +291,7 @@ impl Core {
         op.nodata = true;
         op.nacked = true;
         let len = op.len;
+        crate::log::log!(crate::log::INFO, "peer {peer} could not read a message: it goes by long-CTS");
         self.release_runt(key);
         self.traffic.op(Proto::Longcts, len);
         self.enqueue(key);

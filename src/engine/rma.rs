@@ -368,7 +368,14 @@ impl Core {
                     op.ptype = Some(t);
                 }
             }
-            _ => self.complete(key, Status::NotSup),
+            _ => {
+                let peer = op.peer;
+                crate::log::log!(
+                    crate::log::INFO,
+                    "peer {peer} has no delivery complete: a DC send fails (RDM4_ENOTSUP)"
+                );
+                self.complete(key, Status::NotSup)
+            }
         }
     }
 

@@ -59,6 +59,7 @@ impl Core {
             connid: self.my_connid(),
             padding: 0,
         };
+        crate::log::log!(crate::log::INFO, "message {msg_id} to peer {peer} withdrawn ({status:?}): PEER_ERROR");
         self.queue_ctrl(peer, &Packet::PeerError(e));
     }
 
