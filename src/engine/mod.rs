@@ -53,6 +53,12 @@
 //!   an operation ID, to peers that advertised PEER_ERROR or whose
 //!   HANDSHAKE has not arrived yet; an endpoint that behaves as a
 //!   baseline-only peer (`Config::legacy`) sends none.
+//! - A direct write with remote CQ data goes by the device's RDMA write
+//!   with immediate data; the target's completion comes from the device's
+//!   report. Long writes no direct RDMA serves go by long-read (LONGREAD_RTW)
+//!   when both sides read. Writes, reads and atomics time out
+//!   (`timeout.rs`); operations that have not started can be canceled, and
+//!   no `msg_id` is left unused (`withdraw.rs`).
 
 #![forbid(unsafe_code)]
 

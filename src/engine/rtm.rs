@@ -1,8 +1,10 @@
 //! Two-sided messages (spec §3.2): posting sends and receives, protocol
-//! selection (eager, medium, long-CTS, long-read), matching (tagged with
-//! ignore mask, untagged, directed or any source), unexpected messages, and
-//! the REQ packets of the sender. The long-CTS data phase is in
-//! `longcts.rs`, the long-read one in `longread.rs`.
+//! selection (eager, medium, long-CTS, long-read, runting read), matching
+//! (tagged with ignore mask, untagged, directed or any source), unexpected
+//! messages, and the REQ packets of the sender. The long-CTS data phase is
+//! in `longcts.rs`, the long-read one in `longread.rs`, runting read's in
+//! `runt.rs`; message numbers withdrawn and operations canceled in
+//! `withdraw.rs`.
 
 use super::op::{Op, OpKind, Posted, QueuedEager, Tx, Unexpected};
 use super::peer::Peer;
