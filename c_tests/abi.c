@@ -178,6 +178,8 @@ static int32_t (*const p_av_remove)(struct rdm4_ep *, const rdm4_addr *, size_t)
 static int32_t (*const p_av_straddr)(const void *, char *, size_t *) = rdm4_av_straddr;
 static int32_t (*const p_mr_reg)(struct rdm4_ep *, void *, size_t, uint64_t, uint64_t *) = rdm4_mr_reg;
 static int32_t (*const p_mr_close)(struct rdm4_ep *, uint64_t) = rdm4_mr_close;
+static int32_t (*const p_mr_alloc)(struct rdm4_ep *, size_t, uint64_t, void **, uint64_t *) = rdm4_mr_alloc;
+static int32_t (*const p_mr_free)(struct rdm4_ep *, uint64_t) = rdm4_mr_free;
 static int32_t (*const p_poll)(struct rdm4_ep *, struct rdm4_cqe *, size_t) = rdm4_poll;
 static int32_t (*const p_wait)(struct rdm4_ep *, int) = rdm4_wait;
 static int32_t (*const p_ep_fd)(struct rdm4_ep *) = rdm4_ep_fd;
@@ -204,6 +206,7 @@ static void check_symbols(void)
         (const void *)(uintptr_t)p_mr_reg,         (const void *)(uintptr_t)p_mr_close,
         (const void *)(uintptr_t)p_poll,           (const void *)(uintptr_t)p_wait,
         (const void *)(uintptr_t)p_ep_fd,          (const void *)(uintptr_t)p_tinject,
+        (const void *)(uintptr_t)p_mr_alloc,       (const void *)(uintptr_t)p_mr_free,
     };
     size_t n = sizeof syms / sizeof syms[0];
     int all = 1;
@@ -212,7 +215,7 @@ static void check_symbols(void)
             all = 0;
         }
     }
-    CHECK(n == 36 && all, "the %zu exported functions link with the pinned prototypes", n);
+    CHECK(n == 38 && all, "the %zu exported functions link with the pinned prototypes", n);
 }
 
 /* ---------------------------------------------------------------------- */

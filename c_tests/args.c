@@ -264,6 +264,11 @@ static void check_bad_handle(rdm4_ep *bad, const char *what, rdm4_addr dest, con
     BAD(rdm4_mr_reg(bad, buf, sizeof buf, RDM4_ACCESS_REMOTE_READ, &key));
     CHECK(key == 0x7777, "%s: mr_reg left *key unchanged", what);
     BAD(rdm4_mr_close(bad, 0));
+    {
+        void *mem = (void *)&key;
+        BAD(rdm4_mr_alloc(bad, 64, RDM4_ACCESS_REMOTE_READ, &mem, &key));
+        BAD(rdm4_mr_free(bad, 1));
+    }
     BAD(rdm4_mr_close(bad, 1));
 
     rdm4_cqe cqe[2];
@@ -588,6 +593,24 @@ static void check_mr(rdm4_ep *a)
     EXPECT(rdm4_mr_close(a, k1), RDM4_EINVAL);
     EXPECT(rdm4_mr_close(a, k2), RDM4_SUCCESS);
     EXPECT(rdm4_mr_close(a, k2), RDM4_EINVAL);
+
+    /* rdm4_mr_alloc / rdm4_mr_free: bad arguments change nothing. */
+    void *mem = (void *)region;
+    key = 0x7777;
+    EXPECT(rdm4_mr_alloc(a, 64, RDM4_ACCESS_REMOTE_READ, NULL, &key), RDM4_EINVAL);
+    EXPECT(rdm4_mr_alloc(a, 64, RDM4_ACCESS_REMOTE_READ, &mem, NULL), RDM4_EINVAL);
+    EXPECT(rdm4_mr_alloc(a, 64, 1u << 3, &mem, &key), RDM4_EINVAL);
+    EXPECT(rdm4_mr_alloc(a, (size_t)RDM4_MSG_MAX + 1, RDM4_ACCESS_REMOTE_READ, &mem, &key), RDM4_EINVAL);
+    CHECK(mem == (void *)region && key == 0x7777, "failed rdm4_mr_alloc calls wrote nothing");
+    EXPECT(rdm4_mr_alloc(a, 4096, RDM4_ACCESS_REMOTE_READ | RDM4_ACCESS_REMOTE_WRITE, &mem, &key), RDM4_SUCCESS);
+    CHECK(mem != NULL && mem != (void *)region && tu_all(mem, 4096, 0), "rdm4_mr_alloc gives zeroed memory");
+    memset(mem, 0x5a, 4096); /* the caller's to use */
+    EXPECT(rdm4_mr_close(a, key), RDM4_EINVAL);
+    EXPECT(rdm4_mr_free(a, key), RDM4_SUCCESS);
+    EXPECT(rdm4_mr_free(a, key), RDM4_EINVAL);
+    EXPECT(rdm4_mr_reg(a, region, 64, RDM4_ACCESS_REMOTE_READ, &k1), RDM4_SUCCESS);
+    EXPECT(rdm4_mr_free(a, k1), RDM4_EINVAL);
+    EXPECT(rdm4_mr_close(a, k1), RDM4_SUCCESS);
 
     uint64_t k0 = 0x7777;
     int32_t rc = rdm4_mr_reg(a, NULL, 0, RDM4_ACCESS_REMOTE_READ, &k0);

@@ -13,8 +13,8 @@
  *    success; an unknown context is RDM4_ENOENT;
  *  - messages sent after a cancel go to the receives still posted, in
  *    order (a canceled receive takes nothing);
- *  - operations that have not started: a fresh endpoint C's write and
- *    fetch-add towards B wait for B's first answer (B is not polled):
+ *  - operations that have not started: a fresh endpoint C's atomic write
+ *    and fetch-add towards B wait for B's first answer (B is not polled):
  *    both cancel (RDM4_ECANCELED, B's memory unchanged, the result buffer
  *    untouched), again is RDM4_ENOENT; a 1 MiB send whose request left is
  *    under way: RDM4_EBUSY, and it completes once B receives it;
@@ -139,7 +139,10 @@ int main(void)
         EXPECT(rdm4_mr_reg(b, mem, sizeof mem, RDM4_ACCESS_REMOTE_READ | RDM4_ACCESS_REMOTE_WRITE, &key),
                RDM4_SUCCESS);
         tu_fill(src, sizeof src, 77);
-        EXPECT(rdm4_write(c_ep, src, sizeof src, c_to_b, (uint64_t)(uintptr_t)mem, key, CTX(50)), RDM4_SUCCESS);
+        /* An atomic write waits for B's first answer (a write would go by
+         * cross-memory attach at once), the fetch-add behind it. */
+        EXPECT(rdm4_atomic(c_ep, src, 8, RDM4_UINT64, RDM4_SUM, c_to_b, (uint64_t)(uintptr_t)mem, key, CTX(50)),
+               RDM4_SUCCESS);
         EXPECT(rdm4_fetch_atomic(c_ep, &operand, 1, &result, RDM4_UINT64, RDM4_SUM, c_to_b, (uint64_t)(uintptr_t)mem,
                                  key, CTX(51)),
                RDM4_SUCCESS);
@@ -149,8 +152,8 @@ int main(void)
         EXPECT(rdm4_cancel(c_ep, CTX(50)), RDM4_SUCCESS);
         EXPECT(rdm4_cancel(c_ep, CTX(51)), RDM4_SUCCESS);
         EXPECT(rdm4_cancel(c_ep, CTX(50)), RDM4_ENOENT);
-        rdm4_cqe c = tu_cq_expect(&qc, CTX(50), &q3[2], 1, 2000, "the canceled write");
-        CHECK(c.status == RDM4_ECANCELED, "a write waiting for its peer is canceled (%s)", tu_status(c.status));
+        rdm4_cqe c = tu_cq_expect(&qc, CTX(50), &q3[2], 1, 2000, "the canceled atomic write");
+        CHECK(c.status == RDM4_ECANCELED, "an atomic write waiting for its peer is canceled (%s)", tu_status(c.status));
         c = tu_cq_expect(&qc, CTX(51), &q3[2], 1, 2000, "the canceled atomic");
         CHECK(c.status == RDM4_ECANCELED && result == 0xABAB, "a fetch-add waiting for its peer is canceled (%s)",
               tu_status(c.status));
@@ -176,7 +179,7 @@ int main(void)
             tu_cq_poll(&qb);
             tu_cq_poll(&qc);
         }
-        CHECK(tu_all(mem, sizeof mem, 0), "B's memory is unchanged by the canceled write and atomic");
+        CHECK(tu_all(mem, sizeof mem, 0), "B's memory is unchanged by the canceled atomics");
         CHECK(qc.n == 0, "no other completion at C (%zu)", qc.n);
         EXPECT(rdm4_mr_close(b, key), RDM4_SUCCESS);
         EXPECT(rdm4_ep_close(c_ep), RDM4_SUCCESS);

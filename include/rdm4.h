@@ -1206,12 +1206,45 @@ int32_t rdm4_av_straddr(const void *addr, char *buf, size_t *len);
 int32_t rdm4_mr_reg(struct rdm4_ep *ep, void *buf, size_t len, uint64_t access, uint64_t *key);
 
 /**
+ * Allocates `len` bytes (zeroed) registered with `RDM4_ACCESS_*` rights:
+ * `*ptr` is the memory, `*key` the key peers use for RMA and atomics on
+ * it (as `ucp_mem_map` with allocation, `MPI_Win_allocate`,
+ * `shmem_malloc`). On shm the memory lives in a file of its own that
+ * peers of this host map on their first access: their writes and reads
+ * of it are copies in their own process, with no system call; on udp it
+ * is ordinary memory, registered. The memory is the endpoint's: valid
+ * until `rdm4_mr_free` of `*key` or `rdm4_ep_close`; never pass it to
+ * `free`. `rdm4_mr_close` refuses such a key (`RDM4_EINVAL`).
+ *
+ * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `ptr`
+ * or `key`, unknown access bits, `len` past `RDM4_MSG_MAX`);
+ * `RDM4_ENOMEM` (no memory, the registration table is full);
+ * `RDM4_EIO` (the shared file could not be made). On failure `*ptr` and
+ * `*key` are not written. Thread safety: any thread.
+ */
+int32_t rdm4_mr_alloc(struct rdm4_ep *ep, size_t len, uint64_t access, void **ptr, uint64_t *key);
+
+/**
+ * Frees memory of `rdm4_mr_alloc` by its key. When it returns
+ * `RDM4_SUCCESS`, no peer reads or writes the memory any more (as
+ * `rdm4_mr_close`: an access under way is waited for, later ones are
+ * refused with `RDM4_EREMOTEACCESS`) and the pointer is invalid.
+ *
+ * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (no allocation
+ * has this key: unknown, freed already, or an `rdm4_mr_reg` key);
+ * `RDM4_EBUSY` as `rdm4_mr_close` (the memory stays; call again). Thread
+ * safety: any thread; the call may block up to 2 s.
+ */
+int32_t rdm4_mr_free(struct rdm4_ep *ep, uint64_t key);
+
+/**
  * Removes a registration. When it returns `RDM4_SUCCESS`, no peer reads
  * or writes the memory any more, by any path: a peer's cross-memory-attach
  * copy under way is waited for (up to 2 s), and requests that arrive later
  * are refused with `RDM4_EREMOTEACCESS`. The memory may then be freed.
  *
- * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (unknown key);
+ * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (unknown key,
+ * or one of `rdm4_mr_alloc`: `rdm4_mr_free` frees those);
  * `RDM4_EBUSY` in two cases, after which the memory must stay valid and
  * the call be repeated: a peer's emulated long read or write (one that
  * moves through this endpoint's progress) is using it (the registration

@@ -478,6 +478,14 @@ impl<D: Device> Device for Capture<D> {
     ) -> Result<(), DevError> {
         self.inner.rdma_write_imm(ah, local, remote_addr, key, imm, wr_id)
     }
+
+    fn alloc(&mut self, len: usize, access: Access) -> Result<(UserBuf, u64), Status> {
+        self.inner.alloc(len, access)
+    }
+
+    fn free(&mut self, key: u64) -> Result<(), Status> {
+        self.inner.free(key)
+    }
 }
 
 #[cfg(test)]

@@ -107,6 +107,8 @@ forward! {
     ref fn av_lookup(addr: Addr) -> Result<RawAddr, Status>;
     mut fn mr_reg(buf: UserBuf, access: Access) -> Result<u64, Status>;
     mut fn mr_dereg(key: u64) -> Result<(), Status>;
+    mut fn mr_alloc(len: usize, access: Access) -> Result<(UserBuf, u64), Status>;
+    mut fn mr_free(key: u64) -> Result<(), Status>;
     mut fn send(dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<(), Status>;
     mut fn send_flagged(dest: Addr, buf: UserBuf, opts: SendOpts, flags: SendFlags) -> Result<(), Status>;
     mut fn inject_now(dest: Addr, buf: UserBuf, tag: Option<u64>) -> bool;

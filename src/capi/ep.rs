@@ -453,13 +453,79 @@ pub extern "C" fn rdm4_av_straddr(addr: *const c_void, buf: *mut c_char, len: *m
 pub extern "C" fn rdm4_mr_reg(ep: *mut rdm4_ep, buf: *mut c_void, len: usize, access: u64, key: *mut u64) -> i32 {
     boundary(|| {
         let mut g = lookup(ep)?;
-        if key.is_null() || access & !(RDM4_ACCESS_LOCAL | RDM4_ACCESS_REMOTE_READ | RDM4_ACCESS_REMOTE_WRITE) != 0 {
+        if key.is_null() {
             return Err(Status::Inval);
         }
+        let access = c_access(access)?;
         let b = c_buf(buf, len)?;
-        let k = g.ep.mr_reg(b, Access::from_bits_truncate(access as u32))?;
+        let k = g.ep.mr_reg(b, access)?;
         // SAFETY: non-NULL out-pointer.
         unsafe { key.write(k) };
+        Ok(0)
+    })
+}
+
+/// `RDM4_ACCESS_*` bits as the engine's, `Inval` for unknown ones.
+fn c_access(access: u64) -> Result<Access, Status> {
+    if access & !(RDM4_ACCESS_LOCAL | RDM4_ACCESS_REMOTE_READ | RDM4_ACCESS_REMOTE_WRITE) != 0 {
+        return Err(Status::Inval);
+    }
+    Ok(Access::from_bits_truncate(access as u32))
+}
+
+/// Allocates `len` bytes (zeroed) registered with `RDM4_ACCESS_*` rights:
+/// `*ptr` is the memory, `*key` the key peers use for RMA and atomics on
+/// it (as `ucp_mem_map` with allocation, `MPI_Win_allocate`,
+/// `shmem_malloc`). On shm the memory lives in a file of its own that
+/// peers of this host map on their first access: their writes and reads
+/// of it are copies in their own process, with no system call; on udp it
+/// is ordinary memory, registered. The memory is the endpoint's: valid
+/// until `rdm4_mr_free` of `*key` or `rdm4_ep_close`; never pass it to
+/// `free`. `rdm4_mr_close` refuses such a key (`RDM4_EINVAL`).
+///
+/// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `ptr`
+/// or `key`, unknown access bits, `len` past `RDM4_MSG_MAX`);
+/// `RDM4_ENOMEM` (no memory, the registration table is full);
+/// `RDM4_EIO` (the shared file could not be made). On failure `*ptr` and
+/// `*key` are not written. Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn rdm4_mr_alloc(
+    ep: *mut rdm4_ep,
+    len: usize,
+    access: u64,
+    ptr: *mut *mut c_void,
+    key: *mut u64,
+) -> i32 {
+    boundary(|| {
+        let mut g = lookup(ep)?;
+        if ptr.is_null() || key.is_null() || len as u64 > RDM4_MSG_MAX {
+            return Err(Status::Inval);
+        }
+        let access = c_access(access)?;
+        let (buf, k) = g.ep.mr_alloc(len, access)?;
+        // SAFETY: non-NULL out-pointers.
+        unsafe {
+            ptr.write(buf.addr() as usize as *mut c_void);
+            key.write(k);
+        }
+        Ok(0)
+    })
+}
+
+/// Frees memory of `rdm4_mr_alloc` by its key. When it returns
+/// `RDM4_SUCCESS`, no peer reads or writes the memory any more (as
+/// `rdm4_mr_close`: an access under way is waited for, later ones are
+/// refused with `RDM4_EREMOTEACCESS`) and the pointer is invalid.
+///
+/// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (no allocation
+/// has this key: unknown, freed already, or an `rdm4_mr_reg` key);
+/// `RDM4_EBUSY` as `rdm4_mr_close` (the memory stays; call again). Thread
+/// safety: any thread; the call may block up to 2 s.
+#[no_mangle]
+pub extern "C" fn rdm4_mr_free(ep: *mut rdm4_ep, key: u64) -> i32 {
+    boundary(|| {
+        let mut g = lookup(ep)?;
+        g.ep.mr_free(key)?;
         Ok(0)
     })
 }
@@ -469,7 +535,8 @@ pub extern "C" fn rdm4_mr_reg(ep: *mut rdm4_ep, buf: *mut c_void, len: usize, ac
 /// copy under way is waited for (up to 2 s), and requests that arrive later
 /// are refused with `RDM4_EREMOTEACCESS`. The memory may then be freed.
 ///
-/// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (unknown key);
+/// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (unknown key,
+/// or one of `rdm4_mr_alloc`: `rdm4_mr_free` frees those);
 /// `RDM4_EBUSY` in two cases, after which the memory must stay valid and
 /// the call be repeated: a peer's emulated long read or write (one that
 /// moves through this endpoint's progress) is using it (the registration

@@ -89,6 +89,12 @@ pub struct Caps {
     pub rdma_write: bool,
     /// RDMA write with immediate data supported ([`Device::rdma_write_imm`]).
     pub rdma_write_imm: bool,
+    /// Every peer the device reaches can be the target of its RDMA read and
+    /// write (the target's device serves them without its owner): the
+    /// engine then reads and writes directly without waiting for a new
+    /// peer's HANDSHAKE, so a peer that never calls the library is still
+    /// reached. shm: with cross-memory attach.
+    pub rdma_any_peer: bool,
     /// Every successful `send_with` completes at once (`Sent::Done`): the
     /// engine may then complete an eager send without keeping an entry for
     /// it. (`send_gather` may still answer `Pending`.)
@@ -444,6 +450,22 @@ pub trait Device {
 
     /// Wakes a sleep of this device's own (another thread posted work).
     fn wake_sleeper(&self) {}
+
+    /// Allocates `len` bytes registered with `access` (returned with their
+    /// key) in memory that the device's peers on this host can map, so
+    /// that their RDMA to it is a copy (shm: a file of its own, `alloc.rs`).
+    /// Devices without such memory answer `NotSup` (the engine then
+    /// allocates ordinary memory and registers it).
+    fn alloc(&mut self, _len: usize, _access: Access) -> Result<(UserBuf, u64), Status> {
+        Err(Status::NotSup)
+    }
+
+    /// Frees an allocation of [`Device::alloc`]: deregistered as by
+    /// [`Device::dereg`] (`Busy` while a peer's access is under way: it
+    /// stays), then released.
+    fn free(&mut self, _key: u64) -> Result<(), Status> {
+        Err(Status::NotSup)
+    }
 
     /// RDMA-writes `local` to the peer's `(remote_addr, key)`.
     fn rdma_write(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError>;

@@ -454,6 +454,7 @@ impl Device for SimDevice {
             rdma_read: rdma,
             rdma_write: rdma,
             rdma_write_imm: rdma && net.cfg.write_imm,
+            rdma_any_peer: false,
             sync_send: true,
             gather_in_place: !net.cfg.copy_gathered,
             longread_min: net.cfg.longread_min,

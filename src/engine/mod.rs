@@ -93,7 +93,7 @@ pub(crate) use opts::Mr;
 pub use opts::{host_id, Config, ProbeMode, Probed, RecvOpts, RemoteBuf, SendFlags, SendOpts, Stats, DEVICE_VERSION};
 pub use traffic::{Proto, Traffic};
 
-use crate::device::{Access, Caps, DevEvent, Device, Rx};
+use crate::device::{Caps, DevEvent, Device, Rx};
 use crate::fxhash::FxHashMap;
 use crate::mem::UserBuf;
 use crate::status::Status;
@@ -178,6 +178,9 @@ pub(crate) struct Core {
     traffic: Traffic,
     /// Packets the general progress call took from the device.
     packets_in: u64,
+    /// Allocations (`Endpoint::mr_alloc`): the device's (`None`), or
+    /// ordinary memory the engine holds where the device has none to map.
+    allocs: FxHashMap<u64, Option<crate::mem::OwnedBuf>>,
     /// Timed requests in post order: (operation, deadline (0: not set
     /// yet), its context).
     timed: VecDeque<(u32, u64, u64)>,
@@ -253,6 +256,7 @@ impl<D: Device> Endpoint<D> {
             timed: VecDeque::new(),
             traffic: Traffic::default(),
             packets_in: 0,
+            allocs: FxHashMap::default(),
         };
         let mut core = core;
         // An endpoint whose every send is delivery complete never completes
@@ -440,32 +444,6 @@ impl<D: Device> Endpoint<D> {
     /// The raw address of a handle.
     pub fn av_lookup(&self, addr: Addr) -> Result<RawAddr, Status> {
         self.core.peers.get(addr).map(|p| p.raw).ok_or(Status::NoAddr)
-    }
-
-    /// Registers `buf` for local use and remote `access`; returns the key.
-    pub fn mr_reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {
-        let key = self.dev.reg(buf, access)?;
-        self.core.mrs.insert(key, Mr { buf, access, busy: 0 });
-        Ok(key)
-    }
-
-    /// Removes a registration; when this returns `Ok`, no peer reads or
-    /// writes the memory any more. `Busy` while an emulated remote
-    /// operation uses it, or while the device's RDMA by a peer is still
-    /// under way after the device's wait (the registration then takes no
-    /// new remote access, and a later call tries again).
-    pub fn mr_dereg(&mut self, key: u64) -> Result<(), Status> {
-        match self.core.mrs.get(&key) {
-            None => Err(Status::Inval),
-            Some(mr) if mr.busy > 0 => Err(Status::Busy),
-            Some(_) => {
-                let r = self.dev.dereg(key);
-                self.dev.doorbell(); // refusals of the reads it was serving
-                r?;
-                self.core.mrs.remove(&key);
-                Ok(())
-            }
-        }
     }
 
     /// Sends `buf` to `dest` (two-sided).

@@ -1,7 +1,8 @@
-//! Checks of remote accesses against the registration table: key, access
-//! rights and bounds, before any byte is touched.
+//! Memory registrations (ordinary, and allocations peers may map), and
+//! the checks of remote accesses against them: key, access rights and
+//! bounds, before any byte is touched.
 
-use super::Core;
+use super::{Core, Device, Endpoint, Mr};
 use crate::device::Access;
 use crate::mem::UserBuf;
 use crate::status::Status;
@@ -38,6 +39,83 @@ impl Core {
     pub(crate) fn mr_hold(&mut self, key: u64) {
         if let Some(mr) = self.mrs.get_mut(&key) {
             mr.busy += 1;
+        }
+    }
+}
+
+impl<D: Device> Endpoint<D> {
+    /// Registers `buf` for local use and remote `access`; returns the key.
+    pub fn mr_reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {
+        let key = self.dev.reg(buf, access)?;
+        self.core.mrs.insert(key, Mr { buf, access, busy: 0 });
+        Ok(key)
+    }
+
+    /// Removes a registration; when this returns `Ok`, no peer reads or
+    /// writes the memory any more. `Busy` while an emulated remote
+    /// operation uses it, or while the device's RDMA by a peer is still
+    /// under way after the device's wait (the registration then takes no
+    /// new remote access, and a later call tries again).
+    pub fn mr_dereg(&mut self, key: u64) -> Result<(), Status> {
+        if self.core.allocs.contains_key(&key) {
+            return Err(Status::Inval); // an allocation: `mr_free`
+        }
+        self.dereg_any(key)
+    }
+
+    /// Allocates `len` bytes registered with `access`, in memory that peers
+    /// on this host map (their RMA to it is then a copy: `Device::alloc`),
+    /// or ordinary memory registered where the device has none. The memory
+    /// is zeroed and the endpoint's until [`Self::mr_free`] (or its drop).
+    pub fn mr_alloc(&mut self, len: usize, access: Access) -> Result<(UserBuf, u64), Status> {
+        let (buf, key, owned) = match self.dev.alloc(len, access) {
+            Ok((buf, key)) => (buf, key, None),
+            Err(Status::NotSup) => {
+                let mut mem = crate::mem::OwnedBuf::zeroed(len.max(1));
+                let buf = mem.buf().slice(0, len).ok_or(Status::Inval)?;
+                let key = self.dev.reg(buf, access)?;
+                (buf, key, Some(mem))
+            }
+            Err(e) => return Err(e),
+        };
+        self.core.mrs.insert(key, Mr { buf, access, busy: 0 });
+        self.core.allocs.insert(key, owned);
+        Ok((buf, key))
+    }
+
+    /// Frees allocation `key` of [`Self::mr_alloc`]: deregistered as
+    /// [`Self::mr_dereg`] (`Busy` while an access is under way: it stays,
+    /// try again), then released. `Inval` for a key that is no allocation.
+    pub fn mr_free(&mut self, key: u64) -> Result<(), Status> {
+        let device_owned = match self.core.allocs.get(&key) {
+            None => return Err(Status::Inval),
+            Some(owned) => owned.is_none(),
+        };
+        if device_owned {
+            if self.core.mrs.get(&key).is_some_and(|mr| mr.busy > 0) {
+                return Err(Status::Busy);
+            }
+            self.dev.free(key)?;
+            self.core.mrs.remove(&key);
+        } else {
+            self.dereg_any(key)?;
+        }
+        self.core.allocs.remove(&key);
+        Ok(())
+    }
+
+    /// [`Self::mr_dereg`] of any registration.
+    fn dereg_any(&mut self, key: u64) -> Result<(), Status> {
+        match self.core.mrs.get(&key) {
+            None => Err(Status::Inval),
+            Some(mr) if mr.busy > 0 => Err(Status::Busy),
+            Some(_) => {
+                let r = self.dev.dereg(key);
+                self.dev.doorbell(); // refusals of the reads it was serving
+                r?;
+                self.core.mrs.remove(&key);
+                Ok(())
+            }
         }
     }
 }

@@ -37,7 +37,8 @@ impl Core {
     /// Queues `key` now if the peer's features are known, else parks it
     /// until the peer's HANDSHAKE (which it asks for).
     pub(crate) fn start_or_wait_handshake(&mut self, dest: Addr, key: u32) {
-        let known = self.cfg.legacy || self.peers.get(dest).is_some_and(|p| p.hs_recv);
+        let known =
+            self.cfg.legacy || self.peers.get(dest).is_some_and(|p| p.hs_recv) || self.direct_without_handshake(key);
         if known {
             self.choose_rma_protocol(key);
             self.enqueue(key);
@@ -45,6 +46,19 @@ impl Core {
             self.park(dest, key);
             self.trigger_handshake(dest);
         }
+    }
+
+    /// A read or write that goes direct whatever the peer's HANDSHAKE
+    /// says: the device reaches every peer's memory (`Caps::rdma_any_peer`).
+    fn direct_without_handshake(&self, key: u32) -> bool {
+        let Some(op) = self.ops.get(key) else { return false };
+        let bit = match op.kind {
+            OpKind::Read => wire::extra::RDMA_READ,
+            OpKind::Write => wire::extra::RDMA_WRITE,
+            _ => return false,
+        };
+        let imm_ok = op.cq_data.is_none_or(|d| self.caps.rdma_write_imm && d <= u64::from(u32::MAX));
+        self.caps.rdma_any_peer && self.my_extra() & bit != 0 && op.len <= self.caps.max_rdma_size && imm_ok
     }
 
     /// Parks `key` until `dest`'s HANDSHAKE.
@@ -62,6 +76,11 @@ impl Core {
         }
         let peer = self.peers.get(op.peer);
         let has = |bit| peer.is_some_and(|p| self.both(p, bit));
+        // A device that reaches every peer's memory needs no feature bit
+        // for direct RMA (see `Caps::rdma_any_peer`).
+        let any = |bit: u64| {
+            self.caps.rdma_any_peer && self.my_extra() & bit != 0 && peer.is_some_and(|p| !p.hs_recv || p.has(bit))
+        };
         let dc = has(wire::extra::DELIVERY_COMPLETE);
         // Direct read / write (spec §4.1, §4.6): the device moves the bytes
         // and the target does nothing. A write with CQ data goes by RDMA
@@ -72,8 +91,10 @@ impl Core {
         let fits = op.len <= self.caps.max_rdma_size;
         let imm_ok = op.cq_data.is_none_or(|d| self.caps.rdma_write_imm && d <= u64::from(u32::MAX));
         let direct = match op.kind {
-            OpKind::Read => self.caps.rdma_read && has(wire::extra::RDMA_READ) && fits,
-            OpKind::Write => self.caps.rdma_write && has(wire::extra::RDMA_WRITE) && fits && imm_ok,
+            OpKind::Read => self.caps.rdma_read && (has(wire::extra::RDMA_READ) || any(wire::extra::RDMA_READ)) && fits,
+            OpKind::Write => {
+                self.caps.rdma_write && (has(wire::extra::RDMA_WRITE) || any(wire::extra::RDMA_WRITE)) && fits && imm_ok
+            }
             _ => false,
         };
         // Emulated long-read write (spec §4.1): the target reads the bytes

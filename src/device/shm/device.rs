@@ -10,6 +10,7 @@ impl Device for ShmDevice {
             rdma_read: self.cma,
             rdma_write: self.cma,
             rdma_write_imm: self.cma,
+            rdma_any_peer: self.cma,
             sync_send: true,
             gather_in_place: false, // the ring is written: the payload is copied anyway
             longread_min: self.cfg.longread_min,
@@ -65,6 +66,7 @@ impl Device for ShmDevice {
         if let Some(p) = self.peers.get_mut(ah as usize).and_then(Option::take) {
             self.by_id.remove(&(p.epid, p.connid));
             self.last_from = None;
+            self.peer_maps.retain(|&(a, _), _| a != ah);
             if let Some(fd) = p.fifo {
                 // SAFETY: closing a descriptor we own.
                 unsafe { libc::close(fd) };
@@ -254,6 +256,14 @@ impl Device for ShmDevice {
 
     fn rdma_write(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
         self.rdma(ah, local, remote_addr, key, wr_id, true)
+    }
+
+    fn alloc(&mut self, len: usize, access: Access) -> Result<(UserBuf, u64), Status> {
+        self.alloc_shared(len, access)
+    }
+
+    fn free(&mut self, key: u64) -> Result<(), Status> {
+        self.free_shared(key)
     }
 
     fn rdma_write_imm(

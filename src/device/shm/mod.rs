@@ -116,6 +116,7 @@ use crate::mem::UserBuf;
 use crate::status::Status;
 use crate::wire::RawAddr;
 
+mod alloc;
 mod barrier;
 mod cma;
 mod config;
@@ -348,6 +349,12 @@ pub struct ShmDevice {
     /// Table entries of registrations whose deregistration answered
     /// `Busy` (withdrawn, an access still under way): not reused yet.
     mrs_closing: Vec<usize>,
+    /// This endpoint's allocations peers may map (`alloc.rs`), by key.
+    allocs: FxHashMap<u64, alloc::Alloc>,
+    /// Peers' allocations mapped here, by (peer, key).
+    peer_maps: FxHashMap<(Ah, u64), alloc::PeerMap>,
+    /// RDMA reads and writes done as copies through such a mapping.
+    mapped_copies: u64,
     /// When the peers were last checked (`coarse_now`).
     last_check: Duration,
     /// The FIFO was handed out for polling: keep it signalled.
@@ -520,6 +527,9 @@ impl ShmDevice {
             events: Vec::new(),
             mrs: FxHashMap::default(),
             mrs_closing: Vec::new(),
+            allocs: FxHashMap::default(),
+            peer_maps: FxHashMap::default(),
+            mapped_copies: 0,
             last_check: coarse_now(),
             fd_mode: false,
             keys: Vec::new(),
@@ -871,6 +881,7 @@ impl Drop for ShmDevice {
         // From here on no producer claims an entry: sends to this endpoint
         // fail at once (`claim`).
         self.map.hdr_u64::<{ off::TAIL }>().fetch_or(segment::CLOSED, Ordering::AcqRel);
+        self.unlink_allocs();
         self.map.u32_at(off::CLOSING).store(1, Ordering::Release);
         // Tell the peers it knows, after its last packet to each: they
         // fail their operations towards it at their next poll. A peer

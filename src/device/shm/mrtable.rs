@@ -13,6 +13,11 @@
 //! 32  claims  6 x u32: the pid of a peer in the middle of an access, or 0
 //! ```
 //!
+//! The access word's bit [`MAPPED`] marks memory the owner allocated in a
+//! file of its own that peers may map (`alloc.rs`): they copy into and out
+//! of their mapping of it instead of attaching to the owner's process,
+//! under the same claim.
+//!
 //! An accessor first claims a word (compare-and-swap 0 -> its pid), then
 //! reads the entry and checks key, bounds and access, then copies, then
 //! clears its word. The owner's deregistration first clears the key, then
@@ -46,6 +51,19 @@ const LEN: usize = 24;
 const CLAIM: usize = 32;
 
 const _: () = assert!(CLAIM + 4 * CLAIMS <= MR_ENTRY_LEN);
+
+/// The access word's flag of an allocation peers may map (`alloc.rs`);
+/// not an `Access` bit, so no application can set it.
+pub(super) const MAPPED: u32 = 1 << 31;
+
+/// What a claimed entry holds: the region's base address, length, and
+/// whether peers may map it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Entry {
+    pub base: u64,
+    pub len: u64,
+    pub mapped: bool,
+}
 
 /// How long a deregistration waits for accesses under way before it
 /// answers `Busy` (the largest single access, 1 GiB, copies in well under
@@ -93,7 +111,7 @@ pub(super) fn claim_remote<'a>(
     addr: u64,
     len: u64,
     need: Access,
-) -> Result<Claim<'a>, Status> {
+) -> Result<(Claim<'a>, Entry), Status> {
     let e = entry_of(shape, key);
     if key == 0 || map.u64_at(e + KEY).load(Ordering::Relaxed) != key {
         return Err(Status::RemoteAccess);
@@ -113,16 +131,15 @@ pub(super) fn claim_remote<'a>(
         std::thread::yield_now();
     };
     fence(Ordering::SeqCst);
-    if lookup(map, e, key, addr, len, need) {
-        Ok(claim)
-    } else {
-        Err(Status::RemoteAccess)
+    match lookup(map, e, key, addr, len, need) {
+        Some(entry) => Ok((claim, entry)),
+        None => Err(Status::RemoteAccess),
     }
 }
 
 /// Reads entry `e` under its seqlock: it holds `key` and grants `need`
 /// over `[addr, addr + len)`.
-fn lookup(map: &Mapping, e: usize, key: u64, addr: u64, len: u64, need: Access) -> bool {
+fn lookup(map: &Mapping, e: usize, key: u64, addr: u64, len: u64, need: Access) -> Option<Entry> {
     for _ in 0..64 {
         let s1 = map.u32_at(e + SEQ).load(Ordering::Acquire);
         if s1 % 2 == 1 {
@@ -132,17 +149,19 @@ fn lookup(map: &Mapping, e: usize, key: u64, addr: u64, len: u64, need: Access) 
         let k = map.u64_at(e + KEY).load(Ordering::Relaxed);
         let base = map.u64_at(e + ADDR).load(Ordering::Relaxed);
         let mlen = map.u64_at(e + LEN).load(Ordering::Relaxed);
-        let access = Access::from_bits_truncate(map.u32_at(e + ACCESS).load(Ordering::Relaxed));
+        let word = map.u32_at(e + ACCESS).load(Ordering::Relaxed);
+        let access = Access::from_bits_truncate(word);
         fence(Ordering::Acquire);
         if map.u32_at(e + SEQ).load(Ordering::Relaxed) != s1 {
             continue;
         }
-        return k == key
+        let ok = k == key
             && access.contains(need)
             && addr >= base
             && addr.checked_add(len).is_some_and(|end| base.checked_add(mlen).is_some_and(|mend| end <= mend));
+        return ok.then_some(Entry { base, len: mlen, mapped: word & MAPPED != 0 });
     }
-    false
+    None
 }
 
 impl ShmDevice {
@@ -151,6 +170,13 @@ impl ShmDevice {
     /// the entry without a search. Entries of registrations still closing
     /// (`Busy`) are not reused.
     pub(super) fn table_reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {
+        let (idx, key) = self.reserve_entry()?;
+        self.publish_entry(idx, key, buf, access.bits());
+        Ok(key)
+    }
+
+    /// A free entry and a fresh key for it, not yet published.
+    pub(super) fn reserve_entry(&mut self) -> Result<(usize, u64), Status> {
         let base = self.shape.mr_off();
         let idx = (0..MR_ENTRIES)
             .find(|&i| {
@@ -162,18 +188,23 @@ impl ShmDevice {
         while key == 0 || self.mrs.contains_key(&key) {
             key = self.next_key().wrapping_mul(MR_ENTRIES as u64) | idx as u64;
         }
-        let e = base + idx * MR_ENTRY_LEN;
+        Ok((idx, key))
+    }
+
+    /// Publishes registration `key` of `buf` in entry `idx` with access
+    /// word `word` (`Access` bits, and [`MAPPED`]).
+    pub(super) fn publish_entry(&mut self, idx: usize, key: u64, buf: UserBuf, word: u32) {
+        let e = self.shape.mr_off() + idx * MR_ENTRY_LEN;
         let seq = self.map.u32_at(e + SEQ);
         let s = seq.load(Ordering::Relaxed);
         seq.store(s + 1, Ordering::Relaxed);
         fence(Ordering::Release);
         self.map.u64_at(e + ADDR).store(buf.addr(), Ordering::Relaxed);
         self.map.u64_at(e + LEN).store(buf.len() as u64, Ordering::Relaxed);
-        self.map.u32_at(e + ACCESS).store(access.bits(), Ordering::Relaxed);
+        self.map.u32_at(e + ACCESS).store(word, Ordering::Relaxed);
         self.map.u64_at(e + KEY).store(key, Ordering::Relaxed);
         seq.store(s + 2, Ordering::Release);
         self.mrs.insert(key, idx);
-        Ok(key)
     }
 
     /// Withdraws registration `key`, then waits until no peer is in the

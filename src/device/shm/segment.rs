@@ -489,9 +489,12 @@ pub(super) fn remove_stale_locked(prefix: &str) -> usize {
         .collect();
     let mut n = 0;
     for name in &names {
-        match name.strip_suffix(".fifo") {
-            // A FIFO whose segment is gone (its owner died between the two unlinks).
-            Some(seg) if !names.iter().any(|m| m == seg) => {
+        // A FIFO, or an allocation's file (`alloc.rs`), of a segment: it
+        // goes with its segment (below, when that is stale, or now, when
+        // its owner died between the unlinks).
+        let owner = name.strip_suffix(".fifo").or_else(|| name.rsplit_once(".m").map(|(seg, _)| seg));
+        match owner {
+            Some(seg) if !names.iter().any(|m| m == seg) || is_stale(seg) => {
                 let f = cstr(&format!("/dev/shm/{name}"));
                 // SAFETY: valid NUL-terminated path; failure is fine.
                 unsafe { libc::unlink(f.as_ptr()) };

@@ -724,6 +724,8 @@ impl Device for UdpDevice {
             rdma_read: self.cfg.rdma,
             rdma_write: self.cfg.rdma,
             rdma_write_imm: self.cfg.rdma,
+            // A peer may have turned its RDMA off (`RDM4_UDP_RDMA=0`).
+            rdma_any_peer: false,
             sync_send: false,
             gather_in_place: false,
             longread_min: usize::MAX,

@@ -1,0 +1,182 @@
+//! Memory that peers on this host can map (`Device::alloc`): each
+//! allocation is a file of its own in `/dev/shm`, named after the owner's
+//! segment and the registration's key (`<segment>.m<key>`), mapped shared
+//! by the owner and registered in its table with the [`MAPPED`] flag.
+//!
+//! - A peer's RDMA read or write of such a region copies into or out of its
+//!   own mapping of the file, made on first use and kept per (peer, key)
+//!   (at most [`PEER_MAPS`] of them; then they are all dropped and made
+//!   again), instead of a cross-memory-attach system call. It holds the
+//!   same claim of the owner's table entry while it copies (`mrtable.rs`),
+//!   so after the owner's `free` returns no peer touches the region: the
+//!   entry's key is gone, and a mapping a peer kept is never used again
+//!   (it only keeps the unlinked file's pages alive until the peer drops
+//!   it). A cached mapping is used only for the base and length the entry
+//!   shows now, so a key reused by a later allocation is mapped afresh.
+//! - `free` deregisters (waiting for peers' copies under way, `Busy` after
+//!   the wait as `dereg`), unmaps and unlinks. Closing the endpoint frees
+//!   what is left. The files of a process that died are removed by the
+//!   next open of the prefix, with its segment (`segment.rs`).
+
+use std::os::fd::RawFd;
+
+use super::mrtable::{Entry, MAPPED};
+use super::segment::{cstr, Mapping};
+use super::{Peer, ShmDevice};
+use crate::device::{Access, Ah};
+use crate::fxhash::FxHashMap;
+use crate::mem::UserBuf;
+use crate::status::Status;
+
+/// Mappings of peers' allocations kept at most.
+const PEER_MAPS: usize = 256;
+
+/// The file of allocation `key` of the endpoint whose segment is `seg`.
+pub(super) fn alloc_file(seg: &str, key: u64) -> String {
+    format!("{seg}.m{key:x}")
+}
+
+/// One allocation of this endpoint.
+pub(super) struct Alloc {
+    map: Mapping,
+    file: String,
+}
+
+/// A peer's allocation as mapped here: for the entry's base and length.
+pub(super) struct PeerMap {
+    map: Mapping,
+    base: u64,
+    len: u64,
+}
+
+impl ShmDevice {
+    /// RDMA reads and writes this device did as copies through its mapping
+    /// of a peer's allocation (not by cross-memory attach).
+    pub fn mapped_copies(&self) -> u64 {
+        self.mapped_copies
+    }
+
+    /// Allocates `len` bytes in a file of their own, registered with
+    /// `access` and the [`MAPPED`] flag.
+    pub(super) fn alloc_shared(&mut self, len: usize, access: Access) -> Result<(UserBuf, u64), Status> {
+        let (idx, key) = self.reserve_entry()?;
+        let file = alloc_file(&self.name, key);
+        let c = cstr(&format!("/{file}"));
+        // SAFETY: valid name; exclusive creation.
+        let fd = unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_EXCL, 0o600) };
+        if fd < 0 {
+            return Err(Status::Io);
+        }
+        let size = len.max(1);
+        // SAFETY: sizing and allocating the descriptor we created (the pages
+        // exist before anyone touches them: no SIGBUS on a full /dev/shm).
+        let sized = unsafe {
+            libc::ftruncate(fd, size as libc::off_t) == 0 && libc::posix_fallocate(fd, 0, size as libc::off_t) == 0
+        };
+        let map = if sized { Mapping::map(fd, size) } else { Err(Status::NoMem) };
+        close(fd);
+        let map = match map {
+            Ok(m) => m,
+            Err(e) => {
+                unlink(&file);
+                return Err(e);
+            }
+        };
+        // SAFETY: the mapping lives in `allocs` until `free_shared` (or the
+        // device's drop), which the engine calls only once no operation of
+        // its own uses the buffer; peers reach it only under a claim.
+        let buf = unsafe { UserBuf::from_raw(map.base(), len) }.ok_or(Status::NoMem)?;
+        self.publish_entry(idx, key, buf, access.bits() | MAPPED);
+        self.allocs.insert(key, Alloc { map, file });
+        Ok((buf, key))
+    }
+
+    /// Frees allocation `key`: deregistered (as `dereg`: `Busy` while a
+    /// peer's copy is still under way), unmapped, unlinked.
+    pub(super) fn free_shared(&mut self, key: u64) -> Result<(), Status> {
+        if !self.allocs.contains_key(&key) {
+            return Err(Status::Inval);
+        }
+        self.table_dereg(key)?;
+        if let Some(a) = self.allocs.remove(&key) {
+            unlink(&a.file);
+            drop(a.map);
+        }
+        Ok(())
+    }
+
+    /// Unlinks every allocation's file (the device closes).
+    pub(super) fn unlink_allocs(&mut self) {
+        for a in self.allocs.values() {
+            unlink(&a.file);
+        }
+    }
+}
+
+/// Copies between `local` and peer `p`'s allocation `key` (its claimed
+/// `entry`) at `addr`, through this process's mapping of it (made on
+/// first use, kept in `maps`). `None`: the file could not be mapped (the
+/// caller copies by cross-memory attach).
+pub(super) fn copy_mapped(
+    maps: &mut FxHashMap<(Ah, u64), PeerMap>,
+    p: &Peer,
+    ah: Ah,
+    (key, entry): (u64, Entry),
+    local: UserBuf,
+    addr: u64,
+    write: bool,
+) -> Option<()> {
+    let fresh = maps.get(&(ah, key)).is_none_or(|m| m.base != entry.base || m.len != entry.len);
+    if fresh {
+        if maps.len() >= PEER_MAPS {
+            maps.clear();
+        }
+        let map = map_peer_file(&alloc_file(&p.name, key), entry.len)?;
+        maps.insert((ah, key), PeerMap { map, base: entry.base, len: entry.len });
+    }
+    let m = maps.get(&(ah, key))?;
+    let off = usize::try_from(addr - entry.base).ok()?;
+    let n = local.len();
+    if off.checked_add(n)? > m.map.len {
+        return None;
+    }
+    // SAFETY: `off + n` lies within the mapping (checked), which holds the
+    // region the claimed entry grants this access to; `local` is a buffer
+    // lent to us. The regions may not overlap (different mappings).
+    unsafe {
+        let remote = m.map.base().add(off);
+        if write {
+            local.with_slice(|s| std::ptr::copy_nonoverlapping(s.as_ptr(), remote, n));
+        } else {
+            local.with_slice_mut(|s| std::ptr::copy_nonoverlapping(remote, s.as_mut_ptr(), n));
+        }
+    }
+    Some(())
+}
+
+/// Maps a peer's allocation file of at least `len` bytes.
+fn map_peer_file(file: &str, len: u64) -> Option<Mapping> {
+    let c = cstr(&format!("/{file}"));
+    // SAFETY: valid name; opened read-write to map it shared.
+    let fd = unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: fstat into a zeroed struct of the right type.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let size_ok = unsafe { libc::fstat(fd, &mut st) } == 0 && st.st_size as u64 >= len.max(1);
+    let map = if size_ok { Mapping::map(fd, len.max(1) as usize).ok() } else { None };
+    close(fd);
+    map
+}
+
+fn close(fd: RawFd) {
+    // SAFETY: closing a descriptor we opened; the mapping keeps the memory.
+    unsafe { libc::close(fd) };
+}
+
+fn unlink(file: &str) {
+    let c = cstr(&format!("/{file}"));
+    // SAFETY: valid name; failure (already gone) is fine.
+    unsafe { libc::shm_unlink(c.as_ptr()) };
+}

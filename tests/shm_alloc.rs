@@ -1,0 +1,176 @@
+//! Memory peers on this host can map (`Endpoint::mr_alloc`, issue 31)
+//! over the shm device: RMA into it is a copy in the accessor's own
+//! process, against a peer that never calls the library; ordinary
+//! registrations keep cross-memory attach; freeing while a peer writes in
+//! a loop leaves no access after it returns; the files go with the
+//! allocations.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::pattern;
+
+use rdm4::device::shm::{ShmConfig, ShmDevice};
+use rdm4::device::Access;
+use rdm4::engine::{Config, Cqe, Endpoint, RemoteBuf};
+use rdm4::mem::OwnedBuf;
+use rdm4::Status;
+
+type Ep = Endpoint<ShmDevice>;
+
+fn prefix(name: &str) -> String {
+    format!("rdm4al{}{name}", std::process::id())
+}
+
+/// Two endpoints over shm; only the first will progress.
+fn pair(name: &str) -> (Ep, Ep, u32) {
+    let cfg = ShmConfig { prefix: prefix(name), ..ShmConfig::default() };
+    let mut a = Endpoint::new(ShmDevice::open_with(cfg.clone()).unwrap(), Config::default());
+    let b = Endpoint::new(ShmDevice::open_with(cfg).unwrap(), Config::default());
+    let to_b = a.av_insert(&b.addr()).unwrap();
+    (a, b, to_b)
+}
+
+/// Progresses `a` alone until its operation `ctx` completes (10 s at most).
+fn wait(a: &mut Ep, ctx: u64) -> Cqe {
+    let t = Instant::now();
+    let mut cq = Vec::new();
+    loop {
+        a.progress(0);
+        a.poll_cq(&mut cq, 16);
+        if let Some(i) = cq.iter().position(|e| e.context == ctx) {
+            return cq.remove(i);
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "no completion for {ctx}");
+    }
+}
+
+/// Files of `prefix` in /dev/shm whose name holds `part`.
+fn files(prefix: &str, part: &str) -> usize {
+    std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.starts_with(prefix) && n.contains(part)
+        })
+        .count()
+}
+
+#[test]
+fn allocated_memory_is_written_and_read_by_copies_with_the_owner_never_progressing() {
+    let (mut a, mut b, to_b) = pair("copy");
+    if !a.caps().rdma_any_peer {
+        return; // no cross-memory attach here: RMA goes emulated
+    }
+    let len = 2 << 20;
+    let (mem, key) = b.mr_alloc(len, Access::REMOTE_READ | Access::REMOTE_WRITE).unwrap();
+    assert!(mem.with_slice(|s| s.iter().all(|&x| x == 0)), "zeroed");
+    assert_eq!(files(&prefix("copy"), ".m"), 1, "one file for the allocation");
+    let mut ctx = 0;
+    for (off, n) in [(0usize, 8usize), (8, 8), (4096 - 3, 100), (65_536, 1 << 20), (len - 1, 1)] {
+        ctx += 1;
+        let data = pattern(n, off as u64);
+        let mut src = OwnedBuf::from_slice(&data);
+        let rb = RemoteBuf { addr: mem.addr() + off as u64, key };
+        a.write(to_b, src.buf(), rb, None, ctx).unwrap();
+        assert_eq!(wait(&mut a, ctx).status, Status::Success, "write {n} B at {off}");
+        assert!(mem.with_slice(|s| s[off..off + n] == data[..]), "write {n} B at {off} lands");
+        let mut back = OwnedBuf::zeroed(n);
+        ctx += 1;
+        a.read(to_b, back.buf(), rb, ctx).unwrap();
+        assert_eq!(wait(&mut a, ctx).status, Status::Success, "read {n} B at {off}");
+        assert!(back.bytes() == data, "read {n} B at {off}");
+    }
+    assert_eq!(a.device().mapped_copies(), ctx, "every access a copy through the mapping");
+    // Out of bounds and a wrong key: refused, nothing written.
+    let mut src = OwnedBuf::from_slice(&[9u8; 16]);
+    a.write(to_b, src.buf(), RemoteBuf { addr: mem.addr() + len as u64 - 8, key }, None, 100).unwrap();
+    assert_eq!(wait(&mut a, 100).status, Status::RemoteAccess);
+    a.write(to_b, src.buf(), RemoteBuf { addr: mem.addr(), key: key ^ 1 }, None, 101).unwrap();
+    assert_eq!(wait(&mut a, 101).status, Status::RemoteAccess);
+    assert!(mem.with_slice(|s| s[len - 8..len - 1].iter().all(|&x| x == 0)));
+    // Ordinary registered memory: cross-memory attach, as before.
+    let mut plain = OwnedBuf::zeroed(4096);
+    let pkey = b.mr_reg(plain.buf(), Access::REMOTE_WRITE).unwrap();
+    let before = a.device().mapped_copies();
+    a.write(to_b, src.buf(), RemoteBuf { addr: plain.buf().addr(), key: pkey }, None, 102).unwrap();
+    assert_eq!(wait(&mut a, 102).status, Status::Success);
+    assert_eq!(a.device().mapped_copies(), before);
+    assert_eq!(&plain.bytes()[..16], &[9u8; 16]);
+    // The key is an allocation's: mr_dereg refuses it, mr_free frees it once.
+    assert_eq!(b.mr_dereg(key), Err(Status::Inval));
+    assert_eq!(b.mr_free(pkey), Err(Status::Inval), "mr_free of an ordinary registration");
+    assert_eq!(b.mr_free(key), Ok(()));
+    assert_eq!(b.mr_free(key), Err(Status::Inval));
+    assert_eq!(files(&prefix("copy"), ".m"), 0, "the file goes with the allocation");
+    // Later accesses are refused.
+    a.write(to_b, src.buf(), RemoteBuf { addr: mem.addr(), key }, None, 103).unwrap();
+    assert_eq!(wait(&mut a, 103).status, Status::RemoteAccess);
+    b.mr_dereg(pkey).unwrap();
+}
+
+#[test]
+fn freeing_while_a_peer_writes_in_a_loop_leaves_no_access_after_it_returns() {
+    let (mut a, mut b, to_b) = pair("free");
+    if !a.caps().rdma_any_peer {
+        return;
+    }
+    let (mem, key) = b.mr_alloc(1 << 16, Access::REMOTE_WRITE).unwrap();
+    let freed = AtomicBool::new(false);
+    let (ok_before, refused_after) = std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let mut src = OwnedBuf::from_slice(&[7u8; 1 << 16]);
+            let (mut ok, mut refused_after, mut ctx) = (0u32, 0u32, 0u64);
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(5) {
+                // Whether the free had returned before this write was posted.
+                let after = freed.load(Ordering::SeqCst);
+                ctx += 1;
+                a.write(to_b, src.buf(), RemoteBuf { addr: mem.addr(), key }, None, ctx).unwrap();
+                match wait(&mut a, ctx).status {
+                    Status::Success => {
+                        assert!(!after, "a write posted after the free returned succeeded");
+                        ok += 1;
+                    }
+                    Status::RemoteAccess => {
+                        refused_after += u32::from(after);
+                        if after && refused_after >= 100 {
+                            break;
+                        }
+                    }
+                    s => panic!("write: {s:?}"),
+                }
+            }
+            (ok, refused_after)
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let t = Instant::now();
+        loop {
+            match b.mr_free(key) {
+                Ok(()) => break,
+                Err(Status::Busy) => assert!(t.elapsed() < Duration::from_secs(10)),
+                Err(e) => panic!("free: {e:?}"),
+            }
+        }
+        freed.store(true, Ordering::SeqCst);
+        writer.join().unwrap()
+    });
+    assert!(ok_before > 0, "the peer wrote before the free");
+    assert!(refused_after >= 100, "and was refused after it ({refused_after})");
+    assert_eq!(files(&prefix("free"), ".m"), 0);
+}
+
+#[test]
+fn allocations_left_at_close_go_with_the_endpoint() {
+    let (a, mut b, _) = pair("close");
+    for _ in 0..3 {
+        b.mr_alloc(4096, Access::REMOTE_READ).unwrap();
+    }
+    assert_eq!(files(&prefix("close"), ".m"), 3);
+    drop(b);
+    drop(a);
+    assert_eq!(files(&prefix("close"), ".m"), 0);
+}
