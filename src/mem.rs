@@ -8,6 +8,7 @@
 //! and every access through it is bounds-checked, so the engine (which has no
 //! `unsafe`) can never read or write outside it.
 
+use crate::status::Status;
 use std::ptr::NonNull;
 
 /// Copies `n` bytes from `src` to `dst` (which may overlap); up to 16 bytes
@@ -237,6 +238,64 @@ impl UserBuf {
         // SAFETY: as `with_slice`; the library accesses a lent buffer from one
         // place at a time (the endpoint is used behind a lock).
         f(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
+    }
+
+    /// Applies atomic operation `o` of libfabric datatype `dt` to every
+    /// element of the buffer (see `engine::atomic_ops::apply`), each
+    /// element by one compare-and-swap of the CPU (a loop: read, compute,
+    /// swap if unchanged) where it is 1, 2, 4 or 8 bytes and aligned: such
+    /// elements are atomic with respect to every other rdm4 atomic on them,
+    /// from this process or a peer mapping the same memory. 16-byte
+    /// elements (128-bit integers, double complex) and unaligned ones are
+    /// applied with plain loads and stores: atomic only with respect to the
+    /// other atomics the same endpoint serves.
+    pub fn atomic_apply(&self, dt: u32, o: u32, operand: &[u8], compare: &[u8], old: &mut [u8]) -> Result<(), Status> {
+        use crate::engine::atomic_ops::{apply, type_size};
+        use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering::SeqCst};
+        let size = type_size(dt)?;
+        let aligned = self.addr() % size as u64 == 0;
+        if !matches!(size, 1 | 2 | 4 | 8) || !aligned {
+            return self.with_slice_mut(|dst| apply(dt, o, dst, operand, compare, old));
+        }
+        let n = self.len / size;
+        for i in 0..n {
+            let at = i * size;
+            let opnd = operand.get(at..at + size).unwrap_or(&[]);
+            let cmp = compare.get(at..at + size).unwrap_or(&[]);
+            // One element: read it, compute the new value, swap it in if it
+            // did not change meanwhile; else again.
+            macro_rules! cas {
+                ($a:ty, $t:ty) => {{
+                    // SAFETY: `at + size <= len`, aligned to `size` (checked
+                    // above); the memory is valid while lent and accessed by
+                    // peers only through atomics of the same width.
+                    let a = unsafe { <$a>::from_ptr(self.ptr.as_ptr().add(at).cast::<$t>()) };
+                    let mut cur = a.load(SeqCst);
+                    loop {
+                        let mut v = cur.to_ne_bytes();
+                        apply(dt, o, &mut v, opnd, cmp, &mut [])?;
+                        let new = <$t>::from_ne_bytes(v);
+                        if new == cur {
+                            break;
+                        }
+                        match a.compare_exchange(cur, new, SeqCst, SeqCst) {
+                            Ok(_) => break,
+                            Err(now) => cur = now,
+                        }
+                    }
+                    if let Some(o) = old.get_mut(at..at + size) {
+                        o.copy_from_slice(&cur.to_ne_bytes());
+                    }
+                }};
+            }
+            match size {
+                1 => cas!(AtomicU8, u8),
+                2 => cas!(AtomicU16, u16),
+                4 => cas!(AtomicU32, u32),
+                _ => cas!(AtomicU64, u64),
+            }
+        }
+        Ok(())
     }
 }
 

@@ -483,6 +483,10 @@ impl<D: Device> Device for Capture<D> {
         self.inner.alloc(len, access)
     }
 
+    fn atomic(&mut self, ah: Ah, remote_addr: u64, key: u64, a: &crate::device::RemoteAtomic) -> Result<(), DevError> {
+        self.inner.atomic(ah, remote_addr, key, a)
+    }
+
     fn free(&mut self, key: u64) -> Result<(), Status> {
         self.inner.free(key)
     }

@@ -174,3 +174,89 @@ fn allocations_left_at_close_go_with_the_endpoint() {
     drop(a);
     assert_eq!(files(&prefix("close"), ".m"), 0);
 }
+
+#[test]
+fn atomics_on_allocated_memory_are_cpu_atomics_under_contention_from_every_side() {
+    use rdm4::engine::Proto;
+    const UINT64: u32 = 7; // libfabric 1.x FI_UINT64
+    const SUM: u32 = 2;
+    const CSWAP: u32 = 12;
+    let cfg = ShmConfig { prefix: prefix("atom"), ..ShmConfig::default() };
+    let open = || Endpoint::new(ShmDevice::open_with(cfg.clone()).unwrap(), Config::default());
+    let (mut a, mut c, mut b) = (open(), open(), open());
+    if !a.caps().rdma_any_peer {
+        return;
+    }
+    let (mem, key) = b.mr_alloc(64, Access::REMOTE_READ | Access::REMOTE_WRITE).unwrap();
+    let rb = RemoteBuf { addr: mem.addr(), key };
+    const N: u64 = 5_000;
+    // A and C fetch-add from their threads; the owner adds by its own CPU
+    // atomics on the same word; nobody calls the owner's endpoint.
+    let to_b = [a.av_insert(&b.addr()).unwrap(), c.av_insert(&b.addr()).unwrap()];
+    let word = {
+        let p = mem.addr() as usize as *const std::sync::atomic::AtomicU64;
+        // SAFETY: the allocation is 64 bytes, 8-aligned, alive until mr_free below.
+        unsafe { &*p }
+    };
+    let olds: Vec<Vec<u64>> = std::thread::scope(|s| {
+        let peers: Vec<_> = [(&mut a, to_b[0]), (&mut c, to_b[1])]
+            .into_iter()
+            .map(|(ep, to)| {
+                s.spawn(move || {
+                    let mut olds = Vec::new();
+                    let mut one = OwnedBuf::from_slice(&1u64.to_ne_bytes());
+                    let mut old = OwnedBuf::zeroed(8);
+                    for i in 0..N {
+                        let none = rdm4::mem::UserBuf::empty();
+                        ep.atomic(to, UINT64, SUM, one.buf(), none, old.buf(), rb, i).unwrap();
+                        assert_eq!(wait(ep, i).status, Status::Success);
+                        olds.push(u64::from_ne_bytes(old.bytes().try_into().unwrap()));
+                    }
+                    olds
+                })
+            })
+            .collect();
+        let mine: Vec<u64> = (0..N).map(|_| word.fetch_add(1, Ordering::SeqCst)).collect();
+        let mut all: Vec<Vec<u64>> = peers.into_iter().map(|h| h.join().unwrap()).collect();
+        all.push(mine);
+        all
+    });
+    assert_eq!(word.load(Ordering::SeqCst), 3 * N, "every add counted once");
+    let mut every: Vec<u64> = olds.concat();
+    every.sort_unstable();
+    assert_eq!(every, (0..3 * N).collect::<Vec<_>>(), "each add saw a distinct old value");
+    assert_eq!(a.traffic().ops(Proto::AtomicDirect), N);
+    assert_eq!(a.traffic().ops(Proto::Atomic), 0, "none emulated");
+    // Compare-swap: succeeds once, then fails with the old value returned.
+    let none = rdm4::mem::UserBuf::empty();
+    let (mut cmp, mut new, mut old) =
+        (OwnedBuf::from_slice(&(3 * N).to_ne_bytes()), OwnedBuf::from_slice(&7u64.to_ne_bytes()), OwnedBuf::zeroed(8));
+    for ctx in [900, 901] {
+        a.atomic(to_b[0], UINT64, CSWAP, new.buf(), cmp.buf(), old.buf(), rb, ctx).unwrap();
+        assert_eq!(wait(&mut a, ctx).status, Status::Success);
+    }
+    assert_eq!(word.load(Ordering::SeqCst), 7);
+    assert_eq!(u64::from_ne_bytes(old.bytes().try_into().unwrap()), 7, "the second saw 7 and did not swap");
+    // Out of bounds: refused at once.
+    let past = RemoteBuf { addr: mem.addr() + 64, key };
+    a.atomic(to_b[0], UINT64, SUM, new.buf(), none, old.buf(), past, 902).unwrap();
+    assert_eq!(wait(&mut a, 902).status, Status::RemoteAccess);
+    // Ordinary registered memory: emulated, served by the owner's progress.
+    let mut plain = OwnedBuf::zeroed(8);
+    let pkey = b.mr_reg(plain.buf(), Access::REMOTE_READ | Access::REMOTE_WRITE).unwrap();
+    a.atomic(to_b[0], UINT64, SUM, new.buf(), none, old.buf(), RemoteBuf { addr: plain.buf().addr(), key: pkey }, 903)
+        .unwrap();
+    let t = Instant::now();
+    let mut cq = Vec::new();
+    while !cq.iter().any(|e: &Cqe| e.context == 903) {
+        assert!(t.elapsed() < Duration::from_secs(10));
+        a.progress(0);
+        b.progress(0);
+        a.poll_cq(&mut cq, 16);
+    }
+    assert_eq!(a.traffic().ops(Proto::Atomic), 1);
+    assert_eq!(plain.bytes(), &7u64.to_ne_bytes());
+    let _ = (cmp.buf(), new.buf());
+    b.mr_dereg(pkey).unwrap();
+    b.mr_free(key).unwrap();
+}

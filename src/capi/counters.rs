@@ -65,7 +65,7 @@ const COUNTERS: &[Counter] = &[
 /// `ops_<protocol>` and `bytes_<protocol>`: `msg_eager`, `msg_medium`,
 /// `msg_longcts`, `msg_longread`, `msg_runtread`, `write_direct`,
 /// `write_eager`, `write_longcts`, `write_longread`, `read_direct`,
-/// `read_short`, `read_longcts`, `atomic`) count from the endpoint's
+/// `read_short`, `read_longcts`, `atomic`, `atomic_direct`) count from the endpoint's
 /// open.
 ///
 /// Returns how many it wrote (0 when `first` is past the last);

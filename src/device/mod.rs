@@ -118,6 +118,17 @@ pub struct Caps {
     pub backlog_min: u64,
 }
 
+/// The operation of [`Device::atomic`]: libfabric datatype and operation,
+/// and the application's buffers (operands, compare values, results).
+#[derive(Debug, Clone, Copy)]
+pub struct RemoteAtomic {
+    pub datatype: u32,
+    pub op: u32,
+    pub operand: UserBuf,
+    pub compare: UserBuf,
+    pub result: UserBuf,
+}
+
 /// What became of an accepted send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sent {
@@ -450,6 +461,16 @@ pub trait Device {
 
     /// Wakes a sleep of this device's own (another thread posted work).
     fn wake_sleeper(&self) {}
+
+    /// An atomic on the peer's memory at `(remote_addr, key)`, done now by
+    /// this process's CPU where the device maps that memory (an allocation
+    /// of [`Device::alloc`] at a peer of this host): the old values are in
+    /// `a.result` when it returns `Ok`. `Failed(NotSup)`: not such memory
+    /// (the engine emulates the atomic); `Failed(RemoteAccess)`: refused
+    /// (key, bounds, access); `Again`: try later (or emulate).
+    fn atomic(&mut self, _ah: Ah, _remote_addr: u64, _key: u64, _a: &RemoteAtomic) -> Result<(), DevError> {
+        Err(DevError::Failed(Status::NotSup))
+    }
 
     /// Allocates `len` bytes registered with `access` (returned with their
     /// key) in memory that the device's peers on this host can map, so

@@ -7,28 +7,55 @@ use super::atomic_ops::{self, AtomicClass};
 use super::op::{AtomicReq, Op, OpKind};
 use super::peer::Peer;
 use super::{Addr, Core, RemoteBuf};
-use crate::device::Access;
-use crate::mem::UserBuf;
+use crate::device::{Access, RemoteAtomic};
 use crate::status::Status;
 use crate::wire::{self, Packet, PacketType, ReqInfo, RmaIov, Subprotocol};
 
 impl Core {
-    /// Validates and queues an atomic.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn post_atomic(
+    /// An atomic done at once by the device (`Device::atomic`: memory a
+    /// same-host peer allocated to be mapped, `Caps::rdma_any_peer`), its
+    /// completion queued; `None` when the device does not do it (the
+    /// caller posts it emulated). Such an atomic takes no `msg_id`: it is
+    /// applied when posted, after this endpoint's earlier ones on such
+    /// memory, not ordered with emulated ones still under way.
+    pub(crate) fn atomic_direct<D: super::Device>(
         &mut self,
+        dev: &mut D,
         dest: Addr,
-        datatype: u32,
-        op_code: u32,
-        operand: UserBuf,
-        compare: UserBuf,
-        result: UserBuf,
+        a: RemoteAtomic,
         remote: RemoteBuf,
         context: u64,
-    ) -> Result<(), Status> {
-        let peer = self.reachable_peer(dest)?;
-        let size = atomic_ops::type_size(datatype)?;
-        let class = atomic_ops::classify(datatype, op_code, !result.is_empty())?;
+    ) -> Option<Result<(), Status>> {
+        let ah = self.peers.get(dest).filter(|p| p.in_av && !p.lost)?.ah?;
+        let len = match self.check_atomic(&a, remote) {
+            Ok((_, len)) => len,
+            Err(e) => return Some(Err(e)),
+        };
+        let status = match dev.atomic(ah, remote.addr, remote.key, &a) {
+            Ok(()) => Status::Success,
+            Err(crate::device::DevError::Failed(Status::NotSup) | crate::device::DevError::Again) => return None,
+            Err(crate::device::DevError::Failed(s)) => s,
+        };
+        let mut flags = super::CqFlags::ATOMIC | super::CqFlags::WRITE;
+        if !a.result.is_empty() {
+            flags |= super::CqFlags::READ;
+        }
+        let mut e = super::Cqe::new(context, flags, len as u64, status);
+        if status == Status::RemoteAccess {
+            e.detail = status.code().unsigned_abs();
+        }
+        self.cq.push_back(e);
+        self.traffic.op(super::Proto::AtomicDirect, len as u64);
+        Some(Ok(()))
+    }
+
+    /// Checks an atomic's datatype, operation and buffers, and that it fits
+    /// one RTA (whichever way it then goes, the limits are the same);
+    /// returns its class and length.
+    fn check_atomic(&self, a: &RemoteAtomic, remote: RemoteBuf) -> Result<(AtomicClass, usize), Status> {
+        let (op_code, operand, compare, result) = (a.op, a.operand, a.compare, a.result);
+        let size = atomic_ops::type_size(a.datatype)?;
+        let class = atomic_ops::classify(a.datatype, op_code, !result.is_empty())?;
         let len = if op_code == atomic_ops::op::ATOMIC_READ { result.len() } else { operand.len() };
         let shapes_ok = len > 0
             && len % size == 0
@@ -43,15 +70,34 @@ impl Core {
             return Err(Status::Inval);
         }
         remote.check(len)?;
-        let ptype = match class {
+        let payload = if class == AtomicClass::Compare { 2 * len } else { len };
+        if payload > self.req_data_cap(Self::rta_type(class), 1) {
+            return Err(Status::Overflow);
+        }
+        Ok((class, len))
+    }
+
+    /// The RTA of an atomic of `class`.
+    fn rta_type(class: AtomicClass) -> PacketType {
+        match class {
             AtomicClass::Write => PacketType::WriteRta,
             AtomicClass::Fetch => PacketType::FetchRta,
             AtomicClass::Compare => PacketType::CompareRta,
-        };
-        let payload = if class == AtomicClass::Compare { 2 * len } else { len };
-        if payload > self.req_data_cap(ptype, 1) {
-            return Err(Status::Overflow);
         }
+    }
+
+    /// Validates and queues an atomic.
+    pub(crate) fn post_atomic(
+        &mut self,
+        dest: Addr,
+        a: RemoteAtomic,
+        remote: RemoteBuf,
+        context: u64,
+    ) -> Result<(), Status> {
+        let peer = self.reachable_peer(dest)?;
+        let RemoteAtomic { datatype, op: op_code, operand, compare, result } = a;
+        let (class, len) = self.check_atomic(&a, remote)?;
+        let ptype = Self::rta_type(class);
         let mut op = Op::new(OpKind::Atomic, dest, context, operand);
         op.ptype = Some(ptype);
         op.rma = RmaIov::new(remote.addr, len as u64, remote.key);
@@ -163,7 +209,8 @@ impl Core {
         }
         let (operand, compare) = r.data.split_at(data_len.min(len));
         let mut old = if fetch { vec![0u8; len] } else { Vec::new() };
-        target.with_slice_mut(|dst| atomic_ops::apply(dt, code, dst, operand, compare, &mut old))?;
+        // By the CPU's atomics, as peers that map the memory apply theirs.
+        target.atomic_apply(dt, code, operand, compare, &mut old)?;
         Ok(old)
     }
 

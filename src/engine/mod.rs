@@ -552,7 +552,13 @@ impl<D: Device> Endpoint<D> {
         remote: RemoteBuf,
         context: u64,
     ) -> Result<(), Status> {
-        self.core.post_atomic(dest, datatype, op, operand, compare, result, remote, context)?;
+        let a = crate::device::RemoteAtomic { datatype, op, operand, compare, result };
+        if self.core.caps.rdma_any_peer {
+            if let Some(r) = self.core.atomic_direct(&mut self.dev, dest, a, remote, context) {
+                return r;
+            }
+        }
+        self.core.post_atomic(dest, a, remote, context)?;
         self.core.flush(&mut self.dev);
         Ok(())
     }

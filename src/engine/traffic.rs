@@ -33,13 +33,16 @@ pub enum Proto {
     /// Reads emulated: short, long-CTS.
     ReadShort,
     ReadLongcts,
-    /// Atomics (always emulated).
+    /// Atomics emulated (served by the target's progress).
     Atomic,
+    /// Atomics done by this process's CPU on memory a peer of this host
+    /// allocated to be mapped.
+    AtomicDirect,
 }
 
 impl Proto {
     /// Every protocol, in counter order.
-    pub const ALL: [Proto; 13] = [
+    pub const ALL: [Proto; 14] = [
         Proto::Eager,
         Proto::Medium,
         Proto::Longcts,
@@ -53,6 +56,7 @@ impl Proto {
         Proto::ReadShort,
         Proto::ReadLongcts,
         Proto::Atomic,
+        Proto::AtomicDirect,
     ];
 
     /// Its name in counters.
@@ -71,6 +75,7 @@ impl Proto {
             Proto::ReadShort => "read_short",
             Proto::ReadLongcts => "read_longcts",
             Proto::Atomic => "atomic",
+            Proto::AtomicDirect => "atomic_direct",
         }
     }
 }

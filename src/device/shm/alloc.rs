@@ -20,10 +20,10 @@
 
 use std::os::fd::RawFd;
 
-use super::mrtable::{Entry, MAPPED};
+use super::mrtable::{claim_remote, Entry, MAPPED};
 use super::segment::{cstr, Mapping};
 use super::{Peer, ShmDevice};
-use crate::device::{Access, Ah};
+use crate::device::{Access, Ah, DevError};
 use crate::fxhash::FxHashMap;
 use crate::mem::UserBuf;
 use crate::status::Status;
@@ -105,6 +105,40 @@ impl ShmDevice {
         Ok(())
     }
 
+    /// [`crate::device::Device::atomic`]: on a peer's allocation, by this
+    /// CPU's atomics under the entry's claim; `NotSup` for other memory.
+    pub(super) fn atomic_mapped(
+        &mut self,
+        ah: Ah,
+        addr: u64,
+        key: u64,
+        a: &crate::device::RemoteAtomic,
+    ) -> Result<(), DevError> {
+        use crate::engine::atomic_ops::op::ATOMIC_READ;
+        if !self.cma {
+            return Err(DevError::Failed(Status::NotSup));
+        }
+        let len = if a.op == ATOMIC_READ { a.result.len() } else { a.operand.len() };
+        let need = if a.result.is_empty() { Access::REMOTE_WRITE } else { Access::REMOTE_WRITE | Access::REMOTE_READ };
+        let p = super::peer_of(&mut self.peers, ah)?;
+        let (_claim, entry) = match claim_remote(&p.map, &p.shape, key, addr, len as u64, need) {
+            Err(Status::Again) => return Err(DevError::Again),
+            Err(s) => return Err(DevError::Failed(s)),
+            Ok(c) => c,
+        };
+        if !entry.mapped {
+            return Err(DevError::Failed(Status::NotSup));
+        }
+        let remote = mapped_range(&mut self.peer_maps, p, ah, (key, entry), addr, len)
+            .ok_or(DevError::Failed(Status::NotSup))?;
+        let r = a.operand.with_slice(|opnd| {
+            a.compare
+                .with_slice(|cmp| a.result.with_slice_mut(|res| remote.atomic_apply(a.datatype, a.op, opnd, cmp, res)))
+        });
+        self.mapped_copies += 1;
+        r.map_err(DevError::Failed)
+    }
+
     /// Unlinks every allocation's file (the device closes).
     pub(super) fn unlink_allocs(&mut self) {
         for a in self.allocs.values() {
@@ -113,19 +147,17 @@ impl ShmDevice {
     }
 }
 
-/// Copies between `local` and peer `p`'s allocation `key` (its claimed
-/// `entry`) at `addr`, through this process's mapping of it (made on
-/// first use, kept in `maps`). `None`: the file could not be mapped (the
-/// caller copies by cross-memory attach).
-pub(super) fn copy_mapped(
+/// `n` bytes at `addr` of peer `p`'s allocation `key` (its claimed
+/// `entry`) as this process's mapping of it (made on first use, kept in
+/// `maps`). `None`: the file could not be mapped.
+fn mapped_range(
     maps: &mut FxHashMap<(Ah, u64), PeerMap>,
     p: &Peer,
     ah: Ah,
     (key, entry): (u64, Entry),
-    local: UserBuf,
     addr: u64,
-    write: bool,
-) -> Option<()> {
+    n: usize,
+) -> Option<UserBuf> {
     let fresh = maps.get(&(ah, key)).is_none_or(|m| m.base != entry.base || m.len != entry.len);
     if fresh {
         if maps.len() >= PEER_MAPS {
@@ -135,21 +167,33 @@ pub(super) fn copy_mapped(
         maps.insert((ah, key), PeerMap { map, base: entry.base, len: entry.len });
     }
     let m = maps.get(&(ah, key))?;
-    let off = usize::try_from(addr - entry.base).ok()?;
-    let n = local.len();
+    let off = usize::try_from(addr.checked_sub(entry.base)?).ok()?;
     if off.checked_add(n)? > m.map.len {
         return None;
     }
     // SAFETY: `off + n` lies within the mapping (checked), which holds the
-    // region the claimed entry grants this access to; `local` is a buffer
-    // lent to us. The regions may not overlap (different mappings).
-    unsafe {
-        let remote = m.map.base().add(off);
-        if write {
-            local.with_slice(|s| std::ptr::copy_nonoverlapping(s.as_ptr(), remote, n));
-        } else {
-            local.with_slice_mut(|s| std::ptr::copy_nonoverlapping(remote, s.as_mut_ptr(), n));
-        }
+    // region the claimed entry grants this access to; it is used only while
+    // the claim is held.
+    unsafe { UserBuf::from_raw(m.map.base().add(off), n) }
+}
+
+/// Copies between `local` and peer `p`'s allocation `key` (its claimed
+/// `entry`) at `addr`, through this process's mapping of it. `None`: the
+/// file could not be mapped (the caller copies by cross-memory attach).
+pub(super) fn copy_mapped(
+    maps: &mut FxHashMap<(Ah, u64), PeerMap>,
+    p: &Peer,
+    ah: Ah,
+    claimed: (u64, Entry),
+    local: UserBuf,
+    addr: u64,
+    write: bool,
+) -> Option<()> {
+    let remote = mapped_range(maps, p, ah, claimed, addr, local.len())?;
+    if write {
+        remote.copy_from(0, &local, 0, local.len());
+    } else {
+        local.copy_from(0, &remote, 0, local.len());
     }
     Some(())
 }

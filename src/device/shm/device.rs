@@ -266,6 +266,10 @@ impl Device for ShmDevice {
         self.free_shared(key)
     }
 
+    fn atomic(&mut self, ah: Ah, remote_addr: u64, key: u64, a: &crate::device::RemoteAtomic) -> Result<(), DevError> {
+        self.atomic_mapped(ah, remote_addr, key, a)
+    }
+
     fn rdma_write_imm(
         &mut self,
         ah: Ah,
