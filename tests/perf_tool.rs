@@ -27,9 +27,10 @@ fn run(test: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Output 
 
 #[test]
 fn every_test_mode_on_shm_prints_the_json_contract() {
-    // Both RMA paths, and the locked endpoints of `--thread-safe` with
-    // the streams' sends injected (`--inject`).
-    for (cma, locked) in [("1", false), ("0", false), ("1", true)] {
+    // Both RMA paths, the locked endpoints of `--thread-safe` with the
+    // streams' sends injected (`--inject`), and memory from rdm4_mr_alloc
+    // (`--alloc`: the tool verifies the data and atomic totals itself).
+    for (cma, locked, alloc) in [("1", false, false), ("0", false, false), ("1", true, false), ("1", false, true)] {
         let mut args = vec![
             "--device",
             "shm",
@@ -48,6 +49,9 @@ fn every_test_mode_on_shm_prints_the_json_contract() {
         ];
         if locked {
             args.extend(["--thread-safe", "--inject"]);
+        }
+        if alloc {
+            args.push("--alloc");
         }
         let out = run("json", &args, &[("RDM4_SHM_CMA", cma)]);
         let stdout = String::from_utf8_lossy(&out.stdout);

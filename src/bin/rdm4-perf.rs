@@ -73,6 +73,9 @@ struct Opts {
     more: bool,
     /// Print the endpoint's counters after the run (`rdm4_counters`).
     stats: bool,
+    /// The RMA regions come from `rdm4_mr_alloc` (memory same-host peers
+    /// map), not `rdm4_mr_reg` of ordinary memory.
+    alloc: bool,
     role: Role,
     port: u16,
 }
@@ -94,6 +97,7 @@ impl Opts {
             inject: false,
             more: false,
             stats: false,
+            alloc: false,
             role: Role::Local,
             port: 0,
         }
@@ -194,6 +198,9 @@ const OPTIONS: &[Opt] = &[
     Opt { name: "--stats", arg: "", default: Shown::Words("off"),
         help: "print each side's counters (rdm4_counters) to stderr after the run",
         set: |o, _| { o.stats = true; Ok(()) } },
+    Opt { name: "--alloc", arg: "", default: Shown::Words("rdm4_mr_reg"),
+        help: "RMA regions from rdm4_mr_alloc (mapped by same-host peers)",
+        set: |o, _| { o.alloc = true; Ok(()) } },
     Opt { name: "--server", arg: "", default: Shown::Words("start the peer here"),
         help: "wait for a --client, then run the tests",
         set: |o, _| { o.role = Role::Server; Ok(()) } },
@@ -287,7 +294,9 @@ fn pin(cpu: usize) {
 struct Ctx {
     ep: *mut rdm4_ep,
     peer: rdm4_addr,
-    region: Vec<u8>,
+    /// Registered (`rdm4_mr_reg` of a leaked vector) or allocated
+    /// (`rdm4_mr_alloc`): valid until the endpoint closes.
+    region: &'static mut [u8],
     peer_region: u64,
     peer_key: u64,
     /// Offset of the atomic counter in both regions (after the largest size).
@@ -393,6 +402,7 @@ fn run_test(c: &mut Ctx, o: &Opts, client: bool, test: &str, size: usize) -> Opt
         "tag_lat" => pingpong(c, client, size, iters, warmup, true),
         "msg_lat" => pingpong(c, client, size, iters, warmup, false),
         "tag_bw" | "msg_rate" => stream(c, client, size, iters, warmup, o),
+        "put_lat" => put_pingpong(c, client, size, iters, warmup),
         _ if client && test.ends_with("_lat") => one_sided_lat(c, test, size, iters, warmup),
         _ if client => one_sided(c, test, size, iters, warmup, o.window),
         _ => Result::default(),
@@ -492,12 +502,22 @@ fn open_ep(o: &Opts) -> *mut rdm4_ep {
 }
 
 /// Registers the RMA region and exchanges addresses with the peer over `sock`.
-fn connect(ep: *mut rdm4_ep, sock: &mut TcpStream, max_size: usize) -> Ctx {
+fn connect(ep: *mut rdm4_ep, sock: &mut TcpStream, max_size: usize, alloc: bool) -> Ctx {
     let counter = max_size.div_ceil(8) * 8;
-    let mut region = vec![0u8; counter + 8];
+    let len = counter + 8;
     let mut key = 0u64;
     let access = RDM4_ACCESS_REMOTE_READ | RDM4_ACCESS_REMOTE_WRITE;
-    ok("rdm4_mr_reg", rdm4_mr_reg(ep, region.as_mut_ptr().cast(), region.len(), access, &mut key));
+    let region: &'static mut [u8] = if alloc {
+        let mut p = std::ptr::null_mut();
+        ok("rdm4_mr_alloc", rdm4_mr_alloc(ep, len, access, &mut p, &mut key));
+        // SAFETY: `len` bytes the endpoint owns until it closes, at the end
+        // of the run; only this process's code touches them meanwhile.
+        unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) }
+    } else {
+        let region = Box::leak(vec![0u8; len].into_boxed_slice());
+        ok("rdm4_mr_reg", rdm4_mr_reg(ep, region.as_mut_ptr().cast(), region.len(), access, &mut key));
+        region
+    };
     let mut mine = [0u8; 48];
     let mut len = 32usize;
     ok("rdm4_ep_getname", rdm4_ep_getname(ep, mine.as_mut_ptr().cast(), &mut len));
@@ -521,7 +541,7 @@ fn connect(ep: *mut rdm4_ep, sock: &mut TcpStream, max_size: usize) -> Ctx {
 
 fn run(o: &Opts, ep: *mut rdm4_ep, mut sock: TcpStream, client: bool) -> Vec<String> {
     let max = o.sizes.iter().copied().max().unwrap_or(8);
-    let mut c = connect(ep, &mut sock, max);
+    let mut c = connect(ep, &mut sock, max, o.alloc);
     barrier(&mut c, client, |_| {}); // both sides ready (and handshaken)
     if o.settle_ms > 0 {
         settle(&mut c, Duration::from_millis(o.settle_ms));
@@ -604,6 +624,9 @@ fn spawn_peer(o: &Opts, port: u16) -> Child {
     }
     if o.stats {
         args.push("--stats".into());
+    }
+    if o.alloc {
+        args.push("--alloc".into());
     }
     args.push("--json".into());
     Command::new(exe)

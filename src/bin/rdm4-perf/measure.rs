@@ -324,3 +324,63 @@ pub(super) fn one_sided_lat(c: &mut Ctx, test: &str, size: usize, iters: usize, 
     clock.finish(&mut res.lat, 1.0);
     res
 }
+
+/// `put_lat` as `ucx_perftest`'s `ucp_put_lat`: the client writes `size`
+/// bytes into the server's region, the server polls the region's last
+/// byte until it shows the iteration's mark, then writes back into the
+/// client's region, which the client polls likewise; a sample is half a
+/// round trip (the clock's scale 0.5). Both sides progress while they poll
+/// (emulated writes need the target's progress); write completions are
+/// drained as they come.
+pub(super) fn put_pingpong(c: &mut Ctx, client: bool, size: usize, iters: usize, warmup: usize) -> Result {
+    let size = size.max(1);
+    let mut local = vec![0u8; size];
+    pattern(&mut local, 0x5A);
+    // No mark yet in either region, then both start together.
+    c.region[size - 1] = 0;
+    barrier(c, client, |_| {});
+    let mut res = Result::default();
+    let clock = Ticks::start();
+    let mut laps = Laps::default();
+    let mut pending = 0usize;
+    for i in 0..warmup + iters {
+        let mark = (i % 251) as u8 + 1;
+        if client {
+            laps.lap(i > warmup);
+            pending += put_mark(c, &mut local, size, mark);
+            pending -= wait_mark(c, size, mark, pending);
+        } else {
+            pending -= wait_mark(c, size, mark, pending);
+            pending += put_mark(c, &mut local, size, mark);
+        }
+    }
+    laps.lap(client && iters > 0);
+    c.complete(pending);
+    res.lat = laps.lat;
+    clock.finish(&mut res.lat, 0.5);
+    res
+}
+
+/// Writes `local` with `mark` as its last byte into the peer's region;
+/// returns the completions it owes (1).
+fn put_mark(c: &mut Ctx, local: &mut [u8], size: usize, mark: u8) -> usize {
+    local[size - 1] = mark;
+    let rc = rdm4_write(c.ep, local.as_ptr().cast(), size, c.peer, c.peer_region, c.peer_key, std::ptr::null_mut());
+    ok("put_lat write", rc);
+    1
+}
+
+/// Polls (progressing) until this side's region ends with `mark`; returns
+/// how many of the `pending` write completions came meanwhile.
+fn wait_mark(c: &mut Ctx, size: usize, mark: u8, pending: usize) -> usize {
+    let mut got = 0;
+    // SAFETY: a byte of our own region, written by the peer's device.
+    while unsafe { std::ptr::read_volatile(&c.region[size - 1]) } != mark {
+        let k = ok("rdm4_poll", rdm4_poll(c.ep, c.cq.as_mut_ptr(), c.cq.len().min(pending - got))) as usize;
+        for e in &c.cq[..k] {
+            ok("put_lat", e.status);
+        }
+        got += k;
+    }
+    got
+}
