@@ -462,6 +462,23 @@ pub trait Device {
     /// Wakes a sleep of this device's own (another thread posted work).
     fn wake_sleeper(&self) {}
 
+    /// [`Device::rdma_write`] (`write`) or [`Device::rdma_read`] done now,
+    /// in this call, where the device can (shm: every RDMA is a copy in the
+    /// call, through its mapping of a peer's allocation or by cross-memory
+    /// attach): no event follows. `Failed(NotSup)`: not done (the engine
+    /// posts the usual RDMA); `Failed(RemoteAccess)`: refused; `Again`:
+    /// try later.
+    fn rdma_now(
+        &mut self,
+        _ah: Ah,
+        _local: UserBuf,
+        _remote_addr: u64,
+        _key: u64,
+        _write: bool,
+    ) -> Result<(), DevError> {
+        Err(DevError::Failed(Status::NotSup))
+    }
+
     /// An atomic on the peer's memory at `(remote_addr, key)`, done now by
     /// this process's CPU where the device maps that memory (an allocation
     /// of [`Device::alloc`] at a peer of this host): the old values are in

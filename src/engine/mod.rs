@@ -525,6 +525,11 @@ impl<D: Device> Endpoint<D> {
         cq_data: Option<u64>,
         context: u64,
     ) -> Result<(), Status> {
+        if self.core.caps.rdma_any_peer && cq_data.is_none() {
+            if let Some(r) = self.core.rma_now(&mut self.dev, dest, buf, remote, true, context) {
+                return r;
+            }
+        }
         self.core.post_write(dest, buf, remote, cq_data, context)?;
         self.core.flush(&mut self.dev);
         Ok(())
@@ -532,6 +537,11 @@ impl<D: Device> Endpoint<D> {
 
     /// Reads `buf.len()` bytes from `remote` on `dest` into `buf`.
     pub fn read(&mut self, dest: Addr, buf: UserBuf, remote: RemoteBuf, context: u64) -> Result<(), Status> {
+        if self.core.caps.rdma_any_peer {
+            if let Some(r) = self.core.rma_now(&mut self.dev, dest, buf, remote, false, context) {
+                return r;
+            }
+        }
         self.core.post_read(dest, buf, remote, context)?;
         self.core.flush(&mut self.dev);
         Ok(())

@@ -152,6 +152,50 @@ impl Core {
         }
     }
 
+    /// A write (`write`) or read done at once by the device
+    /// (`Device::rdma_now`: shm copies in the call), its completion queued
+    /// without an operation entry; `None` when the device does not do it
+    /// (the caller posts it the usual way). Like the device's other direct
+    /// RMA it is not ordered with operations still under way.
+    pub(crate) fn rma_now<D: super::Device>(
+        &mut self,
+        dev: &mut D,
+        dest: Addr,
+        buf: UserBuf,
+        remote: RemoteBuf,
+        write: bool,
+        context: u64,
+    ) -> Option<Result<(), Status>> {
+        let bit = if write { wire::extra::RDMA_WRITE } else { wire::extra::RDMA_READ };
+        let p = self.peers.get(dest).filter(|p| p.in_av && !p.lost)?;
+        // A peer whose HANDSHAKE offers no RDMA (a legacy one) gets the
+        // emulated protocol, as `choose_rma_protocol` decides.
+        if self.my_extra() & bit == 0 || (p.hs_recv && !p.has(bit)) || buf.len() as u64 > self.caps.max_rdma_size {
+            return None;
+        }
+        let ah = p.ah?;
+        if let Err(e) = remote.check(buf.len()) {
+            return Some(Err(e));
+        }
+        let status = match dev.rdma_now(ah, buf, remote.addr, remote.key, write) {
+            Ok(()) => Status::Success,
+            Err(crate::device::DevError::Failed(Status::NotSup) | crate::device::DevError::Again) => return None,
+            Err(crate::device::DevError::Failed(s)) => s,
+        };
+        let (flags, proto) = if write {
+            (super::CqFlags::RMA | super::CqFlags::WRITE, Proto::WriteDirect)
+        } else {
+            (super::CqFlags::RMA | super::CqFlags::READ, Proto::ReadDirect)
+        };
+        let mut e = super::Cqe::new(context, flags, buf.len() as u64, status);
+        if status == Status::RemoteAccess {
+            e.detail = status.code().unsigned_abs();
+        }
+        self.cq.push_back(e);
+        self.traffic.op(proto, buf.len() as u64);
+        Some(Ok(()))
+    }
+
     /// Queues a read.
     pub(crate) fn post_read(
         &mut self,

@@ -54,6 +54,29 @@ impl ShmDevice {
         Ok(())
     }
 
+    /// `Device::rdma_now`: every RDMA of this device is a copy done in the
+    /// call (through the mapping of an allocation, else by cross-memory
+    /// attach), so it is done here and reported by the return value alone
+    /// (a lost peer also as an event, as `rdma` reports it).
+    pub(super) fn rdma_sync(
+        &mut self,
+        ah: Ah,
+        local: UserBuf,
+        addr: u64,
+        key: u64,
+        write: bool,
+    ) -> Result<(), DevError> {
+        match self.copy(ah, local, addr, key, write)? {
+            Ok(()) => Ok(()),
+            Err(s) => {
+                if s == Status::PeerUnreachable {
+                    self.peer_gone(ah);
+                }
+                Err(DevError::Failed(s))
+            }
+        }
+    }
+
     /// [`Device::rdma_write`](crate::device::Device::rdma_write) with
     /// immediate data: the notice's entry in the owner's ring is claimed
     /// first (a full ring: `Again`, nothing written), published after the
@@ -191,13 +214,17 @@ impl ShmDevice {
     /// Reports the end of RDMA `wr_id` towards `ah`.
     fn copied(&mut self, ah: Ah, wr_id: u64, status: Result<(), Status>) {
         if status == Err(Status::PeerUnreachable) {
-            // Its process is gone: every operation towards it fails now,
-            // sends included, not only at the next peer check.
-            if let Some(p) = self.peers.get_mut(ah as usize).and_then(Option::as_mut) {
-                p.lost = true;
-            }
-            self.events.push(DevEvent::PeerLost { ah });
+            self.peer_gone(ah);
         }
         self.events.push(DevEvent::SendDone { wr_id, ah, status });
+    }
+
+    /// Peer `ah`'s process is gone: every operation towards it fails now,
+    /// sends included, not only at the next peer check.
+    fn peer_gone(&mut self, ah: Ah) {
+        if let Some(p) = self.peers.get_mut(ah as usize).and_then(Option::as_mut) {
+            p.lost = true;
+        }
+        self.events.push(DevEvent::PeerLost { ah });
     }
 }

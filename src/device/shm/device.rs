@@ -266,6 +266,10 @@ impl Device for ShmDevice {
         self.free_shared(key)
     }
 
+    fn rdma_now(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, write: bool) -> Result<(), DevError> {
+        self.rdma_sync(ah, local, remote_addr, key, write)
+    }
+
     fn atomic(&mut self, ah: Ah, remote_addr: u64, key: u64, a: &crate::device::RemoteAtomic) -> Result<(), DevError> {
         self.atomic_mapped(ah, remote_addr, key, a)
     }
