@@ -240,6 +240,53 @@ impl UserBuf {
         f(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
     }
 
+    /// [`Self::atomic_apply`] of the operations the CPU has an instruction
+    /// for, on 4- and 8-byte integers (sum, and, or, xor, swap, read,
+    /// compare-swap); `None` for the others (the compare-and-swap loop).
+    fn atomic_native(
+        &self,
+        dt: u32,
+        o: u32,
+        operand: &[u8],
+        compare: &[u8],
+        old: &mut [u8],
+    ) -> Option<Result<(), Status>> {
+        use crate::engine::atomic_ops::{datatype as d, op};
+        use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
+        macro_rules! native {
+            ($a:ty, $t:ty) => {{
+                const N: usize = std::mem::size_of::<$t>();
+                let word = |s: &[u8], at: usize| {
+                    s.get(at..at + N).map_or(0, |b| <$t>::from_ne_bytes(b.try_into().unwrap_or([0; N])))
+                };
+                for at in (0..self.len).step_by(N) {
+                    // SAFETY: as in `atomic_apply`: in bounds, aligned (checked by the caller).
+                    let a = unsafe { <$a>::from_ptr(self.ptr.as_ptr().add(at).cast::<$t>()) };
+                    let v = word(operand, at);
+                    let was = match o {
+                        op::SUM => a.fetch_add(v, SeqCst),
+                        op::BAND => a.fetch_and(v, SeqCst),
+                        op::BOR => a.fetch_or(v, SeqCst),
+                        op::BXOR => a.fetch_xor(v, SeqCst),
+                        op::ATOMIC_WRITE => a.swap(v, SeqCst),
+                        op::ATOMIC_READ => a.load(SeqCst),
+                        op::CSWAP => a.compare_exchange(word(compare, at), v, SeqCst, SeqCst).unwrap_or_else(|x| x),
+                        _ => return None,
+                    };
+                    if let Some(o) = old.get_mut(at..at + N) {
+                        o.copy_from_slice(&was.to_ne_bytes());
+                    }
+                }
+                Some(Ok(()))
+            }};
+        }
+        match dt {
+            d::INT64 | d::UINT64 => native!(AtomicU64, u64),
+            d::INT32 | d::UINT32 => native!(AtomicU32, u32),
+            _ => None,
+        }
+    }
+
     /// Applies atomic operation `o` of libfabric datatype `dt` to every
     /// element of the buffer (see `engine::atomic_ops::apply`), each
     /// element by one compare-and-swap of the CPU (a loop: read, compute,
@@ -256,6 +303,9 @@ impl UserBuf {
         let aligned = self.addr() % size as u64 == 0;
         if !matches!(size, 1 | 2 | 4 | 8) || !aligned {
             return self.with_slice_mut(|dst| apply(dt, o, dst, operand, compare, old));
+        }
+        if let Some(r) = self.atomic_native(dt, o, operand, compare, old) {
+            return r;
         }
         let n = self.len / size;
         for i in 0..n {
