@@ -516,63 +516,6 @@ impl<D: Device> Endpoint<D> {
         Ok(())
     }
 
-    /// Writes `buf` to `remote` on `dest`; `cq_data` also gives the target a completion.
-    pub fn write(
-        &mut self,
-        dest: Addr,
-        buf: UserBuf,
-        remote: RemoteBuf,
-        cq_data: Option<u64>,
-        context: u64,
-    ) -> Result<(), Status> {
-        if self.core.caps.rdma_any_peer && cq_data.is_none() {
-            if let Some(r) = self.core.rma_now(&mut self.dev, dest, buf, remote, true, context) {
-                return r;
-            }
-        }
-        self.core.post_write(dest, buf, remote, cq_data, context)?;
-        self.core.flush(&mut self.dev);
-        Ok(())
-    }
-
-    /// Reads `buf.len()` bytes from `remote` on `dest` into `buf`.
-    pub fn read(&mut self, dest: Addr, buf: UserBuf, remote: RemoteBuf, context: u64) -> Result<(), Status> {
-        if self.core.caps.rdma_any_peer {
-            if let Some(r) = self.core.rma_now(&mut self.dev, dest, buf, remote, false, context) {
-                return r;
-            }
-        }
-        self.core.post_read(dest, buf, remote, context)?;
-        self.core.flush(&mut self.dev);
-        Ok(())
-    }
-
-    /// An atomic on `remote`: `operand` holds the operands (whole elements of
-    /// `datatype`); `compare` the compare values (compare ops only); `result`
-    /// receives the old values (fetch and compare ops; empty for none).
-    #[allow(clippy::too_many_arguments)]
-    pub fn atomic(
-        &mut self,
-        dest: Addr,
-        datatype: u32,
-        op: u32,
-        operand: UserBuf,
-        compare: UserBuf,
-        result: UserBuf,
-        remote: RemoteBuf,
-        context: u64,
-    ) -> Result<(), Status> {
-        let a = crate::device::RemoteAtomic { datatype, op, operand, compare, result };
-        if self.core.caps.rdma_any_peer {
-            if let Some(r) = self.core.atomic_direct(&mut self.dev, dest, a, remote, context) {
-                return r;
-            }
-        }
-        self.core.post_atomic(dest, a, remote, context)?;
-        self.core.flush(&mut self.dev);
-        Ok(())
-    }
-
     /// Makes progress: handles device events and received packets, sends
     /// what is queued. `now` is the caller's clock in nanoseconds.
     pub fn progress(&mut self, now: u64) {
