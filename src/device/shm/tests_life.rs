@@ -73,9 +73,18 @@ fn exists(name: &str) -> bool {
 fn an_open_removes_every_dead_segment_of_its_prefix() {
     let c = cfg("dead");
     let at = |epid| ShmConfig { epid: Some(epid), ..c.clone() };
-    let devs: Vec<ShmDevice> = (0..3).map(|k| ShmDevice::open_with(at(k)).unwrap()).collect();
+    let mut devs: Vec<ShmDevice> = (0..3).map(|k| ShmDevice::open_with(at(k)).unwrap()).collect();
+    // Each holds an allocation peers may map: its file goes with it.
+    let files: Vec<String> = devs
+        .iter_mut()
+        .map(|d| {
+            let (_, key) = d.alloc_shared(4096, Access::REMOTE_WRITE).unwrap();
+            super::alloc::alloc_file(&d.name, key)
+        })
+        .collect();
     let dead: Vec<String> = devs.into_iter().map(abandon).collect();
     assert!(dead.iter().all(|n| exists(n) && exists(&format!("{n}.fifo"))));
+    assert!(files.iter().all(|f| exists(f)));
     // A live endpoint of the prefix stays.
     let live = ShmDevice::open_with(c.clone()).unwrap();
     // The live one took the first endpoint id, whose segment was dead;
@@ -84,6 +93,9 @@ fn an_open_removes_every_dead_segment_of_its_prefix() {
     for n in &dead[1..] {
         assert!(!exists(n), "{n} was left behind");
         assert!(!exists(&format!("{n}.fifo")), "{n}.fifo was left behind");
+    }
+    for f in &files {
+        assert!(!exists(f), "{f} was left behind");
     }
     let other = ShmDevice::open_with(c).unwrap();
     assert!(exists(live.segment_name()) && exists(other.segment_name()));
