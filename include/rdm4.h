@@ -975,13 +975,17 @@ int32_t rdm4_cancel(struct rdm4_ep *ep, void *context);
  * timeout while such operations are outstanding.
  *
  * Progress: with cross-memory attach (shm, the default where the OS allows
- * it) the target takes no part; but the first RMA or atomic towards a
- * peer waits for that peer's HANDSHAKE, which the peer sends when it
- * next calls into the library (any call that makes progress:
- * `rdm4_poll`, `rdm4_wait`, a send...), or at once with automatic
- * progress. Emulated RMA (no cross-memory attach, a remote CQ data write)
- * and atomics are served by the target's progress, so with manual progress
- * they complete only while the target polls.
+ * it) the target takes no part: writes and reads are done in the call
+ * (a copy into memory of `rdm4_mr_alloc`, else a system call) and
+ * complete at the next `rdm4_poll`, also towards a peer that never calls
+ * the library; so are atomics on memory of `rdm4_mr_alloc` (by this
+ * CPU's atomic instructions). Other atomics, and emulated RMA (udp
+ * without RDMA, no cross-memory attach, CQ data past 32 bits), are served
+ * by the target's progress, so with manual progress they complete only
+ * while the target polls; the first of them towards a peer also waits
+ * for that peer's HANDSHAKE, which the peer sends when it next calls into
+ * the library (any call that makes progress: `rdm4_poll`, `rdm4_wait`, a
+ * send...), or at once with automatic progress.
  *
  * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `buf`
  * with `len > 0`, or `raddr + len` past 2^64); `RDM4_EOVERFLOW` (`len`
@@ -1030,9 +1034,18 @@ int32_t rdm4_read(struct rdm4_ep *ep,
  * Applies `op` (`RDM4_MIN` ... `RDM4_BXOR`, `RDM4_ATOMIC_WRITE`) with the `count`
  * elements of `datatype` at `buf` to the peer's memory at `raddr`
  * (registered with `key` and `RDM4_ACCESS_REMOTE_WRITE`). Atomics towards
- * one peer are applied in the order they were posted. The payload must
+ * one peer are applied in the order they were posted; one on memory of
+ * `rdm4_mr_alloc` at a peer of this host is applied in the call (by this
+ * CPU), not ordered with emulated ones still under way. The payload must
  * fit one packet of the device (about 64 KiB over shared memory, see
  * `RDM4_SHM_MTU`).
+ *
+ * Atomicity: each element of 1, 2, 4 or 8 bytes at an aligned address is
+ * atomic with respect to every other rdm4 atomic on it, whichever peer
+ * and path applied it, and to the owner's own atomic instructions on it;
+ * not to plain (non-atomic) loads and stores by the owner. Elements of 16
+ * bytes (128-bit integers, double complex) and unaligned ones are atomic
+ * only with respect to the other atomics the target's endpoint serves.
  *
  * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `buf`
  * with `count > 0`, `count` 0, an op of another call: `RDM4_ATOMIC_READ`
