@@ -372,11 +372,20 @@ fn put_mark(c: &mut Ctx, local: &mut [u8], size: usize, mark: u8) -> usize {
 
 /// Polls (progressing) until this side's region ends with `mark`; returns
 /// how many of the `pending` write completions came meanwhile.
+/// With no completion owed it polls the library only every 64th look at
+/// the memory (as `ucp_put_lat` looks at memory alone), so that an
+/// emulated write, which needs this side's progress, still lands.
 fn wait_mark(c: &mut Ctx, size: usize, mark: u8, pending: usize) -> usize {
-    let mut got = 0;
+    let (mut got, mut spins) = (0, 0u32);
     // SAFETY: a byte of our own region, written by the peer's device.
     while unsafe { std::ptr::read_volatile(&c.region[size - 1]) } != mark {
-        let k = ok("rdm4_poll", rdm4_poll(c.ep, c.cq.as_mut_ptr(), c.cq.len().min(pending - got))) as usize;
+        spins = spins.wrapping_add(1);
+        if got == pending && spins % 64 != 0 {
+            std::hint::spin_loop();
+            continue;
+        }
+        let k = ok("rdm4_poll", rdm4_poll(c.ep, c.cq.as_mut_ptr(), c.cq.len().min(pending.saturating_sub(got)).max(1)))
+            as usize;
         for e in &c.cq[..k] {
             ok("put_lat", e.status);
         }
