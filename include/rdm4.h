@@ -739,7 +739,8 @@ const char *rdm4_strerror(int32_t status);
  * stale connection id, unknown sender —, protocol and remote-access
  * errors, packets deferred past the unexpected limit, the udp device's
  * datagrams, system calls, retransmissions, duplicates, drops and
- * refusals, 0 on other devices, requests ended by their timeout; then
+ * refusals, 0 on other devices, requests ended by their timeout, the udp
+ * device's retransmission timeouts and peers given up; then
  * packets sent and received by type, `tx_<TYPE>` and `rx_<TYPE>` for
  * every packet type of protocol v4, e.g. `tx_EAGER_TAGRTM`, `rx_CTS`;
  * then operations and their bytes by the protocol they took,

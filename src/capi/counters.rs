@@ -45,6 +45,8 @@ const COUNTERS: &[Counter] = &[
     Counter { name: c"udp_rdma_refused", read: |_, u| u.rdma_refused },
     Counter { name: c"udp_injected_drops", read: |_, u| u.injected_drops },
     Counter { name: c"request_timeouts", read: |s, _| s.timeouts },
+    Counter { name: c"udp_timeouts", read: |_, u| u.timeouts },
+    Counter { name: c"udp_peers_given_up", read: |_, u| u.peers_given_up },
 ];
 
 /// Reads the endpoint's counters from index `first` on: up to `max` of
@@ -58,7 +60,8 @@ const COUNTERS: &[Counter] = &[
 /// stale connection id, unknown sender —, protocol and remote-access
 /// errors, packets deferred past the unexpected limit, the udp device's
 /// datagrams, system calls, retransmissions, duplicates, drops and
-/// refusals, 0 on other devices, requests ended by their timeout; then
+/// refusals, 0 on other devices, requests ended by their timeout, the udp
+/// device's retransmission timeouts and peers given up; then
 /// packets sent and received by type, `tx_<TYPE>` and `rx_<TYPE>` for
 /// every packet type of protocol v4, e.g. `tx_EAGER_TAGRTM`, `rx_CTS`;
 /// then operations and their bytes by the protocol they took,

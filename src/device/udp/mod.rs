@@ -90,6 +90,11 @@ pub struct UdpStats {
     /// System calls that took datagrams from the socket (`recvmmsg`,
     /// empty ones included).
     pub recv_calls: u64,
+    /// Retransmission timeouts: times a peer's timer expired with
+    /// datagrams unacknowledged (each resends them).
+    pub timeouts: u64,
+    /// Peers given up after `giveup` of silence.
+    pub peers_given_up: u64,
 }
 
 /// How far ahead the application's timer fires while the device is busy.
@@ -440,6 +445,7 @@ impl UdpDevice {
             let giveup = self.cfg.giveup;
             let waited = p.unacked.front().is_some_and(|u| now.saturating_duration_since(u.first_sent) > giveup);
             if waited && now.saturating_duration_since(p.last_heard) > giveup {
+                self.stats.peers_given_up += 1;
                 self.lose(idx);
                 continue;
             }
@@ -451,6 +457,7 @@ impl UdpDevice {
                 .map(|u| u.seq)
                 .collect();
             if !due.is_empty() {
+                self.stats.timeouts += 1;
                 self.peers[idx].timed_out();
                 for seq in due {
                     self.retransmit(idx, seq, now);

@@ -227,6 +227,10 @@ fn a_closed_peer_fails_what_was_towards_it_and_a_silent_one_is_given_up() {
     assert!(t.elapsed() >= Duration::from_millis(150));
     assert!(ev.contains(&DevEvent::SendDone { wr_id: 9, ah, status: Err(Status::PeerUnreachable) }));
     assert!(ev.contains(&DevEvent::PeerLost { ah }));
+    // Counted: the timer expired (resending) before the peer was given up.
+    let s = a.stats();
+    assert_eq!(s.peers_given_up, 1);
+    assert!(s.timeouts >= 1 && s.retransmits >= s.timeouts, "{s:?}");
 }
 
 #[test]
