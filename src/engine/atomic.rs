@@ -40,12 +40,7 @@ impl Core {
         if !a.result.is_empty() {
             flags |= super::CqFlags::READ;
         }
-        let mut e = super::Cqe::new(context, flags, len as u64, status);
-        if status == Status::RemoteAccess {
-            e.detail = status.code().unsigned_abs();
-        }
-        self.cq.push_back(e);
-        self.traffic.op(super::Proto::AtomicDirect, len as u64);
+        self.done_in_call(context, flags, len as u64, status, super::Proto::AtomicDirect);
         Some(Ok(()))
     }
 

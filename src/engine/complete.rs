@@ -97,11 +97,11 @@ impl Core {
             op.awaiting = false;
             return;
         }
-        self.release_runt(key);
         // Copy what the completion needs and drop the entry in place.
         let Some(op) = self.ops.remove_with(key, |op| op::Finished::from(op)) else {
             return;
         };
+        self.give_back_runt(op.peer, op.runt);
         if let Some(k) = op.lr_mr {
             self.dereg.push(k);
         }

@@ -311,6 +311,8 @@ pub(crate) struct Finished {
     pub mr_key: Option<u64>,
     /// Long-read send: the device registration to drop.
     pub lr_mr: Option<u64>,
+    /// Runting-read send: the runt to give back to its peer's budget.
+    pub runt: u64,
     pub status: Status,
     pub detail: u32,
 }
@@ -333,6 +335,7 @@ impl From<&mut Op> for Finished {
             bounce_len: op.bounce.len(),
             medium: op.ptype.and_then(|t| t.req_info()).is_some_and(|i| i.proto == crate::wire::Subprotocol::Medium),
             lr_mr: op.lr_mr,
+            runt: if op.kind == OpKind::Send { op.runt } else { 0 },
             mr_key: op.mr_key,
             status: op.status,
             detail: op.detail,

@@ -52,13 +52,25 @@ impl Core {
     /// says: the device reaches every peer's memory (`Caps::rdma_any_peer`).
     fn direct_without_handshake(&self, key: u32) -> bool {
         let Some(op) = self.ops.get(key) else { return false };
-        let bit = match op.kind {
+        self.caps.rdma_any_peer
+            && self.peers.get(op.peer).is_some_and(|p| self.direct_ok(p, op.kind, op.len, op.cq_data))
+    }
+
+    /// Whether a read or write (`kind`) of `len` bytes (with `cq_data`) to
+    /// `peer` goes by the device's RDMA (spec §4.1, §4.6): both sides offer
+    /// it — or the device reaches every peer's memory
+    /// (`Caps::rdma_any_peer`) and the peer's HANDSHAKE has not said
+    /// otherwise yet —, it fits one RDMA, and CQ data, if any, fits the
+    /// immediate data of RDMA write with immediate data.
+    pub(crate) fn direct_ok(&self, peer: &Peer, kind: OpKind, len: u64, cq_data: Option<u64>) -> bool {
+        let bit = match kind {
             OpKind::Read => wire::extra::RDMA_READ,
             OpKind::Write => wire::extra::RDMA_WRITE,
             _ => return false,
         };
-        let imm_ok = op.cq_data.is_none_or(|d| self.caps.rdma_write_imm && d <= u64::from(u32::MAX));
-        self.caps.rdma_any_peer && self.my_extra() & bit != 0 && op.len <= self.caps.max_rdma_size && imm_ok
+        let offered = self.my_extra() & bit != 0 && (peer.has(bit) || (self.caps.rdma_any_peer && !peer.hs_recv));
+        let imm_ok = cq_data.is_none_or(|d| self.caps.rdma_write_imm && d <= u64::from(u32::MAX));
+        offered && len <= self.caps.max_rdma_size && imm_ok
     }
 
     /// Parks `key` until `dest`'s HANDSHAKE.
@@ -76,27 +88,13 @@ impl Core {
         }
         let peer = self.peers.get(op.peer);
         let has = |bit| peer.is_some_and(|p| self.both(p, bit));
-        // A device that reaches every peer's memory needs no feature bit
-        // for direct RMA (see `Caps::rdma_any_peer`).
-        let any = |bit: u64| {
-            self.caps.rdma_any_peer && self.my_extra() & bit != 0 && peer.is_some_and(|p| !p.hs_recv || p.has(bit))
-        };
         let dc = has(wire::extra::DELIVERY_COMPLETE);
-        // Direct read / write (spec §4.1, §4.6): the device moves the bytes
-        // and the target does nothing. A write with CQ data goes by RDMA
-        // write with immediate data where the device has it and the data
-        // fits its 32 bits (the target's device reports it, and the target
+        // Direct read / write: the device moves the bytes and the target
+        // does nothing. A write with CQ data goes by RDMA write with
+        // immediate data (the target's device reports it, and the target
         // writes the completion); else emulated: the target must see a
         // packet to write its completion.
-        let fits = op.len <= self.caps.max_rdma_size;
-        let imm_ok = op.cq_data.is_none_or(|d| self.caps.rdma_write_imm && d <= u64::from(u32::MAX));
-        let direct = match op.kind {
-            OpKind::Read => self.caps.rdma_read && (has(wire::extra::RDMA_READ) || any(wire::extra::RDMA_READ)) && fits,
-            OpKind::Write => {
-                self.caps.rdma_write && (has(wire::extra::RDMA_WRITE) || any(wire::extra::RDMA_WRITE)) && fits && imm_ok
-            }
-            _ => false,
-        };
+        let direct = peer.is_some_and(|p| self.direct_ok(p, op.kind, op.len, op.cq_data));
         // Emulated long-read write (spec §4.1): the target reads the bytes
         // from the requester's buffer in one RDMA read, for writes that would
         // go by long-CTS, when both sides read. It has no DC type and needs
@@ -166,11 +164,11 @@ impl Core {
         write: bool,
         context: u64,
     ) -> Option<Result<(), Status>> {
-        let bit = if write { wire::extra::RDMA_WRITE } else { wire::extra::RDMA_READ };
         let p = self.peers.get(dest).filter(|p| p.in_av && !p.lost)?;
-        // A peer whose HANDSHAKE offers no RDMA (a legacy one) gets the
-        // emulated protocol, as `choose_rma_protocol` decides.
-        if self.my_extra() & bit == 0 || (p.hs_recv && !p.has(bit)) || buf.len() as u64 > self.caps.max_rdma_size {
+        // The same choice as `choose_rma_protocol` (a legacy peer gets the
+        // emulated protocol).
+        let kind = if write { OpKind::Write } else { OpKind::Read };
+        if !self.direct_ok(p, kind, buf.len() as u64, None) {
             return None;
         }
         let ah = p.ah?;
@@ -187,13 +185,21 @@ impl Core {
         } else {
             (super::CqFlags::RMA | super::CqFlags::READ, Proto::ReadDirect)
         };
-        let mut e = super::Cqe::new(context, flags, buf.len() as u64, status);
+        self.done_in_call(context, flags, buf.len() as u64, status, proto);
+        Some(Ok(()))
+    }
+
+    /// The completion of an operation the device did in the call
+    /// (`rma_now`, `atomic_direct`): queued at once, counted under `proto`.
+    pub(crate) fn done_in_call(&mut self, context: u64, flags: super::CqFlags, len: u64, status: Status, proto: Proto) {
+        let mut e = super::Cqe::new(context, flags, len, status);
         if status == Status::RemoteAccess {
+            // The device checked the target's registration: the detail the
+            // target's own answer carries (as `handle_events` does).
             e.detail = status.code().unsigned_abs();
         }
         self.cq.push_back(e);
-        self.traffic.op(proto, buf.len() as u64);
-        Some(Ok(()))
+        self.traffic.op(proto, len);
     }
 
     /// Queues a read.
@@ -456,13 +462,19 @@ impl Core {
             self.stats.protocol_errors += 1;
             return;
         }
-        let code = i32::try_from(e.prov_errno).map_or(i32::MIN, |c| -c);
-        let status = Status::from_code(code).filter(|s| *s != Status::Success).unwrap_or(Status::Remote);
+        let status = peer_status(e.prov_errno);
         if let Some(op) = self.ops.get_mut(e.op_id) {
             op.detail = e.prov_errno;
         }
         self.complete(e.op_id, status);
     }
+}
+
+/// The status a peer's PEER_ERROR reports with `prov_errno` (an rdm4
+/// peer's negated status code; `Remote` for a number rdm4 does not know).
+pub(crate) fn peer_status(prov_errno: u32) -> Status {
+    let code = i32::try_from(prov_errno).map_or(i32::MIN, |c| -c);
+    Status::from_code(code).filter(|s| *s != Status::Success).unwrap_or(Status::Remote)
 }
 
 impl<D: super::Device> super::Endpoint<D> {

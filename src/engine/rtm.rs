@@ -99,9 +99,7 @@ impl Core {
                 k
             }
             Err(s) => {
-                if let Some(p) = self.peers.get_mut(dest) {
-                    p.runt_inflight = p.runt_inflight.saturating_sub(runt);
-                }
+                self.give_back_runt(dest, runt);
                 return Err(s);
             }
         };

@@ -49,7 +49,12 @@ impl Core {
             return;
         };
         let (peer, runt) = (op.peer, std::mem::take(&mut op.runt));
-        if let Some(p) = self.peers.get_mut(peer) {
+        self.give_back_runt(peer, runt);
+    }
+
+    /// Gives `runt` bytes back to `peer`'s runt budget.
+    pub(crate) fn give_back_runt(&mut self, peer: u32, runt: u64) {
+        if let Some(p) = self.peers.get_mut(peer).filter(|_| runt > 0) {
             p.runt_inflight = p.runt_inflight.saturating_sub(runt);
         }
     }

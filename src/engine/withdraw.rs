@@ -130,11 +130,7 @@ impl Core {
                 o.peer == peer && o.msg_id == e.op_id && matches!(o.kind, OpKind::Recv | OpKind::Unexpected)
             });
             match found.map(|(k, _)| k) {
-                Some(key) => {
-                    let code = i32::try_from(e.prov_errno).map_or(i32::MIN, |c| -c);
-                    let status = Status::from_code(code).filter(|s| *s != Status::Success).unwrap_or(Status::Remote);
-                    self.complete(key, status);
-                }
+                Some(key) => self.complete(key, super::rma::peer_status(e.prov_errno)),
                 None => self.stats.protocol_errors += 1,
             }
             return;
