@@ -513,9 +513,13 @@ pub extern "C" fn rdm4_mr_alloc(
 }
 
 /// Frees memory of `rdm4_mr_alloc` by its key. When it returns
-/// `RDM4_SUCCESS`, no peer reads or writes the memory any more (as
-/// `rdm4_mr_close`: an access under way is waited for, later ones are
-/// refused with `RDM4_EREMOTEACCESS`) and the pointer is invalid.
+/// `RDM4_SUCCESS`, the pointer is invalid and no peer reads or writes the
+/// memory any more: accesses that start later are refused with
+/// `RDM4_EREMOTEACCESS`. The free does not wait for a peer's copy or
+/// atomic under way on shm: one that checked the registration before the
+/// free may end after it, in the freed pages, which nothing reaches any
+/// more (each allocation has pages of its own), so it took effect before
+/// the free as far as anyone can tell.
 ///
 /// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (no allocation
 /// has this key: unknown, freed already, or an `rdm4_mr_reg` key);

@@ -3,24 +3,24 @@
 //! segment and the registration's key (`<segment>.m<key>`), mapped shared
 //! by the owner and registered in its table with the [`MAPPED`] flag.
 //!
-//! - A peer's RDMA read or write of such a region copies into or out of its
+//! - A peer's RDMA read or write or atomic on such a region works on its
 //!   own mapping of the file, made on first use and kept per (peer, key)
 //!   (at most [`PEER_MAPS`] of them; then they are all dropped and made
-//!   again), instead of a cross-memory-attach system call. It holds the
-//!   same claim of the owner's table entry while it copies (`mrtable.rs`),
-//!   so after the owner's `free` returns no peer touches the region: the
-//!   entry's key is gone, and a mapping a peer kept is never used again
-//!   (it only keeps the unlinked file's pages alive until the peer drops
-//!   it). A cached mapping is used only for the base and length the entry
-//!   shows now, so a key reused by a later allocation is mapped afresh.
-//! - `free` deregisters (waiting for peers' copies under way, `Busy` after
-//!   the wait as `dereg`), unmaps and unlinks. Closing the endpoint frees
+//!   again), instead of a cross-memory-attach system call. It reads the
+//!   owner's table entry first, without a claim (`mrtable::read_remote`
+//!   says why none is needed): after the owner's `free` returns, a new
+//!   access finds the key gone, and a mapping a peer kept is never used
+//!   again (it only keeps the unlinked file's pages alive until the peer
+//!   drops it). A cached mapping is used only for the base and length the
+//!   entry shows now, so a key reused by a later allocation is mapped
+//!   afresh.
+//! - `free` deregisters (as `dereg`), unmaps and unlinks. Closing the endpoint frees
 //!   what is left. The files of a process that died are removed by the
 //!   next open of the prefix, with its segment (`segment.rs`).
 
 use std::os::fd::RawFd;
 
-use super::mrtable::{claim_remote, Entry, MAPPED};
+use super::mrtable::{read_remote, Entry, MAPPED};
 use super::segment::{cstr, Mapping};
 use super::{Peer, ShmDevice};
 use crate::device::{Access, Ah, DevError};
@@ -47,6 +47,72 @@ pub(super) struct PeerMap {
     map: Mapping,
     base: u64,
     len: u64,
+}
+
+/// The peers' allocations mapped here, by (peer, key), and the last one
+/// used (an RMA loop on one region finds it without a hash lookup).
+#[derive(Default)]
+pub(super) struct PeerMaps {
+    maps: FxHashMap<(Ah, u64), PeerMap>,
+    last: Option<Last>,
+}
+
+/// The last mapping used: its (peer, key), the entry's base and length it
+/// was made for, its address (as an integer: the mapping lives in `maps`)
+/// and length.
+#[derive(Clone, Copy)]
+struct Last {
+    ah: Ah,
+    key: u64,
+    base: u64,
+    len: u64,
+    at: usize,
+    map_len: usize,
+}
+
+impl PeerMaps {
+    /// Drops the mappings of peer `ah` (removed).
+    pub(super) fn forget_peer(&mut self, ah: Ah) {
+        self.maps.retain(|&(a, _), _| a != ah);
+        self.last = None;
+    }
+
+    /// `n` bytes at `addr` of peer `p`'s allocation `key` (its `entry`) as
+    /// this process's mapping of it (made on first use). `None`: the file
+    /// could not be mapped, or the range is not in it.
+    #[inline(always)]
+    fn range(&mut self, p: &Peer, ah: Ah, (key, entry): (u64, Entry), addr: u64, n: usize) -> Option<UserBuf> {
+        let hit = self.last.filter(|l| l.ah == ah && l.key == key && l.base == entry.base && l.len == entry.len);
+        let l = match hit {
+            Some(l) => l,
+            None => self.refresh(p, ah, key, entry)?,
+        };
+        let off = usize::try_from(addr.checked_sub(entry.base)?).ok()?;
+        if off.checked_add(n)? > l.map_len {
+            return None;
+        }
+        // SAFETY: `off + n` lies within the mapping (checked), which holds
+        // the region the entry read just now grants this access to, and
+        // stays mapped while it is in `maps` (this call's duration).
+        unsafe { UserBuf::from_raw((l.at as *mut u8).add(off), n) }
+    }
+
+    /// The mapping for `entry` of (`ah`, `key`): the kept one, or a new one.
+    fn refresh(&mut self, p: &Peer, ah: Ah, key: u64, entry: Entry) -> Option<Last> {
+        let fresh = self.maps.get(&(ah, key)).is_none_or(|m| m.base != entry.base || m.len != entry.len);
+        if fresh {
+            self.last = None;
+            if self.maps.len() >= PEER_MAPS {
+                self.maps.clear();
+            }
+            let map = map_peer_file(&alloc_file(&p.name, key), entry.len)?;
+            self.maps.insert((ah, key), PeerMap { map, base: entry.base, len: entry.len });
+        }
+        let m = self.maps.get(&(ah, key))?;
+        let l = Last { ah, key, base: m.base, len: m.len, at: m.map.base() as usize, map_len: m.map.len };
+        self.last = Some(l);
+        Some(l)
+    }
 }
 
 impl ShmDevice {
@@ -106,7 +172,7 @@ impl ShmDevice {
     }
 
     /// [`crate::device::Device::atomic`]: on a peer's allocation, by this
-    /// CPU's atomics under the entry's claim; `NotSup` for other memory.
+    /// CPU's atomics; `NotSup` for other memory.
     pub(super) fn atomic_mapped(
         &mut self,
         ah: Ah,
@@ -121,16 +187,11 @@ impl ShmDevice {
         let len = if a.op == ATOMIC_READ { a.result.len() } else { a.operand.len() };
         let need = if a.result.is_empty() { Access::REMOTE_WRITE } else { Access::REMOTE_WRITE | Access::REMOTE_READ };
         let p = super::peer_of(&mut self.peers, ah)?;
-        let (_claim, entry) = match claim_remote(&p.map, &p.shape, key, addr, len as u64, need) {
-            Err(Status::Again) => return Err(DevError::Again),
-            Err(s) => return Err(DevError::Failed(s)),
-            Ok(c) => c,
-        };
+        let entry = read_remote(&p.map, &p.shape, key, addr, len as u64, need).map_err(DevError::Failed)?;
         if !entry.mapped {
             return Err(DevError::Failed(Status::NotSup));
         }
-        let remote = mapped_range(&mut self.peer_maps, p, ah, (key, entry), addr, len)
-            .ok_or(DevError::Failed(Status::NotSup))?;
+        let remote = self.peer_maps.range(p, ah, (key, entry), addr, len).ok_or(DevError::Failed(Status::NotSup))?;
         let r = a.operand.with_slice(|opnd| {
             a.compare
                 .with_slice(|cmp| a.result.with_slice_mut(|res| remote.atomic_apply(a.datatype, a.op, opnd, cmp, res)))
@@ -147,49 +208,25 @@ impl ShmDevice {
     }
 }
 
-/// `n` bytes at `addr` of peer `p`'s allocation `key` (its claimed
-/// `entry`) as this process's mapping of it (made on first use, kept in
-/// `maps`). `None`: the file could not be mapped.
-fn mapped_range(
-    maps: &mut FxHashMap<(Ah, u64), PeerMap>,
-    p: &Peer,
-    ah: Ah,
-    (key, entry): (u64, Entry),
-    addr: u64,
-    n: usize,
-) -> Option<UserBuf> {
-    let fresh = maps.get(&(ah, key)).is_none_or(|m| m.base != entry.base || m.len != entry.len);
-    if fresh {
-        if maps.len() >= PEER_MAPS {
-            maps.clear();
-        }
-        let map = map_peer_file(&alloc_file(&p.name, key), entry.len)?;
-        maps.insert((ah, key), PeerMap { map, base: entry.base, len: entry.len });
-    }
-    let m = maps.get(&(ah, key))?;
-    let off = usize::try_from(addr.checked_sub(entry.base)?).ok()?;
-    if off.checked_add(n)? > m.map.len {
-        return None;
-    }
-    // SAFETY: `off + n` lies within the mapping (checked), which holds the
-    // region the claimed entry grants this access to; it is used only while
-    // the claim is held.
-    unsafe { UserBuf::from_raw(m.map.base().add(off), n) }
-}
-
-/// Copies between `local` and peer `p`'s allocation `key` (its claimed
-/// `entry`) at `addr`, through this process's mapping of it. `None`: the
-/// file could not be mapped (the caller copies by cross-memory attach).
+/// Copies between `local` and peer `p`'s allocation `key` at `addr`,
+/// through this process's mapping of it, when the owner's table grants
+/// the access and the allocation maps; `None` otherwise (the caller goes
+/// by cross-memory attach, which checks and reports the access itself).
+#[inline(always)]
 pub(super) fn copy_mapped(
-    maps: &mut FxHashMap<(Ah, u64), PeerMap>,
+    maps: &mut PeerMaps,
     p: &Peer,
     ah: Ah,
-    claimed: (u64, Entry),
-    local: UserBuf,
-    addr: u64,
+    key: u64,
+    (local, addr): (UserBuf, u64),
     write: bool,
 ) -> Option<()> {
-    let remote = mapped_range(maps, p, ah, claimed, addr, local.len())?;
+    let need = if write { Access::REMOTE_WRITE } else { Access::REMOTE_READ };
+    let entry = read_remote(&p.map, &p.shape, key, addr, local.len() as u64, need).ok()?;
+    if !entry.mapped {
+        return None;
+    }
+    let remote = maps.range(p, ah, (key, entry), addr, local.len())?;
     if write {
         remote.copy_from(0, &local, 0, local.len());
     } else {

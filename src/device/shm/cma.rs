@@ -153,28 +153,16 @@ impl ShmDevice {
             return Err(DevError::Failed(Status::NotSup));
         }
         let p = super::peer_of(&mut self.peers, ah)?;
+        // Memory the owner allocated to be mapped: a copy, no system call.
+        if super::alloc::copy_mapped(&mut self.peer_maps, p, ah, key, (local, remote_addr), write).is_some() {
+            self.mapped_copies += 1;
+            return Ok(Ok(()));
+        }
         let need = if write { Access::REMOTE_WRITE } else { Access::REMOTE_READ };
         // The claim is held until the copy has ended (`mrtable.rs`).
         let status = match claim_remote(&p.map, &p.shape, key, remote_addr, local.len() as u64, need) {
             Err(Status::Again) => return Err(DevError::Again),
             Err(s) => Err(s),
-            // Memory the owner allocated to be mapped: a copy, no system call.
-            Ok((_claim, entry))
-                if entry.mapped
-                    && super::alloc::copy_mapped(
-                        &mut self.peer_maps,
-                        p,
-                        ah,
-                        (key, entry),
-                        local,
-                        remote_addr,
-                        write,
-                    )
-                    .is_some() =>
-            {
-                self.mapped_copies += 1;
-                Ok(())
-            }
             Ok(_claim) => {
                 let addr = remote_addr;
                 let pid = p.pid as libc::pid_t;

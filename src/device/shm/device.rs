@@ -66,7 +66,7 @@ impl Device for ShmDevice {
         if let Some(p) = self.peers.get_mut(ah as usize).and_then(Option::take) {
             self.by_id.remove(&(p.epid, p.connid));
             self.last_from = None;
-            self.peer_maps.retain(|&(a, _), _| a != ah);
+            self.peer_maps.forget_peer(ah);
             if let Some(fd) = p.fifo {
                 // SAFETY: closing a descriptor we own.
                 unsafe { libc::close(fd) };

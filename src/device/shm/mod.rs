@@ -352,7 +352,7 @@ pub struct ShmDevice {
     /// This endpoint's allocations peers may map (`alloc.rs`), by key.
     allocs: FxHashMap<u64, alloc::Alloc>,
     /// Peers' allocations mapped here, by (peer, key).
-    peer_maps: FxHashMap<(Ah, u64), alloc::PeerMap>,
+    peer_maps: alloc::PeerMaps,
     /// RDMA reads and writes done as copies through such a mapping.
     mapped_copies: u64,
     /// When the peers were last checked (`coarse_now`).
@@ -528,7 +528,7 @@ impl ShmDevice {
             mrs: FxHashMap::default(),
             mrs_closing: Vec::new(),
             allocs: FxHashMap::default(),
-            peer_maps: FxHashMap::default(),
+            peer_maps: alloc::PeerMaps::default(),
             mapped_copies: 0,
             last_check: coarse_now(),
             fd_mode: false,

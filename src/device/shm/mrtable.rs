@@ -15,8 +15,8 @@
 //!
 //! The access word's bit [`MAPPED`] marks memory the owner allocated in a
 //! file of its own that peers may map (`alloc.rs`): they copy into and out
-//! of their mapping of it instead of attaching to the owner's process,
-//! under the same claim.
+//! of their mapping of it instead of attaching to the owner's process, and
+//! read the entry without a claim ([`read_remote`] says why that is safe).
 //!
 //! An accessor first claims a word (compare-and-swap 0 -> its pid), then
 //! reads the entry and checks key, bounds and access, then copies, then
@@ -165,8 +165,36 @@ pub(super) fn claim_remote<'a>(
     }
 }
 
+/// The entry of `key` in a peer's table (`map`, `shape`) when it grants
+/// `need` over `len` bytes at `addr`, read without a claim:
+/// `RemoteAccess` when it does not. Enough for an allocation's
+/// [`MAPPED`] memory, which a peer touches through its own mapping of the
+/// allocation's file: an access that read the entry before the owner's
+/// `free` and copies after it lands in the freed file's pages, which no
+/// one else sees any more (an allocation's pages are its own, and live
+/// until the last mapping goes), so it is an access ordered before the
+/// free; an access that starts after the free returned reads the cleared
+/// key and is refused. Memory of cross-memory attach needs the claim: it
+/// is the application's and stays in use after the deregistration.
+#[inline(always)]
+pub(super) fn read_remote(
+    map: &Mapping,
+    shape: &Shape,
+    key: u64,
+    addr: u64,
+    len: u64,
+    need: Access,
+) -> Result<Entry, Status> {
+    let e = entry_of(shape, key);
+    if key == 0 {
+        return Err(Status::RemoteAccess);
+    }
+    lookup(map, e, key, addr, len, need).ok_or(Status::RemoteAccess)
+}
+
 /// Reads entry `e` under its seqlock: it holds `key` and grants `need`
 /// over `[addr, addr + len)`.
+#[inline(always)]
 fn lookup(map: &Mapping, e: usize, key: u64, addr: u64, len: u64, need: Access) -> Option<Entry> {
     for _ in 0..64 {
         let s1 = map.u32_at(e + SEQ).load(Ordering::SeqCst);
