@@ -28,8 +28,12 @@ struct Pair {
 /// Two endpoints over shm (`cma`, long-read from `longread_min`) with
 /// settings `a` and `b`, their HANDSHAKEs exchanged.
 fn pair(name: &str, cma: bool, longread_min: usize, a: Config, b: Config) -> Pair {
-    let prefix = format!("rdm4p{}{name}", std::process::id());
-    let cfg = ShmConfig { prefix, cma, longread_min, ..ShmConfig::default() };
+    pair_with(ShmConfig { cma, longread_min, ..ShmConfig::default() }, name, a, b)
+}
+
+/// [`pair`] with the device settings `cfg` (its prefix replaced).
+fn pair_with(cfg: ShmConfig, name: &str, a: Config, b: Config) -> Pair {
+    let cfg = ShmConfig { prefix: format!("rdm4p{}{name}", std::process::id()), ..cfg };
     let mut ea = Endpoint::new(ShmDevice::open_with(cfg.clone()).unwrap(), a);
     let mut eb = Endpoint::new(ShmDevice::open_with(cfg).unwrap(), b);
     let to = [ea.av_insert(&eb.addr()).unwrap(), eb.av_insert(&ea.addr()).unwrap()];
@@ -155,7 +159,9 @@ fn long_read_and_runting_read_move_a_long_message_by_one_read() {
 #[test]
 fn rma_goes_direct_with_immediate_data_by_long_read_or_emulated() {
     // Cross-memory attach: direct; CQ data by write with immediate data.
-    let mut p = pair("direct", true, usize::MAX, Config::default(), Config::default());
+    // (Not through the ring however much the target polls: see below.)
+    let no_ring = ShmConfig { ring_rma: false, ..ShmConfig::default() };
+    let mut p = pair_with(no_ring, "direct", Config::default(), Config::default());
     p.write_read(100_000, Some(0xABCD));
     p.write_read(64, None);
     assert_eq!((p.ops(0, Proto::WriteDirect), p.ops(0, Proto::ReadDirect)), (2, 2));
@@ -197,4 +203,65 @@ fn delivery_complete_messages_use_the_dc_types_and_their_receipt() {
     let r = p.eps[0].send_flagged(p.to[0], s.buf(), SendOpts::default(), flags);
     assert_eq!(r, Err(Status::NotSup));
     assert_eq!(p.sent(0, T::DcEagerMsgRtm), 0);
+}
+
+/// Small RMA on ordinary memory: through the target's ring while it polls,
+/// by cross-memory attach (done in the call) once it has stopped.
+#[test]
+fn small_rma_goes_through_the_ring_of_a_polling_target_only() {
+    let mut p = pair("ringrma", true, usize::MAX, Config::default(), Config::default());
+    let mut region = OwnedBuf::zeroed(1 << 20);
+    let key = p.eps[1].mr_reg(region.buf(), Access::REMOTE_READ | Access::REMOTE_WRITE).unwrap();
+    let base = region.buf().addr();
+    let rb = |off: u64| RemoteBuf { addr: base + off, key };
+    // The target polls (its progress stamp, every 64th poll, is fresh):
+    // a one-packet write and read go by DC_EAGER_RTW and SHORT_RTR. A
+    // stamp older than 50 us (this thread descheduled) would send them
+    // by cross-memory attach: a few tries, each after fresh polls.
+    let data = pattern(64, 3);
+    let mut s = OwnedBuf::from_slice(&data);
+    let mut back = OwnedBuf::zeroed(64);
+    for _ in 0..20 {
+        if p.ops(0, Proto::WriteEager) > 0 && p.ops(0, Proto::ReadShort) > 0 {
+            break;
+        }
+        for _ in 0..200 {
+            p.eps[1].progress(0);
+        }
+        p.eps[0].write(p.to[0], s.buf(), rb(0), None, 1).unwrap();
+        p.eps[0].read(p.to[0], back.buf(), rb(0), 2).unwrap();
+        p.run(|c| c[0].len() >= 2);
+        assert!(p.cqs[0].iter().all(|c| c.status == Status::Success), "{:?}", p.cqs[0]);
+        p.cqs[0].clear();
+        assert!(back.bytes() == data && region.bytes()[..64] == data[..], "data");
+    }
+    assert!(p.ops(0, Proto::WriteEager) > 0 && p.ops(0, Proto::ReadShort) > 0, "the ring was taken");
+    assert_eq!(p.sent(0, T::DcEagerRtw), p.ops(0, Proto::WriteEager), "DC: completed at the RECEIPT");
+    assert_eq!(p.received(0, T::Receipt), p.ops(0, Proto::WriteEager));
+    // Longer than a packet: cross-memory attach, polling or not.
+    let direct = p.ops(0, Proto::WriteDirect);
+    let big = pattern(200_000, 4);
+    let mut b = OwnedBuf::from_slice(&big);
+    p.eps[0].write(p.to[0], b.buf(), rb(4096), None, 3).unwrap();
+    assert_eq!(p.ops(0, Proto::WriteDirect), direct + 1);
+    // The target stops polling: 2 ms later the same small write is done in
+    // the call, its completion there without the target's help.
+    std::thread::sleep(Duration::from_millis(2));
+    let eager = p.ops(0, Proto::WriteEager);
+    let mut s2 = OwnedBuf::from_slice(&pattern(64, 5));
+    p.eps[0].write(p.to[0], s2.buf(), rb(64), None, 4).unwrap();
+    let mut cq = Vec::new();
+    p.eps[0].poll_cq(&mut cq, usize::MAX);
+    p.eps[0].poll_cq(&mut cq, usize::MAX);
+    assert_eq!((p.ops(0, Proto::WriteEager), p.ops(0, Proto::WriteDirect)), (eager, direct + 2));
+    assert!(cq.iter().any(|c| c.context == 4 && c.status == Status::Success), "{cq:?}");
+    assert!(region.bytes()[64..128] == pattern(64, 5)[..] && region.bytes()[4096..204_096] == big[..]);
+    // Off (RDM4_SHM_RING_RMA=0): never the ring, however much it polls.
+    let no_ring = ShmConfig { ring_rma: false, ..ShmConfig::default() };
+    let mut p = pair_with(no_ring, "noring", Config::default(), Config::default());
+    for _ in 0..1000 {
+        p.eps[1].progress(0);
+    }
+    p.write_read(64, None);
+    assert_eq!((p.ops(0, Proto::WriteEager), p.ops(0, Proto::WriteDirect)), (0, 1));
 }

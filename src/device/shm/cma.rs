@@ -77,6 +77,25 @@ impl ShmDevice {
         }
     }
 
+    /// `Device::rdma_now` with `copy_only`: through the mapping of a peer's
+    /// allocation, else `NotSup` (nothing done, not even a refusal: the
+    /// caller picks another way, which checks the access itself).
+    pub(super) fn copy_only(
+        &mut self,
+        ah: Ah,
+        local: UserBuf,
+        remote_addr: u64,
+        key: u64,
+        write: bool,
+    ) -> Result<(), DevError> {
+        let p = super::peer_of(&mut self.peers, ah)?;
+        if super::alloc::copy_mapped(&mut self.peer_maps, p, ah, key, (local, remote_addr), write).is_none() {
+            return Err(DevError::Failed(Status::NotSup));
+        }
+        self.mapped_copies += 1;
+        Ok(())
+    }
+
     /// [`Device::rdma_write`](crate::device::Device::rdma_write) with
     /// immediate data: the notice's entry in the owner's ring is claimed
     /// first (a full ring: `Again`, nothing written), published after the
@@ -152,12 +171,11 @@ impl ShmDevice {
         if !self.cma {
             return Err(DevError::Failed(Status::NotSup));
         }
-        let p = super::peer_of(&mut self.peers, ah)?;
         // Memory the owner allocated to be mapped: a copy, no system call.
-        if super::alloc::copy_mapped(&mut self.peer_maps, p, ah, key, (local, remote_addr), write).is_some() {
-            self.mapped_copies += 1;
+        if self.copy_only(ah, local, remote_addr, key, write).is_ok() {
             return Ok(Ok(()));
         }
+        let p = super::peer_of(&mut self.peers, ah)?;
         let need = if write { Access::REMOTE_WRITE } else { Access::REMOTE_READ };
         // The claim is held until the copy has ended (`mrtable.rs`).
         let status = match claim_remote(&p.map, &p.shape, key, remote_addr, local.len() as u64, need) {

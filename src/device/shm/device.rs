@@ -266,8 +266,22 @@ impl Device for ShmDevice {
         self.free_shared(key)
     }
 
-    fn rdma_now(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, write: bool) -> Result<(), DevError> {
+    fn rdma_now(
+        &mut self,
+        ah: Ah,
+        local: UserBuf,
+        remote_addr: u64,
+        key: u64,
+        (write, copy_only): (bool, bool),
+    ) -> Result<(), DevError> {
+        if copy_only {
+            return self.copy_only(ah, local, remote_addr, key, write);
+        }
         self.rdma_sync(ah, local, remote_addr, key, write)
+    }
+
+    fn peer_progressing(&mut self, ah: Ah) -> bool {
+        self.progressing(ah)
     }
 
     fn atomic(&mut self, ah: Ah, remote_addr: u64, key: u64, a: &crate::device::RemoteAtomic) -> Result<(), DevError> {

@@ -175,6 +175,22 @@ fn prefetch_pos<const FOR_WRITE: bool>(map: &Mapping, shape: &Shape, pos: u64) {
 
 /// `CLOCK_MONOTONIC_COARSE`: milliseconds-grained, and cheap enough to read
 /// on every poll.
+/// `CLOCK_MONOTONIC` in microseconds: the same clock in every process.
+fn mono_us() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid out-pointer; this clock exists on every Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1000
+}
+
+/// A peer whose progress stamp is at most this old (µs) and that does not
+/// sleep is taken to be polling (`ShmDevice::progressing`). The stamp is
+/// written every 64th poll or packet, so a polling loop refreshes it every
+/// few microseconds, a busy one (64 packets) within tens. Short, because
+/// an operation sent through the ring of a target that has just stopped
+/// calling the library waits for its next call.
+const PROGRESS_RECENT_US: u64 = 50;
+
 fn coarse_now() -> Duration {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: a valid out-pointer; this clock exists on every Linux.
@@ -850,6 +866,7 @@ impl ShmDevice {
 
     #[inline(never)]
     fn check_peers_now(&mut self) {
+        self.stamp_progress();
         let now = coarse_now();
         if now.saturating_sub(self.last_check) < self.cfg.peer_check {
             return;
@@ -867,6 +884,25 @@ impl ShmDevice {
 
     fn peer(&mut self, ah: Ah) -> Result<&mut Peer, DevError> {
         peer_of(&mut self.peers, ah)
+    }
+
+    /// Publishes that this endpoint is polling now ([`off::PROGRESS`]):
+    /// called every 64th poll or packet (`check_peers`), a clock read each.
+    fn stamp_progress(&self) {
+        self.map.u64_at(off::PROGRESS).store(mono_us(), Ordering::Relaxed);
+    }
+
+    /// Whether peer `ah` polled in the last [`PROGRESS_RECENT_US`] µs and
+    /// is not asleep in a wait (`Device::peer_progressing`); never with
+    /// [`ShmConfig::ring_rma`] off.
+    pub(super) fn progressing(&mut self, ah: Ah) -> bool {
+        if !self.cfg.ring_rma {
+            return false;
+        }
+        let Ok(p) = self.peer(ah) else { return false };
+        let stamp = p.map.u64_at(off::PROGRESS).load(Ordering::Relaxed);
+        let asleep = p.map.hdr_u32::<{ off::SLEEPING }>().load(Ordering::Relaxed) != 0;
+        !asleep && stamp != 0 && mono_us().saturating_sub(stamp) <= PROGRESS_RECENT_US
     }
 }
 

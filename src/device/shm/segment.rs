@@ -220,6 +220,9 @@ pub(super) mod off {
     pub const SEAL: usize = 56;
     pub const TAIL: usize = 64;
     pub const HEAD: usize = 128;
+    /// The owner's clock (`CLOCK_MONOTONIC`, µs) at one of its recent polls
+    /// (`ShmDevice::stamp_progress`); a line of its own.
+    pub const PROGRESS: usize = 192;
 }
 
 /// A segment's shape, from its header.
