@@ -983,11 +983,11 @@ int32_t rdm4_cancel(struct rdm4_ep *ep, void *context);
  * CPU's atomic instructions). One exception, for speed: a write or read
  * of ordinary registered memory that fits one packet (shm: 64 KiB),
  * towards a target that is polling at that moment (it polled in the last
- * 50 µs and is not asleep in `rdm4_wait`), goes through the target's
- * ring and completes once the target has served it: if the target stops
- * calling the library just then, at its next call. An application whose
- * targets stop calling it while peers wait for their RMA (synchronised
- * by other means) sets `RDM4_SHM_RING_RMA=0`. Other atomics, and emulated RMA (udp
+ * 50 µs and is not asleep in `rdm4_wait`), goes as a request through the
+ * target's ring and completes at `rdm4_poll` once the target has served
+ * it; one the target leaves untaken for a quarter of a millisecond is
+ * taken back and done by the system call, so none waits for a target
+ * that stopped (`RDM4_SHM_RING_RMA=0`: always the system call). Other atomics, and emulated RMA (udp
  * without RDMA, no cross-memory attach, CQ data past 32 bits), are served
  * by the target's progress, so with manual progress they complete only
  * while the target polls; the first of them towards a peer also waits

@@ -483,19 +483,8 @@ impl<D: Device> Device for Capture<D> {
         self.inner.alloc(len, access)
     }
 
-    fn rdma_now(
-        &mut self,
-        ah: Ah,
-        local: UserBuf,
-        remote_addr: u64,
-        key: u64,
-        how: (bool, bool),
-    ) -> Result<(), DevError> {
-        self.inner.rdma_now(ah, local, remote_addr, key, how)
-    }
-
-    fn peer_progressing(&mut self, ah: Ah) -> bool {
-        self.inner.peer_progressing(ah)
+    fn rdma_now(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, write: bool) -> Result<(), DevError> {
+        self.inner.rdma_now(ah, local, remote_addr, key, write)
     }
 
     fn atomic(&mut self, ah: Ah, remote_addr: u64, key: u64, a: &crate::device::RemoteAtomic) -> Result<(), DevError> {

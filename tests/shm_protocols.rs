@@ -205,8 +205,10 @@ fn delivery_complete_messages_use_the_dc_types_and_their_receipt() {
     assert_eq!(p.sent(0, T::DcEagerMsgRtm), 0);
 }
 
-/// Small RMA on ordinary memory: through the target's ring while it polls,
-/// by cross-memory attach (done in the call) once it has stopped.
+/// Small RMA on ordinary memory: through the target's ring while it polls
+/// (the device's requests, `ringrma.rs`), by cross-memory attach once it
+/// has stopped; a request the target left untaken is taken back and never
+/// applied later.
 #[test]
 fn small_rma_goes_through_the_ring_of_a_polling_target_only() {
     let mut p = pair("ringrma", true, usize::MAX, Config::default(), Config::default());
@@ -214,15 +216,16 @@ fn small_rma_goes_through_the_ring_of_a_polling_target_only() {
     let key = p.eps[1].mr_reg(region.buf(), Access::REMOTE_READ | Access::REMOTE_WRITE).unwrap();
     let base = region.buf().addr();
     let rb = |off: u64| RemoteBuf { addr: base + off, key };
-    // The target polls (its progress stamp, every 64th poll, is fresh):
-    // a one-packet write and read go by DC_EAGER_RTW and SHORT_RTR. A
-    // stamp older than 50 us (this thread descheduled) would send them
-    // by cross-memory attach: a few tries, each after fresh polls.
+    let ring = |p: &Pair| p.eps[0].device().ring_rdma_counts();
+    // The target polls (its progress stamp, every 64th poll, is fresh): a
+    // one-packet write and read go as requests into its ring. A stamp
+    // older than 50 us (this thread descheduled) would send them by
+    // cross-memory attach: a few tries, each after fresh polls.
     let data = pattern(64, 3);
     let mut s = OwnedBuf::from_slice(&data);
     let mut back = OwnedBuf::zeroed(64);
     for _ in 0..20 {
-        if p.ops(0, Proto::WriteEager) > 0 && p.ops(0, Proto::ReadShort) > 0 {
+        if ring(&p).0 >= 2 {
             break;
         }
         for _ in 0..200 {
@@ -235,27 +238,62 @@ fn small_rma_goes_through_the_ring_of_a_polling_target_only() {
         p.cqs[0].clear();
         assert!(back.bytes() == data && region.bytes()[..64] == data[..], "data");
     }
-    assert!(p.ops(0, Proto::WriteEager) > 0 && p.ops(0, Proto::ReadShort) > 0, "the ring was taken");
-    assert_eq!(p.sent(0, T::DcEagerRtw), p.ops(0, Proto::WriteEager), "DC: completed at the RECEIPT");
-    assert_eq!(p.received(0, T::Receipt), p.ops(0, Proto::WriteEager));
+    assert!(ring(&p).0 >= 2, "requests through the ring: {:?}", ring(&p));
+    assert_eq!(ring(&p).1, 0, "none taken back from a polling target");
+    assert_eq!(p.sent(0, T::DcEagerRtw) + p.sent(0, T::ShortRtr), 0, "no emulated protocol");
+    // A request the target refuses (no such key) fails as cross-memory attach would.
+    let sent = ring(&p).0;
+    for _ in 0..200 {
+        p.eps[1].progress(0);
+    }
+    p.eps[0].write(p.to[0], s.buf(), RemoteBuf { addr: base, key: key ^ 0x400 }, None, 3).unwrap();
+    p.run(|c| !c[0].is_empty());
+    assert_eq!(p.cqs[0].remove(0).status, Status::RemoteAccess);
     // Longer than a packet: cross-memory attach, polling or not.
-    let direct = p.ops(0, Proto::WriteDirect);
     let big = pattern(200_000, 4);
     let mut b = OwnedBuf::from_slice(&big);
-    p.eps[0].write(p.to[0], b.buf(), rb(4096), None, 3).unwrap();
-    assert_eq!(p.ops(0, Proto::WriteDirect), direct + 1);
-    // The target stops polling: 2 ms later the same small write is done in
-    // the call, its completion there without the target's help.
-    std::thread::sleep(Duration::from_millis(2));
-    let eager = p.ops(0, Proto::WriteEager);
-    let mut s2 = OwnedBuf::from_slice(&pattern(64, 5));
-    p.eps[0].write(p.to[0], s2.buf(), rb(64), None, 4).unwrap();
-    let mut cq = Vec::new();
-    p.eps[0].poll_cq(&mut cq, usize::MAX);
-    p.eps[0].poll_cq(&mut cq, usize::MAX);
-    assert_eq!((p.ops(0, Proto::WriteEager), p.ops(0, Proto::WriteDirect)), (eager, direct + 2));
-    assert!(cq.iter().any(|c| c.context == 4 && c.status == Status::Success), "{cq:?}");
-    assert!(region.bytes()[64..128] == pattern(64, 5)[..] && region.bytes()[4096..204_096] == big[..]);
+    for _ in 0..200 {
+        p.eps[1].progress(0);
+    }
+    let sent = sent.max(ring(&p).0);
+    p.eps[0].write(p.to[0], b.buf(), rb(4096), None, 4).unwrap();
+    assert_eq!(ring(&p).0, sent);
+    p.run(|c| !c[0].is_empty());
+    assert_eq!(p.cqs[0].remove(0).status, Status::Success);
+    assert!(region.bytes()[4096..204_096] == big[..]);
+    // The target stops polling right after a poll: the write goes into its
+    // ring, is taken back once its head has stood still a quarter of a
+    // millisecond, and is done by cross-memory attach without the target.
+    let taken = |p: &Pair| ring(p).1;
+    for attempt in 0.. {
+        for _ in 0..200 {
+            p.eps[1].progress(0);
+        }
+        let mut x = OwnedBuf::from_slice(&[0xAA; 8]);
+        p.eps[0].write(p.to[0], x.buf(), rb(128), None, 5).unwrap();
+        let t = Instant::now();
+        while p.cqs[0].is_empty() {
+            assert!(t.elapsed() < Duration::from_secs(5), "a write waited for a target that stopped");
+            p.eps[0].progress(0);
+            p.eps[0].poll_cq(&mut p.cqs[0], usize::MAX);
+        }
+        assert_eq!(p.cqs[0].remove(0).status, Status::Success);
+        assert_eq!(region.bytes()[128..136], [0xAA; 8]);
+        if taken(&p) == 1 || attempt == 20 {
+            break;
+        }
+    }
+    assert_eq!(taken(&p), 1, "a request taken back: {:?}", ring(&p));
+    // The taken-back request is void: a later write wins even after the
+    // target polls again and meets the old request in its ring.
+    let mut y = OwnedBuf::from_slice(&[0x55; 8]);
+    p.eps[0].write(p.to[0], y.buf(), rb(128), None, 6).unwrap();
+    p.run(|c| !c[0].is_empty());
+    assert_eq!(p.cqs[0].remove(0).status, Status::Success);
+    for _ in 0..1000 {
+        p.eps[1].progress(0);
+    }
+    assert_eq!(region.bytes()[128..136], [0x55; 8], "the void request was not applied");
     // Off (RDM4_SHM_RING_RMA=0): never the ring, however much it polls.
     let no_ring = ShmConfig { ring_rma: false, ..ShmConfig::default() };
     let mut p = pair_with(no_ring, "noring", Config::default(), Config::default());
@@ -263,5 +301,77 @@ fn small_rma_goes_through_the_ring_of_a_polling_target_only() {
         p.eps[1].progress(0);
     }
     p.write_read(64, None);
-    assert_eq!((p.ops(0, Proto::WriteEager), p.ops(0, Proto::WriteDirect)), (0, 1));
+    assert_eq!(p.eps[0].device().ring_rdma_counts(), (0, 0));
+    assert_eq!((p.ops(0, Proto::WriteDirect), p.ops(0, Proto::ReadDirect)), (1, 1));
+}
+
+/// Two threads: the target polls for 2 ms and sleeps for 1 ms by turns
+/// while the requester writes and reads back small values without a
+/// pause. Requests that meet the target asleep are taken back and done by
+/// cross-memory attach; whichever way each went, every read returns what
+/// was written last, and the region ends as written.
+#[test]
+fn small_rma_stays_correct_while_the_target_polls_and_stops_by_turns() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let p = pair("ringturns", true, usize::MAX, Config::default(), Config::default());
+    let [mut a, mut b] = p.eps;
+    let to = p.to[0];
+    let mut region = OwnedBuf::zeroed(64 * 8);
+    let key = b.mr_reg(region.buf(), Access::REMOTE_READ | Access::REMOTE_WRITE).unwrap();
+    let base = region.buf().addr();
+    let stop = AtomicBool::new(false);
+    // Sets `stop` however the requester's side ends (a failed assertion
+    // too), so that the target's thread ends and the scope with it.
+    struct Stop<'a>(&'a AtomicBool);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let last = std::thread::scope(|sc| {
+        sc.spawn(|| {
+            let t0 = Instant::now();
+            while !stop.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(30) {
+                let t = Instant::now();
+                while t.elapsed() < Duration::from_millis(2) {
+                    b.progress(0);
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        let _stop = Stop(&stop);
+        let mut last = [0u64; 64];
+        let mut cq = Vec::new();
+        let t = Instant::now();
+        let mut i = 0u64;
+        while t.elapsed() < Duration::from_millis(400) {
+            i += 1;
+            let slot = (i % 64) as usize;
+            let rb = RemoteBuf { addr: base + 8 * slot as u64, key };
+            let mut w = OwnedBuf::from_slice(&i.to_le_bytes());
+            let mut r = OwnedBuf::zeroed(8);
+            a.write(to, w.buf(), rb, None, 1).unwrap();
+            a.read(to, r.buf(), rb, 2).unwrap();
+            let t2 = Instant::now();
+            while cq.len() < 2 {
+                assert!(t2.elapsed() < Duration::from_secs(5), "operation {i} stuck");
+                a.progress(0);
+                a.poll_cq(&mut cq, usize::MAX);
+            }
+            assert!(cq.iter().all(|c| c.status == Status::Success), "{cq:?}");
+            cq.clear();
+            assert_eq!(u64::from_le_bytes(r.bytes().try_into().unwrap()), i, "read {i} returns the write before it");
+            last[slot] = i;
+        }
+        last
+    });
+    for _ in 0..1000 {
+        b.progress(0);
+    }
+    for (slot, want) in last.iter().enumerate() {
+        let got = u64::from_le_bytes(region.bytes()[8 * slot..8 * slot + 8].try_into().unwrap());
+        assert_eq!(got, *want, "slot {slot} holds its last write (no request applied late)");
+    }
+    let (sent, back) = a.device().ring_rdma_counts();
+    assert!(sent > 0 && back > 0, "both ways were taken: {sent} requests, {back} taken back");
 }

@@ -465,26 +465,19 @@ pub trait Device {
     /// [`Device::rdma_write`] (`write`) or [`Device::rdma_read`] done now,
     /// in this call, where the device can (shm: every RDMA is a copy in the
     /// call, through its mapping of a peer's allocation or by cross-memory
-    /// attach): no event follows. With `copy_only`, only when that takes
-    /// no system call (the peer's memory is mapped here). `Failed(NotSup)`:
-    /// not done (the engine posts the usual RDMA, or emulates);
-    /// `Failed(RemoteAccess)`: refused; `Again`: try later.
+    /// attach): no event follows. `Failed(NotSup)`: not done (the engine
+    /// posts the usual RDMA; shm: when the owner polls, a small one goes
+    /// through its ring); `Failed(RemoteAccess)`: refused; `Again`: try
+    /// later.
     fn rdma_now(
         &mut self,
         _ah: Ah,
         _local: UserBuf,
         _remote_addr: u64,
         _key: u64,
-        (_write, _copy_only): (bool, bool),
+        _write: bool,
     ) -> Result<(), DevError> {
         Err(DevError::Failed(Status::NotSup))
-    }
-
-    /// Whether peer `ah` is making progress right now (shm: it polled a
-    /// moment ago and is not asleep), so that an emulated operation
-    /// towards it is served within microseconds.
-    fn peer_progressing(&mut self, _ah: Ah) -> bool {
-        false
     }
 
     /// An atomic on the peer's memory at `(remote_addr, key)`, done now by

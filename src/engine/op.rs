@@ -88,9 +88,6 @@ pub(crate) struct Op {
     pub queued: bool,
     /// Direct read or write: the device's RDMA moves the bytes.
     pub direct: bool,
-    /// Read or write by the emulated protocol even where direct RDMA would
-    /// do (`Core::rma_now`).
-    pub emulate: bool,
     /// Long-read send: the device registration of `buf`.
     pub lr_mr: Option<u64>,
     /// Long-CTS send after a READ_NACK: the RTM carries no data (spec §4.7).
@@ -142,7 +139,6 @@ impl Op {
             detail: 0,
             queued: false,
             direct: false,
-            emulate: false,
             lr_mr: None,
             nodata: false,
             nacked: false,

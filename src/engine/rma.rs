@@ -14,14 +14,12 @@ use crate::wire::{self, Packet, PacketType, ReqFamily, ReqInfo, RmaIov, Subproto
 impl Core {
     /// Queues a write; it waits for the peer's HANDSHAKE when that decides
     /// between the baseline and the DC protocol.
-    /// `emulate`: by the target's progress even where direct RDMA would
-    /// do (`rma_now`'s choice for small RMA towards a polling target).
     pub(crate) fn post_write(
         &mut self,
         dest: Addr,
         buf: UserBuf,
         remote: RemoteBuf,
-        (cq_data, emulate): (Option<u64>, bool),
+        cq_data: Option<u64>,
         context: u64,
     ) -> Result<(), Status> {
         self.reachable_peer(dest)?;
@@ -30,7 +28,6 @@ impl Core {
         op.rma = RmaIov::new(remote.addr, buf.len() as u64, remote.key);
         op.len = buf.len() as u64;
         op.cq_data = cq_data;
-        op.emulate = emulate;
         let key = self.new_op(op)?;
         self.time_request(key);
         self.start_or_wait_handshake(dest, key);
@@ -56,27 +53,7 @@ impl Core {
     fn direct_without_handshake(&self, key: u32) -> bool {
         let Some(op) = self.ops.get(key) else { return false };
         self.caps.rdma_any_peer
-            && !op.emulate
             && self.peers.get(op.peer).is_some_and(|p| self.direct_ok(p, op.kind, op.len, op.cq_data))
-    }
-
-    /// The longest read served by one READRSP (SHORT_RTR).
-    fn short_read_max(&self) -> usize {
-        self.caps.mtu - wire::ReadRsp::HDR_LEN
-    }
-
-    /// Whether a write (`write`) or read of `len` bytes to `peer` fits one
-    /// packet of the emulated protocols that complete once the data is
-    /// where it goes: DC_EAGER_RTW (a write completes at the RECEIPT, so
-    /// not towards a peer without delivery complete) and SHORT_RTR. Before
-    /// the peer's HANDSHAKE: by size alone.
-    fn one_packet_rma(&self, peer: &Peer, write: bool, len: usize) -> bool {
-        if write {
-            len <= self.req_data_cap(PacketType::DcEagerRtw, 1)
-                && (!peer.hs_recv || self.both(peer, wire::extra::DELIVERY_COMPLETE))
-        } else {
-            len <= self.short_read_max()
-        }
     }
 
     /// Whether a read or write (`kind`) of `len` bytes (with `cq_data`) to
@@ -117,7 +94,7 @@ impl Core {
         // immediate data (the target's device reports it, and the target
         // writes the completion); else emulated: the target must see a
         // packet to write its completion.
-        let direct = !op.emulate && peer.is_some_and(|p| self.direct_ok(p, op.kind, op.len, op.cq_data));
+        let direct = peer.is_some_and(|p| self.direct_ok(p, op.kind, op.len, op.cq_data));
         // Emulated long-read write (spec §4.1): the target reads the bytes
         // from the requester's buffer in one RDMA read, for writes that would
         // go by long-CTS, when both sides read. It has no DC type and needs
@@ -176,20 +153,11 @@ impl Core {
     /// A write (`write`) or read done at once by the device
     /// (`Device::rdma_now`: shm copies in the call), its completion queued
     /// without an operation entry; `None` when the device does not do it
-    /// (the caller posts it the usual way). Like the device's other direct
-    /// RMA it is not ordered with operations still under way.
-    ///
-    /// One exception, chosen by measurement (docs/performance.md,
-    /// 2026-11-26): an operation that fits one packet, on memory the device
-    /// would reach by a system call (not mapped here), towards a target
-    /// that is polling right now (`Device::peer_progressing`) goes by the
-    /// emulated protocol through the target's ring — 8 B puts and gets
-    /// 4-9 M/s there against 0.8 M by `process_vm_writev`/`readv`. It
-    /// completes once the target has served it (RECEIPT, READRSP). A target
-    /// that is not polling (computing, asleep, never calling the library)
-    /// gets the system call, done in the call, as before. Towards a polling
-    /// peer whose HANDSHAKE has not come yet, the HANDSHAKE is asked for
-    /// and this operation goes by the system call.
+    /// (the caller posts it the usual way: the device's asynchronous RDMA,
+    /// which shm sends through the ring of a target that is polling for
+    /// small operations on memory it does not map, `ringrma.rs`). Like the
+    /// device's other direct RMA it is not ordered with operations still
+    /// under way.
     pub(crate) fn rma_now<D: super::Device>(
         &mut self,
         dev: &mut D,
@@ -210,25 +178,7 @@ impl Core {
         if let Err(e) = remote.check(buf.len()) {
             return Some(Err(e));
         }
-        let (small, hs_recv) = (self.one_packet_rma(p, write, buf.len()), p.hs_recv);
-        let mut r = dev.rdma_now(ah, buf, remote.addr, remote.key, (write, small));
-        if small && r == Err(crate::device::DevError::Failed(Status::NotSup)) {
-            if dev.peer_progressing(ah) {
-                if hs_recv {
-                    let posted = if write {
-                        self.post_write(dest, buf, remote, (None, true), context)
-                    } else {
-                        self.post_read(dest, buf, remote, true, context)
-                    };
-                    self.flush(dev);
-                    return Some(posted);
-                }
-                self.trigger_handshake(dest);
-                self.flush(dev);
-            }
-            r = dev.rdma_now(ah, buf, remote.addr, remote.key, (write, false));
-        }
-        let status = match r {
+        let status = match dev.rdma_now(ah, buf, remote.addr, remote.key, write) {
             Ok(()) => Status::Success,
             Err(crate::device::DevError::Failed(Status::NotSup) | crate::device::DevError::Again) => return None,
             Err(crate::device::DevError::Failed(s)) => s,
@@ -255,13 +205,12 @@ impl Core {
         self.traffic.op(proto, len);
     }
 
-    /// Queues a read (`emulate` as for `post_write`).
+    /// Queues a read.
     pub(crate) fn post_read(
         &mut self,
         dest: Addr,
         buf: UserBuf,
         remote: RemoteBuf,
-        emulate: bool,
         context: u64,
     ) -> Result<(), Status> {
         self.reachable_peer(dest)?;
@@ -269,8 +218,7 @@ impl Core {
         let mut op = Op::new(OpKind::Read, dest, context, buf);
         op.rma = RmaIov::new(remote.addr, buf.len() as u64, remote.key);
         op.len = buf.len() as u64;
-        op.emulate = emulate;
-        let short = buf.len() <= self.short_read_max();
+        let short = buf.len() <= self.caps.mtu - wire::ReadRsp::HDR_LEN;
         op.ptype = Some(if short { PacketType::ShortRtr } else { PacketType::LongctsRtr });
         op.window_end = if short { op.len } else { self.first_read_window(&op) };
         op.credits = self.cfg.credit_request;
@@ -547,7 +495,7 @@ impl<D: super::Device> super::Endpoint<D> {
                 return r;
             }
         }
-        self.core.post_write(dest, buf, remote, (cq_data, false), context)?;
+        self.core.post_write(dest, buf, remote, cq_data, context)?;
         self.core.flush(&mut self.dev);
         Ok(())
     }
@@ -559,7 +507,7 @@ impl<D: super::Device> super::Endpoint<D> {
                 return r;
             }
         }
-        self.core.post_read(dest, buf, remote, false, context)?;
+        self.core.post_read(dest, buf, remote, context)?;
         self.core.flush(&mut self.dev);
         Ok(())
     }

@@ -122,6 +122,12 @@ impl ShmDevice {
         self.mapped_copies
     }
 
+    /// RDMA requests this device sent into owners' rings, and of those the
+    /// ones it took back and copied by cross-memory attach (`ringrma.rs`).
+    pub fn ring_rdma_counts(&self) -> (u64, u64) {
+        (self.ring.sent, self.ring.taken_back)
+    }
+
     /// Allocates `len` bytes in a file of their own, registered with
     /// `access` and the [`MAPPED`] flag.
     pub(super) fn alloc_shared(&mut self, len: usize, access: Access) -> Result<(UserBuf, u64), Status> {

@@ -49,7 +49,23 @@ impl ShmDevice {
         wr_id: u64,
         write: bool,
     ) -> Result<(), DevError> {
-        let status = self.copy(ah, local, remote_addr, key, write)?;
+        let mapped = self.copy_only(ah, local, remote_addr, key, write);
+        // Towards an owner that polls, a request through its ring
+        // (`ringrma.rs`), and behind requests of ours still there, in
+        // order: through the ring too, or later.
+        if mapped.is_err() {
+            let waiting = self.ring_waiting(ah);
+            if waiting || self.ring_rdma_ok(ah, local.len()) {
+                let fits = self.ring_fits(local.len());
+                if fits && self.ring_request(ah, local, (remote_addr, key), wr_id, write).is_ok() {
+                    return Ok(());
+                }
+                if waiting {
+                    return Err(DevError::Again);
+                }
+            }
+        }
+        let status = if mapped.is_ok() { Ok(()) } else { self.copy(ah, local, remote_addr, key, write)? };
         self.copied(ah, wr_id, status);
         Ok(())
     }
@@ -114,6 +130,10 @@ impl ShmDevice {
         if !self.cma {
             return Err(DevError::Failed(Status::NotSup));
         }
+        if self.ring_waiting(ah) {
+            // Behind requests of ours in the owner's ring (`ringrma.rs`).
+            return Err(DevError::Again);
+        }
         let ids = (self.epid, self.connid);
         let need = super::entry_len(12);
         let p = self.peer(ah)?;
@@ -160,7 +180,7 @@ impl ShmDevice {
 
     /// The copy of an RDMA read or write, after checking the owner's
     /// registration; `Err(Again)` while that registration is being changed.
-    fn copy(
+    pub(super) fn copy(
         &mut self,
         ah: Ah,
         local: UserBuf,

@@ -55,6 +55,9 @@ impl Device for ShmDevice {
             full_skip: 0,
             full_wait: 0,
             placement: far::Placement::default(),
+            ring_off_until: 0,
+            ring_head: (0, 0),
+            ring_pending: 0,
             name,
         }));
         self.by_id.insert(key, ah);
@@ -67,6 +70,7 @@ impl Device for ShmDevice {
             self.by_id.remove(&(p.epid, p.connid));
             self.last_from = None;
             self.peer_maps.forget_peer(ah);
+            self.ring_rdma_forget(ah);
             if let Some(fd) = p.fifo {
                 // SAFETY: closing a descriptor we own.
                 unsafe { libc::close(fd) };
@@ -225,6 +229,9 @@ impl Device for ShmDevice {
     #[inline(always)]
     fn events(&mut self, out: &mut Vec<DevEvent>) {
         self.check_peers();
+        if self.ring.busy() {
+            self.ring_rdma_progress();
+        }
         if !self.events.is_empty() {
             out.append(&mut self.events);
         }
@@ -266,22 +273,15 @@ impl Device for ShmDevice {
         self.free_shared(key)
     }
 
-    fn rdma_now(
-        &mut self,
-        ah: Ah,
-        local: UserBuf,
-        remote_addr: u64,
-        key: u64,
-        (write, copy_only): (bool, bool),
-    ) -> Result<(), DevError> {
-        if copy_only {
-            return self.copy_only(ah, local, remote_addr, key, write);
+    fn rdma_now(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, write: bool) -> Result<(), DevError> {
+        // Memory mapped here: a copy. Else, towards an owner that polls or
+        // holds requests of ours, by `rdma` (a request through its ring,
+        // or in order behind those).
+        let r = self.copy_only(ah, local, remote_addr, key, write);
+        if r.is_ok() || self.ring_waiting(ah) || self.ring_rdma_ok(ah, local.len()) {
+            return r;
         }
         self.rdma_sync(ah, local, remote_addr, key, write)
-    }
-
-    fn peer_progressing(&mut self, ah: Ah) -> bool {
-        self.progressing(ah)
     }
 
     fn atomic(&mut self, ah: Ah, remote_addr: u64, key: u64, a: &crate::device::RemoteAtomic) -> Result<(), DevError> {

@@ -124,6 +124,7 @@ mod device;
 mod far;
 mod lag;
 mod mrtable;
+mod ringrma;
 mod segment;
 mod trail;
 
@@ -176,7 +177,7 @@ fn prefetch_pos<const FOR_WRITE: bool>(map: &Mapping, shape: &Shape, pos: u64) {
 /// `CLOCK_MONOTONIC_COARSE`: milliseconds-grained, and cheap enough to read
 /// on every poll.
 /// `CLOCK_MONOTONIC` in microseconds: the same clock in every process.
-fn mono_us() -> u64 {
+pub(super) fn mono_us() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: a valid out-pointer; this clock exists on every Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
@@ -341,6 +342,15 @@ struct Peer {
     full_wait: u32,
     /// How far the peer's CPU is (see `far.rs`).
     placement: far::Placement,
+    /// No RDMA request into this peer's ring before this time (`mono_us`):
+    /// one had to be taken back (`ringrma.rs`).
+    ring_off_until: u64,
+    /// The peer's ring head as last seen by `ringrma.rs`, and since when
+    /// (`mono_us`).
+    ring_head: (u64, u64),
+    /// Requests of this endpoint waiting in the peer's ring: while there
+    /// are any, every other RDMA to the peer waits too (`ringrma.rs`).
+    ring_pending: u32,
 }
 
 /// One endpoint's shared-memory device.
@@ -369,6 +379,8 @@ pub struct ShmDevice {
     allocs: FxHashMap<u64, alloc::Alloc>,
     /// Peers' allocations mapped here, by (peer, key).
     peer_maps: alloc::PeerMaps,
+    /// RDMA through owners' rings (`ringrma.rs`).
+    ring: ringrma::RingRdma,
     /// RDMA reads and writes done as copies through such a mapping.
     mapped_copies: u64,
     /// When the peers were last checked (`coarse_now`).
@@ -545,6 +557,7 @@ impl ShmDevice {
             mrs_closing: Vec::new(),
             allocs: FxHashMap::default(),
             peer_maps: alloc::PeerMaps::default(),
+            ring: ringrma::RingRdma::default(),
             mapped_copies: 0,
             last_check: coarse_now(),
             fd_mode: false,
@@ -647,7 +660,7 @@ impl ShmDevice {
                     self.prefetch_reply(ah, lines);
                 }
             } else if sane && len == 0 {
-                self.notice(e, from, connid);
+                self.notice(e, span, (from, connid));
             }
             self.head += span as u64;
             n += 1;
@@ -700,15 +713,21 @@ impl ShmDevice {
         n
     }
 
-    /// An entry without a packet at ring offset `e` (its span checked)
+    /// An entry without a packet at ring offset `e` (its `span` checked)
     /// from endpoint `epid` of `connid`: a close notice, a write-with-
-    /// immediate notice, or padding.
+    /// immediate notice, an RDMA request or answer (`ringrma.rs`), or
+    /// padding.
     #[cold]
     #[inline(never)]
-    fn notice(&mut self, e: usize, epid: u32, connid: u32) {
+    fn notice(&mut self, e: usize, span: usize, (epid, connid): (u32, u32)) {
         // SAFETY: as in `recv_batch`: an entry header inside the ring.
         let h = unsafe { self.map.entry_at(e) };
-        if h.close_notice() {
+        let flags = h.flags();
+        if flags & segment::RDMA_REQ != 0 {
+            self.serve_ring_rdma(e, span, (epid, connid));
+        } else if flags & segment::RDMA_RSP != 0 {
+            self.ring_rdma_answered(e, span, (epid, connid));
+        } else if h.close_notice() {
             self.close_noticed(epid, connid);
         } else if h.write_imm() {
             // SAFETY: `SLOT_HDR + 12 <= 64 <=` the entry's span (checked

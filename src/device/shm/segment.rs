@@ -140,6 +140,11 @@ pub(super) const CLOSE_NOTICE: u32 = 2;
 /// (`Device::rdma_write_imm`).
 pub(super) const WRITE_IMM: u32 = 4;
 
+/// The entry span's flag of an RDMA request into the owner's ring, and of
+/// its answer (`ringrma.rs`): entries without a packet.
+pub(super) const RDMA_REQ: u32 = 8;
+pub(super) const RDMA_RSP: u32 = 16;
+
 /// The span's low bits that are flags.
 const SPAN_FLAGS: u32 = 63;
 
@@ -174,6 +179,11 @@ impl EntryHdr {
     /// Whether the entry is a [`CLOSE_NOTICE`].
     pub(super) fn close_notice(&self) -> bool {
         halves(self.sizes.load(Ordering::Relaxed)).1 & CLOSE_NOTICE != 0
+    }
+
+    /// The flags of the entry's span.
+    pub(super) fn flags(&self) -> u32 {
+        halves(self.sizes.load(Ordering::Relaxed)).1 & SPAN_FLAGS
     }
 
     /// Whether the entry is a [`WRITE_IMM`] notice.
