@@ -1112,6 +1112,83 @@ int32_t rdm4_compare_atomic(struct rdm4_ep *ep,
                             void *context);
 
 /**
+ * Writes `len` bytes at `buf` to the peer's memory at `raddr` (registered
+ * with `key` and `RDM4_ACCESS_REMOTE_WRITE`, as for `rdm4_write`) in this
+ * call: when it returns `RDM4_SUCCESS` the data is in the target's memory
+ * and `buf` is the caller's again. No completion is written, whatever
+ * the outcome. The target takes no part (a peer that never calls the
+ * library is reached). For puts that are complete when they return
+ * (`shmem_put`, `MPI_Put` with a flush): no completion to poll for.
+ *
+ * Done where the device reaches the target's memory itself: shm with
+ * cross-memory attach (memory of `rdm4_mr_alloc` by a copy, other memory
+ * by a system call; never through the target's ring). Elsewhere (udp, no
+ * cross-memory attach, a peer that offers no RDMA) `RDM4_ENOTSUP`:
+ * use `rdm4_write`.
+ *
+ * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `buf`
+ * with `len > 0`, or `raddr + len` past 2^64); `RDM4_EOVERFLOW` (`len`
+ * over `RDM4_MSG_MAX`); `RDM4_ENOADDR`; `RDM4_EPEER`; `RDM4_ENOTSUP`;
+ * `RDM4_EREMOTEACCESS` (bad key, range or access: nothing written);
+ * `RDM4_EAGAIN` (small `rdm4_write`s or `rdm4_read`s of this endpoint to
+ * the peer still wait in its ring and this write must not pass them:
+ * poll, then call again). Thread safety: any thread.
+ */
+int32_t rdm4_write_now(struct rdm4_ep *ep,
+                       const void *buf,
+                       size_t len,
+                       rdm4_addr dest,
+                       uint64_t raddr,
+                       uint64_t key);
+
+/**
+ * Reads `len` bytes of the peer's memory at `raddr` (registered with `key`
+ * and `RDM4_ACCESS_REMOTE_READ`) into `buf` in this call: when it returns
+ * `RDM4_SUCCESS` the bytes are in `buf`. No completion is written. Done
+ * where `rdm4_write_now` is. Returns as `rdm4_write_now` (nothing is
+ * written into `buf` on failure). Thread safety: any thread.
+ */
+int32_t rdm4_read_now(struct rdm4_ep *ep,
+                      void *buf,
+                      size_t len,
+                      rdm4_addr dest,
+                      uint64_t raddr,
+                      uint64_t key);
+
+/**
+ * An atomic done in this call: `op` with the `count` elements of
+ * `datatype` at `buf` (and at `compare`, for the compare ops) on the
+ * peer's memory at `raddr`; with `result` not NULL the target's previous
+ * values are written there when it returns `RDM4_SUCCESS`. The op's kind
+ * follows from the arguments: a write op (`RDM4_MIN` ... `RDM4_BXOR`,
+ * `RDM4_ATOMIC_WRITE`) with `result` NULL, a fetch op with `result`
+ * (`buf` may be NULL for `RDM4_ATOMIC_READ`), a compare op with `compare`
+ * and `result`. No completion is written. Atomicity as for
+ * `rdm4_atomic`.
+ *
+ * Done only on memory of `rdm4_mr_alloc` at a peer of this host, by this
+ * CPU's atomic instructions; elsewhere `RDM4_ENOTSUP` (nothing applied):
+ * use `rdm4_atomic`, `rdm4_fetch_atomic` or `rdm4_compare_atomic`.
+ *
+ * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (a NULL
+ * buffer the op needs, `count` 0, a compare op without `compare` or
+ * `result`); `RDM4_ENOTSUP` (as above, or the op does not apply to the
+ * datatype); `RDM4_EOVERFLOW`; `RDM4_ENOADDR`; `RDM4_EPEER`;
+ * `RDM4_EREMOTEACCESS` (bad key, range or access: nothing applied).
+ * Thread safety: any thread.
+ */
+int32_t rdm4_atomic_now(struct rdm4_ep *ep,
+                        const void *buf,
+                        const void *compare,
+                        void *result,
+                        size_t count,
+                        uint32_t datatype,
+                        uint32_t op,
+                        rdm4_addr dest,
+                        uint64_t raddr,
+                        uint64_t key);
+
+/**
  * Fills `attr` with the defaults (shared memory device, manual progress)
  * and sets `attr->size`.
  *

@@ -487,6 +487,10 @@ impl<D: Device> Device for Capture<D> {
         self.inner.rdma_now(ah, local, remote_addr, key, write)
     }
 
+    fn rdma_in_call(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, write: bool) -> Result<(), DevError> {
+        self.inner.rdma_in_call(ah, local, remote_addr, key, write)
+    }
+
     fn atomic(&mut self, ah: Ah, remote_addr: u64, key: u64, a: &crate::device::RemoteAtomic) -> Result<(), DevError> {
         self.inner.atomic(ah, remote_addr, key, a)
     }

@@ -76,6 +76,9 @@ struct Opts {
     /// The RMA regions come from `rdm4_mr_alloc` (memory same-host peers
     /// map), not `rdm4_mr_reg` of ordinary memory.
     alloc: bool,
+    /// One-sided tests by `rdm4_write_now`, `rdm4_read_now` and
+    /// `rdm4_atomic_now`: done in the call, no completion to poll.
+    now: bool,
     role: Role,
     port: u16,
 }
@@ -98,6 +101,7 @@ impl Opts {
             more: false,
             stats: false,
             alloc: false,
+            now: false,
             role: Role::Local,
             port: 0,
         }
@@ -201,6 +205,9 @@ const OPTIONS: &[Opt] = &[
     Opt { name: "--alloc", arg: "", default: Shown::Words("rdm4_mr_reg"),
         help: "RMA regions from rdm4_mr_alloc (mapped by same-host peers)",
         set: |o, _| { o.alloc = true; Ok(()) } },
+    Opt { name: "--now", arg: "", default: Shown::Words("rdm4_write, rdm4_read, rdm4_fetch_atomic"),
+        help: "one-sided tests by rdm4_write_now, rdm4_read_now, rdm4_atomic_now (done in the call, no completion)",
+        set: |o, _| { o.now = true; Ok(()) } },
     Opt { name: "--server", arg: "", default: Shown::Words("start the peer here"),
         help: "wait for a --client, then run the tests",
         set: |o, _| { o.role = Role::Server; Ok(()) } },
@@ -302,6 +309,8 @@ struct Ctx {
     /// Offset of the atomic counter in both regions (after the largest size).
     counter: usize,
     cq: Vec<rdm4_cqe>,
+    /// One-sided operations by the `_now` calls (`--now`).
+    now: bool,
 }
 
 impl Ctx {
@@ -534,6 +543,7 @@ fn connect(ep: *mut rdm4_ep, sock: &mut TcpStream, max_size: usize, alloc: bool)
         peer_key: u64::from_le_bytes(theirs[40..48].try_into().unwrap_or([0; 8])),
         counter,
         cq: vec![unsafe { std::mem::zeroed() }; 64],
+        now: false,
     };
     reset_region(&mut c);
     c
@@ -542,6 +552,7 @@ fn connect(ep: *mut rdm4_ep, sock: &mut TcpStream, max_size: usize, alloc: bool)
 fn run(o: &Opts, ep: *mut rdm4_ep, mut sock: TcpStream, client: bool) -> Vec<String> {
     let max = o.sizes.iter().copied().max().unwrap_or(8);
     let mut c = connect(ep, &mut sock, max, o.alloc);
+    c.now = o.now;
     barrier(&mut c, client, |_| {}); // both sides ready (and handshaken)
     if o.settle_ms > 0 {
         settle(&mut c, Duration::from_millis(o.settle_ms));
@@ -627,6 +638,9 @@ fn spawn_peer(o: &Opts, port: u16) -> Child {
     }
     if o.alloc {
         args.push("--alloc".into());
+    }
+    if o.now {
+        args.push("--now".into());
     }
     args.push("--json".into());
     Command::new(exe)

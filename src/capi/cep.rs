@@ -118,6 +118,8 @@ forward! {
     mut fn recv_claimed(claim: u64, buf: UserBuf, context: u64) -> Result<(), Status>;
     mut fn write(dest: Addr, buf: UserBuf, remote: RemoteBuf, cq_data: Option<u64>, context: u64) -> Result<(), Status>;
     mut fn read(dest: Addr, buf: UserBuf, remote: RemoteBuf, context: u64) -> Result<(), Status>;
+    mut fn rma_in_call(dest: Addr, buf: UserBuf, remote: RemoteBuf, write: bool) -> Result<(), Status>;
+    mut fn atomic_in_call(dest: Addr, datatype: u32, op: u32, bufs: (UserBuf, UserBuf, UserBuf), remote: RemoteBuf) -> Result<(), Status>;
     mut fn progress(now: u64) -> ();
     mut fn expire(now: u64) -> ();
     ref fn timers_armed() -> bool;

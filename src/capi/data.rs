@@ -707,3 +707,110 @@ pub extern "C" fn rdm4_compare_atomic(
     let class = atomic_ops::AtomicClass::Compare;
     atomic_common(class, ep, (buf, count), (compare, count), (result, count), datatype, op, dest, raddr, key, context)
 }
+
+/// Writes `len` bytes at `buf` to the peer's memory at `raddr` (registered
+/// with `key` and `RDM4_ACCESS_REMOTE_WRITE`, as for `rdm4_write`) in this
+/// call: when it returns `RDM4_SUCCESS` the data is in the target's memory
+/// and `buf` is the caller's again. No completion is written, whatever
+/// the outcome. The target takes no part (a peer that never calls the
+/// library is reached). For puts that are complete when they return
+/// (`shmem_put`, `MPI_Put` with a flush): no completion to poll for.
+///
+/// Done where the device reaches the target's memory itself: shm with
+/// cross-memory attach (memory of `rdm4_mr_alloc` by a copy, other memory
+/// by a system call; never through the target's ring). Elsewhere (udp, no
+/// cross-memory attach, a peer that offers no RDMA) `RDM4_ENOTSUP`:
+/// use `rdm4_write`.
+///
+/// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `buf`
+/// with `len > 0`, or `raddr + len` past 2^64); `RDM4_EOVERFLOW` (`len`
+/// over `RDM4_MSG_MAX`); `RDM4_ENOADDR`; `RDM4_EPEER`; `RDM4_ENOTSUP`;
+/// `RDM4_EREMOTEACCESS` (bad key, range or access: nothing written);
+/// `RDM4_EAGAIN` (small `rdm4_write`s or `rdm4_read`s of this endpoint to
+/// the peer still wait in its ring and this write must not pass them:
+/// poll, then call again). Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn rdm4_write_now(
+    ep: *mut rdm4_ep,
+    buf: *const c_void,
+    len: usize,
+    dest: rdm4_addr,
+    raddr: u64,
+    key: u64,
+) -> i32 {
+    rma_now_common(ep, (buf as *mut c_void, len), dest, (raddr, key), true)
+}
+
+/// Reads `len` bytes of the peer's memory at `raddr` (registered with `key`
+/// and `RDM4_ACCESS_REMOTE_READ`) into `buf` in this call: when it returns
+/// `RDM4_SUCCESS` the bytes are in `buf`. No completion is written. Done
+/// where `rdm4_write_now` is. Returns as `rdm4_write_now` (nothing is
+/// written into `buf` on failure). Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn rdm4_read_now(
+    ep: *mut rdm4_ep,
+    buf: *mut c_void,
+    len: usize,
+    dest: rdm4_addr,
+    raddr: u64,
+    key: u64,
+) -> i32 {
+    rma_now_common(ep, (buf, len), dest, (raddr, key), false)
+}
+
+fn rma_now_common(ep: *mut rdm4_ep, (buf, len): (*mut c_void, usize), dest: rdm4_addr, (raddr, key): (u64, u64), write: bool) -> i32 {
+    boundary(|| {
+        let mut g = lookup(ep)?;
+        let b = c_buf(buf, len)?;
+        g.ep.rma_in_call(addr(dest)?, b, RemoteBuf { addr: raddr, key }, write)?;
+        Ok(0)
+    })
+}
+
+/// An atomic done in this call: `op` with the `count` elements of
+/// `datatype` at `buf` (and at `compare`, for the compare ops) on the
+/// peer's memory at `raddr`; with `result` not NULL the target's previous
+/// values are written there when it returns `RDM4_SUCCESS`. The op's kind
+/// follows from the arguments: a write op (`RDM4_MIN` ... `RDM4_BXOR`,
+/// `RDM4_ATOMIC_WRITE`) with `result` NULL, a fetch op with `result`
+/// (`buf` may be NULL for `RDM4_ATOMIC_READ`), a compare op with `compare`
+/// and `result`. No completion is written. Atomicity as for
+/// `rdm4_atomic`.
+///
+/// Done only on memory of `rdm4_mr_alloc` at a peer of this host, by this
+/// CPU's atomic instructions; elsewhere `RDM4_ENOTSUP` (nothing applied):
+/// use `rdm4_atomic`, `rdm4_fetch_atomic` or `rdm4_compare_atomic`.
+///
+/// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (a NULL
+/// buffer the op needs, `count` 0, a compare op without `compare` or
+/// `result`); `RDM4_ENOTSUP` (as above, or the op does not apply to the
+/// datatype); `RDM4_EOVERFLOW`; `RDM4_ENOADDR`; `RDM4_EPEER`;
+/// `RDM4_EREMOTEACCESS` (bad key, range or access: nothing applied).
+/// Thread safety: any thread.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn rdm4_atomic_now(
+    ep: *mut rdm4_ep,
+    buf: *const c_void,
+    compare: *const c_void,
+    result: *mut c_void,
+    count: usize,
+    datatype: u32,
+    op: u32,
+    dest: rdm4_addr,
+    raddr: u64,
+    key: u64,
+) -> i32 {
+    boundary(|| {
+        let mut g = lookup(ep)?;
+        let class = atomic_ops::classify(datatype, op, !result.is_null())?;
+        let n = elems(count, datatype)?;
+        let operand_len = if op == RDM4_ATOMIC_READ && buf.is_null() { 0 } else { n };
+        let compare_len = if class == atomic_ops::AtomicClass::Compare { n } else { 0 };
+        let o = c_buf(buf as *mut c_void, operand_len)?;
+        let c = c_buf(compare as *mut c_void, compare_len)?;
+        let r = c_buf(result, if result.is_null() { 0 } else { n })?;
+        g.ep.atomic_in_call(addr(dest)?, datatype, op, (o, c, r), RemoteBuf { addr: raddr, key })?;
+        Ok(0)
+    })
+}

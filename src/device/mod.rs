@@ -480,6 +480,22 @@ pub trait Device {
         Err(DevError::Failed(Status::NotSup))
     }
 
+    /// [`Device::rdma_now`] done in this call or not at all, whatever would
+    /// be quicker (shm: never through the owner's ring). `Failed(NotSup)`:
+    /// the device cannot; `Again`: operations of this endpoint to the peer
+    /// that this one must not pass are still under way (shm: requests in
+    /// the owner's ring); `Failed(RemoteAccess)`: refused.
+    fn rdma_in_call(
+        &mut self,
+        _ah: Ah,
+        _local: UserBuf,
+        _remote_addr: u64,
+        _key: u64,
+        _write: bool,
+    ) -> Result<(), DevError> {
+        Err(DevError::Failed(Status::NotSup))
+    }
+
     /// An atomic on the peer's memory at `(remote_addr, key)`, done now by
     /// this process's CPU where the device maps that memory (an allocation
     /// of [`Device::alloc`] at a peer of this host): the old values are in

@@ -47,7 +47,7 @@ impl Core {
     /// Checks an atomic's datatype, operation and buffers, and that it fits
     /// one RTA (whichever way it then goes, the limits are the same);
     /// returns its class and length.
-    fn check_atomic(&self, a: &RemoteAtomic, remote: RemoteBuf) -> Result<(AtomicClass, usize), Status> {
+    pub(crate) fn check_atomic(&self, a: &RemoteAtomic, remote: RemoteBuf) -> Result<(AtomicClass, usize), Status> {
         let (op_code, operand, compare, result) = (a.op, a.operand, a.compare, a.result);
         let size = atomic_ops::type_size(a.datatype)?;
         let class = atomic_ops::classify(a.datatype, op_code, !result.is_empty())?;

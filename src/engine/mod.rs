@@ -73,6 +73,7 @@ mod handshake;
 mod longcts;
 mod longread;
 mod mr;
+mod now;
 mod op;
 mod opts;
 mod peer;
@@ -948,7 +949,7 @@ impl Core {
     }
 
     /// A peer an operation may be posted to: in the address vector and not lost.
-    fn reachable_peer(&self, addr: Addr) -> Result<&Peer, Status> {
+    pub(crate) fn reachable_peer(&self, addr: Addr) -> Result<&Peer, Status> {
         let p = self.live_peer(addr)?;
         if p.lost {
             return Err(Status::PeerUnreachable);

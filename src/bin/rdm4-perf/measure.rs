@@ -254,6 +254,9 @@ pub(super) fn stream(c: &mut Ctx, client: bool, size: usize, iters: usize, warmu
 /// is verified by the last, separate write of `run_test`.
 pub(super) fn post_one_sided(c: &Ctx, test: &str, local: &mut [u8], size: usize) -> i32 {
     let null = std::ptr::null_mut();
+    if c.now {
+        return post_now(c, test, local, size);
+    }
     if test.starts_with("put_") {
         rdm4_write(c.ep, local.as_ptr().cast(), size, c.peer, c.peer_region, c.peer_key, null)
     } else if test.starts_with("get_") {
@@ -274,6 +277,20 @@ pub(super) fn post_one_sided(c: &Ctx, test: &str, local: &mut [u8], size: usize)
             c.peer_key,
             null,
         )
+    }
+}
+
+/// [`post_one_sided`] by the `_now` calls (`--now`): done when it returns.
+fn post_now(c: &Ctx, test: &str, local: &mut [u8], size: usize) -> i32 {
+    if test.starts_with("put_") {
+        rdm4_write_now(c.ep, local.as_ptr().cast(), size, c.peer, c.peer_region, c.peer_key)
+    } else if test.starts_with("get_") {
+        rdm4_read_now(c.ep, local.as_mut_ptr().cast(), size, c.peer, c.peer_region, c.peer_key)
+    } else {
+        let one = 1u64.to_le_bytes();
+        let counter = c.peer_region + c.counter as u64;
+        let (cmp, result) = (std::ptr::null(), local.as_mut_ptr().cast());
+        rdm4_atomic_now(c.ep, one.as_ptr().cast(), cmp, result, 1, RDM4_UINT64, RDM4_SUM, c.peer, counter, c.peer_key)
     }
 }
 
@@ -302,6 +319,13 @@ pub(super) fn one_sided(c: &mut Ctx, test: &str, size: usize, iters: usize, warm
             }
             ok(test, rc);
             posted += 1;
+            // Done in the call: no completion comes.
+            if c.now {
+                done += 1;
+                if t0.is_none() && done >= warmup {
+                    t0 = Some(Instant::now());
+                }
+            }
         }
         let k = ok("rdm4_poll", rdm4_poll(c.ep, c.cq.as_mut_ptr(), c.cq.len())) as usize;
         for e in &c.cq[..k] {
@@ -328,7 +352,9 @@ pub(super) fn one_sided_lat(c: &mut Ctx, test: &str, size: usize, iters: usize, 
         laps.lap(i > warmup);
         let rc = post_one_sided(c, test, &mut local, size);
         ok(test, rc);
-        c.complete(1);
+        if !c.now {
+            c.complete(1);
+        }
     }
     laps.lap(iters > 0);
     res.lat = laps.lat;
@@ -376,6 +402,11 @@ pub(super) fn put_pingpong(c: &mut Ctx, client: bool, size: usize, iters: usize,
 /// returns the completions it owes (1).
 fn put_mark(c: &mut Ctx, local: &mut [u8], size: usize, mark: u8) -> usize {
     local[size - 1] = mark;
+    if c.now {
+        let rc = rdm4_write_now(c.ep, local.as_ptr().cast(), size, c.peer, c.peer_region, c.peer_key);
+        ok("put_lat write", rc);
+        return 0;
+    }
     let rc = rdm4_write(c.ep, local.as_ptr().cast(), size, c.peer, c.peer_region, c.peer_key, std::ptr::null_mut());
     ok("put_lat write", rc);
     1

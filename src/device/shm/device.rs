@@ -284,6 +284,24 @@ impl Device for ShmDevice {
         self.rdma_sync(ah, local, remote_addr, key, write)
     }
 
+    fn rdma_in_call(
+        &mut self,
+        ah: Ah,
+        local: UserBuf,
+        remote_addr: u64,
+        key: u64,
+        write: bool,
+    ) -> Result<(), DevError> {
+        let r = self.copy_only(ah, local, remote_addr, key, write);
+        if r.is_ok() {
+            return r;
+        }
+        if self.ring_waiting(ah) {
+            return Err(DevError::Again);
+        }
+        self.rdma_sync(ah, local, remote_addr, key, write)
+    }
+
     fn atomic(&mut self, ah: Ah, remote_addr: u64, key: u64, a: &crate::device::RemoteAtomic) -> Result<(), DevError> {
         self.atomic_mapped(ah, remote_addr, key, a)
     }
