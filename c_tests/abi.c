@@ -162,6 +162,12 @@ static int32_t (*const p_writedata)(struct rdm4_ep *, const void *, size_t, uint
                                     uint64_t, void *) = rdm4_writedata;
 static int32_t (*const p_read)(struct rdm4_ep *, void *, size_t, rdm4_addr, uint64_t, uint64_t, void *) =
     rdm4_read;
+static int32_t (*const p_write_now)(struct rdm4_ep *, const void *, size_t, rdm4_addr, uint64_t, uint64_t) =
+    rdm4_write_now;
+static int32_t (*const p_read_now)(struct rdm4_ep *, void *, size_t, rdm4_addr, uint64_t, uint64_t) =
+    rdm4_read_now;
+static int32_t (*const p_atomic_now)(struct rdm4_ep *, const void *, const void *, void *, size_t, uint32_t,
+                                     uint32_t, rdm4_addr, uint64_t, uint64_t) = rdm4_atomic_now;
 static int32_t (*const p_atomic)(struct rdm4_ep *, const void *, size_t, uint32_t, uint32_t, rdm4_addr,
                                  uint64_t, uint64_t, void *) = rdm4_atomic;
 static int32_t (*const p_fetch_atomic)(struct rdm4_ep *, const void *, size_t, void *, uint32_t, uint32_t,
@@ -207,6 +213,8 @@ static void check_symbols(void)
         (const void *)(uintptr_t)p_poll,           (const void *)(uintptr_t)p_wait,
         (const void *)(uintptr_t)p_ep_fd,          (const void *)(uintptr_t)p_tinject,
         (const void *)(uintptr_t)p_mr_alloc,       (const void *)(uintptr_t)p_mr_free,
+        (const void *)(uintptr_t)p_write_now,      (const void *)(uintptr_t)p_read_now,
+        (const void *)(uintptr_t)p_atomic_now,
     };
     size_t n = sizeof syms / sizeof syms[0];
     int all = 1;
@@ -215,7 +223,7 @@ static void check_symbols(void)
             all = 0;
         }
     }
-    CHECK(n == 38 && all, "the %zu exported functions link with the pinned prototypes", n);
+    CHECK(n == 41 && all, "the %zu exported functions link with the pinned prototypes", n);
 }
 
 /* ---------------------------------------------------------------------- */

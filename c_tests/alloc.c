@@ -84,6 +84,48 @@ int main(void)
     EXPECT(rdm4_write(a, src, 8, a_to_b, (uint64_t)(uintptr_t)mem, key ^ 1, CTX(31)), RDM4_SUCCESS);
     CHECK(wait_a(&qa, 31) == RDM4_EREMOTEACCESS, "a wrong key is refused");
 
+    /* Done in the call (B never calls the library): no completion. */
+    tu_fill(src, 64, 50);
+    uint64_t at = (uint64_t)(uintptr_t)(mem + 128);
+    EXPECT(rdm4_write_now(a, src, 64, a_to_b, at, key), RDM4_SUCCESS);
+    CHECK(tu_verify(mem + 128, 64, 50) < 0, "rdm4_write_now: the data is there when it returns");
+    memset(back, 0, 64);
+    EXPECT(rdm4_read_now(a, back, 64, a_to_b, at, key), RDM4_SUCCESS);
+    CHECK(tu_verify(back, 64, 50) < 0, "rdm4_read_now: the data is in the buffer when it returns");
+    uint64_t *ctr = (uint64_t *)(void *)(mem + 4096), one = 1, old = 99, cmp = 0, swap = 7;
+    uint64_t cat = (uint64_t)(uintptr_t)ctr;
+    *ctr = 41;
+    EXPECT(rdm4_atomic_now(a, &one, NULL, &old, 1, RDM4_UINT64, RDM4_SUM, a_to_b, cat, key), RDM4_SUCCESS);
+    CHECK(old == 41 && *ctr == 42, "rdm4_atomic_now fetch-add: old %llu, now %llu", (unsigned long long)old,
+          (unsigned long long)*ctr);
+    EXPECT(rdm4_atomic_now(a, &one, NULL, NULL, 1, RDM4_UINT64, RDM4_SUM, a_to_b, cat, key), RDM4_SUCCESS);
+    CHECK(*ctr == 43, "rdm4_atomic_now add without result");
+    cmp = 43;
+    EXPECT(rdm4_atomic_now(a, &swap, &cmp, &old, 1, RDM4_UINT64, RDM4_CSWAP, a_to_b, cat, key), RDM4_SUCCESS);
+    CHECK(old == 43 && *ctr == 7, "rdm4_atomic_now compare-swap");
+    EXPECT(rdm4_atomic_now(a, &swap, NULL, &old, 1, RDM4_UINT64, RDM4_CSWAP, a_to_b, cat, key), RDM4_EINVAL);
+    EXPECT(rdm4_write_now(a, src, 8, a_to_b, end, key), RDM4_EREMOTEACCESS);
+    CHECK(tu_all(mem + LEN - 4, 4, 0), "rdm4_write_now past the end: refused, nothing written");
+    EXPECT(rdm4_read_now(a, back, 8, a_to_b, at, key ^ 1), RDM4_EREMOTEACCESS);
+    EXPECT(rdm4_atomic_now(a, &one, NULL, &old, 1, RDM4_UINT64, RDM4_SUM, a_to_b, cat, key ^ 1), RDM4_EREMOTEACCESS);
+    EXPECT(rdm4_write_now(a, src, 8, 12345, at, key), RDM4_ENOADDR);
+    /* Ordinary registered memory: writes and reads in the call, atomics not. */
+    static uint64_t plain[8];
+    uint64_t pkey = 0;
+    EXPECT(rdm4_mr_reg(b, plain, sizeof plain, RDM4_ACCESS_REMOTE_READ | RDM4_ACCESS_REMOTE_WRITE, &pkey),
+           RDM4_SUCCESS);
+    uint64_t v = 0x1122334455667788ULL, got = 0;
+    EXPECT(rdm4_write_now(a, &v, 8, a_to_b, (uint64_t)(uintptr_t)&plain[2], pkey), RDM4_SUCCESS);
+    EXPECT(rdm4_read_now(a, &got, 8, a_to_b, (uint64_t)(uintptr_t)&plain[2], pkey), RDM4_SUCCESS);
+    CHECK(plain[2] == v && got == v, "rdm4_write_now / rdm4_read_now on registered memory");
+    EXPECT(rdm4_atomic_now(a, &one, NULL, &old, 1, RDM4_UINT64, RDM4_SUM, a_to_b, (uint64_t)(uintptr_t)plain,
+                           pkey),
+           RDM4_ENOTSUP);
+    CHECK(plain[0] == 0, "an atomic not done in the call applies nothing");
+    struct rdm4_cqe e;
+    CHECK(rdm4_poll(a, &e, 1) == 0, "the _now calls wrote no completion");
+    EXPECT(rdm4_mr_close(b, pkey), RDM4_SUCCESS);
+
     /* Freeing: mr_close refuses it; free once; later writes refused. */
     EXPECT(rdm4_mr_close(b, key), RDM4_EINVAL);
     EXPECT(rdm4_mr_free(b, key), RDM4_SUCCESS);

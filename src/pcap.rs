@@ -487,7 +487,14 @@ impl<D: Device> Device for Capture<D> {
         self.inner.rdma_now(ah, local, remote_addr, key, write)
     }
 
-    fn rdma_in_call(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, write: bool) -> Result<(), DevError> {
+    fn rdma_in_call(
+        &mut self,
+        ah: Ah,
+        local: UserBuf,
+        remote_addr: u64,
+        key: u64,
+        write: bool,
+    ) -> Result<(), DevError> {
         self.inner.rdma_in_call(ah, local, remote_addr, key, write)
     }
 

@@ -29,8 +29,16 @@ fn run(test: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Output 
 fn every_test_mode_on_shm_prints_the_json_contract() {
     // Both RMA paths, the locked endpoints of `--thread-safe` with the
     // streams' sends injected (`--inject`), and memory from rdm4_mr_alloc
-    // (`--alloc`: the tool verifies the data and atomic totals itself).
-    for (cma, locked, alloc) in [("1", false, false), ("0", false, false), ("1", true, false), ("1", false, true)] {
+    // (`--alloc`: the tool verifies the data and atomic totals itself), on
+    // its own and with the calls done in the call (`--now`).
+    let modes = [
+        ("1", false, None),
+        ("0", false, None),
+        ("1", true, None),
+        ("1", false, Some("--alloc")),
+        ("1", false, Some("--now")),
+    ];
+    for (cma, locked, mode) in modes {
         let mut args = vec![
             "--device",
             "shm",
@@ -50,8 +58,10 @@ fn every_test_mode_on_shm_prints_the_json_contract() {
         if locked {
             args.extend(["--thread-safe", "--inject"]);
         }
-        if alloc {
-            args.push("--alloc");
+        match mode {
+            Some("--now") => args.extend(["--alloc", "--now"]),
+            Some(a) => args.push(a),
+            None => {}
         }
         let out = run("json", &args, &[("RDM4_SHM_CMA", cma)]);
         let stdout = String::from_utf8_lossy(&out.stdout);

@@ -231,9 +231,16 @@ fn small_rma_goes_through_the_ring_of_a_polling_target_only() {
         for _ in 0..200 {
             p.eps[1].progress(0);
         }
+        let before = ring(&p).0;
         p.eps[0].write(p.to[0], s.buf(), rb(0), None, 1).unwrap();
         p.eps[0].read(p.to[0], back.buf(), rb(0), 2).unwrap();
+        if ring(&p).0 > before {
+            // Done in the call, it would pass them: not yet.
+            let r = p.eps[0].rma_in_call(p.to[0], s.buf(), rb(0), true);
+            assert_eq!(r, Err(Status::Again), "rdm4_write_now behind requests in the ring");
+        }
         p.run(|c| c[0].len() >= 2);
+        assert_eq!(p.eps[0].rma_in_call(p.to[0], s.buf(), rb(0), true), Ok(()), "once they are answered");
         assert!(p.cqs[0].iter().all(|c| c.status == Status::Success), "{:?}", p.cqs[0]);
         p.cqs[0].clear();
         assert!(back.bytes() == data && region.bytes()[..64] == data[..], "data");

@@ -124,6 +124,13 @@ fn rma_and_atomics_at(ip: IpAddr) {
     run(&mut a, &mut b, &mut cqs, |c| c[0].len() == 3);
     assert_eq!(u64::from_le_bytes(old.bytes().try_into().unwrap()), before);
     assert_eq!(u64::from_le_bytes(region.bytes()[8..16].try_into().unwrap()), before.wrapping_add(5));
+    // Not done in the call over udp (`rdm4_write_now` and friends): NotSup, nothing touched.
+    let snap = region.bytes().to_vec();
+    assert_eq!(a.rma_in_call(ab, src.buf(), RemoteBuf { addr: base, key }, true), Err(Status::NotSup));
+    assert_eq!(a.rma_in_call(ab, back.buf(), RemoteBuf { addr: base, key }, false), Err(Status::NotSup));
+    let r = a.atomic_in_call(ab, u64t, sum, (one.buf(), UserBuf::empty(), old.buf()), at);
+    assert_eq!(r, Err(Status::NotSup));
+    assert!(region.bytes() == snap.as_slice() && a.cq_len() == 0);
     // Refused by the owner: wrong key, out of bounds. Memory untouched.
     let snapshot = region.bytes().to_vec();
     a.write(ab, src.buf(), RemoteBuf { addr: base, key: key ^ 1 }, None, 4).unwrap();

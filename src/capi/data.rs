@@ -758,7 +758,13 @@ pub extern "C" fn rdm4_read_now(
     rma_now_common(ep, (buf, len), dest, (raddr, key), false)
 }
 
-fn rma_now_common(ep: *mut rdm4_ep, (buf, len): (*mut c_void, usize), dest: rdm4_addr, (raddr, key): (u64, u64), write: bool) -> i32 {
+fn rma_now_common(
+    ep: *mut rdm4_ep,
+    (buf, len): (*mut c_void, usize),
+    dest: rdm4_addr,
+    (raddr, key): (u64, u64),
+    write: bool,
+) -> i32 {
     boundary(|| {
         let mut g = lookup(ep)?;
         let b = c_buf(buf, len)?;
