@@ -183,6 +183,8 @@ static int32_t (*const p_av_insert)(struct rdm4_ep *, const void *, size_t, rdm4
 static int32_t (*const p_av_remove)(struct rdm4_ep *, const rdm4_addr *, size_t) = rdm4_av_remove;
 static int32_t (*const p_av_straddr)(const void *, char *, size_t *) = rdm4_av_straddr;
 static int32_t (*const p_mr_reg)(struct rdm4_ep *, void *, size_t, uint64_t, uint64_t *) = rdm4_mr_reg;
+static int32_t (*const p_mr_reg_fd)(struct rdm4_ep *, void *, size_t, int, uint64_t, uint64_t, uint64_t *) =
+    rdm4_mr_reg_fd;
 static int32_t (*const p_mr_close)(struct rdm4_ep *, uint64_t) = rdm4_mr_close;
 static int32_t (*const p_mr_alloc)(struct rdm4_ep *, size_t, uint64_t, void **, uint64_t *) = rdm4_mr_alloc;
 static int32_t (*const p_mr_free)(struct rdm4_ep *, uint64_t) = rdm4_mr_free;
@@ -214,7 +216,7 @@ static void check_symbols(void)
         (const void *)(uintptr_t)p_ep_fd,          (const void *)(uintptr_t)p_tinject,
         (const void *)(uintptr_t)p_mr_alloc,       (const void *)(uintptr_t)p_mr_free,
         (const void *)(uintptr_t)p_write_now,      (const void *)(uintptr_t)p_read_now,
-        (const void *)(uintptr_t)p_atomic_now,
+        (const void *)(uintptr_t)p_atomic_now,     (const void *)(uintptr_t)p_mr_reg_fd,
     };
     size_t n = sizeof syms / sizeof syms[0];
     int all = 1;
@@ -223,7 +225,7 @@ static void check_symbols(void)
             all = 0;
         }
     }
-    CHECK(n == 41 && all, "the %zu exported functions link with the pinned prototypes", n);
+    CHECK(n == 42 && all, "the %zu exported functions link with the pinned prototypes", n);
 }
 
 /* ---------------------------------------------------------------------- */

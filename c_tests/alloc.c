@@ -1,24 +1,29 @@
 /*
  * alloc.c: rdm4_mr_alloc / rdm4_mr_free, memory peers of this host map.
  *
- * Two endpoints in this process over the shm device (or udp with
- * RDM4_DEVICE=udp, where the memory is ordinary and registered). B
+ * Two endpoints in this process over the shm device (the checks of the
+ * calls done in the call need it: over udp they answer RDM4_ENOTSUP). B
  * allocates; A writes and reads B's memory while B never calls the
  * library between its allocation and its free (over shm: copies through
  * A's mapping of B's memory, no target progress). Checked:
  *  - the memory is zeroed, the key works for writes (8 B, 4 KiB at an odd
  *    offset, 1 MiB) and reads, data verified in B's memory and read back;
  *  - out of bounds and a wrong key: RDM4_EREMOTEACCESS, nothing written;
+ *  - rdm4_write_now, rdm4_read_now, rdm4_atomic_now: done in the call on
+ *    allocated and registered memory, refusals, no completion written;
+ *  - rdm4_mr_reg_fd of a memfd: writes and a fetch-add land in its pages,
+ *    refused after rdm4_mr_close; bad arguments refused;
  *  - rdm4_mr_close refuses the key; rdm4_mr_free frees it once; a write
  *    after the free is refused; no file is left behind (shm).
  * Prints "ok - ..." per check, failures to stderr, exits 1 on any failure.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "rdm4.h"
@@ -125,6 +130,34 @@ int main(void)
     struct rdm4_cqe e;
     CHECK(rdm4_poll(a, &e, 1) == 0, "the _now calls wrote no completion");
     EXPECT(rdm4_mr_close(b, pkey), RDM4_SUCCESS);
+
+    /* Memory the application shares by a memfd: peers map the file. */
+    int mfd = memfd_create("rdm4-alloc-test", MFD_CLOEXEC);
+    CHECK(mfd >= 0 && ftruncate(mfd, 8192) == 0, "a memfd of two pages");
+    uint8_t *shared = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    if (shared == MAP_FAILED) {
+        FATAL("mmap");
+    }
+    uint64_t skey = 0;
+    EXPECT(rdm4_mr_reg_fd(b, shared + 4096, 4096, mfd, 100, RDM4_ACCESS_REMOTE_WRITE, &skey), RDM4_EINVAL);
+    EXPECT(rdm4_mr_reg_fd(b, shared + 4096, 4096, -1, 4096, RDM4_ACCESS_REMOTE_WRITE, &skey), RDM4_EINVAL);
+    EXPECT(rdm4_mr_reg_fd(b, shared + 4096, 4096, mfd, 4096, RDM4_ACCESS_REMOTE_WRITE, NULL), RDM4_EINVAL);
+    EXPECT(rdm4_mr_reg_fd(b, shared + 4096, 4096, mfd, 4096, RDM4_ACCESS_REMOTE_WRITE | RDM4_ACCESS_REMOTE_READ,
+                          &skey),
+           RDM4_SUCCESS);
+    close(mfd); /* the library keeps its own descriptor */
+    tu_fill(src, 256, 60);
+    uint64_t sat = (uint64_t)(uintptr_t)(shared + 4096 + 512);
+    EXPECT(rdm4_write_now(a, src, 256, a_to_b, sat, skey), RDM4_SUCCESS);
+    CHECK(tu_verify(shared + 4096 + 512, 256, 60) < 0, "a write lands in the memfd's pages");
+    uint64_t *sctr = (uint64_t *)(void *)(shared + 4096 + 1024);
+    uint64_t sctr_at = (uint64_t)(uintptr_t)sctr;
+    *sctr = 5;
+    EXPECT(rdm4_atomic_now(a, &one, NULL, &old, 1, RDM4_UINT64, RDM4_SUM, a_to_b, sctr_at, skey), RDM4_SUCCESS);
+    CHECK(old == 5 && *sctr == 6, "a fetch-add on the memfd's pages by this CPU");
+    EXPECT(rdm4_mr_close(b, skey), RDM4_SUCCESS);
+    EXPECT(rdm4_write_now(a, src, 8, a_to_b, sat, skey), RDM4_EREMOTEACCESS);
+    munmap(shared, 8192);
 
     /* Freeing: mr_close refuses it; free once; later writes refused. */
     EXPECT(rdm4_mr_close(b, key), RDM4_EINVAL);

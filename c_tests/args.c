@@ -245,6 +245,7 @@ static void check_bad_handle(rdm4_ep *bad, const char *what, rdm4_addr dest, con
     BAD(rdm4_write(bad, buf, 8, dest, 0x1000, 1, NULL));
     BAD(rdm4_writedata(bad, buf, 8, 42, dest, 0x1000, 1, NULL));
     BAD(rdm4_read(bad, buf, 8, dest, 0x1000, 1, NULL));
+    BAD(rdm4_mr_reg_fd(bad, buf, 8, 0, 0, RDM4_ACCESS_REMOTE_READ, &res[0]));
     BAD(rdm4_write_now(bad, buf, 8, dest, 0x1000, 1));
     BAD(rdm4_read_now(bad, buf, 8, dest, 0x1000, 1));
     BAD(rdm4_atomic_now(bad, buf, NULL, res, 1, RDM4_INT64, RDM4_SUM, dest, 0x1000, 1));

@@ -1304,6 +1304,34 @@ int32_t rdm4_av_straddr(const void *addr, char *buf, size_t *len);
 int32_t rdm4_mr_reg(struct rdm4_ep *ep, void *buf, size_t len, uint64_t access, uint64_t *key);
 
 /**
+ * Registers `len` bytes at `buf` as `rdm4_mr_reg` does, memory the
+ * application maps from the file descriptor `fd` (a `memfd_create` or
+ * `shm_open` file, mapped `MAP_SHARED`) at file offset `offset`: on shm,
+ * peers of this host map that file too (through `/proc/<pid>/fd`, with
+ * the permission cross-memory attach needs), so that their writes, reads
+ * and atomics on it are copies and CPU atomics in their own process, as
+ * on memory of `rdm4_mr_alloc`; elsewhere it is an ordinary registration.
+ * Unlike an allocation, such memory stays the application's after
+ * `rdm4_mr_close`: a peer's access under way is waited for as for
+ * `rdm4_mr_close` of any memory. The library keeps a duplicate of `fd`
+ * until `rdm4_mr_close` (the caller may close its own).
+ *
+ * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (as
+ * `rdm4_mr_reg`; on shm also a negative or unusable `fd`, a file shorter
+ * than `offset + len`, or `buf` and `offset` at different places of a
+ * page, which one mapping of the file cannot be); `RDM4_ENOMEM` (the
+ * registration table is full, no descriptor left). Thread safety: any
+ * thread.
+ */
+int32_t rdm4_mr_reg_fd(struct rdm4_ep *ep,
+                       void *buf,
+                       size_t len,
+                       int32_t fd,
+                       uint64_t offset,
+                       uint64_t access,
+                       uint64_t *key);
+
+/**
  * Allocates `len` bytes (zeroed) registered with `RDM4_ACCESS_*` rights:
  * `*ptr` is the memory, `*key` the key peers use for RMA and atomics on
  * it (as `ucp_mem_map` with allocation, `MPI_Win_allocate`,

@@ -483,6 +483,10 @@ impl<D: Device> Device for Capture<D> {
         self.inner.alloc(len, access)
     }
 
+    fn reg_shared(&mut self, buf: UserBuf, fd: std::os::fd::RawFd, offset: u64, access: Access) -> Result<u64, Status> {
+        self.inner.reg_shared(buf, fd, offset, access)
+    }
+
     fn rdma_now(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, write: bool) -> Result<(), DevError> {
         self.inner.rdma_now(ah, local, remote_addr, key, write)
     }

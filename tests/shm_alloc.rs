@@ -260,3 +260,157 @@ fn atomics_on_allocated_memory_are_cpu_atomics_under_contention_from_every_side(
     b.mr_dereg(pkey).unwrap();
     b.mr_free(key).unwrap();
 }
+
+/// A memfd of three pages mapped shared, registered from its second page
+/// on at an offset inside it (`mr_reg_fd`).
+struct Shared {
+    fd: i32,
+    map: *mut u8,
+}
+
+impl Shared {
+    const LEN: usize = 3 * 4096;
+
+    fn new() -> Shared {
+        // SAFETY: a fresh memfd, sized, mapped shared; all checked.
+        unsafe {
+            let fd = libc::memfd_create(c"rdm4-test".as_ptr(), libc::MFD_CLOEXEC);
+            assert!(fd >= 0 && libc::ftruncate(fd, Self::LEN as libc::off_t) == 0);
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                Self::LEN,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            Shared { fd, map: p.cast() }
+        }
+    }
+
+    /// `len` bytes at file offset `off`, as the application sees them.
+    fn buf(&self, off: usize, len: usize) -> rdm4::mem::UserBuf {
+        assert!(off + len <= Self::LEN);
+        // SAFETY: inside the mapping, which lives as long as `self`.
+        unsafe { rdm4::mem::UserBuf::from_raw(self.map.add(off), len) }.unwrap()
+    }
+
+    fn bytes(&self, off: usize, len: usize) -> Vec<u8> {
+        // SAFETY: as in `buf`.
+        unsafe { std::slice::from_raw_parts(self.map.add(off), len).to_vec() }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // SAFETY: unmapping and closing what `new` made.
+        unsafe {
+            libc::munmap(self.map.cast(), Self::LEN);
+            libc::close(self.fd);
+        }
+    }
+}
+
+/// Memory the application shares by a memfd (`mr_reg_fd`): the peer maps
+/// the file and copies (no system call, the owner never progressing);
+/// bounds and keys are refused; after the deregistration the memory is the
+/// application's again and no access reaches it.
+#[test]
+fn memory_the_application_shares_by_a_memfd_is_mapped_by_peers() {
+    let (mut a, mut b, to_b) = pair("memfd");
+    if !a.caps().rdma_any_peer {
+        return;
+    }
+    let shm = Shared::new();
+    let (off, len) = (4096 + 100, 4096);
+    let rw = Access::REMOTE_READ | Access::REMOTE_WRITE;
+    // A buffer and an offset at different places of a page; a file too short.
+    assert_eq!(b.mr_reg_fd(shm.buf(off, len), shm.fd, 4096, rw), Err(Status::Inval));
+    assert_eq!(b.mr_reg_fd(shm.buf(off, len), shm.fd, 4 * 4096 + 100, rw), Err(Status::Inval));
+    assert_eq!(b.mr_reg_fd(shm.buf(off, len), -1, off as u64, rw), Err(Status::Inval));
+    let key = b.mr_reg_fd(shm.buf(off, len), shm.fd, off as u64, rw).unwrap();
+    let base = shm.buf(off, len).addr();
+    let data = pattern(1000, 11);
+    let mut src = OwnedBuf::from_slice(&data);
+    let copies = a.device().mapped_copies();
+    a.write(to_b, src.buf(), RemoteBuf { addr: base + 3000, key }, None, 1).unwrap();
+    assert_eq!(wait(&mut a, 1).status, Status::Success);
+    assert_eq!(shm.bytes(off + 3000, 1000), data, "the write lands in the application's memory");
+    let mut back = OwnedBuf::zeroed(1000);
+    a.read(to_b, back.buf(), RemoteBuf { addr: base + 3000, key }, 2).unwrap();
+    assert_eq!(wait(&mut a, 2).status, Status::Success);
+    assert!(back.bytes() == data);
+    // An atomic by this CPU (the owner never progresses).
+    let (u64t, sum) = (rdm4::engine::atomic_ops::datatype::UINT64, rdm4::engine::atomic_ops::op::SUM);
+    let mut one = OwnedBuf::from_slice(&3u64.to_le_bytes());
+    let mut old = OwnedBuf::zeroed(8);
+    let at = RemoteBuf { addr: base + 8, key };
+    let r = a.atomic_in_call(to_b, u64t, sum, (one.buf(), rdm4::mem::UserBuf::empty(), old.buf()), at);
+    assert_eq!(r, Ok(()));
+    assert_eq!(shm.bytes(off + 8, 8), 3u64.to_le_bytes());
+    assert_eq!(a.device().mapped_copies(), copies + 3, "copies and the atomic through the mapping");
+    // Past the end: refused, nothing written (the byte after it is the file's).
+    let before = shm.bytes(off + len, 8);
+    a.write(to_b, src.buf(), RemoteBuf { addr: base + len as u64 - 8, key }, None, 3).unwrap();
+    assert_eq!(wait(&mut a, 3).status, Status::RemoteAccess);
+    assert_eq!(shm.bytes(off + len, 8), before);
+    // Deregistered: the memory is the application's; accesses are refused.
+    b.mr_dereg(key).unwrap();
+    let snapshot = shm.bytes(0, Shared::LEN);
+    a.write(to_b, src.buf(), RemoteBuf { addr: base, key }, None, 4).unwrap();
+    assert_eq!(wait(&mut a, 4).status, Status::RemoteAccess);
+    assert_eq!(a.rma_in_call(to_b, src.buf(), RemoteBuf { addr: base, key }, true), Err(Status::RemoteAccess));
+    assert_eq!(shm.bytes(0, Shared::LEN), snapshot);
+}
+
+/// Deregistering shared memory while a peer writes into it in a loop: no
+/// write posted after the deregistration returned succeeds, and the memory
+/// is not written after it (claims, as for cross-memory attach).
+#[test]
+fn deregistering_shared_memory_under_writes_leaves_it_untouched_after() {
+    let (mut a, mut b, to_b) = pair("memfdload");
+    if !a.caps().rdma_any_peer {
+        return;
+    }
+    let shm = Shared::new();
+    let key = b.mr_reg_fd(shm.buf(0, Shared::LEN), shm.fd, 0, Access::REMOTE_WRITE).unwrap();
+    let base = shm.buf(0, Shared::LEN).addr();
+    let done = AtomicBool::new(false);
+    let (ok, refused, snapshot) = std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let mut src = OwnedBuf::from_slice(&[9u8; Shared::LEN]);
+            let (mut ok, mut refused, mut ctx) = (0u32, 0u32, 0u64);
+            let t = Instant::now();
+            while !done.load(Ordering::SeqCst) && t.elapsed() < Duration::from_secs(5) {
+                ctx += 1;
+                a.write(to_b, src.buf(), RemoteBuf { addr: base, key }, None, ctx).unwrap();
+                match wait(&mut a, ctx).status {
+                    Status::Success => ok += 1,
+                    Status::RemoteAccess => refused += 1,
+                    s => panic!("write: {s:?}"),
+                }
+            }
+            (ok, refused)
+        });
+        std::thread::sleep(Duration::from_millis(30));
+        let t = Instant::now();
+        loop {
+            match b.mr_dereg(key) {
+                Ok(()) => break,
+                Err(Status::Busy) => assert!(t.elapsed() < Duration::from_secs(10)),
+                Err(e) => panic!("dereg: {e:?}"),
+            }
+        }
+        // The application writes its memory again; no peer may change it now.
+        // SAFETY: our own mapping.
+        unsafe { std::ptr::write_bytes(shm.map, 1, Shared::LEN) };
+        let snapshot = shm.bytes(0, Shared::LEN);
+        std::thread::sleep(Duration::from_millis(30));
+        done.store(true, Ordering::SeqCst);
+        let (ok, refused) = writer.join().unwrap();
+        (ok, refused, snapshot)
+    });
+    assert!(ok > 0 && refused > 0, "writes before ({ok}) and refusals after ({refused})");
+    assert_eq!(shm.bytes(0, Shared::LEN), snapshot, "nothing written after the deregistration returned");
+}

@@ -106,6 +106,7 @@ forward! {
     ref fn av_contains(raw: &RawAddr) -> bool;
     ref fn av_lookup(addr: Addr) -> Result<RawAddr, Status>;
     mut fn mr_reg(buf: UserBuf, access: Access) -> Result<u64, Status>;
+    mut fn mr_reg_fd(buf: UserBuf, fd: i32, offset: u64, access: Access) -> Result<u64, Status>;
     mut fn mr_dereg(key: u64) -> Result<(), Status>;
     mut fn mr_alloc(len: usize, access: Access) -> Result<(UserBuf, u64), Status>;
     mut fn mr_free(key: u64) -> Result<(), Status>;

@@ -465,6 +465,48 @@ pub extern "C" fn rdm4_mr_reg(ep: *mut rdm4_ep, buf: *mut c_void, len: usize, ac
     })
 }
 
+/// Registers `len` bytes at `buf` as `rdm4_mr_reg` does, memory the
+/// application maps from the file descriptor `fd` (a `memfd_create` or
+/// `shm_open` file, mapped `MAP_SHARED`) at file offset `offset`: on shm,
+/// peers of this host map that file too (through `/proc/<pid>/fd`, with
+/// the permission cross-memory attach needs), so that their writes, reads
+/// and atomics on it are copies and CPU atomics in their own process, as
+/// on memory of `rdm4_mr_alloc`; elsewhere it is an ordinary registration.
+/// Unlike an allocation, such memory stays the application's after
+/// `rdm4_mr_close`: a peer's access under way is waited for as for
+/// `rdm4_mr_close` of any memory. The library keeps a duplicate of `fd`
+/// until `rdm4_mr_close` (the caller may close its own).
+///
+/// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (as
+/// `rdm4_mr_reg`; on shm also a negative or unusable `fd`, a file shorter
+/// than `offset + len`, or `buf` and `offset` at different places of a
+/// page, which one mapping of the file cannot be); `RDM4_ENOMEM` (the
+/// registration table is full, no descriptor left). Thread safety: any
+/// thread.
+#[no_mangle]
+pub extern "C" fn rdm4_mr_reg_fd(
+    ep: *mut rdm4_ep,
+    buf: *mut c_void,
+    len: usize,
+    fd: i32,
+    offset: u64,
+    access: u64,
+    key: *mut u64,
+) -> i32 {
+    boundary(|| {
+        let mut g = lookup(ep)?;
+        if key.is_null() || fd < 0 {
+            return Err(Status::Inval);
+        }
+        let access = c_access(access)?;
+        let b = c_buf(buf, len)?;
+        let k = g.ep.mr_reg_fd(b, fd, offset, access)?;
+        // SAFETY: non-NULL out-pointer.
+        unsafe { key.write(k) };
+        Ok(0)
+    })
+}
+
 /// `RDM4_ACCESS_*` bits as the engine's, `Inval` for unknown ones.
 fn c_access(access: u64) -> Result<Access, Status> {
     if access & !(RDM4_ACCESS_LOCAL | RDM4_ACCESS_REMOTE_READ | RDM4_ACCESS_REMOTE_WRITE) != 0 {

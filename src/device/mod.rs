@@ -506,6 +506,21 @@ pub trait Device {
         Err(DevError::Failed(Status::NotSup))
     }
 
+    /// Registers `buf`, which the application maps from file descriptor
+    /// `fd` at file offset `offset` (a memfd, `shm_open`), so that the
+    /// device's peers on this host may map the file too (shm: by
+    /// `/proc/<pid>/fd`; their RDMA to it is then a copy). `NotSup`: the
+    /// device has no such way (the engine registers the memory as usual).
+    fn reg_shared(
+        &mut self,
+        _buf: UserBuf,
+        _fd: std::os::fd::RawFd,
+        _offset: u64,
+        _access: Access,
+    ) -> Result<u64, Status> {
+        Err(Status::NotSup)
+    }
+
     /// Allocates `len` bytes registered with `access` (returned with their
     /// key) in memory that the device's peers on this host can map, so
     /// that their RDMA to it is a copy (shm: a file of its own, `alloc.rs`).

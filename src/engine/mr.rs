@@ -51,6 +51,20 @@ impl<D: Device> Endpoint<D> {
         Ok(key)
     }
 
+    /// Registers `buf`, which the application maps from file descriptor
+    /// `fd` at file offset `offset`, for local use and remote `access`:
+    /// peers of this host map the file (`Device::reg_shared`) where the
+    /// device can; elsewhere an ordinary registration. Deregistered by
+    /// [`Self::mr_dereg`].
+    pub fn mr_reg_fd(&mut self, buf: UserBuf, fd: i32, offset: u64, access: Access) -> Result<u64, Status> {
+        let key = match self.dev.reg_shared(buf, fd, offset, access) {
+            Err(Status::NotSup) => self.dev.reg(buf, access)?,
+            r => r?,
+        };
+        self.core.mrs.insert(key, Mr { buf, access, busy: 0 });
+        Ok(key)
+    }
+
     /// Removes a registration; when this returns `Ok`, no peer reads or
     /// writes the memory any more. `Busy` while an emulated remote
     /// operation uses it, or while the device's RDMA by a peer is still

@@ -20,7 +20,7 @@
 
 use std::os::fd::RawFd;
 
-use super::mrtable::{read_remote, Entry, MAPPED};
+use super::mrtable::{claim_remote, read_remote, Entry, MAPPED, SHARED};
 use super::segment::{cstr, Mapping};
 use super::{Peer, ShmDevice};
 use crate::device::{Access, Ah, DevError};
@@ -42,11 +42,14 @@ pub(super) struct Alloc {
     file: String,
 }
 
-/// A peer's allocation as mapped here: for the entry's base and length.
+/// A peer's allocation (or shared memory) as mapped here: for the entry's
+/// base and length; the region starts `shift` bytes into the mapping (a
+/// shared file's page offset of the region's first byte).
 pub(super) struct PeerMap {
     map: Mapping,
     base: u64,
     len: u64,
+    shift: usize,
 }
 
 /// The peers' allocations mapped here, by (peer, key), and the last one
@@ -105,11 +108,20 @@ impl PeerMaps {
             if self.maps.len() >= PEER_MAPS {
                 self.maps.clear();
             }
-            let map = map_peer_file(&alloc_file(&p.name, key), entry.len)?;
-            self.maps.insert((ah, key), PeerMap { map, base: entry.base, len: entry.len });
+            let (map, shift) = match entry.shared {
+                // The application's file, through the owner's descriptor.
+                Some((fd, page)) => {
+                    let shift = (entry.base % PAGE) as usize;
+                    let path = format!("/proc/{}/fd/{fd}", p.pid);
+                    (map_file(&path, u64::from(page) * PAGE, entry.len + shift as u64)?, shift)
+                }
+                None => (map_file(&format!("/dev/shm/{}", alloc_file(&p.name, key)), 0, entry.len)?, 0),
+            };
+            self.maps.insert((ah, key), PeerMap { map, base: entry.base, len: entry.len, shift });
         }
         let m = self.maps.get(&(ah, key))?;
-        let l = Last { ah, key, base: m.base, len: m.len, at: m.map.base() as usize, map_len: m.map.len };
+        let at = m.map.base() as usize + m.shift;
+        let l = Last { ah, key, base: m.base, len: m.len, at, map_len: m.map.len - m.shift };
         self.last = Some(l);
         Some(l)
     }
@@ -158,7 +170,7 @@ impl ShmDevice {
         // device's drop), which the engine calls only once no operation of
         // its own uses the buffer; peers reach it only under a claim.
         let buf = unsafe { UserBuf::from_raw(map.base(), len) }.ok_or(Status::NoMem)?;
-        self.publish_entry(idx, key, buf, access.bits() | MAPPED);
+        self.publish_entry(idx, key, buf, (access.bits() | MAPPED, None));
         self.allocs.insert(key, Alloc { map, file });
         Ok((buf, key))
     }
@@ -193,17 +205,69 @@ impl ShmDevice {
         let len = if a.op == ATOMIC_READ { a.result.len() } else { a.operand.len() };
         let need = if a.result.is_empty() { Access::REMOTE_WRITE } else { Access::REMOTE_WRITE | Access::REMOTE_READ };
         let p = super::peer_of(&mut self.peers, ah)?;
-        let entry = read_remote(&p.map, &p.shape, key, addr, len as u64, need).map_err(DevError::Failed)?;
-        if !entry.mapped {
-            return Err(DevError::Failed(Status::NotSup));
-        }
-        let remote = self.peer_maps.range(p, ah, (key, entry), addr, len).ok_or(DevError::Failed(Status::NotSup))?;
-        let r = a.operand.with_slice(|opnd| {
-            a.compare
-                .with_slice(|cmp| a.result.with_slice_mut(|res| remote.atomic_apply(a.datatype, a.op, opnd, cmp, res)))
+        // A refusal by the table is the answer; other memory: emulated.
+        read_remote(&p.map, &p.shape, key, addr, len as u64, need).map_err(DevError::Failed)?;
+        let r = mapped_access(&mut self.peer_maps, p, ah, (key, addr, len), need, |remote| {
+            a.operand.with_slice(|opnd| {
+                a.compare.with_slice(|cmp| {
+                    a.result.with_slice_mut(|res| remote.atomic_apply(a.datatype, a.op, opnd, cmp, res))
+                })
+            })
         });
+        let r = r.ok_or(DevError::Failed(Status::NotSup))?;
         self.mapped_copies += 1;
         r.map_err(DevError::Failed)
+    }
+
+    /// Registers `buf`, which the application maps from `fd` at file
+    /// offset `offset`, with the [`SHARED`] flag: peers of this host map
+    /// the file through a duplicate of `fd` this device keeps until the
+    /// deregistration. `Inval`: `buf` and `offset` lie at different places
+    /// of a page, or the file is shorter than `offset + len`; `NoMem`: no
+    /// descriptor or table entry left.
+    pub(super) fn reg_shared(&mut self, buf: UserBuf, fd: RawFd, offset: u64, access: Access) -> Result<u64, Status> {
+        if offset % PAGE != buf.addr() % PAGE {
+            return Err(Status::Inval);
+        }
+        let page = u32::try_from(offset / PAGE).map_err(|_| Status::Inval)?;
+        // SAFETY: fstat into a zeroed struct of the right type.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        let end = offset.checked_add(buf.len() as u64).ok_or(Status::Inval)?;
+        if unsafe { libc::fstat(fd, &mut st) } != 0 || (st.st_size as u64) < end {
+            return Err(Status::Inval);
+        }
+        // SAFETY: duplicating a descriptor the caller passed; checked.
+        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        if dup < 0 {
+            return Err(Status::NoMem);
+        }
+        let (idx, key) = match self.reserve_entry() {
+            Ok(r) => r,
+            Err(e) => {
+                close(dup);
+                return Err(e);
+            }
+        };
+        self.publish_entry(idx, key, buf, (access.bits() | SHARED, Some((dup as u32, page))));
+        self.shared_fds.insert(key, dup);
+        Ok(key)
+    }
+
+    /// After the deregistration of `key`: its file descriptor, if it was
+    /// shared memory, is closed.
+    pub(super) fn unshare(&mut self, key: u64) {
+        if let Some(fd) = self.shared_fds.remove(&key) {
+            close(fd);
+        }
+    }
+
+    /// Unlinks every allocation's file and closes the shared descriptors
+    /// (the device closes).
+    pub(super) fn release_all(&mut self) {
+        self.unlink_allocs();
+        for (_, fd) in self.shared_fds.drain() {
+            close(fd);
+        }
     }
 
     /// Unlinks every allocation's file (the device closes).
@@ -214,10 +278,35 @@ impl ShmDevice {
     }
 }
 
-/// Copies between `local` and peer `p`'s allocation `key` at `addr`,
-/// through this process's mapping of it, when the owner's table grants
-/// the access and the allocation maps; `None` otherwise (the caller goes
-/// by cross-memory attach, which checks and reports the access itself).
+/// Runs `f` on `n` bytes at `addr` of peer `p`'s memory `key` as this
+/// process's mapping of it, when the owner's table grants `need` there and
+/// the memory maps: an allocation (no claim: `mrtable::read_remote`), or
+/// memory the application shares (under the entry's claim: it stays the
+/// application's after a deregistration). `None` otherwise (the caller
+/// goes by cross-memory attach or emulates, which checks and reports the
+/// access itself).
+#[inline(always)]
+fn mapped_access<R>(
+    maps: &mut PeerMaps,
+    p: &Peer,
+    ah: Ah,
+    (key, addr, n): (u64, u64, usize),
+    need: Access,
+    f: impl FnOnce(UserBuf) -> R,
+) -> Option<R> {
+    let entry = read_remote(&p.map, &p.shape, key, addr, n as u64, need).ok()?;
+    if entry.mapped {
+        return Some(f(maps.range(p, ah, (key, entry), addr, n)?));
+    }
+    entry.shared?;
+    let (_claim, entry) = claim_remote(&p.map, &p.shape, key, addr, n as u64, need).ok()?;
+    entry.shared?;
+    Some(f(maps.range(p, ah, (key, entry), addr, n)?))
+}
+
+/// Copies between `local` and peer `p`'s memory `key` at `addr` through
+/// this process's mapping of it ([`mapped_access`]); `None`: not such
+/// memory.
 #[inline(always)]
 pub(super) fn copy_mapped(
     maps: &mut PeerMaps,
@@ -228,31 +317,33 @@ pub(super) fn copy_mapped(
     write: bool,
 ) -> Option<()> {
     let need = if write { Access::REMOTE_WRITE } else { Access::REMOTE_READ };
-    let entry = read_remote(&p.map, &p.shape, key, addr, local.len() as u64, need).ok()?;
-    if !entry.mapped {
-        return None;
-    }
-    let remote = maps.range(p, ah, (key, entry), addr, local.len())?;
-    if write {
-        remote.copy_from(0, &local, 0, local.len());
-    } else {
-        local.copy_from(0, &remote, 0, local.len());
-    }
-    Some(())
+    mapped_access(maps, p, ah, (key, addr, local.len()), need, |remote| {
+        if write {
+            remote.copy_from(0, &local, 0, local.len());
+        } else {
+            local.copy_from(0, &remote, 0, local.len());
+        }
+    })
 }
 
-/// Maps a peer's allocation file of at least `len` bytes.
-fn map_peer_file(file: &str, len: u64) -> Option<Mapping> {
-    let c = cstr(&format!("/{file}"));
-    // SAFETY: valid name; opened read-write to map it shared.
-    let fd = unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR, 0) };
+/// Bytes of a page (the granule of a shared file's mapping offset).
+const PAGE: u64 = 4096;
+
+/// Maps `len` bytes at `off` of the file at `path` (a peer's allocation in
+/// `/dev/shm`, or `/proc/<pid>/fd/<fd>` of memory a peer shares), when the
+/// file holds them.
+fn map_file(path: &str, off: u64, len: u64) -> Option<Mapping> {
+    let c = cstr(path);
+    // SAFETY: valid path; opened read-write to map it shared.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
     if fd < 0 {
         return None;
     }
     // SAFETY: fstat into a zeroed struct of the right type.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    let size_ok = unsafe { libc::fstat(fd, &mut st) } == 0 && st.st_size as u64 >= len.max(1);
-    let map = if size_ok { Mapping::map(fd, len.max(1) as usize).ok() } else { None };
+    let end = off.checked_add(len.max(1))?;
+    let size_ok = unsafe { libc::fstat(fd, &mut st) } == 0 && st.st_size as u64 >= end;
+    let map = if size_ok { Mapping::map_at(fd, len.max(1) as usize, off).ok() } else { None };
     close(fd);
     map
 }

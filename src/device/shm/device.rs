@@ -254,7 +254,13 @@ impl Device for ShmDevice {
     }
 
     fn dereg(&mut self, key: u64) -> Result<(), Status> {
-        self.table_dereg(key)
+        self.table_dereg(key)?;
+        self.unshare(key);
+        Ok(())
+    }
+
+    fn reg_shared(&mut self, buf: UserBuf, fd: RawFd, offset: u64, access: Access) -> Result<u64, Status> {
+        self.reg_shared(buf, fd, offset, access)
     }
 
     fn rdma_read(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {

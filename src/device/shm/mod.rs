@@ -377,6 +377,9 @@ pub struct ShmDevice {
     mrs_closing: Vec<usize>,
     /// This endpoint's allocations peers may map (`alloc.rs`), by key.
     allocs: FxHashMap<u64, alloc::Alloc>,
+    /// Descriptors of registrations of memory the application shares
+    /// (`alloc.rs`, `reg_shared`), by key.
+    shared_fds: FxHashMap<u64, RawFd>,
     /// Peers' allocations mapped here, by (peer, key).
     peer_maps: alloc::PeerMaps,
     /// RDMA through owners' rings (`ringrma.rs`).
@@ -556,6 +559,7 @@ impl ShmDevice {
             mrs: FxHashMap::default(),
             mrs_closing: Vec::new(),
             allocs: FxHashMap::default(),
+            shared_fds: FxHashMap::default(),
             peer_maps: alloc::PeerMaps::default(),
             ring: ringrma::RingRdma::default(),
             mapped_copies: 0,
@@ -936,7 +940,7 @@ impl Drop for ShmDevice {
         // From here on no producer claims an entry: sends to this endpoint
         // fail at once (`claim`).
         self.map.hdr_u64::<{ off::TAIL }>().fetch_or(segment::CLOSED, Ordering::AcqRel);
-        self.unlink_allocs();
+        self.release_all();
         self.map.u32_at(off::CLOSING).store(1, Ordering::Release);
         // Tell the peers it knows, after its last packet to each: they
         // fail their operations towards it at their next poll. A peer

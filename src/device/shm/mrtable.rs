@@ -11,12 +11,18 @@
 //! 16  addr    u64
 //! 24  len     u64
 //! 32  claims  6 x u32: the pid of a peer in the middle of an access, or 0
+//! 56  fd      u32  [`SHARED`] entries: the owner's descriptor of the file
+//! 60  page    u32  [`SHARED`] entries: the file page that holds `addr`
 //! ```
 //!
 //! The access word's bit [`MAPPED`] marks memory the owner allocated in a
 //! file of its own that peers may map (`alloc.rs`): they copy into and out
 //! of their mapping of it instead of attaching to the owner's process, and
 //! read the entry without a claim ([`read_remote`] says why that is safe).
+//! The bit [`SHARED`] marks memory the application shares by a file
+//! descriptor of its own (`rdm4_mr_reg_fd`): peers map the file too (by
+//! `/proc/<owner>/fd/<fd>`) and copy, but under the claim, since that
+//! memory stays the application's after the deregistration.
 //!
 //! An accessor first claims a word (compare-and-swap 0 -> its pid), then
 //! reads the entry and checks key, bounds and access, then copies, then
@@ -49,12 +55,18 @@ const KEY: usize = 8;
 const ADDR: usize = 16;
 const LEN: usize = 24;
 const CLAIM: usize = 32;
+const FD: usize = 56;
+const PAGE: usize = 60;
 
-const _: () = assert!(CLAIM + 4 * CLAIMS <= MR_ENTRY_LEN);
+const _: () = assert!(CLAIM + 4 * CLAIMS <= FD && PAGE + 4 <= MR_ENTRY_LEN);
 
 /// The access word's flag of an allocation peers may map (`alloc.rs`);
 /// not an `Access` bit, so no application can set it.
 pub(super) const MAPPED: u32 = 1 << 31;
+
+/// The access word's flag of memory the application shares by a file
+/// descriptor (`ShmDevice::reg_shared`); not an `Access` bit either.
+pub(super) const SHARED: u32 = 1 << 30;
 
 /// What a claimed entry holds: the region's base address, length, and
 /// whether peers may map it.
@@ -63,6 +75,8 @@ pub(super) struct Entry {
     pub base: u64,
     pub len: u64,
     pub mapped: bool,
+    /// [`SHARED`] memory: the owner's descriptor and the file page of `base`.
+    pub shared: Option<(u32, u32)>,
 }
 
 /// How long a deregistration waits for accesses under way before it
@@ -206,6 +220,7 @@ fn lookup(map: &Mapping, e: usize, key: u64, addr: u64, len: u64, need: Access) 
         let base = map.u64_at(e + ADDR).load(Ordering::Relaxed);
         let mlen = map.u64_at(e + LEN).load(Ordering::Relaxed);
         let word = map.u32_at(e + ACCESS).load(Ordering::Relaxed);
+        let fd_page = (map.u32_at(e + FD).load(Ordering::Relaxed), map.u32_at(e + PAGE).load(Ordering::Relaxed));
         let access = Access::from_bits_truncate(word);
         fence(Ordering::Acquire);
         if map.u32_at(e + SEQ).load(Ordering::Relaxed) != s1 {
@@ -215,7 +230,8 @@ fn lookup(map: &Mapping, e: usize, key: u64, addr: u64, len: u64, need: Access) 
             && access.contains(need)
             && addr >= base
             && addr.checked_add(len).is_some_and(|end| base.checked_add(mlen).is_some_and(|mend| end <= mend));
-        return ok.then_some(Entry { base, len: mlen, mapped: word & MAPPED != 0 });
+        let shared = (word & SHARED != 0).then_some(fd_page);
+        return ok.then_some(Entry { base, len: mlen, mapped: word & MAPPED != 0, shared });
     }
     None
 }
@@ -227,7 +243,7 @@ impl ShmDevice {
     /// (`Busy`) are not reused.
     pub(super) fn table_reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {
         let (idx, key) = self.reserve_entry()?;
-        self.publish_entry(idx, key, buf, access.bits());
+        self.publish_entry(idx, key, buf, (access.bits(), None));
         Ok(key)
     }
 
@@ -248,8 +264,15 @@ impl ShmDevice {
     }
 
     /// Publishes registration `key` of `buf` in entry `idx` with access
-    /// word `word` (`Access` bits, and [`MAPPED`]).
-    pub(super) fn publish_entry(&mut self, idx: usize, key: u64, buf: UserBuf, word: u32) {
+    /// word `word` (`Access` bits, and [`MAPPED`] or [`SHARED`]) and, for
+    /// shared memory, the descriptor and file page.
+    pub(super) fn publish_entry(
+        &mut self,
+        idx: usize,
+        key: u64,
+        buf: UserBuf,
+        (word, fd_page): (u32, Option<(u32, u32)>),
+    ) {
         let e = self.shape.mr_off() + idx * MR_ENTRY_LEN;
         let seq = self.map.u32_at(e + SEQ);
         let s = seq.load(Ordering::Relaxed);
@@ -258,6 +281,9 @@ impl ShmDevice {
         self.map.u64_at(e + ADDR).store(buf.addr(), Ordering::Relaxed);
         self.map.u64_at(e + LEN).store(buf.len() as u64, Ordering::Relaxed);
         self.map.u32_at(e + ACCESS).store(word, Ordering::Relaxed);
+        let (fd, page) = fd_page.unwrap_or((0, 0));
+        self.map.u32_at(e + FD).store(fd, Ordering::Relaxed);
+        self.map.u32_at(e + PAGE).store(page, Ordering::Relaxed);
         self.map.u64_at(e + KEY).store(key, Ordering::Relaxed);
         seq.store(s + 2, Ordering::Release);
         self.mrs.insert(key, idx);

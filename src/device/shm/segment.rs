@@ -25,9 +25,16 @@ impl Mapping {
     /// 0.19 µs; docs/performance.md, "Ring layout"). The pages are already
     /// allocated (`create` fallocates them), so this only costs the mapping.
     pub(super) fn map(fd: RawFd, len: usize) -> Result<Mapping, Status> {
+        Self::map_at(fd, len, 0)
+    }
+
+    /// [`Self::map`] of `len` bytes from file offset `off` (a multiple of
+    /// the page size).
+    pub(super) fn map_at(fd: RawFd, len: usize, off: u64) -> Result<Mapping, Status> {
         let flags = libc::MAP_SHARED | libc::MAP_POPULATE;
+        let off = libc::off_t::try_from(off).map_err(|_| Status::Inval)?;
         // SAFETY: a fresh shared mapping of an open descriptor; checked for failure.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, fd, 0) };
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, fd, off) };
         if p == libc::MAP_FAILED {
             return Err(Status::Io);
         }
