@@ -1370,7 +1370,8 @@ int32_t rdm4_mr_free(struct rdm4_ep *ep, uint64_t key);
 /**
  * Removes a registration. When it returns `RDM4_SUCCESS`, no peer reads
  * or writes the memory any more, by any path: a peer's cross-memory-attach
- * copy under way is waited for (up to 2 s), and requests that arrive later
+ * copy under way (or copy through its mapping of memory of
+ * `rdm4_mr_reg_fd`) is waited for (up to 2 s), and requests that arrive later
  * are refused with `RDM4_EREMOTEACCESS`. The memory may then be freed.
  *
  * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (unknown key,

@@ -578,7 +578,8 @@ pub extern "C" fn rdm4_mr_free(ep: *mut rdm4_ep, key: u64) -> i32 {
 
 /// Removes a registration. When it returns `RDM4_SUCCESS`, no peer reads
 /// or writes the memory any more, by any path: a peer's cross-memory-attach
-/// copy under way is waited for (up to 2 s), and requests that arrive later
+/// copy under way (or copy through its mapping of memory of
+/// `rdm4_mr_reg_fd`) is waited for (up to 2 s), and requests that arrive later
 /// are refused with `RDM4_EREMOTEACCESS`. The memory may then be freed.
 ///
 /// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (unknown key,
