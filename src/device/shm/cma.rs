@@ -96,6 +96,7 @@ impl ShmDevice {
     /// `Device::rdma_now` with `copy_only`: through the mapping of a peer's
     /// allocation, else `NotSup` (nothing done, not even a refusal: the
     /// caller picks another way, which checks the access itself).
+    #[inline(always)]
     pub(super) fn copy_only(
         &mut self,
         ah: Ah,

@@ -210,27 +210,29 @@ pub(super) fn read_remote(
 /// over `[addr, addr + len)`.
 #[inline(always)]
 fn lookup(map: &Mapping, e: usize, key: u64, addr: u64, len: u64, need: Access) -> Option<Entry> {
+    // One bounds check for the whole entry, then its fields.
+    let t = map.block(e, MR_ENTRY_LEN);
     for _ in 0..64 {
-        let s1 = map.u32_at(e + SEQ).load(Ordering::SeqCst);
+        let s1 = t.u32(SEQ).load(Ordering::SeqCst);
         if s1 % 2 == 1 {
             std::hint::spin_loop();
             continue;
         }
-        let k = map.u64_at(e + KEY).load(Ordering::Relaxed);
-        let base = map.u64_at(e + ADDR).load(Ordering::Relaxed);
-        let mlen = map.u64_at(e + LEN).load(Ordering::Relaxed);
-        let word = map.u32_at(e + ACCESS).load(Ordering::Relaxed);
-        let fd_page = (map.u32_at(e + FD).load(Ordering::Relaxed), map.u32_at(e + PAGE).load(Ordering::Relaxed));
+        let k = t.u64(KEY).load(Ordering::Relaxed);
+        let base = t.u64(ADDR).load(Ordering::Relaxed);
+        let mlen = t.u64(LEN).load(Ordering::Relaxed);
+        let word = t.u32(ACCESS).load(Ordering::Relaxed);
+        let shared =
+            (word & SHARED != 0).then(|| (t.u32(FD).load(Ordering::Relaxed), t.u32(PAGE).load(Ordering::Relaxed)));
         let access = Access::from_bits_truncate(word);
         fence(Ordering::Acquire);
-        if map.u32_at(e + SEQ).load(Ordering::Relaxed) != s1 {
+        if t.u32(SEQ).load(Ordering::Relaxed) != s1 {
             continue;
         }
         let ok = k == key
             && access.contains(need)
             && addr >= base
             && addr.checked_add(len).is_some_and(|end| base.checked_add(mlen).is_some_and(|mend| end <= mend));
-        let shared = (word & SHARED != 0).then_some(fd_page);
         return ok.then_some(Entry { base, len: mlen, mapped: word & MAPPED != 0, shared });
     }
     None

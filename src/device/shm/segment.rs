@@ -45,6 +45,14 @@ impl Mapping {
         self.ptr.as_ptr()
     }
 
+    /// The `len` bytes at `off` (8-aligned, in bounds: checked once here)
+    /// for field accesses without a check each.
+    #[inline(always)]
+    pub(super) fn block(&self, off: usize, len: usize) -> Block<'_> {
+        assert!(off % 8 == 0 && off.checked_add(len).is_some_and(|end| end <= self.len));
+        Block { at: self.base().wrapping_add(off), len, _map: std::marker::PhantomData }
+    }
+
     /// An atomic u64 at `off` (8-aligned, in bounds).
     pub(super) fn u64_at(&self, off: usize) -> &AtomicU64 {
         assert!(off % 8 == 0 && off + 8 <= self.len);
@@ -221,6 +229,35 @@ impl Drop for Mapping {
 // SAFETY: the mapping is plain shared memory accessed through atomics and
 // the ring protocol; moving it between threads is fine.
 unsafe impl Send for Mapping {}
+
+/// Bytes of a [`Mapping`] checked once ([`Mapping::block`]): its atomic
+/// fields at offsets inside it.
+pub(super) struct Block<'a> {
+    at: *mut u8,
+    len: usize,
+    _map: std::marker::PhantomData<&'a Mapping>,
+}
+
+impl Block<'_> {
+    /// The atomic u64 at `off` of the block (8-aligned, inside it: the
+    /// callers' offsets are constants of the block's layout).
+    #[inline(always)]
+    pub(super) fn u64(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off % 8 == 0 && off + 8 <= self.len);
+        // SAFETY: inside the block, which `Mapping::block` checked to lie
+        // in the mapping; 8-aligned (the block is, and `off` is); shared
+        // memory is accessed through atomics only.
+        unsafe { &*self.at.add(off).cast::<AtomicU64>() }
+    }
+
+    /// [`Self::u64`] for a u32 field.
+    #[inline(always)]
+    pub(super) fn u32(&self, off: usize) -> &AtomicU32 {
+        debug_assert!(off % 4 == 0 && off + 4 <= self.len);
+        // SAFETY: as `u64`.
+        unsafe { &*self.at.add(off).cast::<AtomicU32>() }
+    }
+}
 
 /// Header field offsets.
 pub(super) mod off {
