@@ -8,7 +8,14 @@ use crate::wire::{self, LeU64, Packet, PacketType, Req};
 
 impl Core {
     /// The extra features/requests this endpoint advertises.
+    #[inline(always)]
     pub(crate) fn my_extra(&self) -> u64 {
+        self.extra
+    }
+
+    /// [`Self::my_extra`] as the settings and the device make it (computed
+    /// once, at the endpoint's opening: neither changes after).
+    pub(crate) fn extra_bits(&self) -> u64 {
         if self.cfg.legacy {
             return 0;
         }

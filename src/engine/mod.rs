@@ -110,6 +110,8 @@ pub type Addr = u32;
 pub(crate) struct Core {
     cfg: Config,
     caps: Caps,
+    /// The extra features this endpoint offers (`extra_bits`).
+    extra: u64,
     local: RawAddr,
     raw_body: [u8; 36],
     peers: Slab<Peer>,
@@ -219,6 +221,7 @@ impl<D: Device> Endpoint<D> {
         let core = Core {
             cfg,
             caps,
+            extra: 0,
             local,
             raw_body: local.to_req_hdr_body(),
             peers: Slab::default(),
@@ -265,6 +268,7 @@ impl<D: Device> Endpoint<D> {
         // says so, and the eager fast path stays off without a test of
         // its own.
         core.caps.sync_send &= !core.cfg.delivery_complete;
+        core.extra = core.extra_bits();
         for (i, proto) in [Subprotocol::Eager, Subprotocol::Medium, Subprotocol::Longcts].into_iter().enumerate() {
             for tagged in [false, true] {
                 if let Some(t) = PacketType::req_type(ReqFamily::Rtm, proto, tagged, false) {
