@@ -252,14 +252,14 @@ pub(super) fn stream(c: &mut Ctx, client: bool, size: usize, iters: usize, warmu
 /// as in `ucx_perftest`, the loop times the library, not the filling of the
 /// buffer (which at 64 KiB cost two thirds of the put's time). The data
 /// is verified by the last, separate write of `run_test`.
-pub(super) fn post_one_sided(c: &Ctx, test: &str, local: &mut [u8], size: usize) -> i32 {
+pub(super) fn post_one_sided(c: &Ctx, kind: OneSided, local: &mut [u8], size: usize) -> i32 {
     let null = std::ptr::null_mut();
     if c.now {
-        return post_now(c, test, local, size);
+        return post_now(c, kind, local, size);
     }
-    if test.starts_with("put_") {
+    if kind == OneSided::Put {
         rdm4_write(c.ep, local.as_ptr().cast(), size, c.peer, c.peer_region, c.peer_key, null)
-    } else if test.starts_with("get_") {
+    } else if kind == OneSided::Get {
         rdm4_read(c.ep, local.as_mut_ptr().cast(), size, c.peer, c.peer_region, c.peer_key, null)
     } else {
         let one = 1u64.to_le_bytes();
@@ -280,11 +280,32 @@ pub(super) fn post_one_sided(c: &Ctx, test: &str, local: &mut [u8], size: usize)
     }
 }
 
+/// The operation of a one-sided test, told from its name once per test
+/// rather than per operation.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum OneSided {
+    Put,
+    Get,
+    FetchAdd,
+}
+
+impl OneSided {
+    fn of(test: &str) -> OneSided {
+        if test.starts_with("put_") {
+            OneSided::Put
+        } else if test.starts_with("get_") {
+            OneSided::Get
+        } else {
+            OneSided::FetchAdd
+        }
+    }
+}
+
 /// [`post_one_sided`] by the `_now` calls (`--now`): done when it returns.
-fn post_now(c: &Ctx, test: &str, local: &mut [u8], size: usize) -> i32 {
-    if test.starts_with("put_") {
+fn post_now(c: &Ctx, kind: OneSided, local: &mut [u8], size: usize) -> i32 {
+    if kind == OneSided::Put {
         rdm4_write_now(c.ep, local.as_ptr().cast(), size, c.peer, c.peer_region, c.peer_key)
-    } else if test.starts_with("get_") {
+    } else if kind == OneSided::Get {
         rdm4_read_now(c.ep, local.as_mut_ptr().cast(), size, c.peer, c.peer_region, c.peer_key)
     } else {
         let one = 1u64.to_le_bytes();
@@ -306,6 +327,7 @@ fn one_sided_buffer(size: usize) -> Vec<u8> {
 /// flight; the server keeps progressing until the client's end-of-test
 /// message. The clock starts once `warmup` operations have completed.
 pub(super) fn one_sided(c: &mut Ctx, test: &str, size: usize, iters: usize, warmup: usize, window: usize) -> Result {
+    let kind = OneSided::of(test);
     let mut local = one_sided_buffer(size);
     let mut res = Result::default();
     let total = warmup + iters;
@@ -313,7 +335,7 @@ pub(super) fn one_sided(c: &mut Ctx, test: &str, size: usize, iters: usize, warm
     let (mut posted, mut done) = (0usize, 0usize);
     while done < total {
         while posted < total && posted - done < window {
-            let rc = post_one_sided(c, test, &mut local, size);
+            let rc = post_one_sided(c, kind, &mut local, size);
             if rc == RDM4_EAGAIN {
                 break;
             }
@@ -344,13 +366,14 @@ pub(super) fn one_sided(c: &mut Ctx, test: &str, size: usize, iters: usize, warm
 
 /// Latency of one-sided operations: post to completion, one at a time.
 pub(super) fn one_sided_lat(c: &mut Ctx, test: &str, size: usize, iters: usize, warmup: usize) -> Result {
+    let kind = OneSided::of(test);
     let mut local = one_sided_buffer(size);
     let mut res = Result::default();
     let clock = Ticks::start();
     let mut laps = Laps::default();
     for i in 0..warmup + iters {
         laps.lap(i > warmup);
-        let rc = post_one_sided(c, test, &mut local, size);
+        let rc = post_one_sided(c, kind, &mut local, size);
         ok(test, rc);
         if !c.now {
             c.complete(1);
