@@ -228,7 +228,7 @@ impl ShmDevice {
         let u = |i: usize| u64::from_le_bytes(h[i..i + 8].try_into().unwrap_or([0; 8]));
         let (addr, key, len, write) = (u(8), u(16), u(24) as usize, h[32] == 1);
         let room = span - SLOT_HDR - REQ_HEAD;
-        let fits = if write { len <= room } else { len + RSP_HEAD <= self.shape.mtu };
+        let fits = if write { len <= room } else { len.checked_add(RSP_HEAD).is_some_and(|n| n <= self.shape.mtu) };
         let need = if write { Access::REMOTE_WRITE } else { Access::REMOTE_READ };
         let granted = fits && read_remote(&self.map, &self.shape, key, addr, len as u64, need).is_ok();
         // SAFETY: the table grants this access to `len` bytes at `addr`,

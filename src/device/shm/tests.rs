@@ -636,3 +636,74 @@ fn an_odd_lag_is_rounded_to_lines_and_a_forged_tail_only_moves_the_limit() {
     assert_eq!(take_express(&mut rx, &mut next, from), (0, false));
     assert_eq!(next, 17);
 }
+
+/// Forged RDMA requests and answers (`ringrma.rs`) from a peer: a request
+/// too short for its head is skipped, one whose write data overruns its
+/// entry, one with a huge read length, one with a wrong key are refused
+/// (answered, nothing written); a sound one is served; an answer naming no
+/// request of ours completes nothing. No panic, and the ring goes on.
+#[test]
+fn forged_rdma_requests_and_answers_are_refused_or_dropped() {
+    let (mut rx, mut tx, _) = pair("forgedrdma", 4);
+    // The owner answers only peers it knows.
+    rx.insert(&tx.local_addr()).unwrap();
+    let mut mem = crate::mem::OwnedBuf::zeroed(64);
+    let key = rx.table_reg(mem.buf(), Access::REMOTE_WRITE | Access::REMOTE_READ).unwrap();
+    let addr = mem.buf().addr();
+    let seal = rx.map.u64_at(off::SEAL).load(Ordering::Relaxed);
+    let ring = rx.shape.ring;
+    let tx_tail = || tx.map.u64_at(off::TAIL).load(Ordering::Relaxed);
+    let answers_before = tx_tail();
+    // (token, addr, key, len, write, span): 64-byte entries (40 bytes of
+    // head, no room for data), one of 128 with 8 bytes of data.
+    let reqs: [(u64, u64, u64, u64, u8, u32); 5] = [
+        (1, addr, key, 100, 1, 64),      // write data past the entry
+        (2, addr, key, u64::MAX, 0, 64), // a read length that overflows
+        (3, addr, key ^ 4, 8, 1, 128),   // wrong key
+        (4, addr, key, 8, 1, 128),       // sound
+        (5, addr, key, 8, 0, 64),        // sound read, answered with data
+    ];
+    for (token, a, k, len, write, span) in reqs {
+        let pos = rx.map.u64_at(off::TAIL).fetch_add(u64::from(span), Ordering::Relaxed);
+        let e = HDR_LEN + (pos as usize & (ring - 1));
+        // SAFETY: the claimed entry, inside the ring.
+        let b = unsafe { rx.map.bytes(e + SLOT_HDR, span as usize - SLOT_HDR) };
+        b[..8].copy_from_slice(&token.to_le_bytes());
+        b[8..16].copy_from_slice(&a.to_le_bytes());
+        b[16..24].copy_from_slice(&k.to_le_bytes());
+        b[24..32].copy_from_slice(&len.to_le_bytes());
+        b[32] = write;
+        if span == 128 {
+            b[40..48].copy_from_slice(&[0xEE; 8]);
+        }
+        rx.map.u64_at(e + 8).store(segment::word(tx.epid, tx.connid), Ordering::Relaxed);
+        rx.map.u32_at(e + 16).store(0, Ordering::Relaxed);
+        rx.map.u32_at(e + 20).store(span | segment::RDMA_REQ, Ordering::Relaxed);
+        rx.map.u64_at(e).store((pos + 1) ^ seal, Ordering::Release);
+    }
+    // A request too short for its head: skipped, no answer.
+    let pos = rx.map.u64_at(off::TAIL).fetch_add(64, Ordering::Relaxed);
+    let e = HDR_LEN + (pos as usize & (ring - 1));
+    rx.map.u64_at(e + 8).store(segment::word(tx.epid, tx.connid), Ordering::Relaxed);
+    rx.map.u32_at(e + 16).store(0, Ordering::Relaxed);
+    rx.map.u32_at(e + 20).store(32 | segment::RDMA_REQ, Ordering::Relaxed);
+    rx.map.u64_at(e).store((pos + 1) ^ seal, Ordering::Release);
+    rx.recv(64, |_, pkt: &[u8], _| -> () { panic!("delivered a notice as a packet of {} bytes", pkt.len()) });
+    assert_eq!(mem.bytes()[..8], [0xEE; 8], "the sound write was served");
+    assert!(mem.bytes()[8..].iter().all(|&x| x == 0), "nothing else written");
+    // Five answers went to tx's ring; tx asked for none of them: nothing completes.
+    assert_eq!(tx_tail() - answers_before, 5 * 64, "an answer per request with a whole head");
+    let mut events = Vec::new();
+    tx.recv(64, |_, pkt: &[u8], _| -> () { panic!("delivered an answer as a packet of {} bytes", pkt.len()) });
+    tx.events(&mut events);
+    assert!(events.iter().all(|e| !matches!(e, DevEvent::SendDone { .. })), "{events:?}");
+    // The ring goes on.
+    let to_rx = tx.insert(&rx.local_addr()).unwrap();
+    tx.send(to_rx, b"after", 0).unwrap();
+    let mut n = 0;
+    rx.recv(64, |_, pkt: &[u8], _| {
+        assert_eq!(pkt, b"after");
+        n += 1;
+    });
+    assert_eq!(n, 1);
+}
