@@ -34,13 +34,10 @@ impl<D: Device> Endpoint<D> {
     /// Writes (`write`) `buf` to, or reads it from, `remote` on `dest` in
     /// this call: `Ok` when the bytes are there.
     pub fn rma_in_call(&mut self, dest: Addr, buf: UserBuf, remote: RemoteBuf, write: bool) -> Result<(), Status> {
-        let core = &mut self.core;
-        let p = core.reachable_peer(dest)?;
-        let kind = if write { super::op::OpKind::Write } else { super::op::OpKind::Read };
-        if !core.caps.rdma_any_peer || !core.direct_ok(p, kind, buf.len() as u64, None) {
+        let ah = self.core.direct_ah(dest, write, buf.len())?;
+        if !self.core.caps.rdma_any_peer {
             return Err(Status::NotSup);
         }
-        let ah = p.ah.ok_or(Status::NoAddr)?;
         remote.check(buf.len())?;
         status(self.dev.rdma_in_call(ah, buf, remote.addr, remote.key, write))?;
         let proto = if write { Proto::WriteDirect } else { Proto::ReadDirect };

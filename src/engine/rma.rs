@@ -167,14 +167,7 @@ impl Core {
         write: bool,
         context: u64,
     ) -> Option<Result<(), Status>> {
-        let p = self.peers.get(dest).filter(|p| p.in_av && !p.lost)?;
-        // The same choice as `choose_rma_protocol` (a legacy peer gets the
-        // emulated protocol).
-        let kind = if write { OpKind::Write } else { OpKind::Read };
-        if !self.direct_ok(p, kind, buf.len() as u64, None) {
-            return None;
-        }
-        let ah = p.ah?;
+        let ah = self.direct_ah(dest, write, buf.len()).ok()?;
         if let Err(e) = remote.check(buf.len()) {
             return Some(Err(e));
         }
@@ -190,6 +183,19 @@ impl Core {
         };
         self.done_in_call(context, flags, buf.len() as u64, status, proto);
         Some(Ok(()))
+    }
+
+    /// The device address of `dest` for a direct read or write (`write`) of
+    /// `len` bytes without CQ data: the same choice as
+    /// `choose_rma_protocol` (a legacy peer gets the emulated protocol).
+    /// `NotSup` when it does not go direct; the errors of `reachable_peer`.
+    pub(crate) fn direct_ah(&self, dest: Addr, write: bool, len: usize) -> Result<crate::device::Ah, Status> {
+        let p = self.reachable_peer(dest)?;
+        let kind = if write { OpKind::Write } else { OpKind::Read };
+        if !self.direct_ok(p, kind, len as u64, None) {
+            return Err(Status::NotSup);
+        }
+        p.ah.ok_or(Status::NoAddr)
     }
 
     /// The completion of an operation the device did in the call

@@ -264,16 +264,11 @@ impl ShmDevice {
     /// Unlinks every allocation's file and closes the shared descriptors
     /// (the device closes).
     pub(super) fn release_all(&mut self) {
-        self.unlink_allocs();
-        for (_, fd) in self.shared_fds.drain() {
-            close(fd);
-        }
-    }
-
-    /// Unlinks every allocation's file (the device closes).
-    pub(super) fn unlink_allocs(&mut self) {
         for a in self.allocs.values() {
             unlink(&a.file);
+        }
+        for (_, fd) in self.shared_fds.drain() {
+            close(fd);
         }
     }
 }

@@ -4,11 +4,10 @@
 
 use super::mrtable::claim_remote;
 use super::ShmDevice;
-use super::{off, segment, HDR_LEN, SLOT_HDR};
+use super::{segment, HDR_LEN, SLOT_HDR};
 use crate::device::{Access, Ah, DevError, DevEvent};
 use crate::mem::UserBuf;
 use crate::status::Status;
-use std::sync::atomic::Ordering;
 
 /// Cross-memory attach is usable: the syscall works here, and the ptrace
 /// policy lets peers attach (Yama scope 0, or 1 with this process opting in
@@ -49,40 +48,57 @@ impl ShmDevice {
         wr_id: u64,
         write: bool,
     ) -> Result<(), DevError> {
-        let mapped = self.copy_only(ah, local, remote_addr, key, write);
+        if self.copy_only(ah, local, remote_addr, key, write).is_ok() {
+            self.copied(ah, wr_id, Ok(()));
+            return Ok(());
+        }
         // Towards an owner that polls, a request through its ring
         // (`ringrma.rs`), and behind requests of ours still there, in
         // order: through the ring too, or later.
-        if mapped.is_err() {
-            let waiting = self.ring_waiting(ah);
-            if waiting || self.ring_rdma_ok(ah, local.len()) {
-                let fits = self.ring_fits(local.len());
-                if fits && self.ring_request(ah, local, (remote_addr, key), wr_id, write).is_ok() {
-                    return Ok(());
-                }
-                if waiting {
-                    return Err(DevError::Again);
-                }
+        let waiting = self.ring_waiting(ah);
+        if waiting || self.ring_rdma_ok(ah, local.len()) {
+            let fits = self.ring_fits(local.len());
+            if fits && self.ring_request(ah, local, (remote_addr, key), wr_id, write).is_ok() {
+                return Ok(());
+            }
+            if waiting {
+                return Err(DevError::Again);
             }
         }
-        let status = if mapped.is_ok() { Ok(()) } else { self.copy(ah, local, remote_addr, key, write)? };
+        let status = self.copy_cma(ah, local, remote_addr, key, write)?;
         self.copied(ah, wr_id, status);
         Ok(())
     }
 
-    /// `Device::rdma_now`: every RDMA of this device is a copy done in the
-    /// call (through the mapping of an allocation, else by cross-memory
-    /// attach), so it is done here and reported by the return value alone
-    /// (a lost peer also as an event, as `rdma` reports it).
-    pub(super) fn rdma_sync(
+    /// `Device::rdma_now` (`in_call` false) and `Device::rdma_in_call`
+    /// (true): a copy through this process's mapping of the memory; else,
+    /// behind requests of ours still in the owner's ring, not now
+    /// (`rdma_now`: `NotSup`, the engine posts it and `rdma` queues it
+    /// behind them; `rdma_in_call`: `Again`); else, for `rdma_now`,
+    /// towards an owner that polls, `NotSup` too (`rdma` sends it through
+    /// the ring); else by cross-memory attach, done here and reported by
+    /// the return value alone (a lost peer also as an event, as `rdma`
+    /// reports it).
+    #[inline(always)]
+    pub(super) fn rdma_direct(
         &mut self,
         ah: Ah,
         local: UserBuf,
-        addr: u64,
-        key: u64,
+        (remote_addr, key): (u64, u64),
         write: bool,
+        in_call: bool,
     ) -> Result<(), DevError> {
-        match self.copy(ah, local, addr, key, write)? {
+        let mapped = self.copy_only(ah, local, remote_addr, key, write);
+        if mapped.is_ok() {
+            return mapped;
+        }
+        if self.ring_waiting(ah) {
+            return if in_call { Err(DevError::Again) } else { mapped };
+        }
+        if !in_call && self.ring_rdma_ok(ah, local.len()) {
+            return mapped;
+        }
+        match self.copy_cma(ah, local, remote_addr, key, write)? {
             Ok(()) => Ok(()),
             Err(s) => {
                 if s == Status::PeerUnreachable {
@@ -138,18 +154,10 @@ impl ShmDevice {
         let ids = (self.epid, self.connid);
         let need = super::entry_len(12);
         let p = self.peer(ah)?;
-        let (mut pos, pad) = match super::claim(p, need, true) {
-            Ok(c) => c,
+        let pos = match super::claim_entry(p, need, true, ids) {
+            Ok(pos) => pos,
             Err(e) => return Err(self.claim_failed(ah, e)),
         };
-        if pad > 0 {
-            // SAFETY: the padding's entry, in bounds (see `claim`).
-            super::publish(&p.shape, unsafe { p.map.ptr_at(HDR_LEN + p.shape.at(pos)) }, pos, ids, 0, pad as u32);
-            pos += pad as u64;
-        }
-        // SAFETY: the claimed entry, in bounds (see `claim`); the mapping
-        // stays where it is while the peer entry lives (not removed here).
-        let entry = unsafe { p.map.ptr_at(HDR_LEN + p.shape.at(pos)) };
         let status = match self.copy(ah, local, remote_addr, key, true) {
             Ok(s) => s,
             // The registration is being changed: the write waits, the
@@ -161,17 +169,14 @@ impl ShmDevice {
             let mut b = [0u8; 12];
             b[..4].copy_from_slice(&imm.to_le_bytes());
             b[4..].copy_from_slice(&(local.len() as u64).to_le_bytes());
-            // SAFETY: the claimed entry's payload, `SLOT_HDR + 12 <= need`.
-            unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), entry.add(SLOT_HDR), 12) };
+            // SAFETY: the claimed entry's payload, `SLOT_HDR + 12 <= need`,
+            // in bounds (see `claim`) and ours until published.
+            unsafe { p.map.bytes(HDR_LEN + p.shape.at(pos) + SLOT_HDR, 12) }.copy_from_slice(&b);
             segment::WRITE_IMM
         } else {
             0
         };
-        super::publish(&p.shape, entry, pos, ids, 0, need as u32 | flag);
-        super::producer_fence();
-        if p.map.hdr_u32::<{ off::SLEEPING }>().load(Ordering::SeqCst) != 0 {
-            Self::wake(p);
-        }
+        Self::publish_notice(p, pos, ids, need, flag);
         if status == Err(Status::Again) {
             return Err(DevError::Again);
         }
@@ -180,8 +185,26 @@ impl ShmDevice {
     }
 
     /// The copy of an RDMA read or write, after checking the owner's
-    /// registration; `Err(Again)` while that registration is being changed.
+    /// registration: through this process's mapping of the memory, else
+    /// by cross-memory attach; `Err(Again)` while that registration is
+    /// being changed.
     pub(super) fn copy(
+        &mut self,
+        ah: Ah,
+        local: UserBuf,
+        remote_addr: u64,
+        key: u64,
+        write: bool,
+    ) -> Result<Result<(), Status>, DevError> {
+        if self.cma && self.copy_only(ah, local, remote_addr, key, write).is_ok() {
+            return Ok(Ok(()));
+        }
+        self.copy_cma(ah, local, remote_addr, key, write)
+    }
+
+    /// [`Self::copy`] by cross-memory attach alone (the caller tried the
+    /// mapping already).
+    fn copy_cma(
         &mut self,
         ah: Ah,
         local: UserBuf,
@@ -191,10 +214,6 @@ impl ShmDevice {
     ) -> Result<Result<(), Status>, DevError> {
         if !self.cma {
             return Err(DevError::Failed(Status::NotSup));
-        }
-        // Memory the owner allocated to be mapped: a copy, no system call.
-        if self.copy_only(ah, local, remote_addr, key, write).is_ok() {
-            return Ok(Ok(()));
         }
         let p = super::peer_of(&mut self.peers, ah)?;
         let need = if write { Access::REMOTE_WRITE } else { Access::REMOTE_READ };

@@ -96,16 +96,11 @@ impl Device for ShmDevice {
         self.control = false;
         let p = peer_of(&mut self.peers, ah)?;
         let ids = (me, connid);
-        let (mut pos, pad) = match claim(p, need, control) {
-            Ok(c) => c,
+        let pos = match claim_entry(p, need, control, ids) {
+            Ok(pos) => pos,
             Err(e) => return Err(self.claim_failed(ah, e)),
         };
-        if pad > 0 {
-            // SAFETY: the padding's entry, in bounds (see `claim`).
-            publish(&p.shape, unsafe { p.map.ptr_at(HDR_LEN + p.shape.at(pos)) }, pos, ids, 0, pad as u32);
-            pos += pad as u64;
-        }
-        // SAFETY: in bounds as above.
+        // SAFETY: in bounds (see `claim`).
         let entry = unsafe { p.map.ptr_at(HDR_LEN + p.shape.at(pos)) };
         // SAFETY: the claimed entry's packet bytes (`SLOT_HDR + cap <=
         // need`), in bounds as above and ours until published.
@@ -280,14 +275,7 @@ impl Device for ShmDevice {
     }
 
     fn rdma_now(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, write: bool) -> Result<(), DevError> {
-        // Memory mapped here: a copy. Else, towards an owner that polls or
-        // holds requests of ours, by `rdma` (a request through its ring,
-        // or in order behind those).
-        let r = self.copy_only(ah, local, remote_addr, key, write);
-        if r.is_ok() || self.ring_waiting(ah) || self.ring_rdma_ok(ah, local.len()) {
-            return r;
-        }
-        self.rdma_sync(ah, local, remote_addr, key, write)
+        self.rdma_direct(ah, local, (remote_addr, key), write, false)
     }
 
     fn rdma_in_call(
@@ -298,14 +286,7 @@ impl Device for ShmDevice {
         key: u64,
         write: bool,
     ) -> Result<(), DevError> {
-        let r = self.copy_only(ah, local, remote_addr, key, write);
-        if r.is_ok() {
-            return r;
-        }
-        if self.ring_waiting(ah) {
-            return Err(DevError::Again);
-        }
-        self.rdma_sync(ah, local, remote_addr, key, write)
+        self.rdma_direct(ah, local, (remote_addr, key), write, true)
     }
 
     fn atomic(&mut self, ah: Ah, remote_addr: u64, key: u64, a: &crate::device::RemoteAtomic) -> Result<(), DevError> {

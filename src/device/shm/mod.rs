@@ -271,6 +271,19 @@ fn claim(p: &mut Peer, need: usize, control: bool) -> Result<(u64, usize), DevEr
     }
 }
 
+/// [`claim`] of an entry of `need` bytes with the padding before it, if
+/// any, published: the entry's position.
+#[inline(always)]
+fn claim_entry(p: &mut Peer, need: usize, control: bool, ids: (u32, u32)) -> Result<u64, DevError> {
+    let (mut pos, pad) = claim(p, need, control)?;
+    if pad > 0 {
+        // SAFETY: the padding's entry, in bounds (see `claim`).
+        publish(&p.shape, unsafe { p.map.ptr_at(HDR_LEN + p.shape.at(pos)) }, pos, ids, 0, pad as u32);
+        pos += pad as u64;
+    }
+    Ok(pos)
+}
+
 /// Publishes the claimed entry at `entry` (ring position `pos`): the
 /// sender's ids (`me`, `connid`), packet length and span (with its
 /// flags), then the seal.
@@ -857,6 +870,19 @@ impl ShmDevice {
 
     /// Signals a peer whose sleeping flag the caller saw set.
     #[cold]
+    /// Publishes the notice entry claimed at `pos` in `p`'s ring (`need`
+    /// bytes, span flags `flag`; 0: padding) and wakes its owner if it
+    /// sleeps.
+    fn publish_notice(p: &mut Peer, pos: u64, ids: (u32, u32), need: usize, flag: u32) {
+        // SAFETY: the claimed entry, in bounds (see `claim`).
+        let entry = unsafe { p.map.ptr_at(HDR_LEN + p.shape.at(pos)) };
+        publish(&p.shape, entry, pos, ids, 0, need as u32 | flag);
+        producer_fence();
+        if p.map.hdr_u32::<{ off::SLEEPING }>().load(Ordering::SeqCst) != 0 {
+            Self::wake(p);
+        }
+    }
+
     fn wake(peer: &mut Peer) {
         if peer.fifo.is_none() {
             let p = cstr(&fifo_path(&peer.name));
@@ -949,19 +975,8 @@ impl Drop for ShmDevice {
         let need = entry_len(0);
         for p in self.peers.iter_mut().flatten().filter(|p| !p.lost) {
             p.full_skip = 0;
-            if let Ok((mut pos, pad)) = claim(p, need, true) {
-                if pad > 0 {
-                    // SAFETY: the padding's entry, in bounds (see `claim`).
-                    publish(&p.shape, unsafe { p.map.ptr_at(HDR_LEN + p.shape.at(pos)) }, pos, ids, 0, pad as u32);
-                    pos += pad as u64;
-                }
-                // SAFETY: the claimed entry, in bounds (see `claim`).
-                let entry = unsafe { p.map.ptr_at(HDR_LEN + p.shape.at(pos)) };
-                publish(&p.shape, entry, pos, ids, 0, need as u32 | segment::CLOSE_NOTICE);
-                producer_fence();
-                if p.map.hdr_u32::<{ off::SLEEPING }>().load(Ordering::SeqCst) != 0 {
-                    Self::wake(p);
-                }
+            if let Ok(pos) = claim_entry(p, need, true, ids) {
+                Self::publish_notice(p, pos, ids, need, segment::CLOSE_NOTICE);
             }
         }
         unlink_segment(&self.name);

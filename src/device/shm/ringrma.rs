@@ -184,26 +184,15 @@ impl ShmDevice {
         let ids = (self.epid, self.connid);
         let need = entry_len(len);
         let p = self.peer(ah)?;
-        let (mut pos, pad) = match super::claim(p, need, true) {
-            Ok(c) => c,
+        let pos = match super::claim_entry(p, need, true, ids) {
+            Ok(pos) => pos,
             Err(e) => return Err(self.claim_failed(ah, e)),
         };
         let p = self.peer(ah)?;
-        if pad > 0 {
-            // SAFETY: the padding's entry, in bounds (see `claim`).
-            super::publish(&p.shape, unsafe { p.map.ptr_at(HDR_LEN + p.shape.at(pos)) }, pos, ids, 0, pad as u32);
-            pos += pad as u64;
-        }
-        let e = HDR_LEN + p.shape.at(pos);
         // SAFETY: the claimed entry's payload: `SLOT_HDR + len <= need`
         // bytes from its start, in bounds (see `claim`); ours until published.
-        fill(unsafe { p.map.bytes(e + SLOT_HDR, len) });
-        // SAFETY: as above.
-        super::publish(&p.shape, unsafe { p.map.ptr_at(e) }, pos, ids, 0, need as u32 | flag);
-        super::producer_fence();
-        if p.map.hdr_u32::<{ off::SLEEPING }>().load(Ordering::SeqCst) != 0 {
-            Self::wake(p);
-        }
+        fill(unsafe { p.map.bytes(HDR_LEN + p.shape.at(pos) + SLOT_HDR, len) });
+        Self::publish_notice(p, pos, ids, need, flag);
         Ok(pos)
     }
 
@@ -300,8 +289,9 @@ impl ShmDevice {
         self.events.push(DevEvent::SendDone { wr_id, ah, status });
     }
 
-    /// Sends the answers kept back, and takes back requests owners have
-    /// left untaken for [`RESCUE_US`] (from `events`, while `busy`).
+    /// Sends the answers kept back, and takes back the untaken requests in
+    /// front of an owner's head that has stood still for [`RESCUE_US`]
+    /// (from `events`, while `busy`).
     pub(super) fn ring_rdma_progress(&mut self) {
         while let Some(a) = self.ring.backlog.pop_front() {
             if self.answer_now(a.ah, a.token, a.status, &a.data) == Err(DevError::Again) {
