@@ -67,10 +67,8 @@ struct Pending {
     addr: u64,
     key: u64,
     write: bool,
-    /// The request entry's ring position in the owner's ring, and the
-    /// offset of its token word in the owner's mapping.
+    /// The request entry's ring position in the owner's ring.
     pos: u64,
-    token_at: usize,
 }
 
 /// An answer that found the requester's ring full: sent at a later poll.
@@ -168,9 +166,7 @@ impl ShmDevice {
                 local.with_slice(|s| body[REQ_HEAD..].copy_from_slice(s));
             }
         })?;
-        let p = self.peer(ah)?;
-        let token_at = HDR_LEN + p.shape.at(pos) + SLOT_HDR;
-        self.ring.pending.insert(token, Pending { wr_id, ah, local, addr, key, write, pos, token_at });
+        self.ring.pending.insert(token, Pending { wr_id, ah, local, addr, key, write, pos });
         self.ring.order.push_back(token);
         self.ring.sent += 1;
         self.ring_count(ah, true);
@@ -308,7 +304,7 @@ impl ShmDevice {
                 self.ring.order.pop_front();
                 continue;
             };
-            let (ah, pos, token_at) = (pd.ah, pd.pos, pd.token_at);
+            let (ah, pos) = (pd.ah, pd.pos);
             match self.owner_stuck(ah, pos, now) {
                 // The owner has taken it: its answer comes.
                 None => {
@@ -322,7 +318,7 @@ impl ShmDevice {
             // it now, or was stopped in the middle): its answer comes, and
             // no request after it is taken back meanwhile (it would pass
             // this one). It stays in front until answered.
-            if !self.take_back(ah, token_at, token, now) {
+            if !self.take_back(ah, pos, token, now) {
                 break;
             }
             self.ring.order.pop_front();
@@ -357,17 +353,17 @@ impl ShmDevice {
         Some(now.saturating_sub(p.ring_head.1) >= RESCUE_US)
     }
 
-    /// Voids request `token` (token word at `token_at`) in `ah`'s ring if
+    /// Voids request `token` (at ring position `pos`) in `ah`'s ring if
     /// the owner has not taken it: true when it is this side's now (also
     /// for a peer lost or removed). The owner then gets no request for a
     /// while. Called only while the owner's head has not passed the entry,
     /// so the word is still the request's.
-    fn take_back(&mut self, ah: Ah, token_at: usize, token: u64, now: u64) -> bool {
+    fn take_back(&mut self, ah: Ah, pos: u64, token: u64, now: u64) -> bool {
         let Some(p) = self.peers.get_mut(ah as usize).and_then(Option::as_mut) else { return true };
         if p.lost {
             return true;
         }
-        let w = p.map.u64_at(token_at);
+        let w = p.map.u64_at(HDR_LEN + p.shape.at(pos) + SLOT_HDR);
         let mine = w.compare_exchange(token, token | VOID, Ordering::SeqCst, Ordering::Relaxed).is_ok();
         if mine {
             p.ring_off_until = now + BACKOFF_US;
