@@ -147,8 +147,9 @@
  * Threading: the application promises that calls on the endpoint never
  * overlap (one thread, or threads that serialise their calls, as with
  * `FI_THREAD_DOMAIN` or `UCS_THREAD_MODE_SINGLE`); calls then take no
- * lock. Requires `RDM4_PROGRESS_MANUAL`. Overlapping calls on such an
- * endpoint are undefined behaviour.
+ * lock (over udp they do take it: the device's responder shares the
+ * endpoint, see `rdm4_ep_open`). Requires `RDM4_PROGRESS_MANUAL`.
+ * Overlapping calls on such an endpoint are undefined behaviour.
  */
 #define RDM4_THREAD_SINGLE 1
 
@@ -747,8 +748,11 @@ const char *rdm4_strerror(int32_t status);
  * `ops_<protocol>` and `bytes_<protocol>`: `msg_eager`, `msg_medium`,
  * `msg_longcts`, `msg_longread`, `msg_runtread`, `write_direct`,
  * `write_eager`, `write_longcts`, `write_longread`, `read_direct`,
- * `read_short`, `read_longcts`, `atomic`, `atomic_direct`) count from the endpoint's
- * open.
+ * `read_short`, `read_longcts`, `atomic`, `atomic_direct`; then the udp
+ * device's peers given up because their host reported their port closed
+ * (`udp_peers_refused`), probes sent to silent peers (`udp_probes`) and
+ * packets its responder kept while the application was away
+ * (`udp_kept`)) count from the endpoint's open.
  *
  * Returns how many it wrote (0 when `first` is past the last);
  * `RDM4_EBADHANDLE`. Thread safety: any thread.
@@ -1207,11 +1211,18 @@ int32_t rdm4_ep_attr_init(struct rdm4_ep_attr *attr);
  *
  * The udp device binds one UDP socket to `RDM4_UDP_ADDR` (default: the
  * host's primary address) and `RDM4_UDP_PORT` (default: any); its sends
- * complete once the peer's device acknowledged them, and a peer silent for
- * `RDM4_UDP_GIVEUP_MS` (default 5000) is given up (`RDM4_EPEER`). With
- * manual progress, retransmissions happen in progress calls: poll, or
- * wait with `rdm4_wait`, at least every few milliseconds while operations
- * are outstanding, or use `RDM4_PROGRESS_AUTO`.
+ * complete once the peer's device acknowledged them. A peer is given up
+ * (`RDM4_EPEER`) only when it is gone: its host reports its port closed
+ * (its process ended), it closed, or this endpoint awaits it and nothing
+ * at all, not even an answer to a probe, came from it for
+ * `RDM4_UDP_GIVEUP_MS` (default 5000). With manual progress the endpoint
+ * gets a responder thread that stands in for the application while it
+ * makes no call (it computes, sleeps, waits elsewhere): it acknowledges
+ * what arrives, answers probes, serves RDMA of registered memory,
+ * retransmits, and keeps packets for the next call (making `rdm4_ep_fd`
+ * readable). It never runs the protocol: operations that need the
+ * application's own progress wait for its next call (`man 7 rdm4`,
+ * "Peers that pause, close or die").
  *
  * With `attr->threading == RDM4_THREAD_SINGLE` the calls on the endpoint
  * take no lock, and the application must never let two of them overlap

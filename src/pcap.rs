@@ -365,6 +365,16 @@ impl<D: Device> Device for Capture<D> {
         self.inner.control_next()
     }
 
+    const RESPONDER: bool = D::RESPONDER;
+
+    fn respond(&mut self) -> Option<(std::os::fd::RawFd, i32)> {
+        self.inner.respond()
+    }
+
+    fn awaiting(&mut self, ah: Ah) {
+        self.inner.awaiting(ah)
+    }
+
     fn redeliver(&mut self) {
         self.inner.redeliver()
     }

@@ -127,6 +127,9 @@ forward! {
     ref fn next_timeout(now: u64) -> Option<u64>;
     ref fn has_queued_work() -> bool;
     mut fn sleep_begin() -> Option<(RawFd, i32)>;
+    ref fn wants_responder() -> bool;
+    mut fn respond() -> Option<(RawFd, i32)>;
+    mut fn keepalive() -> ();
     mut fn sleep_end() -> ();
     ref fn wake_sleeper() -> ();
     mut fn wait_fd() -> Option<RawFd>;

@@ -49,6 +49,13 @@ const COUNTERS: &[Counter] = &[
     Counter { name: c"udp_peers_given_up", read: |_, u| u.peers_given_up },
 ];
 
+/// Counters added after the traffic counters, in their stable order.
+const LATER: &[Counter] = &[
+    Counter { name: c"udp_peers_refused", read: |_, u| u.peers_refused },
+    Counter { name: c"udp_probes", read: |_, u| u.probes },
+    Counter { name: c"udp_kept", read: |_, u| u.kept },
+];
+
 /// Reads the endpoint's counters from index `first` on: up to `max` of
 /// them, each counter's name into `names[i]` (a static string: never
 /// freed, valid for the life of the process) and its value into
@@ -68,8 +75,11 @@ const COUNTERS: &[Counter] = &[
 /// `ops_<protocol>` and `bytes_<protocol>`: `msg_eager`, `msg_medium`,
 /// `msg_longcts`, `msg_longread`, `msg_runtread`, `write_direct`,
 /// `write_eager`, `write_longcts`, `write_longread`, `read_direct`,
-/// `read_short`, `read_longcts`, `atomic`, `atomic_direct`) count from the endpoint's
-/// open.
+/// `read_short`, `read_longcts`, `atomic`, `atomic_direct`; then the udp
+/// device's peers given up because their host reported their port closed
+/// (`udp_peers_refused`), probes sent to silent peers (`udp_probes`) and
+/// packets its responder kept while the application was away
+/// (`udp_kept`)) count from the endpoint's open.
 ///
 /// Returns how many it wrote (0 when `first` is past the last);
 /// `RDM4_EBADHANDLE`. Thread safety: any thread.
@@ -87,15 +97,16 @@ pub extern "C" fn rdm4_counters(
         let udp = g.ep.udp_stats();
         let traffic = g.ep.traffic();
         let traffic_names = traffic_names();
-        let total = COUNTERS.len() + traffic_names.len();
+        let total = COUNTERS.len() + traffic_names.len() + LATER.len();
         let n = total.saturating_sub(first).min(max).min(i32::MAX as usize);
         for i in 0..n {
             let at = first + i;
-            let (name, value) = match COUNTERS.get(at) {
-                Some(c) => (c.name, (c.read)(&stats, &udp)),
+            let (name, value) = match traffic_names.get(at.wrapping_sub(COUNTERS.len())) {
+                _ if at < COUNTERS.len() => (COUNTERS[at].name, (COUNTERS[at].read)(&stats, &udp)),
+                Some((name, source)) => (name.as_c_str(), source.read(traffic)),
                 None => {
-                    let (name, source) = &traffic_names[at - COUNTERS.len()];
-                    (name.as_c_str(), source.read(traffic))
+                    let c = &LATER[at - COUNTERS.len() - traffic_names.len()];
+                    (c.name, (c.read)(&stats, &udp))
                 }
             };
             // SAFETY: the caller's arrays hold `max` entries; i < n <= max.
@@ -153,7 +164,7 @@ mod tests {
 
     #[test]
     fn counter_names_are_unique() {
-        let mut names: Vec<&CStr> = COUNTERS.iter().map(|c| c.name).collect();
+        let mut names: Vec<&CStr> = COUNTERS.iter().chain(LATER).map(|c| c.name).collect();
         names.extend(traffic_names().iter().map(|(n, _)| n.as_c_str()));
         let all = names.len();
         assert!(all > COUNTERS.len() + 100, "the traffic counters: {all}");

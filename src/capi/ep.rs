@@ -81,15 +81,17 @@ fn read_attr(attr: *const rdm4_ep_attr) -> Result<rdm4_ep_attr, Status> {
 }
 
 /// Opens the engine over the device the attributes and `RDM4_DEVICE` ask for.
+/// The variable overrides a valid attribute; an invalid attribute is
+/// refused whatever the variable says.
 fn open_endpoint(attr: &rdm4_ep_attr, cfg: Config) -> Result<super::CEp, Status> {
+    if !matches!(attr.device, RDM4_DEVICE_DEFAULT | RDM4_DEVICE_SHM | RDM4_DEVICE_UDP) {
+        return Err(Status::Inval);
+    }
     let kind = match crate::env::word("RDM4_DEVICE", &["shm", "udp"])? {
         Some(0) => RDM4_DEVICE_SHM,
         Some(_) => RDM4_DEVICE_UDP,
         None => attr.device,
     };
-    if !matches!(kind, RDM4_DEVICE_DEFAULT | RDM4_DEVICE_SHM | RDM4_DEVICE_UDP) {
-        return Err(Status::Inval);
-    }
     let pcap = PcapFile::from_env()?;
     Ok(match kind {
         RDM4_DEVICE_UDP => super::CEp::open_udp(UdpDevice::open()?, cfg, pcap),
@@ -106,11 +108,18 @@ fn open_endpoint(attr: &rdm4_ep_attr, cfg: Config) -> Result<super::CEp, Status>
 ///
 /// The udp device binds one UDP socket to `RDM4_UDP_ADDR` (default: the
 /// host's primary address) and `RDM4_UDP_PORT` (default: any); its sends
-/// complete once the peer's device acknowledged them, and a peer silent for
-/// `RDM4_UDP_GIVEUP_MS` (default 5000) is given up (`RDM4_EPEER`). With
-/// manual progress, retransmissions happen in progress calls: poll, or
-/// wait with `rdm4_wait`, at least every few milliseconds while operations
-/// are outstanding, or use `RDM4_PROGRESS_AUTO`.
+/// complete once the peer's device acknowledged them. A peer is given up
+/// (`RDM4_EPEER`) only when it is gone: its host reports its port closed
+/// (its process ended), it closed, or this endpoint awaits it and nothing
+/// at all, not even an answer to a probe, came from it for
+/// `RDM4_UDP_GIVEUP_MS` (default 5000). With manual progress the endpoint
+/// gets a responder thread that stands in for the application while it
+/// makes no call (it computes, sleeps, waits elsewhere): it acknowledges
+/// what arrives, answers probes, serves RDMA of registered memory,
+/// retransmits, and keeps packets for the next call (making `rdm4_ep_fd`
+/// readable). It never runs the protocol: operations that need the
+/// application's own progress wait for its next call (`man 7 rdm4`,
+/// "Peers that pause, close or die").
 ///
 /// With `attr->threading == RDM4_THREAD_SINGLE` the calls on the endpoint
 /// take no lock, and the application must never let two of them overlap
@@ -170,11 +179,18 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
         inner.modes = (a.progress, a.threading);
         let device = if inner.ep.device_kind() == RDM4_DEVICE_UDP { "udp" } else { "shm" };
         crate::log::log!(crate::log::INFO, "endpoint opened on {device}: {:?}", inner.ep.addr());
-        let single = a.threading == RDM4_THREAD_SINGLE;
+        // A device with a responder shares the endpoint with it: the
+        // endpoint keeps its lock even for a single-threaded application.
+        let responder = a.progress == RDM4_PROGRESS_MANUAL && inner.ep.wants_responder();
+        let single = a.threading == RDM4_THREAD_SINGLE && !responder;
         let (slot, handle) = super::install(inner, single).ok_or(Status::NoMem)?;
-        if a.progress == RDM4_PROGRESS_AUTO {
-            let spawned =
-                std::thread::Builder::new().name("rdm4-progress".into()).spawn(move || progress_thread(slot, handle));
+        if a.progress == RDM4_PROGRESS_AUTO || responder {
+            let b = std::thread::Builder::new();
+            let spawned = if responder {
+                b.name("rdm4-responder".into()).stack_size(256 << 10).spawn(move || super::responder::run(slot, handle))
+            } else {
+                b.name("rdm4-progress".into()).spawn(move || progress_thread(slot, handle))
+            };
             match spawned {
                 Ok(t) => *slot.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(t),
                 Err(_) => {
@@ -222,10 +238,16 @@ const SPIN_MAX: Duration = Duration::from_millis(2);
 fn progress_thread(slot: &'static super::EpSlot, handle: u64) {
     let mut spin = SPIN_MIN;
     let mut idle_since: Option<Instant> = None;
+    let mut next_scan = Instant::now();
     while !slot.stop.load(Ordering::Acquire) {
         // Ends when the endpoint is closed.
         let Some(mut g) = slot.lock_raw(handle) else { break };
         let Some(inner) = g.as_deref_mut() else { break };
+        if Instant::now() >= next_scan {
+            // As the responder does beside manual progress.
+            next_scan = Instant::now() + super::responder::SCAN_EVERY;
+            inner.ep.keepalive();
+        }
         let rx = inner.ep.packets_in();
         let busy = inner.progress_once() || inner.ep.packets_in() != rx;
         if busy {
@@ -261,13 +283,14 @@ fn progress_thread(slot: &'static super::EpSlot, handle: u64) {
     }
 }
 
-/// Waits up to `ms` milliseconds for `fd` to poll readable.
-fn poll_one(fd: std::os::fd::RawFd, ms: i32) {
+/// Waits up to `ms` milliseconds for `fd` to poll readable (or report an
+/// error); true when it did.
+pub(super) fn poll_one(fd: std::os::fd::RawFd, ms: i32) -> bool {
     let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
     // SAFETY: one valid pollfd; the descriptor stays open while the
     // endpoint is (its close wakes the sleepers and waits for the thread;
     // `rdm4_wait` callers must not overlap `rdm4_ep_close`).
-    unsafe { libc::poll(&mut pfd, 1, ms) };
+    unsafe { libc::poll(&mut pfd, 1, ms) > 0 }
 }
 
 /// Closes an endpoint: stops its progress thread, cancels its operations

@@ -24,6 +24,7 @@ mod cep;
 mod counters;
 mod data;
 mod ep;
+mod responder;
 mod types;
 
 pub(crate) use cep::{CEp, CapEp};
@@ -92,7 +93,11 @@ pub(crate) struct EpSlot {
     /// `RDM4_THREAD_SINGLE` (null otherwise): calls use it without the lock.
     single: AtomicPtr<EpInner>,
     pub(crate) stop: AtomicBool,
+    /// The endpoint's thread (automatic progress, or the responder).
     pub(crate) thread: Mutex<Option<JoinHandle<()>>>,
+    /// Calls of the application on the endpoint (see `responder`): bumped
+    /// under the lock by each, read by the responder.
+    pub(crate) calls: AtomicU64,
 }
 
 impl EpSlot {
@@ -104,13 +109,28 @@ impl EpSlot {
             single: AtomicPtr::new(std::ptr::null_mut()),
             stop: AtomicBool::new(false),
             thread: Mutex::new(None),
+            calls: AtomicU64::new(0),
         }
     }
 
     /// The endpoint of `handle`, locked; `None` once closed (a panic in
     /// another call does not poison it for good).
     pub(crate) fn lock(&self, handle: u64) -> Option<EpGuard<'_>> {
-        self.lock_raw(handle).map(|g| EpGuard::Locked(Locked { g }))
+        let g = self.lock_raw(handle)?;
+        // Under the lock: a plain increment, no atomic read-modify-write.
+        self.calls.store(self.calls.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+        Some(EpGuard::Locked(Locked { g }))
+    }
+
+    /// [`Self::lock_raw`] when the lock is free now; `None` when a call
+    /// holds it or the endpoint is closed.
+    pub(crate) fn try_lock_raw(&self, handle: u64) -> Option<MutexGuard<'_, Option<Box<EpInner>>>> {
+        let g = match self.inner.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        (g.is_some() && self.handle.load(Ordering::Relaxed) == handle).then_some(g)
     }
 
     /// [`Self::lock`] without the wake-up on release: for the progress

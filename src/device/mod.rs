@@ -323,6 +323,34 @@ pub trait Device {
     /// hint for that one packet; devices that never defer ignore it.
     fn control_next(&mut self) {}
 
+    /// The device needs its [`Device::respond`] called while the
+    /// application makes no call (udp: acknowledgements, probes and RDMA
+    /// cannot wait for the application). The C API then runs a responder
+    /// thread beside an endpoint in manual progress.
+    const RESPONDER: bool = false;
+
+    /// The responder's call, made while the application is away (it has
+    /// made no call for a while) and never during one of its calls: does
+    /// what cannot wait for the application's next call — acknowledgements
+    /// owed, retransmissions, answers to probes, the RDMA peers ask of this
+    /// endpoint's memory — and keeps what arrives for the engine (handed
+    /// over by the next [`Device::recv`]), making the application's
+    /// [`Device::wait_fd`] descriptor readable when it kept anything.
+    /// Returns the descriptor on which new work shows and the longest to
+    /// wait (ms) before the next call. `None` (the default): the device
+    /// needs no responder.
+    fn respond(&mut self) -> Option<(std::os::fd::RawFd, i32)> {
+        None
+    }
+
+    /// Says that the engine awaits an answer from peer `ah` (it has
+    /// operations with it): the device makes sure the peer is alive, and
+    /// reports it lost ([`DevEvent::PeerLost`]) within its documented bound
+    /// when it is not (udp: probes while it is silent). The engine says it
+    /// again every 100 ms while it waits; the default does nothing (a
+    /// device that learns of dead peers otherwise, shm: by their pid).
+    fn awaiting(&mut self, _ah: Ah) {}
+
     /// Hands the packets deferred so far ([`Rx::Defer`]) to `recv` again,
     /// first and in their order, from its next call on.
     fn redeliver(&mut self) {}

@@ -6,7 +6,7 @@
 //! 0      1    magic      0xD4
 //! 1      1    version    2
 //! 2      1    kind       1 DATA, 2 ACK, 3 CLOSE, 4 WRITE, 5 READ_REQ,
-//!                        6 READ_RSP, 7 RDMA_DONE, 8 WRITE_IMM
+//!                        6 READ_RSP, 7 RDMA_DONE, 8 WRITE_IMM, 9 PROBE
 //! 3      1    flags      bit 0 HOLD: the sender holds back new messages
 //!                        (it deferred packets); send it only control
 //!                        packets (no RTM, no RTA) until a datagram
@@ -17,8 +17,8 @@
 //!                        is dropped and counted)
 //! 12     4    seq        sequence number of this datagram in the
 //!                        sender-to-receiver stream (reliable kinds: DATA,
-//!                        WRITE, READ_REQ, READ_RSP, RDMA_DONE); 0 for ACK
-//!                        and CLOSE
+//!                        WRITE, READ_REQ, READ_RSP, RDMA_DONE); 0 for ACK,
+//!                        CLOSE and PROBE
 //! 16     4    ack        the first sequence number the sender has not yet
 //!                        received from the receiver (cumulative)
 //! 20     4    ack_bits   bit i: sequence number ack + 1 + i was received
@@ -29,6 +29,9 @@
 //! 28     -    body       by kind:
 //!   DATA       one EFA RDM packet (protocol v4), to the end of the datagram
 //!   ACK, CLOSE nothing
+//!   PROBE      nothing: "are you there?", answered at once with an ACK by
+//!              the peer's device (its application's call or, while the
+//!              application is away, its responder)
 //!   WRITE      op u32, pad u32, key u64, addr u64, total u64, offset u64,
 //!              then the bytes to write at addr + offset (40-byte header)
 //!   WRITE_IMM  as WRITE, the u32 at offset 4 the immediate data: the
@@ -63,6 +66,7 @@ pub(crate) enum Kind {
     ReadRsp = 6,
     RdmaDone = 7,
     WriteImm = 8,
+    Probe = 9,
 }
 
 impl Kind {
@@ -76,13 +80,14 @@ impl Kind {
             6 => Kind::ReadRsp,
             7 => Kind::RdmaDone,
             8 => Kind::WriteImm,
+            9 => Kind::Probe,
             _ => return None,
         })
     }
 
     /// Kinds that take a sequence number and are retransmitted until acknowledged.
     pub(crate) fn reliable(self) -> bool {
-        !matches!(self, Kind::Ack | Kind::Close)
+        !matches!(self, Kind::Ack | Kind::Close | Kind::Probe)
     }
 }
 

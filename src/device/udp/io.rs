@@ -22,6 +22,15 @@
 //!   segment size the kernel reports. Datagrams taken from the socket but
 //!   not yet handed to the engine (it stopped the call) wait in the
 //!   [`RxBatch`] for the next call.
+//! - Errors the network reports: the socket asks for them (`IP_RECVERR`,
+//!   `IPV6_RECVERR`), so that an ICMP "port unreachable" from a peer's
+//!   host (its process ended and the kernel closed its socket) is seen at
+//!   once. A send or receive that fails with such an error (the kernel
+//!   reports the last one on the next call on the socket, whatever its
+//!   destination) marks the batch ([`TxBatch::errors`],
+//!   [`RxBatch::errors`]); a send is then tried once more, and the device
+//!   reads the reports themselves, each naming the address that failed,
+//!   with [`take_errors`].
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::RawFd;
@@ -99,21 +108,101 @@ fn socket_addr_of(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
     }
 }
 
-/// Asks the kernel to hand over coalesced datagrams (`UDP_GRO`); false
-/// when it cannot.
-pub(crate) fn enable_gro(fd: RawFd) -> bool {
+/// Sets an int socket option to 1; false when the kernel refuses.
+fn set_on(fd: RawFd, level: libc::c_int, opt: libc::c_int) -> bool {
     let on: libc::c_int = 1;
     // SAFETY: an int option on our socket.
     let r = unsafe {
         libc::setsockopt(
             fd,
-            SOL_UDP,
-            UDP_GRO,
+            level,
+            opt,
             (&on as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
     r == 0
+}
+
+/// Asks the kernel to hand over coalesced datagrams (`UDP_GRO`); false
+/// when it cannot.
+pub(crate) fn enable_gro(fd: RawFd) -> bool {
+    set_on(fd, SOL_UDP, UDP_GRO)
+}
+
+/// Asks the kernel to report the errors the network sends back for our
+/// datagrams (ICMP unreachable) in the socket's error queue; false when
+/// it cannot.
+pub(crate) fn enable_errors(fd: RawFd, v6: bool) -> bool {
+    if v6 {
+        set_on(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVERR)
+    } else {
+        set_on(fd, libc::IPPROTO_IP, libc::IP_RECVERR)
+    }
+}
+
+/// Whether a failed socket call reports an error the network sent back
+/// for an earlier datagram (rather than a full buffer or a bad call).
+fn network_error(e: i32) -> bool {
+    matches!(e, libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EHOSTDOWN)
+}
+
+fn last_errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Reads the socket's error queue (see the module docs) into `out`: for
+/// each report, the destination the failed datagram was sent to and the
+/// error (`ECONNREFUSED`: no socket at that port any more). At most 256
+/// reports a call; returns how many.
+pub(crate) fn take_errors(fd: RawFd, out: &mut Vec<(SocketAddr, i32)>) -> usize {
+    let mut n = 0;
+    while n < 256 {
+        let mut byte = [0u8; 1];
+        let mut iov = libc::iovec { iov_base: byte.as_mut_ptr().cast(), iov_len: 1 };
+        // SAFETY: plain old data; all-zero is valid.
+        let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut cbuf = [0u64; 32];
+        // SAFETY: plain old data; all-zero is valid.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
+        msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+        // SAFETY: every pointer in `msg` is valid for the call.
+        let r = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
+        if r < 0 {
+            break; // EAGAIN: the queue is empty
+        }
+        n += 1;
+        let errno = extended_errno(&msg);
+        if let (Some(to), Some(e)) = (socket_addr_of(&name), errno) {
+            out.push((to, e));
+        }
+    }
+    n
+}
+
+/// The error of an error-queue message (`sock_extended_err.ee_errno`).
+fn extended_errno(msg: &libc::msghdr) -> Option<i32> {
+    // SAFETY: walks the control data the kernel wrote within msg_controllen;
+    // a RECVERR message's data begins with a sock_extended_err.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(msg);
+        while !c.is_null() {
+            let (level, ty) = ((*c).cmsg_level, (*c).cmsg_type);
+            if (level == libc::IPPROTO_IP && ty == libc::IP_RECVERR)
+                || (level == libc::IPPROTO_IPV6 && ty == libc::IPV6_RECVERR)
+            {
+                let ee = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::sock_extended_err>());
+                return i32::try_from(ee.ee_errno).ok();
+            }
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
+    }
+    None
 }
 
 /// Datagrams queued for one destination (see the module docs).
@@ -128,6 +217,9 @@ pub(crate) struct TxBatch {
     closed: bool,
     /// UDP GSO works on this socket (until a send says otherwise).
     pub gso: bool,
+    /// A send failed with an error the network reported (see the module
+    /// docs): the error queue has reports to read.
+    pub errors: bool,
     /// System calls made and datagrams sent, for the statistics.
     pub calls: u64,
     pub sent: u64,
@@ -142,6 +234,7 @@ impl TxBatch {
             n: 0,
             closed: false,
             gso: true,
+            errors: false,
             calls: 0,
             sent: 0,
         }
@@ -196,19 +289,34 @@ impl TxBatch {
 
     fn send_one(&mut self, fd: RawFd, to: SocketAddr, dgram: &[u8]) {
         let a = raw_sockaddr(to);
-        self.calls += 1;
         self.sent += 1;
-        // SAFETY: the buffer and address are valid for the call.
-        unsafe {
-            libc::sendto(
-                fd,
-                dgram.as_ptr().cast(),
-                dgram.len(),
-                libc::MSG_DONTWAIT,
-                (&a.storage as *const libc::sockaddr_storage).cast(),
-                a.len,
-            )
-        };
+        // Twice at most: a network error of an earlier datagram fails the
+        // first try (and is cleared by it).
+        for _ in 0..2 {
+            self.calls += 1;
+            // SAFETY: the buffer and address are valid for the call.
+            let r = unsafe {
+                libc::sendto(
+                    fd,
+                    dgram.as_ptr().cast(),
+                    dgram.len(),
+                    libc::MSG_DONTWAIT,
+                    (&a.storage as *const libc::sockaddr_storage).cast(),
+                    a.len,
+                )
+            };
+            if r >= 0 || !self.note_error() {
+                return;
+            }
+        }
+    }
+
+    /// After a failed send: true when it failed for an error the network
+    /// reported (then `errors` is set and the send may be tried again).
+    fn note_error(&mut self) -> bool {
+        let e = network_error(last_errno());
+        self.errors |= e;
+        e
     }
 
     /// One `sendmsg` with `UDP_SEGMENT`; false when the kernel refused GSO
@@ -236,17 +344,23 @@ impl TxBatch {
             (*c).cmsg_len = libc::CMSG_LEN(2) as _;
             std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), self.seg as u16);
         }
-        self.calls += 1;
-        // SAFETY: every pointer in `msg` is valid for the call.
-        let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT) };
-        if r >= 0 {
-            self.sent += self.buf.len().div_ceil(self.seg) as u64;
-            return true;
-        }
-        let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-        if matches!(e, libc::EIO | libc::EINVAL | libc::ENOPROTOOPT | libc::EOPNOTSUPP) {
-            self.gso = false;
-            return false;
+        for _ in 0..2 {
+            self.calls += 1;
+            // SAFETY: every pointer in `msg` is valid for the call.
+            let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT) };
+            if r >= 0 {
+                self.sent += self.buf.len().div_ceil(self.seg) as u64;
+                return true;
+            }
+            let e = last_errno();
+            if matches!(e, libc::EIO | libc::EINVAL | libc::ENOPROTOOPT | libc::EOPNOTSUPP) {
+                self.gso = false;
+                return false;
+            }
+            if !network_error(e) {
+                break;
+            }
+            self.errors = true; // and once more
         }
         true // EAGAIN and the like: lost like the network loses it
     }
@@ -272,13 +386,17 @@ impl TxBatch {
                 m
             })
             .collect();
-        let mut done = 0;
+        let (mut done, mut retried) = (0, false);
         while done < msgs.len() {
             self.calls += 1;
             let rest = &mut msgs[done..];
             // SAFETY: every message points into `iovs`, `self.buf` and `a`, alive for the call.
             let r = unsafe { libc::sendmmsg(fd, rest.as_mut_ptr(), rest.len() as libc::c_uint, libc::MSG_DONTWAIT) };
             if r <= 0 {
+                if !retried && self.note_error() {
+                    retried = true;
+                    continue;
+                }
                 break; // a full socket buffer: the rest is lost like the network loses it
             }
             done += r as usize;
@@ -311,6 +429,9 @@ pub(crate) struct RxBatch {
     off: usize,
     /// `recvmmsg` calls made, for the statistics.
     pub calls: u64,
+    /// A receive failed with an error the network reported: the error
+    /// queue has reports to read.
+    pub errors: bool,
 }
 
 impl RxBatch {
@@ -325,6 +446,7 @@ impl RxBatch {
             next: 0,
             off: 0,
             calls: 0,
+            errors: false,
         }
     }
 
@@ -367,6 +489,7 @@ impl RxBatch {
         if r <= 0 {
             self.count = 0;
             self.next = 0;
+            self.errors |= r < 0 && network_error(last_errno());
             return false;
         }
         let r = r as usize;

@@ -11,8 +11,25 @@
 //!   suppression, cumulative acknowledgements with a bit vector of later
 //!   arrivals, piggybacked on every datagram to the peer or sent at the
 //!   end of a receive batch; retransmission on an adaptive timeout and on
-//!   holes the acknowledgements show; a peer silent for `giveup` is lost.
-//!   Packets go to the engine as they arrive, in any order.
+//!   holes the acknowledgements show. Packets go to the engine as they
+//!   arrive, in any order.
+//! - Liveness (`liveness`): a peer is given up only when it is gone — its
+//!   host's kernel reports its port closed (ICMP port unreachable, read
+//!   from the socket's error queue: `io.rs`), it sent CLOSE, or something
+//!   of ours awaits it (datagrams it has not acknowledged, RDMA, the
+//!   engine's operations: [`Device::awaiting`]) and nothing at all came
+//!   from it for `giveup`, though it was sent a PROBE every
+//!   [`PROBE_EVERY`] of silence. A living peer always answers: its
+//!   application's calls do, and while its application is away (it
+//!   computes, sleeps, waits on another channel) its responder does.
+//! - The responder ([`UdpDevice::respond`]): while the application makes
+//!   no call, a thread of the C API's (`capi::responder`) calls it now and
+//!   then, and on every datagram: it sends the acknowledgements owed at
+//!   once, retransmits, answers probes, serves the RDMA peers ask of this
+//!   endpoint's memory, completes our own RDMA's transfers, and keeps the
+//!   packets for the engine (acknowledged: the peer's send is complete)
+//!   until the application's next call hands them over. Beyond a receive
+//!   window's worth of kept bytes, every datagram says HOLD.
 //! - Flow and congestion: a send window of at most 64 datagrams per peer
 //!   (the receiver's duplicate window) under an AIMD congestion window,
 //!   and the bytes in flight within the receive window the peer grants
@@ -52,7 +69,7 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
-use super::{Access, Ah, Caps, DevError, DevEvent, Device, Flow, Sent};
+use super::{Access, Ah, Caps, DevError, DevEvent, Device, Flow, Rx, Sent};
 use crate::fxhash::FxHashMap;
 use crate::mem::UserBuf;
 use crate::status::Status;
@@ -95,7 +112,24 @@ pub struct UdpStats {
     pub timeouts: u64,
     /// Peers given up after `giveup` of silence.
     pub peers_given_up: u64,
+    /// Peers given up because their host reported their port closed (the
+    /// process ended).
+    pub peers_refused: u64,
+    /// Probes sent to peers awaited and silent.
+    pub probes: u64,
+    /// Packets the responder kept for the engine while the application
+    /// was away.
+    pub kept: u64,
 }
+
+/// A silent peer that something of ours awaits is probed this often (at
+/// most: a quarter of the give-up time when that is shorter).
+pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(100);
+/// How often the liveness rules run.
+const LIVENESS_EVERY: Duration = Duration::from_millis(10);
+/// How long the engine's [`Device::awaiting`] mark lasts: it renews it
+/// every `capi::responder::SCAN_EVERY` (100 ms) while its operations wait.
+const AWAITED_FOR: Duration = Duration::from_millis(350);
 
 /// How far ahead the application's timer fires while the device is busy.
 const APP_TICK: Duration = Duration::from_millis(1);
@@ -187,6 +221,15 @@ pub struct UdpDevice {
     active: usize,
     /// What an acknowledgement released and the holes it showed (reused).
     scratch: (Acked, Vec<u32>),
+    /// Packets the responder took for the engine (from peer index), and
+    /// their bytes; `away`: the responder is the caller.
+    kept: VecDeque<(usize, Vec<u8>)>,
+    kept_bytes: usize,
+    away: bool,
+    /// When the liveness rules run next.
+    next_liveness: Instant,
+    /// Errors the network reported, as read from the error queue (reused).
+    net_errors: Vec<(SocketAddr, i32)>,
 }
 
 fn random_u64() -> u64 {
@@ -236,6 +279,9 @@ impl UdpDevice {
         // Coalesced arrivals where the kernel offers them; without, one
         // datagram per receive slot.
         io::enable_gro(sock.as_raw_fd());
+        // Closed ports of peers reported at once (without, a dead peer is
+        // noticed after `giveup` of silence).
+        io::enable_errors(sock.as_raw_fd(), ip.is_ipv6());
         let local = sock.local_addr().map_err(|_| Status::Io)?;
         let want = cfg.sock_buf.unwrap_or(8 << 20) as libc::c_int;
         for opt in [libc::SO_RCVBUFFORCE, libc::SO_SNDBUFFORCE, libc::SO_RCVBUF, libc::SO_SNDBUF] {
@@ -288,6 +334,11 @@ impl UdpDevice {
             rx_budget,
             active: 0,
             scratch: (Acked::default(), Vec::new()),
+            kept: VecDeque::new(),
+            kept_bytes: 0,
+            away: false,
+            next_liveness: Instant::now(),
+            net_errors: Vec::new(),
         })
     }
 
@@ -349,11 +400,23 @@ impl UdpDevice {
     }
 
     fn flags(&self) -> u8 {
-        if self.parked.is_empty() {
+        if self.parked.is_empty() && !self.keeps_too_much() {
             0
         } else {
             dgram::HOLD
         }
+    }
+
+    /// Whether the responder keeps more bytes for the engine than a
+    /// receive window: peers are then held back.
+    fn keeps_too_much(&self) -> bool {
+        self.kept_bytes > self.rx_budget / 2
+    }
+
+    /// Whether the responder may keep no more: new data is left unreceived
+    /// (its senders send it again later) beyond four receive windows.
+    fn keep_full(&self) -> bool {
+        self.kept_bytes >= self.rx_budget.saturating_mul(2)
     }
 
     /// A pooled datagram buffer of at least `len` bytes. Only bytes past
@@ -434,19 +497,12 @@ impl UdpDevice {
             self.send_delayed(now);
         }
         self.send_acks(now);
+        if now >= self.next_liveness {
+            self.liveness(now);
+        }
         for idx in 0..self.peers.len() {
             let p = &self.peers[idx];
             if p.lost || p.unacked.is_empty() {
-                continue;
-            }
-            // Given up when a datagram has waited `giveup` for its
-            // acknowledgement and nothing at all came from the peer for as
-            // long: a congested but live peer keeps acknowledging others.
-            let giveup = self.cfg.giveup;
-            let waited = p.unacked.front().is_some_and(|u| now.saturating_duration_since(u.first_sent) > giveup);
-            if waited && now.saturating_duration_since(p.last_heard) > giveup {
-                self.stats.peers_given_up += 1;
-                self.lose(idx);
                 continue;
             }
             let rto = p.rto;
@@ -464,6 +520,63 @@ impl UdpDevice {
                 }
             }
         }
+    }
+
+    /// The liveness rules (see the module docs): peers awaited and silent
+    /// are probed, and given up after `giveup` of silence.
+    fn liveness(&mut self, now: Instant) {
+        self.next_liveness = now + LIVENESS_EVERY;
+        for p in &mut self.peers {
+            p.rdma_waits = false;
+        }
+        for peer in self.rdma.requesters() {
+            self.peers[peer].rdma_waits = true;
+        }
+        let giveup = self.cfg.giveup;
+        let probe_every = PROBE_EVERY.min(giveup / 4);
+        for idx in 0..self.peers.len() {
+            let p = &mut self.peers[idx];
+            if p.lost {
+                continue;
+            }
+            let Some(silent) = p.silent_for(now) else { continue };
+            if silent > giveup {
+                self.stats.peers_given_up += 1;
+                crate::log::log!(crate::log::INFO, "udp: peer {} silent for {silent:?}: given up", p.addr);
+                self.lose(idx);
+            } else if silent >= probe_every
+                && p.last_probe.is_none_or(|t| now.saturating_duration_since(t) >= probe_every)
+            {
+                p.last_probe = Some(now);
+                self.stats.probes += 1;
+                self.send_bare(idx, Kind::Probe, now);
+            }
+        }
+    }
+
+    /// Reads the errors the network reported (`io.rs`) when a socket call
+    /// saw one: the peers whose port their host reports closed are lost.
+    fn take_net_errors(&mut self) {
+        if !(self.tx.errors || self.rxb.errors) {
+            return;
+        }
+        self.tx.errors = false;
+        self.rxb.errors = false;
+        let mut errs = std::mem::take(&mut self.net_errors);
+        io::take_errors(self.sock.as_raw_fd(), &mut errs);
+        for (to, e) in errs.drain(..) {
+            if e != libc::ECONNREFUSED {
+                continue; // a host or network unreachable may pass: silence decides
+            }
+            for idx in 0..self.peers.len() {
+                if self.peers[idx].addr == to && !self.peers[idx].lost {
+                    self.stats.peers_refused += 1;
+                    crate::log::log!(crate::log::INFO, "udp: peer {to}: port unreachable, given up");
+                    self.lose(idx);
+                }
+            }
+        }
+        self.net_errors = errs;
     }
 
     /// Gives peer `idx` up: every operation towards it fails.
@@ -521,16 +634,121 @@ impl UdpDevice {
         let from = |(idx, _): &(usize, Vec<u8>)| peers[*idx].inserted.then_some(*idx as Ah);
         let (n, rest) = super::redeliver_parked(&mut self.parked, max, from, |(_, pkt)| pkt, f);
         self.redeliver = rest;
-        if self.parked.is_empty() {
+        if self.parked.is_empty() && !self.keeps_too_much() {
             // The hold is over: tell every peer at once.
-            let now = Instant::now();
-            for idx in 0..self.peers.len() {
-                if !self.peers[idx].lost {
-                    self.send_bare(idx, Kind::Ack, now);
+            self.ack_all(Instant::now());
+        }
+        n
+    }
+
+    /// Hands up to `max` datagrams from the socket (and those taken from it
+    /// before and not yet handed over) to `f`, as [`Device::recv`] does;
+    /// returns how many packets `f` got.
+    fn take_socket<R: Flow>(
+        &mut self,
+        max: usize,
+        now: Instant,
+        f: &mut impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R,
+    ) -> usize {
+        let fd = self.sock.as_raw_fd();
+        let mut rxb = std::mem::take(&mut self.rxb);
+        let mut n = 0;
+        // A fill that found fewer datagrams than slots emptied the socket:
+        // the call does not ask again (an empty system call per message).
+        let (mut drained, mut net_error) = (false, false);
+        while n < max {
+            let Some((from, d)) = rxb.next() else {
+                if !drained && rxb.fill(fd) {
+                    drained = !rxb.full();
+                    continue;
+                }
+                if !net_error && std::mem::take(&mut rxb.errors) {
+                    // The fill reported a network error, not an empty socket.
+                    net_error = true;
+                    drained = false;
+                    continue;
+                }
+                break; // nothing more
+            };
+            let Some(from) = from else {
+                self.stats.malformed += 1;
+                continue;
+            };
+            if let Some(v) = self.handle(d, from, now, f) {
+                n += 1;
+                if !v.go_on() {
+                    break;
                 }
             }
         }
+        rxb.errors |= net_error;
+        self.rxb = rxb;
+        self.take_net_errors();
         n
+    }
+
+    /// Hands the packets the responder kept to `f`, at most `max`, in
+    /// their order; those it defers join the deferred ones. Returns how
+    /// many it handed over.
+    fn recv_kept<R: Flow>(&mut self, max: usize, f: &mut impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R) -> usize {
+        let holding = self.keeps_too_much();
+        let mut n = 0;
+        while n < max {
+            let Some((idx, pkt)) = self.kept.pop_front() else { break };
+            self.kept_bytes -= pkt.len();
+            n += 1;
+            let verdict = f(self.peers[idx].inserted.then_some(idx as Ah), &pkt, None);
+            if verdict.defer() {
+                self.parked.push_back((idx, pkt));
+            }
+            if !verdict.go_on() {
+                break;
+            }
+        }
+        if holding && !self.keeps_too_much() && self.parked.is_empty() {
+            // The hold is over: tell every peer at once.
+            self.ack_all(Instant::now());
+        }
+        n
+    }
+
+    /// Sends an ACK to every peer not lost (news of the hold's end).
+    fn ack_all(&mut self, now: Instant) {
+        for idx in 0..self.peers.len() {
+            if !self.peers[idx].lost {
+                self.send_bare(idx, Kind::Ack, now);
+            }
+        }
+    }
+
+    /// The responder's call ([`Device::respond`]; see the module docs):
+    /// takes every datagram waiting, keeping packets for the engine,
+    /// answers what needs answering, sends what is owed, and wakes the
+    /// application's descriptor when it left it work.
+    fn respond_now(&mut self) -> (RawFd, i32) {
+        let now = Instant::now();
+        let (kept, events) = (self.kept.len(), self.events.len());
+        self.timers(now);
+        self.away = true;
+        let mut keep = |_: Option<Ah>, _: &[u8], _: Option<UserBuf>| Rx::Defer;
+        self.take_socket(usize::MAX, now, &mut keep);
+        self.away = false;
+        // Nothing will carry the acknowledgements owed: they go now.
+        for idx in 0..self.peers.len() {
+            if !self.peers[idx].lost && self.peers[idx].ack_due {
+                self.send_bare(idx, Kind::Ack, now);
+            }
+        }
+        self.pump(now);
+        self.tx_flush();
+        if self.kept.len() > kept || self.events.len() > events {
+            if let Some(a) = &mut self.app_fd {
+                // The application's descriptor polls readable now.
+                a.set(Duration::from_nanos(1));
+                a.armed = Some(now);
+            }
+        }
+        (self.sock.as_raw_fd(), self.timer_ms())
     }
 
     /// One received datagram of `len` bytes in `self.rx` from `from`:
@@ -599,6 +817,12 @@ impl UdpDevice {
                 self.lose(idx);
                 return None;
             }
+            Kind::Probe => {
+                self.send_bare(idx, Kind::Ack, now);
+                return None;
+            }
+            // The responder keeps no more: left unreceived, sent again later.
+            Kind::Data if self.away && self.keep_full() => return None,
             _ => {}
         }
         match self.peers[idx].arrive(h.seq) {
@@ -617,7 +841,13 @@ impl UdpDevice {
                 let ah = self.peers[idx].inserted.then_some(idx as Ah);
                 let verdict = f(ah, body, None);
                 if verdict.defer() {
-                    self.parked.push_back((idx, body.to_vec()));
+                    if self.away {
+                        self.kept_bytes += body.len();
+                        self.stats.kept += 1;
+                        self.kept.push_back((idx, body.to_vec()));
+                    } else {
+                        self.parked.push_back((idx, body.to_vec()));
+                    }
                 }
                 Some(verdict)
             }
@@ -645,7 +875,7 @@ impl UdpDevice {
                 self.rdma_done(idx, body);
                 None
             }
-            Kind::Ack | Kind::Close => None,
+            Kind::Ack | Kind::Close | Kind::Probe => None,
         }
     }
 
@@ -666,6 +896,7 @@ impl UdpDevice {
     /// acknowledgement, acknowledgements owed, held-back datagrams, RDMA.
     fn busy(&self) -> bool {
         !self.delayed.is_empty()
+            || !self.kept.is_empty()
             || self.peers.iter().any(|p| !p.lost && (!p.unacked.is_empty() || p.ack_due))
             || self.rdma.has_work()
     }
@@ -777,6 +1008,18 @@ impl Device for UdpDevice {
         self.control = true;
     }
 
+    const RESPONDER: bool = true;
+
+    fn respond(&mut self) -> Option<(RawFd, i32)> {
+        Some(self.respond_now())
+    }
+
+    fn awaiting(&mut self, ah: Ah) {
+        if let Some(p) = self.peers.get_mut(ah as usize) {
+            p.awaited_until = Some(Instant::now() + AWAITED_FOR);
+        }
+    }
+
     fn redeliver(&mut self) {
         self.redeliver = !self.parked.is_empty();
     }
@@ -817,36 +1060,14 @@ impl Device for UdpDevice {
         if self.redeliver {
             n = self.recv_parked(max, &mut f);
         }
-        let fd = self.sock.as_raw_fd();
-        let mut rxb = std::mem::take(&mut self.rxb);
-        // A fill that found fewer datagrams than slots emptied the socket:
-        // the call does not ask again (an empty system call per message).
-        let mut drained = false;
-        while n < max {
-            let Some((from, d)) = rxb.next() else {
-                if !drained && rxb.fill(fd) {
-                    drained = !rxb.full();
-                    continue;
-                }
-                break; // nothing more (or an error report)
-            };
-            let Some(from) = from else {
-                self.stats.malformed += 1;
-                continue;
-            };
-            let verdict = self.handle(d, from, now, &mut f);
-            if let Some(v) = verdict {
-                n += 1;
-                if !v.go_on() {
-                    break;
-                }
-            }
+        if !self.kept.is_empty() {
+            n += self.recv_kept(max - n, &mut f);
         }
-        if rxb.has_pending() && self.app_fd.is_some() {
+        n += self.take_socket(max - n, now, &mut f);
+        if self.rxb.has_pending() && self.app_fd.is_some() {
             // What waits here keeps the application's fd readable.
             self.wake_sleeper();
         }
-        self.rxb = rxb;
         self.send_acks(now);
         self.pump(now);
         self.timers_done = true;
@@ -924,7 +1145,7 @@ impl Device for UdpDevice {
 
     fn sleep_begin(&mut self) -> Option<(RawFd, i32)> {
         self.tx_flush();
-        let ms = if self.rxb.has_pending() { 0 } else { self.timer_ms() };
+        let ms = if self.rxb.has_pending() || !self.kept.is_empty() { 0 } else { self.timer_ms() };
         Some((self.sock.as_raw_fd(), ms))
     }
 
@@ -938,7 +1159,7 @@ impl Device for UdpDevice {
         if self.app_fd.is_some() {
             self.arm_app_timer(Instant::now());
         }
-        !self.rxb.has_pending() && !self.redeliver
+        !self.rxb.has_pending() && !self.redeliver && self.kept.is_empty()
     }
 
     fn wait_fd(&mut self) -> Option<RawFd> {

@@ -109,6 +109,15 @@ pub(crate) struct Peer {
     pub last_heard: Instant,
     /// When a reliable datagram last came from it (it shares our window).
     pub last_data: Option<Instant>,
+    // Liveness (`UdpDevice::liveness`).
+    /// The engine awaits an answer from it until then ([`crate::device::Device::awaiting`]).
+    pub awaited_until: Option<Instant>,
+    /// An RDMA operation of ours waits for it (set by each liveness pass).
+    pub rdma_waits: bool,
+    /// Since when something of ours waits for it without a pause.
+    pub waiting_since: Option<Instant>,
+    /// When we last probed it.
+    pub last_probe: Option<Instant>,
 }
 
 /// Where a received sequence number falls.
@@ -147,7 +156,28 @@ impl Peer {
             ack_owed: 0,
             last_heard: Instant::now(),
             last_data: None,
+            awaited_until: None,
+            rdma_waits: false,
+            waiting_since: None,
+            last_probe: None,
         }
+    }
+
+    /// Whether something of ours waits for the peer at `now`: datagrams it
+    /// has not acknowledged, an RDMA operation, or the engine's operations.
+    pub(crate) fn awaited(&self, now: Instant) -> bool {
+        !self.unacked.is_empty() || self.rdma_waits || self.awaited_until.is_some_and(|t| t > now)
+    }
+
+    /// How long the peer has been silent while awaited at `now` (`None`:
+    /// nothing awaits it); starts the count when something began to wait.
+    pub(crate) fn silent_for(&mut self, now: Instant) -> Option<Duration> {
+        if !self.awaited(now) {
+            self.waiting_since = None;
+            return None;
+        }
+        let since = *self.waiting_since.get_or_insert(now);
+        Some(now.saturating_duration_since(self.last_heard.max(since)))
     }
 
     /// Whether a new datagram of up to `len` bytes may go out at `now`:

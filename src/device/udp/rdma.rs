@@ -65,6 +65,11 @@ impl Rdma {
         !self.ops.is_empty() || !self.serves.is_empty()
     }
 
+    /// The peers that our RDMA operations wait for (one per operation).
+    pub(super) fn requesters(&self) -> impl Iterator<Item = usize> + '_ {
+        self.ops.values().map(|o| o.peer)
+    }
+
     /// Fails every operation towards `peer` and drops what it asked of us.
     pub(super) fn peer_lost(&mut self, peer: usize, ah: Ah, events: &mut Vec<DevEvent>) {
         let mine: Vec<u32> = self.ops.iter().filter(|(_, o)| o.peer == peer).map(|(&k, _)| k).collect();

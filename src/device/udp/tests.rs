@@ -277,3 +277,122 @@ fn a_write_with_immediate_data_is_reported_once_all_its_bytes_are_in_memory() {
     let r = sim.rdma_write_imm(0, small.buf(), 0, 0, 0, 3);
     assert_eq!(r, Err(DevError::Failed(Status::NotSup)));
 }
+
+/// Runs `a`'s receive and `b`'s responder once, then until `done` (at most 5 s).
+fn respond_until(
+    a: &mut UdpDevice,
+    b: &mut UdpDevice,
+    ev: &mut Vec<DevEvent>,
+    mut done: impl FnMut(&[DevEvent]) -> bool,
+) {
+    let t = Instant::now();
+    loop {
+        assert!(t.elapsed() < Duration::from_secs(5), "stuck: {ev:?}");
+        a.recv(64, |_, _: &[u8], _| {});
+        a.events(ev);
+        b.respond();
+        if done(ev) {
+            return;
+        }
+    }
+}
+
+#[test]
+fn the_responder_acknowledges_keeps_packets_for_the_engine_and_serves_rdma() {
+    let (mut a, mut b, ab, _) = pair(Faults { drop: 0.05, seed: 11, ..Faults::default() });
+    // b's application is away: only its responder runs.
+    let n = 300u32;
+    let mut ev = Vec::new();
+    let mut k = 0;
+    while k < n {
+        match send(&mut a, ab, &payload(k, 2000), u64::from(k) + 1) {
+            Ok(_) => k += 1,
+            Err(DevError::Again) => respond_until(&mut a, &mut b, &mut ev, |_| true),
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    respond_until(&mut a, &mut b, &mut ev, |e| e.len() == n as usize);
+    assert!(ev.iter().all(|e| matches!(e, DevEvent::SendDone { status: Ok(()), .. })), "every send completed");
+    assert_eq!(b.stats().kept, u64::from(n));
+    // RDMA of b's memory is served while its application is away.
+    let mut region = crate::mem::OwnedBuf::zeroed(1 << 20);
+    let key = b.reg(region.buf(), Access::REMOTE_READ | Access::REMOTE_WRITE).unwrap();
+    let data: Vec<u8> = (0..600_000).map(|i| (i * 3) as u8).collect();
+    let mut src = crate::mem::OwnedBuf::from_slice(&data);
+    let base = region.buf().addr();
+    ev.clear();
+    a.rdma_write(ab, src.buf(), base + 10, key, 77).unwrap();
+    respond_until(&mut a, &mut b, &mut ev, |e| !e.is_empty());
+    assert_eq!(ev, vec![DevEvent::SendDone { wr_id: 77, ah: ab, status: Ok(()) }]);
+    assert!(&region.bytes()[10..10 + data.len()] == data.as_slice());
+    // When b's application calls, it gets every packet, each once.
+    let mut got = Vec::new();
+    b.recv(usize::MAX, |_, p: &[u8], _| got.push(p.to_vec()));
+    let mut ids: Vec<u32> = got.iter().map(|p| u32::from_le_bytes(p[..4].try_into().unwrap())).collect();
+    assert!(got.iter().zip(&ids).all(|(p, &k)| *p == payload(k, 2000)), "every byte");
+    ids.sort();
+    assert_eq!(ids, (0..n).collect::<Vec<_>>(), "each exactly once");
+    assert!(b.trywait(), "nothing more is kept");
+}
+
+#[test]
+fn a_peer_whose_application_is_away_is_never_given_up_and_a_silent_one_is() {
+    let giveup = Duration::from_millis(150);
+    let c = UdpConfig { giveup, ..cfg() };
+    let mut a = UdpDevice::open_with(c.clone()).unwrap();
+    let mut b = UdpDevice::open_with(c).unwrap();
+    let ab = a.insert(&b.local_addr()).unwrap();
+    b.insert(&a.local_addr()).unwrap();
+    send(&mut a, ab, b"hello", 1).unwrap();
+    let mut ev = Vec::new();
+    respond_until(&mut a, &mut b, &mut ev, |e| !e.is_empty());
+    // The engine awaits b for 4 give-up times; b only responds.
+    let t = Instant::now();
+    while t.elapsed() < giveup * 4 {
+        a.awaiting(ab);
+        a.recv(8, |_, _: &[u8], _| {});
+        a.events(&mut ev);
+        b.respond();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(!ev.iter().any(|e| matches!(e, DevEvent::PeerLost { .. })), "{ev:?}");
+    let s = a.stats();
+    assert!(s.probes >= 2 && s.peers_given_up == 0, "probes answered: {s:?}");
+    // b stops answering altogether (its process stopped): given up after
+    // the give-up time, not before.
+    let t = Instant::now();
+    while !ev.iter().any(|e| matches!(e, DevEvent::PeerLost { .. })) {
+        assert!(t.elapsed() < giveup * 4, "not given up");
+        a.awaiting(ab);
+        a.recv(8, |_, _: &[u8], _| {});
+        a.events(&mut ev);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // b last answered a probe at most a quarter of the give-up time before.
+    assert!(t.elapsed() >= giveup * 3 / 4, "given up after {:?}", t.elapsed());
+    assert_eq!(a.stats().peers_given_up, 1);
+}
+
+#[test]
+fn a_peer_whose_port_closed_is_given_up_at_once() {
+    let c = UdpConfig { giveup: Duration::from_secs(60), ..cfg() };
+    let mut a = UdpDevice::open_with(c).unwrap();
+    // A socket that closes without a word (as a killed process's).
+    let gone = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = RawAddr::new(gid_of(gone.local_addr().unwrap().ip()), gone.local_addr().unwrap().port(), 5);
+    drop(gone);
+    let ah = a.insert(&addr).unwrap();
+    // Awaited with nothing to send: the probe finds the port closed.
+    let mut ev = Vec::new();
+    let t = Instant::now();
+    while !ev.contains(&DevEvent::PeerLost { ah }) {
+        assert!(t.elapsed() < Duration::from_secs(1), "{ev:?} {:?}", a.stats());
+        a.awaiting(ah);
+        a.recv(8, |_, _: &[u8], _| {});
+        a.events(&mut ev);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let s = a.stats();
+    assert!(s.probes >= 1 && s.peers_refused == 1 && s.peers_given_up == 0, "{s:?}");
+    assert_eq!(send(&mut a, ah, b"x", 1), Err(DevError::Failed(Status::PeerUnreachable)));
+}

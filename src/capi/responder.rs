@@ -1,0 +1,78 @@
+//! The responder: a thread beside an endpoint in manual progress whose
+//! device cannot wait for the application's calls (udp: its peers need
+//! acknowledgements, answers to their probes and the RDMA they ask of
+//! this endpoint's memory whether or not the application calls).
+//!
+//! Applications stop calling the library most of the time: they compute,
+//! meet at barriers over other channels, sleep on other descriptors, or
+//! are done and about to close. The responder stands in for them then and
+//! only then:
+//! - Every call of the application on the endpoint counts
+//!   (`EpSlot::calls`, bumped under the endpoint's lock). The responder
+//!   looks every [`TICK`]; when no call came since its last look, and no
+//!   thread sleeps in `rdm4_wait` (which does the device's work itself),
+//!   the application is away, and the responder makes the device's
+//!   [`respond`](crate::device::Device::respond) call under the lock.
+//! - While the application stays away, the responder sleeps on the
+//!   device's descriptor until a datagram or the device's next timer, and
+//!   answers at once (after [`GRACE`], the first turn for an application
+//!   that sleeps on the same descriptor through `rdm4_ep_fd`).
+//! - Every [`SCAN_EVERY`] it tells the device which peers the endpoint's
+//!   operations await (`Endpoint::keepalive`), whether the application is
+//!   away or not, so that a peer that died is noticed even by an
+//!   application that only polls.
+//!
+//! A busy application costs a wake-up per tick of a thread that looks at
+//! one counter, and a lock taken every [`SCAN_EVERY`]; a ping-pong never
+//! meets the responder in its path (`docs/performance.md`).
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::EpSlot;
+
+/// How often the responder looks whether the application is away.
+pub(crate) const TICK: Duration = Duration::from_millis(1);
+/// How often it tells the device which peers the operations await.
+pub(crate) const SCAN_EVERY: Duration = Duration::from_millis(100);
+/// After a datagram woke it, how long it leaves the application to take
+/// it first.
+const GRACE: Duration = Duration::from_micros(200);
+
+/// The responder of the endpoint in `slot`, until it is closed.
+pub(crate) fn run(slot: &'static EpSlot, handle: u64) {
+    let mut seen = slot.calls.load(Ordering::Relaxed);
+    let mut next_scan = Instant::now() + SCAN_EVERY;
+    // The device's descriptor and timer while the application is away.
+    let mut watch: Option<(std::os::fd::RawFd, i32)> = None;
+    while !slot.stop.load(Ordering::Acquire) {
+        match watch.take() {
+            None => std::thread::sleep(TICK),
+            Some((fd, ms)) => {
+                let until_scan = next_scan.saturating_duration_since(Instant::now()).as_millis() as i32;
+                if super::ep::poll_one(fd, ms.clamp(0, until_scan.max(1))) {
+                    std::thread::sleep(GRACE);
+                }
+            }
+        }
+        let calls = slot.calls.load(Ordering::Relaxed);
+        let away = calls == seen;
+        seen = calls;
+        let now = Instant::now();
+        let scan = now >= next_scan;
+        if !away && !scan {
+            continue;
+        }
+        let Some(mut g) = slot.try_lock_raw(handle) else {
+            continue; // a call holds the endpoint (or it is being closed)
+        };
+        let Some(inner) = g.as_deref_mut() else { break };
+        if scan {
+            next_scan = now + SCAN_EVERY;
+            inner.ep.keepalive();
+        }
+        if away && inner.parked == 0 {
+            watch = inner.ep.respond();
+        }
+    }
+}
