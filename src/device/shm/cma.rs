@@ -4,7 +4,7 @@
 
 use super::mrtable::claim_remote;
 use super::ShmDevice;
-use super::{segment, HDR_LEN, SLOT_HDR};
+use super::{off, segment, HDR_LEN, SLOT_HDR};
 use crate::device::{Access, Ah, DevError, DevEvent};
 use crate::mem::UserBuf;
 use crate::status::Status;
@@ -153,8 +153,9 @@ impl ShmDevice {
         }
         let ids = (self.epid, self.connid);
         let need = super::entry_len(12);
-        let p = self.peer(ah)?;
-        let pos = match super::claim_entry(p, need, true, ids) {
+        let note = self.map.hdr_u64::<{ off::NOTE }>();
+        let p = super::peer_of(&mut self.peers, ah)?;
+        let pos = match super::claim_entry(p, need, true, ids, note) {
             Ok(pos) => pos,
             Err(e) => return Err(self.claim_failed(ah, e)),
         };
@@ -164,7 +165,16 @@ impl ShmDevice {
             // claimed entry goes as padding.
             Err(e) => Err(if e == DevError::Again { Status::Again } else { Status::RemoteAccess }),
         };
-        let p = self.peer(ah)?;
+        let note = self.map.hdr_u64::<{ off::NOTE }>();
+        // The copy found the peer gone: the entry stays unpublished in its
+        // ring, which no one reads.
+        let p = match super::peer_of(&mut self.peers, ah) {
+            Ok(p) => p,
+            Err(e) => {
+                super::unnote(note);
+                return Err(e);
+            }
+        };
         let flag = if status.is_ok() {
             let mut b = [0u8; 12];
             b[..4].copy_from_slice(&imm.to_le_bytes());
@@ -176,7 +186,7 @@ impl ShmDevice {
         } else {
             0
         };
-        Self::publish_notice(p, pos, ids, need, flag);
+        Self::publish_notice(p, pos, ids, need, flag, note);
         if status == Err(Status::Again) {
             return Err(DevError::Again);
         }

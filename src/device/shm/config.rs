@@ -73,7 +73,10 @@ pub struct ShmConfig {
     /// 24-25 M msg/s without it and 36-38 with 16 KiB; 4 and 8 KiB were not
     /// enough (see docs/performance.md, "Lag").
     pub lag: usize,
-    /// How often peers' liveness is checked.
+    /// How often peers' liveness is checked; also how often the ring's
+    /// head is checked for an entry claimed by a producer that died before
+    /// publishing it, which is skipped at the second check that finds the
+    /// head still before it (`claims.rs`).
     pub peer_check: Duration,
     /// Reads and writes of ordinary registered memory that fit one packet
     /// go as requests into the target's ring, served by its device while

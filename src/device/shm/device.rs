@@ -96,7 +96,8 @@ impl Device for ShmDevice {
         self.control = false;
         let p = peer_of(&mut self.peers, ah)?;
         let ids = (me, connid);
-        let pos = match claim_entry(p, need, control, ids) {
+        let note = self.map.hdr_u64::<{ off::NOTE }>();
+        let pos = match claim_entry(p, need, control, ids, note) {
             Ok(pos) => pos,
             Err(e) => return Err(self.claim_failed(ah, e)),
         };
@@ -107,6 +108,7 @@ impl Device for ShmDevice {
         let slot = unsafe { std::slice::from_raw_parts_mut(entry.add(SLOT_HDR), cap) };
         let len = build(slot).min(cap);
         publish(&p.shape, entry, pos, ids, len, need as u32 | if more { segment::MORE } else { 0 });
+        unnote(note);
         // In a stream of sends the next entry most likely starts where this
         // one ends: ask for its first line in exclusive state now, so that
         // the next send does not wait for it. Not after a receive: in a

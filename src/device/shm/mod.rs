@@ -7,7 +7,8 @@
 //!             start time, endpoint id, connid, closing and sleeping flags,
 //!             the ring's seal; the ring's tail (producers; its top bits
 //!             say the owner closed, or holds back new messages) and head
-//!             (consumer) on their own cache lines
+//!             (consumer, with the owner's claim note as a producer) on
+//!             their own cache lines
 //! 256         the ring: a power-of-two number of bytes holding entries
 //!             back to back, each a whole number of cache lines: a 24-byte
 //!             entry header (sealed position, sender endpoint id and connid,
@@ -40,6 +41,14 @@
 //! lap finds its cache lines without a transfer from the owner. No syscall
 //! and no allocation on that path. A full ring is "try again". Packets from
 //! one sender arrive in order, which the engine does not rely on.
+//!
+//! A producer killed between its claim and its seal would leave the head
+//! before an entry never published, with every later entry behind it. So
+//! producers note their claims in their own headers until the seal, and an
+//! owner whose head stands before an unpublished entry for a peer-check
+//! interval skips up to the next published one only when no live endpoint
+//! notes a claim in its ring: never a live producer's entry, however slow,
+//! and never an unsealed one (`claims.rs`).
 //!
 //! Answers: an endpoint whose last packet was one it sent asks for the
 //! lines its reply would take in the sender's ring as soon as the engine has
@@ -107,7 +116,7 @@
 //! [`ShmConfig::lag`]), `RDM4_SHM_PEER_CHECK_MS` (default 100).
 
 use std::os::fd::RawFd;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::{Access, Ah, Caps, DevError, DevEvent, Device, Flow, Sent};
@@ -118,6 +127,7 @@ use crate::wire::RawAddr;
 
 mod alloc;
 mod barrier;
+mod claims;
 mod cma;
 mod config;
 mod device;
@@ -139,7 +149,7 @@ use segment::{
 };
 
 const MAGIC: u64 = u64::from_le_bytes(*b"rdm4shm1");
-const LAYOUT_VERSION: u32 = 6;
+const LAYOUT_VERSION: u32 = 7;
 const HDR_LEN: usize = 256;
 const SLOT_HDR: usize = 24;
 /// Most sends refused without a look at a full ring's head (see `Peer::full_skip`).
@@ -219,12 +229,16 @@ fn peer_of(peers: &mut [Option<Peer>], ah: Ah) -> Result<&mut Peer, DevError> {
 /// [`segment::CLOSED`] in the tail with the same compare-and-swap word
 /// that claims take, so no claim succeeds after it.
 ///
-/// The claimed bytes are the caller's until it publishes them. Offsets:
+/// The claimed bytes are the caller's until it publishes them. The claim is
+/// noted in `note` (this endpoint's [`off::NOTE`]) before the
+/// compare-and-swap that makes it, and stays noted until the caller has
+/// published its entry and clears the note; a claim that fails leaves it
+/// clear (`claims.rs`). Offsets:
 /// `at` is below `ring`, and the claim keeps an entry from crossing the
 /// ring's end, so `HDR_LEN + at + span` stays within `HDR_LEN + ring`,
 /// which `Shape::valid` bounds by the mapping.
 #[inline(always)]
-fn claim(p: &mut Peer, need: usize, control: bool) -> Result<(u64, usize), DevError> {
+fn claim(p: &mut Peer, need: usize, control: bool, note: &AtomicU64) -> Result<(u64, usize), DevError> {
     let tail = p.map.hdr_u64::<{ off::TAIL }>();
     let ring = p.shape.ring;
     let mut word = tail.load(Ordering::Relaxed);
@@ -239,10 +253,12 @@ fn claim(p: &mut Peer, need: usize, control: bool) -> Result<(u64, usize), DevEr
         if flags != 0 {
             if flags & segment::CLOSED != 0 {
                 p.lost = true;
+                unnote(note);
                 return Err(DevError::Failed(Status::PeerUnreachable));
             }
             if !control {
                 // A new message to an owner that holds them back.
+                unnote(note);
                 return Err(DevError::Again);
             }
         }
@@ -253,6 +269,7 @@ fn claim(p: &mut Peer, need: usize, control: bool) -> Result<(u64, usize), DevEr
         if end > p.head_seen + ring as u64 {
             if p.full_skip > 0 {
                 p.full_skip -= 1;
+                unnote(note);
                 return Err(DevError::Again);
             }
             // Looks full: has the owner read further since?
@@ -260,11 +277,16 @@ fn claim(p: &mut Peer, need: usize, control: bool) -> Result<(u64, usize), DevEr
             if end > p.head_seen + ring as u64 {
                 p.full_wait = (p.full_wait * 2 + 1).min(FULL_WAIT_MAX);
                 p.full_skip = p.full_wait;
+                unnote(note);
                 return Err(DevError::Again);
             }
             p.full_wait = 0;
         }
-        match tail.compare_exchange_weak(word, end | flags, Ordering::Relaxed, Ordering::Relaxed) {
+        // Noted before the claim is made (released by the exchange): an
+        // owner that sees the claim in its tail sees the note, or the
+        // entry published.
+        note.store(p.shape.sealed(pos), Ordering::Release);
+        match tail.compare_exchange_weak(word, end | flags, Ordering::Release, Ordering::Relaxed) {
             Ok(_) => return Ok((pos, pad)),
             Err(now) => word = now,
         }
@@ -272,10 +294,11 @@ fn claim(p: &mut Peer, need: usize, control: bool) -> Result<(u64, usize), DevEr
 }
 
 /// [`claim`] of an entry of `need` bytes with the padding before it, if
-/// any, published: the entry's position.
+/// any, published: the entry's position. The claim stays noted in `note`
+/// until the caller has published the entry ([`unnote`]).
 #[inline(always)]
-fn claim_entry(p: &mut Peer, need: usize, control: bool, ids: (u32, u32)) -> Result<u64, DevError> {
-    let (mut pos, pad) = claim(p, need, control)?;
+fn claim_entry(p: &mut Peer, need: usize, control: bool, ids: (u32, u32), note: &AtomicU64) -> Result<u64, DevError> {
+    let (mut pos, pad) = claim(p, need, control, note)?;
     if pad > 0 {
         // SAFETY: the padding's entry, in bounds (see `claim`).
         publish(&p.shape, unsafe { p.map.ptr_at(HDR_LEN + p.shape.at(pos)) }, pos, ids, 0, pad as u32);
@@ -295,6 +318,14 @@ fn publish(shape: &Shape, entry: *mut u8, pos: u64, (me, connid): (u32, u32), le
     h.ids.store(segment::word(me, connid), Ordering::Relaxed);
     h.sizes.store(segment::word(len as u32, span), Ordering::Relaxed);
     h.seal.store(shape.sealed(pos), Ordering::Release);
+}
+
+/// Clears this endpoint's claim note (`note`): after the entry it claimed
+/// was published (after its seal, so that an owner that reads the note
+/// cleared finds the entry sealed), or when the claim failed.
+#[inline(always)]
+fn unnote(note: &AtomicU64) {
+    note.store(0, Ordering::Release);
 }
 
 /// The most slots, `slots` halved as often as needed, whose segment fits
@@ -432,6 +463,9 @@ pub struct ShmDevice {
     /// new messages, which bounds them by what was in flight then.
     parked: std::collections::VecDeque<Parked>,
     redeliver: bool,
+    /// Claims of dead producers skipped, and where the head stood before
+    /// an unpublished claimed entry at the last peer check (`claims.rs`).
+    dead_claims: claims::DeadClaims,
 }
 
 /// A packet the engine deferred: its sender's ids and its bytes.
@@ -590,6 +624,7 @@ impl ShmDevice {
             control: false,
             parked: std::collections::VecDeque::new(),
             redeliver: false,
+            dead_claims: claims::DeadClaims::default(),
         })
     }
 
@@ -868,21 +903,22 @@ impl ShmDevice {
         !self.ready()
     }
 
-    /// Signals a peer whose sleeping flag the caller saw set.
-    #[cold]
     /// Publishes the notice entry claimed at `pos` in `p`'s ring (`need`
-    /// bytes, span flags `flag`; 0: padding) and wakes its owner if it
-    /// sleeps.
-    fn publish_notice(p: &mut Peer, pos: u64, ids: (u32, u32), need: usize, flag: u32) {
+    /// bytes, span flags `flag`; 0: padding), clears the claim's `note`
+    /// and wakes the owner if it sleeps.
+    fn publish_notice(p: &mut Peer, pos: u64, ids: (u32, u32), need: usize, flag: u32, note: &AtomicU64) {
         // SAFETY: the claimed entry, in bounds (see `claim`).
         let entry = unsafe { p.map.ptr_at(HDR_LEN + p.shape.at(pos)) };
         publish(&p.shape, entry, pos, ids, 0, need as u32 | flag);
+        unnote(note);
         producer_fence();
         if p.map.hdr_u32::<{ off::SLEEPING }>().load(Ordering::SeqCst) != 0 {
             Self::wake(p);
         }
     }
 
+    /// Signals a peer whose sleeping flag the caller saw set.
+    #[cold]
     fn wake(peer: &mut Peer) {
         if peer.fifo.is_none() {
             let p = cstr(&fifo_path(&peer.name));
@@ -921,6 +957,7 @@ impl ShmDevice {
             return;
         }
         self.last_check = now;
+        self.check_head();
         for (ah, slot) in self.peers.iter_mut().enumerate() {
             let Some(p) = slot.as_mut().filter(|p| !p.lost) else { continue };
             let closing = p.map.u32_at(off::CLOSING).load(Ordering::Acquire) != 0;
@@ -973,10 +1010,11 @@ impl Drop for ShmDevice {
         // whose ring is full learns it at its next send or peer check.
         let ids = (self.epid, self.connid);
         let need = entry_len(0);
+        let note = self.map.hdr_u64::<{ off::NOTE }>();
         for p in self.peers.iter_mut().flatten().filter(|p| !p.lost) {
             p.full_skip = 0;
-            if let Ok(pos) = claim_entry(p, need, true, ids) {
-                Self::publish_notice(p, pos, ids, need, segment::CLOSE_NOTICE);
+            if let Ok(pos) = claim_entry(p, need, true, ids, note) {
+                Self::publish_notice(p, pos, ids, need, segment::CLOSE_NOTICE, note);
             }
         }
         unlink_segment(&self.name);

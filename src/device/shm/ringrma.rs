@@ -179,16 +179,16 @@ impl ShmDevice {
     fn send_notice(&mut self, ah: Ah, len: usize, flag: u32, fill: impl FnOnce(&mut [u8])) -> Result<u64, DevError> {
         let ids = (self.epid, self.connid);
         let need = entry_len(len);
-        let p = self.peer(ah)?;
-        let pos = match super::claim_entry(p, need, true, ids) {
+        let note = self.map.hdr_u64::<{ off::NOTE }>();
+        let p = super::peer_of(&mut self.peers, ah)?;
+        let pos = match super::claim_entry(p, need, true, ids, note) {
             Ok(pos) => pos,
             Err(e) => return Err(self.claim_failed(ah, e)),
         };
-        let p = self.peer(ah)?;
         // SAFETY: the claimed entry's payload: `SLOT_HDR + len <= need`
         // bytes from its start, in bounds (see `claim`); ours until published.
         fill(unsafe { p.map.bytes(HDR_LEN + p.shape.at(pos) + SLOT_HDR, len) });
-        Self::publish_notice(p, pos, ids, need, flag);
+        Self::publish_notice(p, pos, ids, need, flag, note);
         Ok(pos)
     }
 

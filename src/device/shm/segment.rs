@@ -274,6 +274,11 @@ pub(super) mod off {
     pub const SEAL: usize = 56;
     pub const TAIL: usize = 64;
     pub const HEAD: usize = 128;
+    /// The owner's claim note as a producer: the entry it is claiming or
+    /// writing in a peer's ring, as that ring would seal its start
+    /// ([`super::Shape::sealed`]), 0 when none (`claims.rs`). Beside the
+    /// head, a line only the owner writes.
+    pub const NOTE: usize = 136;
     /// The owner's clock (`CLOCK_MONOTONIC`, µs) at one of its recent polls
     /// (`ShmDevice::stamp_progress`); a line of its own.
     pub const PROGRESS: usize = 192;
@@ -472,11 +477,17 @@ pub(super) fn open_existing(name: &str) -> Result<(Mapping, Shape), Status> {
 }
 
 /// The owner (pid, start time) of segment `name` (of any layout version),
-/// from its header alone:
-/// only the header is mapped, so a huge segment (or one whose owner died
-/// while allocating it) costs no more than a small one. `None` when it has
-/// no valid header.
+/// from its header alone ([`header`]). `None` when it has no valid header.
 fn owner(name: &str) -> Option<(u32, u64)> {
+    let m = header(name)?;
+    Some((m.u32_at(off::PID).load(Ordering::Relaxed), m.u64_at(off::START).load(Ordering::Relaxed)))
+}
+
+/// The header of segment `name`, mapped read-only, when it has the magic
+/// word (of any layout version): only the header is mapped, so a huge
+/// segment (or one whose owner died while allocating it) costs no more
+/// than a small one.
+fn header(name: &str) -> Option<Mapping> {
     let c = cstr(&format!("/{name}"));
     // SAFETY: valid NUL-terminated name.
     let fd = unsafe { libc::shm_open(c.as_ptr(), libc::O_RDONLY, 0) };
@@ -499,8 +510,35 @@ fn owner(name: &str) -> Option<(u32, u64)> {
     let m = Mapping { ptr, len: HDR_LEN };
     // Every layout version keeps the owner at the same offsets: a live
     // endpoint of another rdm4 version is not taken for a dead one.
-    let valid = m.u64_at(off::MAGIC).load(Ordering::Acquire) == MAGIC;
-    valid.then(|| (m.u32_at(off::PID).load(Ordering::Relaxed), m.u64_at(off::START).load(Ordering::Relaxed)))
+    (m.u64_at(off::MAGIC).load(Ordering::Acquire) == MAGIC).then_some(m)
+}
+
+/// The claim notes ([`off::NOTE`]) of the endpoints of `prefix` (of this
+/// user and layout version) whose notes are set, each with its owner's pid
+/// and start time; read after the caller's load of its ring's tail.
+pub(super) fn claim_notes(prefix: &str) -> Vec<(u32, u64, u64)> {
+    let lead = format!("{prefix}-{}-", uid()).len();
+    segment_names(prefix)
+        .iter()
+        // Segments only (their names end in the endpoint id), not FIFOs
+        // or allocations.
+        .filter(|name| name.len() > lead && name.bytes().skip(lead).all(|b| b.is_ascii_digit()))
+        .filter_map(|name| header(name))
+        .filter(|m| m.u32_at(off::VERSION).load(Ordering::Relaxed) == LAYOUT_VERSION)
+        .map(|m| {
+            let note = m.u64_at(off::NOTE).load(Ordering::Acquire);
+            (m.u32_at(off::PID).load(Ordering::Relaxed), m.u64_at(off::START).load(Ordering::Relaxed), note)
+        })
+        .filter(|&(_, _, note)| note != 0)
+        .collect()
+}
+
+/// The names in `/dev/shm` of `prefix` (of this user): segments, their
+/// FIFOs and their allocations' files.
+fn segment_names(prefix: &str) -> Vec<String> {
+    let lead = format!("{prefix}-{}-", uid());
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return Vec::new() };
+    dir.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|name| name.starts_with(&lead)).collect()
 }
 
 /// True when the segment `name` exists and its owner is gone (or it was
@@ -537,13 +575,7 @@ pub fn remove_stale_segments(prefix: &str) -> usize {
 /// it: the segments of processes that were killed or ended without
 /// closing go at the next open of the prefix).
 pub(super) fn remove_stale_locked(prefix: &str) -> usize {
-    let lead = format!("{prefix}-{}-", uid());
-    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return 0 };
-    let names: Vec<String> = dir
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|name| name.starts_with(&lead))
-        .collect();
+    let names = segment_names(prefix);
     let mut n = 0;
     for name in &names {
         // A FIFO, or an allocation's file (`alloc.rs`), of a segment: it

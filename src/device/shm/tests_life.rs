@@ -47,7 +47,7 @@ fn the_wait_fd_is_not_ready_after_a_peer_that_woke_it_has_closed() {
 }
 
 /// The pid of a process that has ended (and been reaped).
-fn dead_pid() -> u32 {
+pub(super) fn dead_pid() -> u32 {
     let mut c = std::process::Command::new("true").spawn().unwrap();
     let pid = c.id();
     c.wait().unwrap();
