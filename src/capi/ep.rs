@@ -182,6 +182,9 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
         // A device with a responder shares the endpoint with it: the
         // endpoint keeps its lock even for a single-threaded application.
         let responder = a.progress == RDM4_PROGRESS_MANUAL && inner.ep.wants_responder();
+        if inner.ep.wants_responder() {
+            super::responder::register_at_exit();
+        }
         let single = a.threading == RDM4_THREAD_SINGLE && !responder;
         let (slot, handle) = super::install(inner, single).ok_or(Status::NoMem)?;
         if a.progress == RDM4_PROGRESS_AUTO || responder {

@@ -142,6 +142,14 @@ impl EpSlot {
 }
 
 static SLOTS: [EpSlot; MAX_EPS] = [const { EpSlot::new() }; MAX_EPS];
+
+/// The slots of the endpoints open now, with their handles.
+pub(crate) fn open_slots() -> impl Iterator<Item = (&'static EpSlot, u64)> {
+    SLOTS.iter().filter_map(|s| {
+        let h = s.handle.load(Ordering::Acquire);
+        (h != 0).then_some((s, h))
+    })
+}
 /// Slots to reuse, and the first never used.
 static FREE: Mutex<(Vec<u32>, u32)> = Mutex::new((Vec::new(), 0));
 
@@ -310,6 +318,8 @@ pub(crate) struct EpInner {
     pub(crate) parked: u32,
     /// `RDM4_PROGRESS_*` and `RDM4_THREAD_*` it was opened with.
     pub(crate) modes: (u32, u32),
+    /// The process that opened it (a forked child's copy is not its own).
+    pub(crate) pid: u32,
 }
 
 impl EpInner {
@@ -322,6 +332,7 @@ impl EpInner {
             scratch: Vec::new(),
             parked: 0,
             modes: (0, 0),
+            pid: std::process::id(),
         }
     }
 

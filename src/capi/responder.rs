@@ -22,6 +22,11 @@
 //!   away or not, so that a peer that died is noticed even by an
 //!   application that only polls.
 //!
+//! - A process that exits without closing its endpoints (it returns from
+//!   `main` right after its last receive) sends the acknowledgements they
+//!   owe on its way out ([`at_exit`], registered with `atexit` at the
+//!   first open), so that its peers' sends of what it received complete.
+//!
 //! A busy application costs a wake-up per tick of a thread that looks at
 //! one counter, and a lock taken every [`SCAN_EVERY`]; a ping-pong never
 //! meets the responder in its path (`docs/performance.md`).
@@ -75,4 +80,31 @@ pub(crate) fn run(slot: &'static EpSlot, handle: u64) {
             watch = inner.ep.respond();
         }
     }
+}
+
+/// Registers [`at_exit`] with the C library, once per process.
+pub(crate) fn register_at_exit() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        extern "C" fn flush() {
+            at_exit();
+        }
+        // SAFETY: registers a function without arguments that never unwinds
+        // (it catches panics).
+        unsafe { libc::atexit(flush) };
+    });
+}
+
+/// At the process's exit: every endpoint of this process with a responder
+/// that no call holds sends what it owes (its device's responder call).
+fn at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        let me = std::process::id();
+        for (slot, handle) in super::open_slots() {
+            let Some(mut g) = slot.try_lock_raw(handle) else { continue };
+            if let Some(inner) = g.as_deref_mut().filter(|i| i.pid == me && i.ep.wants_responder()) {
+                inner.ep.respond();
+            }
+        }
+    });
 }
