@@ -13,9 +13,11 @@
  * appears, a failed av_insert leaves the address vector as it was, a failed
  * av_remove removes nothing, a failed ep_open leaves no segment behind.
  *
- * Two endpoints (A, B) in this process talk over the shm device with a
- * private segment prefix. Prints "ok - ..." per check, failures to stderr,
- * exits 1 when any check failed.
+ * Two endpoints (A, B) in this process talk over the device of the
+ * environment (the harness runs it over each), with a private segment
+ * prefix. The checks of rdm4_ep_open choose their devices by attribute, with
+ * RDM4_DEVICE unset while they run (it overrides the attribute). Prints
+ * "ok - ..." per check, failures to stderr, exits 1 when any check failed.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -105,11 +107,26 @@ static void check_strerror(void)
 
 /* ---------------------------------------------------------------------- */
 
+/* Restores an environment variable saved with getenv (NULL: unset). */
+static void restore_env(const char *name, const char *saved)
+{
+    if (saved) {
+        setenv(name, saved, 1);
+    } else {
+        unsetenv(name);
+    }
+}
+
 static void check_open(void)
 {
     rdm4_ep_attr attr;
     rdm4_ep *const sentinel = (rdm4_ep *)(uintptr_t)0x5a5a5a5a;
     rdm4_ep *ep;
+    /* The harness's device choice overrides attr.device: these checks run
+     * without it, and the rest of the program with it again. */
+    char *saved_device = getenv("RDM4_DEVICE") ? strdup(getenv("RDM4_DEVICE")) : NULL;
+    char *saved_udp_addr = getenv("RDM4_UDP_ADDR") ? strdup(getenv("RDM4_UDP_ADDR")) : NULL;
+    unsetenv("RDM4_DEVICE");
 
     EXPECT(rdm4_ep_attr_init(NULL), RDM4_EINVAL);
     EXPECT(rdm4_ep_open(NULL, NULL), RDM4_EINVAL);
@@ -206,6 +223,10 @@ static void check_open(void)
     }
     left = tu_shm_files(prefix, 0, 1);
     CHECK(left == 0, "closed endpoints left no segment in /dev/shm (%d)", left);
+    restore_env("RDM4_DEVICE", saved_device);
+    restore_env("RDM4_UDP_ADDR", saved_udp_addr);
+    free(saved_device);
+    free(saved_udp_addr);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -637,7 +658,7 @@ static void check_poll_wait(rdm4_ep *a)
     CHECK(rc == RDM4_ETIMEDOUT && dt >= 45 && dt < 5000,
           "rdm4_wait(ep, 50) with nothing pending: RDM4_ETIMEDOUT after ~50 ms (%s, %.1f ms)", tu_status(rc), dt);
     int fd = rdm4_ep_fd(a);
-    CHECK(fd >= 0, "rdm4_ep_fd(shm endpoint) >= 0 (%d)", fd);
+    CHECK(fd >= 0, "rdm4_ep_fd >= 0 (%d)", fd);
     CHECK(rdm4_ep_fd(a) == fd, "rdm4_ep_fd is stable");
 }
 

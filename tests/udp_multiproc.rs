@@ -59,7 +59,7 @@ fn child_echo() {
         loop {
             ep.progress(0);
             ep.poll_cq(&mut cq, usize::MAX);
-            if cq.iter().any(|e| e.context == 1) || dir.join("stop").exists() {
+            if cq.iter().any(|e| e.context == 1) || dir.join("stop").exists() || t.elapsed() > LIMIT {
                 break;
             }
         }
