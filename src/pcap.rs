@@ -371,6 +371,10 @@ impl<D: Device> Device for Capture<D> {
         self.inner.respond()
     }
 
+    fn responder_fds(&self) -> Vec<std::os::fd::RawFd> {
+        self.inner.responder_fds()
+    }
+
     fn awaiting(&mut self, ah: Ah) {
         self.inner.awaiting(ah)
     }

@@ -186,11 +186,14 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
             super::responder::register_at_exit();
         }
         let single = a.threading == RDM4_THREAD_SINGLE && !responder;
+        let fds = inner.ep.responder_fds();
         let (slot, handle) = super::install(inner, single).ok_or(Status::NoMem)?;
         if a.progress == RDM4_PROGRESS_AUTO || responder {
             let b = std::thread::Builder::new();
             let spawned = if responder {
-                b.name("rdm4-responder".into()).stack_size(256 << 10).spawn(move || super::responder::run(slot, handle))
+                b.name("rdm4-responder".into())
+                    .stack_size(256 << 10)
+                    .spawn(move || super::responder::run(slot, handle, fds))
             } else {
                 b.name("rdm4-progress".into()).spawn(move || progress_thread(slot, handle))
             };

@@ -9,7 +9,8 @@
 //! only then:
 //! - Every call of the application on the endpoint counts
 //!   (`EpSlot::calls`, bumped under the endpoint's lock). The responder
-//!   looks every [`TICK`]; when no call came since its last look, and no
+//!   looks every [`TICK`] to [`TICK_MAX`]; when no call came since its
+//!   last look, and no
 //!   thread sleeps in `rdm4_wait` (which does the device's work itself),
 //!   the application is away, and the responder makes the device's
 //!   [`respond`](crate::device::Device::respond) call under the lock.
@@ -27,6 +28,13 @@
 //!   owe on its way out ([`at_exit`], registered with `atexit` at the
 //!   first open), so that its peers' sends of what it received complete.
 //!
+//! - It runs with a descriptor table of its own (`unshare(CLONE_FILES)`),
+//!   holding only the device's descriptors and the standard ones: it keeps
+//!   none of the application's files open (a pipe the application closes
+//!   still reaches end-of-file), and the application's system calls on
+//!   descriptors stay as cheap as in a process of one thread (the kernel
+//!   takes no reference per call on a table nobody shares).
+//!
 //! A busy application costs a wake-up per tick of a thread that looks at
 //! one counter, and a lock taken every [`SCAN_EVERY`]; a ping-pong never
 //! meets the responder in its path (`docs/performance.md`).
@@ -34,10 +42,16 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use std::os::fd::RawFd;
+
 use super::EpSlot;
 
-/// How often the responder looks whether the application is away.
+/// How often the responder looks whether the application is away: every
+/// [`TICK`] after it was, and half as often each time it found the
+/// application busy, down to every [`TICK_MAX`] (each look of a thread on
+/// the application's CPU costs a busy application a context switch).
 pub(crate) const TICK: Duration = Duration::from_millis(1);
+const TICK_MAX: Duration = Duration::from_millis(8);
 /// How often it tells the device which peers the operations await.
 pub(crate) const SCAN_EVERY: Duration = Duration::from_millis(100);
 /// After a datagram woke it, how long it leaves the application to take
@@ -45,14 +59,18 @@ pub(crate) const SCAN_EVERY: Duration = Duration::from_millis(100);
 const GRACE: Duration = Duration::from_micros(200);
 
 /// The responder of the endpoint in `slot`, until it is closed.
-pub(crate) fn run(slot: &'static EpSlot, handle: u64) {
+pub(crate) fn run(slot: &'static EpSlot, handle: u64, fds: Vec<RawFd>) {
+    if !private_fd_table(&fds) {
+        crate::log::log!(crate::log::INFO, "responder: shares the process's descriptor table");
+    }
     let mut seen = slot.calls.load(Ordering::Relaxed);
     let mut next_scan = Instant::now() + SCAN_EVERY;
     // The device's descriptor and timer while the application is away.
-    let mut watch: Option<(std::os::fd::RawFd, i32)> = None;
+    let mut watch: Option<(RawFd, i32)> = None;
+    let mut tick = TICK;
     while !slot.stop.load(Ordering::Acquire) {
         match watch.take() {
-            None => std::thread::sleep(TICK),
+            None => std::thread::sleep(tick),
             Some((fd, ms)) => {
                 let until_scan = next_scan.saturating_duration_since(Instant::now()).as_millis() as i32;
                 if super::ep::poll_one(fd, ms.clamp(0, until_scan.max(1))) {
@@ -63,6 +81,7 @@ pub(crate) fn run(slot: &'static EpSlot, handle: u64) {
         let calls = slot.calls.load(Ordering::Relaxed);
         let away = calls == seen;
         seen = calls;
+        tick = if away { TICK } else { (tick * 2).min(TICK_MAX) };
         let now = Instant::now();
         let scan = now >= next_scan;
         if !away && !scan {
@@ -107,4 +126,50 @@ fn at_exit() {
             }
         }
     });
+}
+
+/// Gives the calling thread a descriptor table of its own that holds only
+/// `keep` and descriptors 0 to 2 (see the module docs); false when it
+/// could not (it then shares the process's table, as threads do).
+fn private_fd_table(keep: &[RawFd]) -> bool {
+    // SAFETY: affects the calling thread's descriptor table only.
+    if unsafe { libc::unshare(libc::CLONE_FILES) } != 0 {
+        return false;
+    }
+    let mut keep: Vec<u32> = keep.iter().filter_map(|&f| u32::try_from(f).ok()).filter(|&f| f > 2).collect();
+    keep.sort_unstable();
+    keep.dedup();
+    // Close the gaps between the kept ones: [3, k0), (k0, k1), ... (kn, max].
+    let mut first = 3u32;
+    for k in keep.iter().copied().map(Some).chain([None]) {
+        let last = k.map_or(u32::MAX, |k| k.saturating_sub(1));
+        if first <= last && k != Some(first.wrapping_sub(1)) && !close_range(first, last) {
+            return close_listed(&keep);
+        }
+        first = k.map_or(0, |k| k + 1);
+        if k.is_none() {
+            break;
+        }
+    }
+    true
+}
+
+/// `close_range(2)` of this thread's table; false when the kernel has none.
+fn close_range(first: u32, last: u32) -> bool {
+    // SAFETY: closes descriptors of this thread's own table, which no one
+    // else uses.
+    unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) == 0 }
+}
+
+/// Without `close_range`: closes every descriptor this thread's table
+/// lists but the standard ones and `keep`.
+fn close_listed(keep: &[u32]) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc/thread-self/fd") else { return false };
+    let fds: Vec<u32> = dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
+    for fd in fds.into_iter().filter(|&f| f > 2 && !keep.contains(&f)) {
+        // SAFETY: as in `close_range`; the directory's own descriptor is
+        // already closed (EBADF, harmless).
+        unsafe { libc::close(fd as i32) };
+    }
+    true
 }

@@ -343,6 +343,15 @@ pub trait Device {
         None
     }
 
+    /// The descriptors [`Device::respond`] uses: the responder runs with a
+    /// descriptor table of its own that holds only these (and the standard
+    /// ones), so that it keeps none of the application's files open and the
+    /// application's system calls on descriptors stay as cheap as in a
+    /// process of one thread.
+    fn responder_fds(&self) -> Vec<std::os::fd::RawFd> {
+        Vec::new()
+    }
+
     /// Says that the engine awaits an answer from peer `ah` (it has
     /// operations with it): the device makes sure the peer is alive, and
     /// reports it lost ([`DevEvent::PeerLost`]) within its documented bound

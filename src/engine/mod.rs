@@ -678,6 +678,11 @@ impl<D: Device> Endpoint<D> {
         self.dev.respond()
     }
 
+    /// See [`Device::responder_fds`].
+    pub fn responder_fds(&self) -> Vec<std::os::fd::RawFd> {
+        self.dev.responder_fds()
+    }
+
     /// Tells the device which peers the endpoint's operations await
     /// ([`Device::awaiting`]), so that it notices when one of them is
     /// gone: every operation entry (sends beyond the eager fast path,

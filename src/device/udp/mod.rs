@@ -146,7 +146,10 @@ struct AppFd {
 }
 
 impl AppFd {
-    fn new(sock: RawFd) -> Option<AppFd> {
+    /// The epoll set of the timer alone: the socket joins it when the
+    /// application asks for the descriptor ([`AppFd::watch`]), since a
+    /// socket in an epoll set costs every arriving datagram a wake-up call.
+    fn new() -> Option<AppFd> {
         use std::os::fd::FromRawFd;
         // SAFETY: plain system calls; each descriptor is owned at once.
         unsafe {
@@ -160,14 +163,16 @@ impl AppFd {
                 return None;
             }
             let timer = std::os::fd::OwnedFd::from_raw_fd(t);
-            for fd in [sock, t] {
-                let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
-                if libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) != 0 {
-                    return None;
-                }
-            }
-            Some(AppFd { epoll, timer, armed: None })
+            let a = AppFd { epoll, timer, armed: None };
+            a.add(t).then_some(a)
         }
+    }
+
+    /// Adds `fd` to the epoll set; false when the kernel refuses.
+    fn add(&self, fd: RawFd) -> bool {
+        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
+        // SAFETY: our epoll descriptor, a valid event.
+        unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) == 0 }
     }
 
     /// Arms the timer `after` from now (zero: disarms it, and clears a
@@ -199,8 +204,11 @@ pub struct UdpDevice {
     /// in one (`io.rs`).
     tx: io::TxBatch,
     rxb: io::RxBatch,
-    /// The application's descriptor ([`Device::wait_fd`]), once asked for.
+    /// The application's descriptor ([`Device::wait_fd`]), once asked for,
+    /// and the one made at open for it (so that the responder, whose
+    /// descriptor table is its own, has it: [`Device::responder_fds`]).
     app_fd: Option<AppFd>,
+    spare_fd: Option<AppFd>,
     /// The engine's hint for the next packet ([`Device::control_next`]).
     control: bool,
     /// Deferred packets (from peer index), and whether to hand them over again.
@@ -322,6 +330,7 @@ impl UdpDevice {
             tx: io::TxBatch::new(),
             rxb: io::RxBatch::new(),
             app_fd: None,
+            spare_fd: AppFd::new(),
             control: false,
             parked: VecDeque::new(),
             redeliver: false,
@@ -1014,6 +1023,14 @@ impl Device for UdpDevice {
         Some(self.respond_now())
     }
 
+    fn responder_fds(&self) -> Vec<RawFd> {
+        let mut fds = vec![self.sock.as_raw_fd()];
+        for a in self.app_fd.iter().chain(&self.spare_fd) {
+            fds.extend([a.epoll.as_raw_fd(), a.timer.as_raw_fd()]);
+        }
+        fds
+    }
+
     fn awaiting(&mut self, ah: Ah) {
         if let Some(p) = self.peers.get_mut(ah as usize) {
             p.awaited_until = Some(Instant::now() + AWAITED_FOR);
@@ -1164,7 +1181,8 @@ impl Device for UdpDevice {
 
     fn wait_fd(&mut self) -> Option<RawFd> {
         if self.app_fd.is_none() {
-            self.app_fd = AppFd::new(self.sock.as_raw_fd());
+            let sock = self.sock.as_raw_fd();
+            self.app_fd = self.spare_fd.take().or_else(AppFd::new).filter(|a| a.add(sock));
             self.arm_app_timer(Instant::now());
         }
         self.app_fd.as_ref().map(|a| a.epoll.as_raw_fd())
