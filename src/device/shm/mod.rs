@@ -922,8 +922,13 @@ impl ShmDevice {
     fn wake(peer: &mut Peer) {
         if peer.fifo.is_none() {
             let p = cstr(&fifo_path(&peer.name));
-            // SAFETY: valid path; a FIFO with no reader fails with ENXIO, which is fine.
-            let fd = unsafe { libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_NONBLOCK | libc::O_CLOEXEC) };
+            // Opened read-write (Linux keeps such a FIFO open whatever the
+            // other side does): a wake-up written after its owner died
+            // then neither fails with EPIPE nor raises SIGPIPE, which would
+            // end the application's process; it stays in the pipe (at most
+            // its 64 KiB, then EAGAIN) until the peer is dropped.
+            // SAFETY: valid path.
+            let fd = unsafe { libc::open(p.as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC) };
             if fd >= 0 {
                 peer.fifo = Some(fd);
             }
