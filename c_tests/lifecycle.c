@@ -3,8 +3,15 @@
  * user would: settings in the environment, segments of processes that
  * died, peers that close or die, the wake-up descriptor, an idle endpoint
  * in automatic progress (issue 27).
+ *
+ * Runs over the device of the environment (the harness runs it over each).
+ * The device's own settings are checked for the device it runs on
+ * (RDM4_SHM_* over shm, RDM4_UDP_* over udp); the segments of dead
+ * processes are shm's (over udp: no file in /dev/shm, whatever happens).
  */
+#ifndef _GNU_SOURCE /* also given on the command line by some builds */
 #define _GNU_SOURCE
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -17,6 +24,8 @@
 #include "test_util.h"
 
 static char prefix[64];
+/* The device of the environment (RDM4_DEVICE_SHM or RDM4_DEVICE_UDP). */
+static uint32_t device;
 
 /* Runs rdm4_ep_open with stderr captured into `log` (NUL-terminated). */
 static int32_t open_logged(rdm4_ep **ep, char *log, size_t loglen)
@@ -46,7 +55,7 @@ static int32_t open_logged(rdm4_ep **ep, char *log, size_t loglen)
  * leaves nothing in /dev/shm. */
 static void bad_settings_are_refused_by_name(void)
 {
-    static const char *const bad[][2] = {
+    static const char *const bad_shm[][2] = {
         { "RDM4_SHM_SLOTS", "abc" },        { "RDM4_SHM_SLOTS", "3" },
         { "RDM4_SHM_SLOTS", "1073741824" }, { "RDM4_SHM_SLOTS", "64 " },
         { "RDM4_SHM_MTU", "100" },          { "RDM4_SHM_MTU", "65537" },
@@ -56,14 +65,33 @@ static void bad_settings_are_refused_by_name(void)
         { "RDM4_SHM_LONGREAD_MIN", "x" },   { "RDM4_SHM_PEER_CHECK_MS", "0" },
         { "RDM4_SHM_PREFIX", "a/b" },       { "RDM4_DEVICE", "tcp" },
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    /* The udp device's own settings, out of the ranges rdm4(7) gives. */
+    static const char *const bad_udp[][2] = {
+        { "RDM4_UDP_ADDR", "not-an-address" }, { "RDM4_UDP_ADDR", "0.0.0.0" },
+        { "RDM4_UDP_PORT", "x" },              { "RDM4_UDP_PORT", "65536" },
+        { "RDM4_UDP_MTU", "100" },             { "RDM4_UDP_MTU", "65001" },
+        { "RDM4_UDP_GIVEUP_MS", "9" },         { "RDM4_UDP_GIVEUP_MS", "soon" },
+        { "RDM4_UDP_SOCKBUF", "4095" },        { "RDM4_UDP_RDMA", "yes" },
+        { "RDM4_DEVICE", "tcp" },
+    };
+    const char *const(*bad)[2] = device == RDM4_DEVICE_SHM ? bad_shm : bad_udp;
+    size_t nbad = device == RDM4_DEVICE_SHM ? sizeof bad_shm / sizeof bad_shm[0] : sizeof bad_udp / sizeof bad_udp[0];
+    for (size_t i = 0; i < nbad; i++) {
+        /* The harness's own value (RDM4_DEVICE, RDM4_UDP_ADDR) comes back after. */
+        const char *had = getenv(bad[i][0]);
+        char saved[256];
+        snprintf(saved, sizeof saved, "%s", had ? had : "");
         setenv(bad[i][0], bad[i][1], 1);
         rdm4_ep *ep = NULL;
         char log[4096];
         double t0 = tu_now_ms();
         int32_t rc = open_logged(&ep, log, sizeof log);
         double ms = tu_now_ms() - t0;
-        unsetenv(bad[i][0]);
+        if (had) {
+            setenv(bad[i][0], saved, 1);
+        } else {
+            unsetenv(bad[i][0]);
+        }
         /* Restore the test's own prefix after the prefix case. */
         setenv("RDM4_SHM_PREFIX", prefix, 1);
         CHECK(rc == RDM4_EINVAL, "%s=\"%s\": rdm4_ep_open gives RDM4_EINVAL (got %s)", bad[i][0], bad[i][1],
@@ -77,22 +105,37 @@ static void bad_settings_are_refused_by_name(void)
         }
     }
     /* Good values of the same variables open. */
-    setenv("RDM4_SHM_SLOTS", "4", 1);
-    setenv("RDM4_SHM_FAR_NS", "off", 1);
-    setenv("RDM4_SHM_CMA", "1", 1);
+    static const char *const good_shm[][2] = {
+        { "RDM4_SHM_SLOTS", "4" },
+        { "RDM4_SHM_FAR_NS", "off" },
+        { "RDM4_SHM_CMA", "1" },
+    };
+    static const char *const good_udp[][2] = {
+        { "RDM4_UDP_PORT", "0" },
+        { "RDM4_UDP_GIVEUP_MS", "10" },
+        { "RDM4_UDP_SOCKBUF", "4096" },
+        { "RDM4_UDP_RDMA", "0" },
+    };
+    const char *const(*good)[2] = device == RDM4_DEVICE_SHM ? good_shm : good_udp;
+    size_t ngood =
+        device == RDM4_DEVICE_SHM ? sizeof good_shm / sizeof good_shm[0] : sizeof good_udp / sizeof good_udp[0];
+    for (size_t i = 0; i < ngood; i++) {
+        setenv(good[i][0], good[i][1], 1);
+    }
     rdm4_ep *ep = NULL;
     int32_t rc = rdm4_ep_open(NULL, &ep);
     CHECK(rc == 0, "good values open (%s)", tu_status(rc));
     if (rc == 0) {
         rdm4_ep_close(ep);
     }
-    unsetenv("RDM4_SHM_SLOTS");
-    unsetenv("RDM4_SHM_FAR_NS");
-    unsetenv("RDM4_SHM_CMA");
+    for (size_t i = 0; i < ngood; i++) {
+        unsetenv(good[i][0]);
+    }
 }
 
 /* Item 8: segments of processes that died (SIGKILL, or exit without
- * close) go at the next open of the prefix, all of them. */
+ * close) go at the next open of the prefix, all of them. Over udp an
+ * endpoint has no file in /dev/shm: none is left at any point. */
 static void dead_segments_go_at_the_next_open(void)
 {
     /* All three open before any dies (an open removes dead segments). */
@@ -141,13 +184,16 @@ static void dead_segments_go_at_the_next_open(void)
         waitpid(kids[k], &st, 0);
         CHECK(k == 0 ? WIFSIGNALED(st) : (WIFEXITED(st) && WEXITSTATUS(st) == 0), "child %d opened and ended", k);
     }
-    int left = tu_shm_files(prefix, 0, 0);
-    CHECK(left == 6, "the three dead endpoints left a segment and a FIFO each (%d files)", left);
+    const int shm = device == RDM4_DEVICE_SHM;
+    int left = tu_shm_files(prefix, 0, !shm);
+    CHECK(left == (shm ? 6 : 0), "the three dead endpoints left %s (%d files)",
+          shm ? "a segment and a FIFO each" : "nothing in /dev/shm (udp)", left);
     rdm4_ep *ep = NULL;
     int32_t rc = rdm4_ep_open(NULL, &ep);
     CHECK(rc == 0, "the next open succeeds (%s)", tu_status(rc));
     left = tu_shm_files(prefix, 0, 1);
-    CHECK(left == 2, "only the new endpoint's segment and FIFO remain (%d files)", left);
+    CHECK(left == (shm ? 2 : 0), "after it: %s (%d files)",
+          shm ? "only the new endpoint's segment and FIFO remain" : "still nothing in /dev/shm (udp)", left);
     if (rc == 0) {
         rdm4_ep_close(ep);
     }
@@ -370,6 +416,13 @@ int main(void)
 {
     alarm(120);
     tu_set_prefix("life", prefix, sizeof prefix);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    {
+        rdm4_ep *ep = tu_open(NULL);
+        device = tu_device(ep);
+        rdm4_ep_close(ep);
+        printf("# device: %s\n", tu_device_name(device));
+    }
     bad_settings_are_refused_by_name();
     dead_segments_go_at_the_next_open();
     peers_that_end(0);

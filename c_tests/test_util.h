@@ -9,10 +9,14 @@
 #define RDM4_TEST_UTIL_H
 
 #include <dirent.h>
+#include <errno.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -93,6 +97,50 @@ static inline void tu_sleep_us(long us)
 {
     struct timespec ts = { us / 1000000, (us % 1000000) * 1000 };
     nanosleep(&ts, NULL);
+}
+
+/* Bounds the process's run time: alarm(secs), or alarm(RDM4_TEST_TIMEOUT_S)
+ * when that is set (runs under valgrind). An alarm is not inherited by
+ * fork(): every forked process calls this itself. */
+static inline void tu_alarm(unsigned secs)
+{
+    const char *t = getenv("RDM4_TEST_TIMEOUT_S");
+    if (t && atoi(t) > 0) {
+        secs = (unsigned)atoi(t);
+    }
+    alarm(secs);
+}
+
+/* A factor for a program's own time bounds: 1, or 20 when
+ * RDM4_TEST_TIMEOUT_S is set (under valgrind, where time says nothing). */
+static inline double tu_slow(void)
+{
+    const char *t = getenv("RDM4_TEST_TIMEOUT_S");
+    return t && atoi(t) > 0 ? 20.0 : 1.0;
+}
+
+/* Sets an environment variable; FATAL when that fails. */
+static inline void tu_setenv(const char *name, const char *value)
+{
+    if (setenv(name, value, 1) != 0) {
+        FATAL("setenv %s", name);
+    }
+}
+
+/* Computes (a busy loop, no library call) for `ms` milliseconds; returns
+ * the result so that the work is not optimised away. */
+static inline uint64_t tu_compute_ms(double ms)
+{
+    uint64_t x = 0x9E3779B97F4A7C15ULL;
+    double until = tu_now_ms() + ms;
+    do {
+        for (int i = 0; i < 4096; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+        }
+    } while (tu_now_ms() < until);
+    return x;
 }
 
 /* Sets RDM4_SHM_PREFIX to "rdm4t-<name>-<pid>" (written to `out`). */
@@ -289,6 +337,72 @@ static inline rdm4_ep *tu_open_attr(const rdm4_ep_attr *at, uint8_t addr[RDM4_AD
 static inline rdm4_ep *tu_open(uint8_t addr[RDM4_ADDR_LEN])
 {
     return tu_open_attr(NULL, addr);
+}
+
+/* The device `ep` runs on (RDM4_DEVICE_SHM or RDM4_DEVICE_UDP, from
+ * rdm4_ep_query), for the checks that belong to one device; FATAL when the
+ * query fails. */
+static inline uint32_t tu_device(rdm4_ep *ep)
+{
+    rdm4_ep_info info;
+    memset(&info, 0, sizeof info);
+    info.size = sizeof info;
+    int32_t rc = rdm4_ep_query(ep, &info);
+    if (rc != RDM4_SUCCESS) {
+        FATAL("rdm4_ep_query: %s (%d)", tu_status(rc), (int)rc);
+    }
+    return info.device;
+}
+
+/* A device's name ("shm", "udp"). */
+static inline const char *tu_device_name(uint32_t device)
+{
+    return device == RDM4_DEVICE_SHM ? "shm" : device == RDM4_DEVICE_UDP ? "udp" : "?";
+}
+
+/* Writes all `len` bytes to a pipe; FATAL when that fails. */
+static inline void tu_write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n <= 0) {
+            FATAL("write to a pipe: %zd", n);
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+}
+
+/* Reads exactly `len` bytes from a pipe (blocking; the program's alarm
+ * bounds it); FATAL on end of file or error. */
+static inline void tu_read_all(int fd, void *buf, size_t len)
+{
+    char *p = buf;
+    while (len > 0) {
+        ssize_t n = read(fd, p, len);
+        if (n <= 0) {
+            FATAL("read from a pipe: %zd (the other side ended)", n);
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+}
+
+/* Waits for the forked process `pid` (the alarm bounds the wait) and checks
+ * that it exited with status 0; returns 1 when it did. */
+static inline int tu_reap(pid_t pid, const char *what)
+{
+    int st = 0;
+    pid_t got;
+    do {
+        got = waitpid(pid, &st, 0);
+    } while (got < 0 && errno == EINTR);
+    int ok = got == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    CHECK(ok, "%s exited with status 0 (it ended with %s %d)", what,
+          got != pid ? "waitpid failed" : WIFSIGNALED(st) ? "signal" : "status",
+          got != pid ? -1 : WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    return ok;
 }
 
 /* Inserts one raw address; FATAL when that fails. */

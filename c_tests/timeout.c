@@ -2,8 +2,9 @@
  * timeout.c: requests a peer never serves end with RDM4_ETIMEDOUT instead
  * of waiting forever (rdm4_ep_attr.timeout_ms, RDM4_TIMEOUT_MS).
  *
- * Two endpoints in this process over the shm device; B never calls the
- * library while A's requests wait. Checked:
+ * Two endpoints in this process over the device of the environment (the
+ * harness runs it over each; the checks hold on every device); B never
+ * calls the library while A's requests wait. Checked:
  *  - with timeout_ms 300, a fetch-add and an atomic write of A towards B complete
  *    with RDM4_ETIMEDOUT, not before 300 ms and well before 5 s; the
  *    fetch's result buffer is untouched; rdm4_wait(-1) wakes for the
