@@ -72,7 +72,7 @@ static int target_main(void)
     tu_role = "[target] ";
     static _Alignas(64) uint64_t counter = START;
     struct target_info ti;
-    rdm4_ep *ep = tu_open(ti.name);
+    rdm4_ep *ep = tu_open_single(ti.name); /* single-threaded: shared with the responder */
     EXPECT(rdm4_mr_reg(ep, &counter, sizeof counter, RDM4_ACCESS_REMOTE_READ | RDM4_ACCESS_REMOTE_WRITE, &ti.key),
            RDM4_SUCCESS);
     ti.raddr = (uint64_t)(uintptr_t)&counter;
@@ -93,6 +93,11 @@ static int target_main(void)
     uint64_t work = tu_compute_ms(1.5 * GIVEUP_MS);
     tu_sleep_us((long)(1.5 * GIVEUP_MS * 1000));
     printf("# away for %.0f ms (work %llx)\n", tu_now_ms() - t0, (unsigned long long)(work & 0xff));
+    if (tu_device(ep) == RDM4_DEVICE_UDP) {
+        /* The requests that came meanwhile were taken by the responder. */
+        uint64_t kept = tu_counter(ep, "udp_kept");
+        CHECK(kept >= 1, "udp: the responder kept the requests that came while away (%llu)", (unsigned long long)kept);
+    }
 
     /* Back: serve until both initiators report. */
     struct tu_cq q = { .ep = ep };

@@ -174,7 +174,9 @@ static int rank_main(int r)
     tu_alarm(60);
 
     uint8_t me[RDM4_ADDR_LEN], names[RANKS][RDM4_ADDR_LEN];
-    rdm4_ep *ep = tu_open(me);
+    /* Odd ranks single-threaded (over udp shared with the responder
+     * without a lock), even ones thread-safe. */
+    rdm4_ep *ep = r % 2 ? tu_open_single(me) : tu_open(me);
     tu_write_all(up[r][1], me, sizeof me);
     tu_read_all(down[r][0], names, sizeof names);
     rdm4_addr next = tu_insert(ep, names[(r + 1) % RANKS]);

@@ -133,7 +133,7 @@ static int sender_main(enum ending ending)
 static int receiver_main(enum ending ending)
 {
     struct receiver_info ri;
-    rdm4_ep *ep = tu_open(ri.name);
+    rdm4_ep *ep = tu_open_single(ri.name); /* single-threaded: shared with the responder */
     static uint64_t mem[8192];
     EXPECT(rdm4_mr_reg(ep, mem, sizeof mem, RDM4_ACCESS_REMOTE_READ | RDM4_ACCESS_REMOTE_WRITE, &ri.key),
            RDM4_SUCCESS);

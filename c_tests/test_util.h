@@ -339,6 +339,36 @@ static inline rdm4_ep *tu_open(uint8_t addr[RDM4_ADDR_LEN])
     return tu_open_attr(NULL, addr);
 }
 
+/* The value of the endpoint's counter `name` (rdm4_counters); FATAL when
+ * it has none of that name. */
+static inline uint64_t tu_counter(rdm4_ep *ep, const char *name)
+{
+    for (size_t first = 0;; first += 64) {
+        const char *names[64];
+        uint64_t values[64];
+        int32_t n = rdm4_counters(ep, first, names, values, 64);
+        if (n <= 0) {
+            break;
+        }
+        for (int32_t i = 0; i < n; i++) {
+            if (strcmp(names[i], name) == 0) {
+                return values[i];
+            }
+        }
+    }
+    FATAL("no counter named %s", name);
+}
+
+/* tu_open_attr for a single-threaded application (RDM4_THREAD_SINGLE):
+ * over udp the endpoint is then shared with its responder without a lock. */
+static inline rdm4_ep *tu_open_single(uint8_t addr[RDM4_ADDR_LEN])
+{
+    rdm4_ep_attr at;
+    rdm4_ep_attr_init(&at);
+    at.threading = RDM4_THREAD_SINGLE;
+    return tu_open_attr(&at, addr);
+}
+
 /* The device `ep` runs on (RDM4_DEVICE_SHM or RDM4_DEVICE_UDP, from
  * rdm4_ep_query), for the checks that belong to one device; FATAL when the
  * query fails. */

@@ -179,15 +179,16 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
         inner.modes = (a.progress, a.threading);
         let device = if inner.ep.device_kind() == RDM4_DEVICE_UDP { "udp" } else { "shm" };
         crate::log::log!(crate::log::INFO, "endpoint opened on {device}: {:?}", inner.ep.addr());
-        // A device with a responder shares the endpoint with it: the
-        // endpoint keeps its lock even for a single-threaded application.
         let responder = a.progress == RDM4_PROGRESS_MANUAL && inner.ep.wants_responder();
         if inner.ep.wants_responder() {
             super::responder::register_at_exit();
         }
-        let single = a.threading == RDM4_THREAD_SINGLE && !responder;
+        // A single-threaded application shares its endpoint with the
+        // responder without a lock where the kernel offers the barrier
+        // that takes (`capi::shared`); else the endpoint keeps its lock.
+        let single = a.threading == RDM4_THREAD_SINGLE && (!responder || super::shared::barrier_available());
         let fds = inner.ep.responder_fds();
-        let (slot, handle) = super::install(inner, single).ok_or(Status::NoMem)?;
+        let (slot, handle) = super::install(inner, single, responder).ok_or(Status::NoMem)?;
         if a.progress == RDM4_PROGRESS_AUTO || responder {
             let b = std::thread::Builder::new();
             let spawned = if responder {

@@ -25,6 +25,7 @@ mod counters;
 mod data;
 mod ep;
 mod responder;
+mod shared;
 mod types;
 
 pub(crate) use cep::{CEp, CapEp};
@@ -91,12 +92,17 @@ pub(crate) struct EpSlot {
     inner: Mutex<Option<Box<EpInner>>>,
     /// The endpoint in `inner` when it was opened with
     /// `RDM4_THREAD_SINGLE` (null otherwise): calls use it without the lock.
+    /// Tagged with [`shared::SHARED`] when it shares the endpoint with a
+    /// responder (`shared`).
     single: AtomicPtr<EpInner>,
+    /// The responder holds a shared endpoint (`shared`).
+    responding: AtomicBool,
     pub(crate) stop: AtomicBool,
     /// The endpoint's thread (automatic progress, or the responder).
     pub(crate) thread: Mutex<Option<JoinHandle<()>>>,
-    /// Calls of the application on the endpoint (see `responder`): bumped
-    /// under the lock by each, read by the responder.
+    /// Calls of the application on the endpoint (see `responder`): 2 more
+    /// per call, under the lock; a shared endpoint's is odd during a call
+    /// (`shared`). Read by the responder.
     pub(crate) calls: AtomicU64,
 }
 
@@ -107,6 +113,7 @@ impl EpSlot {
             handle: AtomicU64::new(0),
             inner: Mutex::new(None),
             single: AtomicPtr::new(std::ptr::null_mut()),
+            responding: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             thread: Mutex::new(None),
             calls: AtomicU64::new(0),
@@ -118,7 +125,7 @@ impl EpSlot {
     pub(crate) fn lock(&self, handle: u64) -> Option<EpGuard<'_>> {
         let g = self.lock_raw(handle)?;
         // Under the lock: a plain increment, no atomic read-modify-write.
-        self.calls.store(self.calls.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+        self.calls.store(self.calls.load(Ordering::Relaxed).wrapping_add(2), Ordering::Relaxed);
         Some(EpGuard::Locked(Locked { g }))
     }
 
@@ -155,10 +162,20 @@ static FREE: Mutex<(Vec<u32>, u32)> = Mutex::new((Vec::new(), 0));
 
 /// An open endpoint for the length of a call: locked, or (opened with
 /// `RDM4_THREAD_SINGLE`) used under the application's promise that no
-/// other call overlaps.
+/// other call overlaps, and (shared) the responder kept out.
 pub(crate) enum EpGuard<'a> {
     Locked(Locked<'a>),
     Single(&'a mut EpInner),
+    Shared(&'a EpSlot, &'a mut EpInner),
+}
+
+impl Drop for EpGuard<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if let EpGuard::Shared(slot, _) = self {
+            shared::leave(slot);
+        }
+    }
 }
 
 /// A locked endpoint (the lock's guard, one word: the guard is returned
@@ -184,7 +201,7 @@ impl Deref for EpGuard<'_> {
         match self {
             // `EpSlot::lock` hands out guards of filled slots only.
             EpGuard::Locked(l) => l.g.as_deref().expect("guard of an empty slot"),
-            EpGuard::Single(e) => e,
+            EpGuard::Single(e) | EpGuard::Shared(_, e) => e,
         }
     }
 }
@@ -193,7 +210,7 @@ impl DerefMut for EpGuard<'_> {
     fn deref_mut(&mut self) -> &mut EpInner {
         match self {
             EpGuard::Locked(l) => l.g.as_deref_mut().expect("guard of an empty slot"),
-            EpGuard::Single(e) => e,
+            EpGuard::Single(e) | EpGuard::Shared(_, e) => e,
         }
     }
 }
@@ -231,6 +248,10 @@ pub(crate) fn lookup(ep: *mut rdm4_ep) -> Result<EpGuard<'static>, Status> {
     }
     let single = slot.single.load(Ordering::Acquire);
     if !single.is_null() {
+        if single as usize & shared::SHARED != 0 {
+            // SAFETY: as below; `enter` keeps the responder out.
+            return Ok(unsafe { shared::enter(slot, single) });
+        }
         // SAFETY: `install` published the pointer of the endpoint that the
         // slot owns until `uninstall` clears it; the handle matched, so
         // the handle is that endpoint's, and the application promised
@@ -243,8 +264,9 @@ pub(crate) fn lookup(ep: *mut rdm4_ep) -> Result<EpGuard<'static>, Status> {
 
 /// Fills a free slot with `inner`; returns the slot and the handle. `None`:
 /// the table is full.
-/// With `single`, calls use the endpoint without the slot's lock.
-pub(crate) fn install(inner: EpInner, single: bool) -> Option<(&'static EpSlot, u64)> {
+/// With `single`, calls use the endpoint without the slot's lock; with
+/// `shared` too, they share it with a responder (`shared`).
+pub(crate) fn install(inner: EpInner, single: bool, shared: bool) -> Option<(&'static EpSlot, u64)> {
     let idx = {
         let mut f = FREE.lock().unwrap_or_else(|e| e.into_inner());
         match f.0.pop() {
@@ -261,7 +283,10 @@ pub(crate) fn install(inner: EpInner, single: bool) -> Option<(&'static EpSlot, 
     let gen = slot.gen.load(Ordering::Relaxed).checked_add(1)?;
     let mut boxed = Box::new(inner);
     let ptr: *mut EpInner = if single { &mut *boxed } else { std::ptr::null_mut() };
+    let ptr = if single && shared { (ptr as usize | shared::SHARED) as *mut EpInner } else { ptr };
     *g = Some(boxed);
+    slot.calls.store(0, Ordering::Relaxed);
+    slot.responding.store(false, Ordering::Relaxed);
     slot.single.store(ptr, Ordering::Release);
     slot.stop.store(false, Ordering::Relaxed);
     slot.gen.store(gen, Ordering::Release);
@@ -276,6 +301,13 @@ pub(crate) fn install(inner: EpInner, single: bool) -> Option<(&'static EpSlot, 
 pub(crate) fn uninstall(ep: *mut rdm4_ep) -> Result<(Box<EpInner>, Option<JoinHandle<()>>), Status> {
     let v = ep as usize as u64;
     let slot = &SLOTS[slot_index(v)];
+    let p = slot.single.load(Ordering::Acquire);
+    if p as usize & shared::SHARED != 0 && slot.handle.load(Ordering::Acquire) == v {
+        // Kept out of the endpoint as a call keeps it out, for good: the
+        // call never ends (the slot's next open starts afresh).
+        // SAFETY: the slot's published pointer, its handle checked.
+        std::mem::forget(unsafe { shared::enter(slot, p) });
+    }
     let inner = {
         let mut g = slot.inner.lock().unwrap_or_else(|e| e.into_inner());
         if g.is_none() || slot.handle.load(Ordering::Relaxed) != v {

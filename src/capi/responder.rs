@@ -8,7 +8,8 @@
 //! are done and about to close. The responder stands in for them then and
 //! only then:
 //! - Every call of the application on the endpoint counts
-//!   (`EpSlot::calls`, bumped under the endpoint's lock). The responder
+//!   (`EpSlot::calls`, bumped under the endpoint's lock, or without one
+//!   for a single-threaded application: `shared`). The responder
 //!   looks every [`TICK`] to [`TICK_MAX`]; when no call came since its
 //!   last look, and no
 //!   thread sleeps in `rdm4_wait` (which does the device's work itself),
@@ -79,7 +80,8 @@ pub(crate) fn run(slot: &'static EpSlot, handle: u64, fds: Vec<RawFd>) {
             }
         }
         let calls = slot.calls.load(Ordering::Relaxed);
-        let away = calls == seen;
+        // Odd: a call of a single-threaded application is under way.
+        let away = calls == seen && calls & 1 == 0;
         seen = calls;
         tick = if away { TICK } else { (tick * 2).min(TICK_MAX) };
         let now = Instant::now();
@@ -87,10 +89,9 @@ pub(crate) fn run(slot: &'static EpSlot, handle: u64, fds: Vec<RawFd>) {
         if !away && !scan {
             continue;
         }
-        let Some(mut g) = slot.try_lock_raw(handle) else {
+        let Some(mut inner) = slot.hold(handle) else {
             continue; // a call holds the endpoint (or it is being closed)
         };
-        let Some(inner) = g.as_deref_mut() else { break };
         if scan {
             next_scan = now + SCAN_EVERY;
             inner.ep.keepalive();
@@ -120,8 +121,8 @@ fn at_exit() {
     let _ = std::panic::catch_unwind(|| {
         let me = std::process::id();
         for (slot, handle) in super::open_slots() {
-            let Some(mut g) = slot.try_lock_raw(handle) else { continue };
-            if let Some(inner) = g.as_deref_mut().filter(|i| i.pid == me && i.ep.wants_responder()) {
+            let Some(mut inner) = slot.hold(handle) else { continue };
+            if inner.pid == me && inner.ep.wants_responder() {
                 inner.ep.respond();
             }
         }

@@ -1,0 +1,150 @@
+//! An endpoint that a single-threaded application shares with its
+//! responder (`RDM4_THREAD_SINGLE` over a device that needs one: udp).
+//!
+//! The application promised that its calls never overlap, so they take no
+//! lock; the responder, which acts only while the application makes no
+//! call, must still never run during one. They exclude each other by two
+//! words of the slot, as Dekker's algorithm does, with the costly half on
+//! the responder's side:
+//! - the application, entering a call, makes `calls` odd, then (after a
+//!   compiler barrier only) reads `responding`: while it is set, it makes
+//!   `calls` even again and waits; leaving, it makes `calls` even;
+//! - the responder sets `responding`, has every thread of the process
+//!   execute a full memory barrier (`membarrier(2)`,
+//!   `MEMBARRIER_CMD_PRIVATE_EXPEDITED`), then reads `calls`: odd, a call
+//!   is under way and it clears `responding` and lets go.
+//!
+//! After the barrier, either the application's odd `calls` is visible to
+//! the responder, or the application's read of `responding` comes after
+//! it and sees it set. A call so costs two plain stores and a load instead
+//! of a lock's two atomic read-modify-writes. Where the kernel has no such
+//! barrier, the endpoint takes its lock as a thread-safe one does.
+
+use std::sync::atomic::{compiler_fence, fence, AtomicBool, Ordering};
+
+use super::{EpGuard, EpInner, EpSlot};
+
+/// The low bit of `EpSlot::single` marks an endpoint shared with its
+/// responder (an `EpInner` is aligned to 8: the bit is free).
+pub(crate) const SHARED: usize = 1;
+
+/// Whether this process may use `membarrier(2)`'s private expedited
+/// barrier (registered once; false when the kernel refuses).
+pub(crate) fn barrier_available() -> bool {
+    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OK.get_or_init(|| {
+        const REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
+        // SAFETY: a system call without pointers.
+        unsafe { libc::syscall(libc::SYS_membarrier, REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 }
+    })
+}
+
+/// Every thread of the process executes a full memory barrier.
+fn barrier() {
+    const PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
+    // SAFETY: a system call without pointers; registered before any
+    // endpoint is shared (`barrier_available`).
+    unsafe { libc::syscall(libc::SYS_membarrier, PRIVATE_EXPEDITED, 0, 0) };
+    fence(Ordering::SeqCst);
+}
+
+/// The application enters a call on the shared endpoint `p` (`single`
+/// with its tag) of `slot`.
+///
+/// # Safety
+/// `p` is the tagged pointer `install` published for the slot's open
+/// endpoint, whose handle the caller checked.
+#[inline(always)]
+pub(crate) unsafe fn enter(slot: &EpSlot, p: *mut EpInner) -> EpGuard<'_> {
+    loop {
+        let c = slot.calls.load(Ordering::Relaxed);
+        slot.calls.store(c | 1, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
+        if !slot.responding.load(Ordering::Acquire) {
+            let inner = (p as usize & !SHARED) as *mut EpInner;
+            // SAFETY: the caller's contract; the responder is out (above)
+            // and the application's calls do not overlap.
+            return EpGuard::Shared(slot, unsafe { &mut *inner });
+        }
+        slot.calls.store((c | 1) + 1, Ordering::Release);
+        wait_out(&slot.responding);
+    }
+}
+
+#[cold]
+fn wait_out(responding: &AtomicBool) {
+    let mut n = 0u32;
+    while responding.load(Ordering::Acquire) {
+        n += 1;
+        if n < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// The application leaves a call.
+#[inline(always)]
+pub(crate) fn leave(slot: &EpSlot) {
+    slot.calls.store(slot.calls.load(Ordering::Relaxed) + 1, Ordering::Release);
+}
+
+/// The responder's hold on an endpoint: its lock, or (shared) the
+/// `responding` flag.
+pub(crate) enum Hold<'a> {
+    Locked(std::sync::MutexGuard<'a, Option<Box<EpInner>>>),
+    Shared(&'a EpSlot, &'a mut EpInner),
+}
+
+impl Drop for Hold<'_> {
+    fn drop(&mut self) {
+        if let Hold::Shared(slot, _) = self {
+            slot.responding.store(false, Ordering::Release);
+        }
+    }
+}
+
+impl std::ops::Deref for Hold<'_> {
+    type Target = EpInner;
+    fn deref(&self) -> &EpInner {
+        match self {
+            Hold::Locked(g) => g.as_deref().expect("held slot is filled"),
+            Hold::Shared(_, e) => e,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Hold<'_> {
+    fn deref_mut(&mut self) -> &mut EpInner {
+        match self {
+            Hold::Locked(g) => g.as_deref_mut().expect("held slot is filled"),
+            Hold::Shared(_, e) => e,
+        }
+    }
+}
+
+impl EpSlot {
+    /// The responder takes the endpoint of `handle` when no call holds it;
+    /// `None` when one does, or the endpoint is closed.
+    pub(crate) fn hold(&self, handle: u64) -> Option<Hold<'_>> {
+        let p = self.single.load(Ordering::Acquire);
+        if p as usize & SHARED == 0 {
+            let g = self.try_lock_raw(handle)?;
+            return Some(Hold::Locked(g));
+        }
+        self.responding.store(true, Ordering::SeqCst);
+        barrier();
+        let busy = self.calls.load(Ordering::Acquire) & 1 != 0;
+        if busy || self.handle.load(Ordering::Acquire) != handle || self.single.load(Ordering::Acquire) != p {
+            self.responding.store(false, Ordering::Release);
+            return None;
+        }
+        let inner = (p as usize & !SHARED) as *mut EpInner;
+        // SAFETY: the endpoint is open (handle and pointer unchanged, and a
+        // close enters as a call does before it takes the endpoint), and no
+        // call of the application runs or can start until `responding` is
+        // cleared (the module docs).
+        Some(Hold::Shared(self, unsafe { &mut *inner }))
+    }
+}
