@@ -147,8 +147,10 @@
  * Threading: the application promises that calls on the endpoint never
  * overlap (one thread, or threads that serialise their calls, as with
  * `FI_THREAD_DOMAIN` or `UCS_THREAD_MODE_SINGLE`); calls then take no
- * lock (over udp they do take it: the device's responder shares the
- * endpoint, see `rdm4_ep_open`). Requires `RDM4_PROGRESS_MANUAL`.
+ * lock (over udp they keep the device's responder, see `rdm4_ep_open`,
+ * out without one: it waits for a process-wide memory barrier,
+ * `membarrier(2)`, and where the kernel has none the endpoint takes its
+ * lock). Requires `RDM4_PROGRESS_MANUAL`.
  * Overlapping calls on such an endpoint are undefined behaviour.
  */
 #define RDM4_THREAD_SINGLE 1
