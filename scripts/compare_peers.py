@@ -3,7 +3,7 @@
 
 usage: scripts/compare_peers.py [--sizes 8,4096,65536,1048576] [--repeats 3]
                                 [--quick] [--json PATH] [--timeout SECONDS]
-                                [--no-pin]
+                                [--no-pin] [--rdm4-device shm|udp]
 
 Every tool moves tagged messages between two processes on this machine over
 shared memory:
@@ -194,8 +194,10 @@ class Harness:
 # ---------------------------------------------------------------- the tools
 
 
-def rdm4_run(h: Harness, perf: str, sizes: list[int]) -> tuple[list[dict], str, str | None]:
+def rdm4_run(h: Harness, perf: str, sizes: list[int], device: str | None) -> tuple[list[dict], str, str | None]:
     cmd = [perf, "--test", "tag_lat,tag_bw", "--sizes", ",".join(map(str, sizes)), "--json"]
+    if device:
+        cmd += ["--device", device]
     p = start(cmd, None)
     rc, out, err = finish(p, h.timeout)
     if rc is None:
@@ -288,6 +290,7 @@ def main() -> int:
     ap.add_argument("--json", metavar="PATH", help="write every raw repeat here")
     ap.add_argument("--timeout", type=float, default=60.0, help="limit for any one process (s)")
     ap.add_argument("--no-pin", action="store_true", help="do not pin the peers' processes")
+    ap.add_argument("--rdm4-device", metavar="DEV", help="rdm4-perf's --device (default: its own); the peers stay as they are")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     repeats = 1 if args.quick else max(1, args.repeats)
@@ -324,7 +327,7 @@ def main() -> int:
             dead[(tool, test.split()[0])] = why
 
     def run_rdm4(rep: int) -> None:
-        rows, cmd, err = rdm4_run(h, perf, sizes)
+        rows, cmd, err = rdm4_run(h, perf, sizes, args.rdm4_device)
         log(f"  rdm4: {cmd}")
         if err:
             failed("rdm4", "tag_lat,tag_bw", "all", err)
