@@ -40,7 +40,6 @@
 #define CTX(n) ((void *)(uintptr_t)(n))
 
 static char prefix[64];
-static pid_t kids[1 + INITS];
 /* t2i[i]: target -> initiator i; i2t[i]: initiator i -> target. */
 static int t2i[INITS][2], i2t[INITS][2];
 
@@ -54,16 +53,6 @@ struct result {
     int32_t status, post;
     double ms; /* after "go" */
 };
-
-static void kill_kids(void)
-{
-    for (int k = 0; k < 1 + INITS; k++) {
-        if (kids[k] > 0) {
-            kill(kids[k], SIGKILL);
-        }
-    }
-    tu_shm_files(prefix, 1, 0);
-}
 
 /* ---------------------------------------------------------------------- */
 
@@ -242,22 +231,15 @@ int main(void)
     tu_setenv("RDM4_UDP_GIVEUP_MS", "300");
     tu_setenv("RDM4_TIMEOUT_MS", "60000");
     setvbuf(stdout, NULL, _IOLBF, 0);
-    tu_fatal_cleanup = kill_kids;
+    tu_kids_prefix = prefix;
+    tu_fatal_cleanup = tu_kill_kids;
     for (int i = 0; i < INITS; i++) {
         if (pipe(t2i[i]) != 0 || pipe(i2t[i]) != 0) {
             FATAL("pipe");
         }
     }
     for (int k = 0; k < 1 + INITS; k++) {
-        fflush(stdout);
-        kids[k] = fork();
-        if (kids[k] < 0) {
-            FATAL("fork");
-        }
-        if (kids[k] == 0) {
-            tu_fatal_cleanup = NULL;
-            tu_failures = 0;
-            tu_alarm(60);
+        if (tu_fork(k)) {
             /* Keep only this process's ends. */
             for (int i = 0; i < INITS; i++) {
                 int mine = k == 0 || k == 1 + i;
@@ -279,13 +261,13 @@ int main(void)
         close(i2t[i][0]);
         close(i2t[i][1]);
     }
-    tu_reap(kids[0], "the target");
+    tu_reap(tu_kids[0], "the target");
     for (int i = 0; i < INITS; i++) {
         char what[32];
         snprintf(what, sizeof what, "initiator %d", i);
-        tu_reap(kids[1 + i], what);
+        tu_reap(tu_kids[1 + i], what);
     }
-    memset(kids, 0, sizeof kids);
+    memset(tu_kids, 0, sizeof tu_kids);
     CHECK(tu_shm_files(prefix, 1, 1) == 0, "nothing left in /dev/shm");
     return tu_failures ? 1 : 0;
 }

@@ -36,28 +36,7 @@
 #define CTX(n) ((void *)(uintptr_t)(n))
 
 static char prefix[64];
-static pid_t kids[2];
 static int s2r[2], r2s[2];
-
-static void kill_kids(void)
-{
-    for (int k = 0; k < 2; k++) {
-        if (kids[k] > 0) {
-            kill(kids[k], SIGKILL);
-        }
-    }
-    tu_shm_files(prefix, 1, 0);
-}
-
-static rdm4_ep *open_and_meet(int to_peer, int from_peer, rdm4_addr *peer)
-{
-    uint8_t me[RDM4_ADDR_LEN], other[RDM4_ADDR_LEN];
-    rdm4_ep *ep = tu_open(me);
-    tu_write_all(to_peer, me, sizeof me);
-    tu_read_all(from_peer, other, sizeof other);
-    *peer = tu_insert(ep, other);
-    return ep;
-}
 
 /* A byte waiting on `fd` (without blocking), or 0. */
 static char notice(int fd)
@@ -102,7 +81,7 @@ static void both_ways(struct tu_cq *q, rdm4_addr to, uint64_t tag, uint64_t rtag
 static int sender_main(void)
 {
     rdm4_addr r;
-    rdm4_ep *ep = open_and_meet(s2r[1], r2s[0], &r);
+    rdm4_ep *ep = tu_open_and_meet(s2r[1], r2s[0], &r, 0);
     struct tu_cq q = { .ep = ep };
     uint8_t *big = malloc(BIG);
     static uint8_t small[8];
@@ -163,7 +142,7 @@ static int sender_main(void)
 static int receiver_main(void)
 {
     rdm4_addr s;
-    rdm4_ep *ep = open_and_meet(r2s[1], s2r[0], &s);
+    rdm4_ep *ep = tu_open_and_meet(r2s[1], s2r[0], &s, 0);
     struct tu_cq q = { .ep = ep };
     struct tu_cq *qs[1] = { &q };
     uint8_t *big = malloc(BIG);
@@ -205,21 +184,14 @@ int main(void)
     tu_set_prefix("away-idle", prefix, sizeof prefix);
     tu_setenv("RDM4_UDP_GIVEUP_MS", "300");
     setvbuf(stdout, NULL, _IOLBF, 0);
-    tu_fatal_cleanup = kill_kids;
+    tu_kids_prefix = prefix;
+    tu_fatal_cleanup = tu_kill_kids;
     if (pipe(s2r) != 0 || pipe(r2s) != 0) {
         FATAL("pipe");
     }
     for (int k = 0; k < 2; k++) {
-        fflush(stdout);
-        kids[k] = fork();
-        if (kids[k] < 0) {
-            FATAL("fork");
-        }
-        if (kids[k] == 0) {
+        if (tu_fork(k)) {
             tu_role = k == 0 ? "[sender] " : "[receiver] ";
-            tu_fatal_cleanup = NULL;
-            tu_failures = 0;
-            tu_alarm(60);
             close(k == 0 ? s2r[0] : s2r[1]);
             close(k == 0 ? r2s[1] : r2s[0]);
             exit(k == 0 ? sender_main() : receiver_main());
@@ -229,9 +201,9 @@ int main(void)
     close(s2r[1]);
     close(r2s[0]);
     close(r2s[1]);
-    tu_reap(kids[0], "the sender");
-    tu_reap(kids[1], "the receiver");
-    kids[0] = kids[1] = 0;
+    tu_reap(tu_kids[0], "the sender");
+    tu_reap(tu_kids[1], "the receiver");
+    tu_kids[0] = tu_kids[1] = 0;
     CHECK(tu_shm_files(prefix, 1, 1) == 0, "nothing left in /dev/shm");
     return tu_failures ? 1 : 0;
 }

@@ -51,19 +51,8 @@
 enum { TOKEN_SEND = 1, TOKEN_RECV = 2, BIG_SEND = 3, BIG_RECV = 4 };
 
 static char prefix[64];
-static pid_t kids[RANKS];
 /* Parent <-> rank pipes: up (rank writes), down (parent writes). */
 static int up[RANKS][2], down[RANKS][2];
-
-static void kill_kids(void)
-{
-    for (int r = 0; r < RANKS; r++) {
-        if (kids[r] > 0) {
-            kill(kids[r], SIGKILL);
-        }
-    }
-    tu_shm_files(prefix, 1, 0);
-}
 
 static int sender_of(int hop)
 {
@@ -169,9 +158,6 @@ static int rank_main(int r)
     static char role[32];
     snprintf(role, sizeof role, "[rank %d] ", r);
     tu_role = role;
-    tu_fatal_cleanup = NULL;
-    tu_failures = 0; /* the parent's so far are its own */
-    tu_alarm(60);
 
     uint8_t me[RDM4_ADDR_LEN], names[RANKS][RDM4_ADDR_LEN];
     /* Odd ranks single-threaded (over udp shared with the responder
@@ -304,7 +290,8 @@ int main(void)
     tu_set_prefix("away-ring", prefix, sizeof prefix);
     tu_setenv("RDM4_UDP_GIVEUP_MS", "300");
     setvbuf(stdout, NULL, _IOLBF, 0);
-    tu_fatal_cleanup = kill_kids;
+    tu_kids_prefix = prefix;
+    tu_fatal_cleanup = tu_kill_kids;
 
     for (int r = 0; r < RANKS; r++) {
         if (pipe(up[r]) != 0 || pipe(down[r]) != 0) {
@@ -312,12 +299,7 @@ int main(void)
         }
     }
     for (int r = 0; r < RANKS; r++) {
-        fflush(stdout);
-        kids[r] = fork();
-        if (kids[r] < 0) {
-            FATAL("fork");
-        }
-        if (kids[r] == 0) {
+        if (tu_fork(r)) {
             /* Only this rank's ends stay open, so that a rank's end is seen. */
             for (int k = 0; k < RANKS; k++) {
                 close(up[k][0]);
@@ -346,8 +328,8 @@ int main(void)
     for (int r = 0; r < RANKS; r++) {
         char what[32];
         snprintf(what, sizeof what, "rank %d", r);
-        tu_reap(kids[r], what);
-        kids[r] = 0;
+        tu_reap(tu_kids[r], what);
+        tu_kids[r] = 0;
     }
     CHECK(tu_shm_files(prefix, 1, 1) == 0, "nothing left in /dev/shm");
     return tu_failures ? 1 : 0;

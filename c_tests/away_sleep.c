@@ -40,36 +40,15 @@
 enum mode { BY_EPOLL, BY_WAIT };
 
 static char prefix[64];
-static pid_t kids[2];
 /* s2r: the sender writes (its name, then its report); r2s: the receiver
  * writes (its name, then "all received"). */
 static int s2r[2], r2s[2];
-
-static void kill_kids(void)
-{
-    for (int k = 0; k < 2; k++) {
-        if (kids[k] > 0) {
-            kill(kids[k], SIGKILL);
-        }
-    }
-    tu_shm_files(prefix, 1, 0);
-}
-
-static rdm4_ep *open_and_meet(int to_peer, int from_peer, rdm4_addr *peer)
-{
-    uint8_t me[RDM4_ADDR_LEN], other[RDM4_ADDR_LEN];
-    rdm4_ep *ep = tu_open(me);
-    tu_write_all(to_peer, me, sizeof me);
-    tu_read_all(from_peer, other, sizeof other);
-    *peer = tu_insert(ep, other);
-    return ep;
-}
 
 static int sender_main(void)
 {
     tu_role = "[sender] ";
     rdm4_addr r;
-    rdm4_ep *ep = open_and_meet(s2r[1], r2s[0], &r);
+    rdm4_ep *ep = tu_open_and_meet(s2r[1], r2s[0], &r, 0);
     struct tu_cq q = { .ep = ep };
     uint8_t *bufs = malloc((size_t)MSGS * LEN);
     if (!bufs) {
@@ -170,7 +149,7 @@ static int receiver_main(enum mode mode)
 {
     tu_role = mode == BY_EPOLL ? "[receiver, epoll] " : "[receiver, rdm4_wait] ";
     rdm4_addr s;
-    rdm4_ep *ep = open_and_meet(r2s[1], s2r[0], &s);
+    rdm4_ep *ep = tu_open_and_meet(r2s[1], s2r[0], &s, 0);
     uint8_t *slots = malloc((size_t)WINDOW * LEN);
     if (!slots) {
         FATAL("malloc");
@@ -253,15 +232,7 @@ static void round_trip(enum mode mode)
         FATAL("pipe");
     }
     for (int k = 0; k < 2; k++) {
-        fflush(stdout);
-        kids[k] = fork();
-        if (kids[k] < 0) {
-            FATAL("fork");
-        }
-        if (kids[k] == 0) {
-            tu_fatal_cleanup = NULL;
-            tu_failures = 0; /* the parent's so far are its own */
-            tu_alarm(60);
+        if (tu_fork(k)) {
             /* Only the ends this side uses stay open. */
             close(k == 0 ? s2r[0] : s2r[1]);
             close(k == 0 ? r2s[1] : r2s[0]);
@@ -274,10 +245,10 @@ static void round_trip(enum mode mode)
     close(r2s[1]);
     char what[64];
     snprintf(what, sizeof what, "%s round: the sender", name);
-    tu_reap(kids[0], what);
+    tu_reap(tu_kids[0], what);
     snprintf(what, sizeof what, "%s round: the receiver", name);
-    tu_reap(kids[1], what);
-    kids[0] = kids[1] = 0;
+    tu_reap(tu_kids[1], what);
+    tu_kids[0] = tu_kids[1] = 0;
 }
 
 int main(void)
@@ -286,7 +257,8 @@ int main(void)
     tu_set_prefix("away-sleep", prefix, sizeof prefix);
     tu_setenv("RDM4_UDP_GIVEUP_MS", "300");
     setvbuf(stdout, NULL, _IOLBF, 0);
-    tu_fatal_cleanup = kill_kids;
+    tu_kids_prefix = prefix;
+    tu_fatal_cleanup = tu_kill_kids;
     round_trip(BY_EPOLL);
     round_trip(BY_WAIT);
     CHECK(tu_shm_files(prefix, 1, 1) == 0, "nothing left in /dev/shm");

@@ -41,23 +41,12 @@ static const size_t lens[MSGS] = { 4u << 20, 200000, 8 };
 enum ending { EXITS, CLOSES };
 
 static char prefix[64];
-static pid_t kids[2];
 static int s2r[2], r2s[2], p2s[2];
 
 struct receiver_info {
     uint8_t name[RDM4_ADDR_LEN];
     uint64_t raddr, key;
 };
-
-static void kill_kids(void)
-{
-    for (int k = 0; k < 2; k++) {
-        if (kids[k] > 0) {
-            kill(kids[k], SIGKILL);
-        }
-    }
-    tu_shm_files(prefix, 1, 0);
-}
 
 /* Posting `rc`, then (if it was accepted) its completion: RDM4_EPEER, at
  * once or within 1 s; with `may_succeed`, status 0 is accepted too. */
@@ -176,18 +165,10 @@ static void run(enum ending ending)
         FATAL("pipe");
     }
     for (int k = 0; k < 2; k++) {
-        fflush(stdout);
-        kids[k] = fork();
-        if (kids[k] < 0) {
-            FATAL("fork");
-        }
-        if (kids[k] == 0) {
+        if (tu_fork(k)) {
             static char role[48];
             snprintf(role, sizeof role, "[%s round, %s] ", name, k == 0 ? "sender" : "receiver");
             tu_role = role;
-            tu_fatal_cleanup = NULL;
-            tu_failures = 0;
-            tu_alarm(60);
             close(k == 0 ? s2r[0] : s2r[1]);
             close(k == 0 ? r2s[1] : r2s[0]);
             close(p2s[1]);
@@ -204,14 +185,14 @@ static void run(enum ending ending)
     close(p2s[0]);
     char what[64];
     snprintf(what, sizeof what, "%s round: the receiver", name);
-    tu_reap(kids[1], what);
-    kids[1] = 0;
+    tu_reap(tu_kids[1], what);
+    tu_kids[1] = 0;
     char b = 'X';
     tu_write_all(p2s[1], &b, 1);
     close(p2s[1]);
     snprintf(what, sizeof what, "%s round: the sender", name);
-    tu_reap(kids[0], what);
-    kids[0] = 0;
+    tu_reap(tu_kids[0], what);
+    tu_kids[0] = 0;
 }
 
 int main(void)
@@ -219,7 +200,8 @@ int main(void)
     tu_alarm(60);
     tu_set_prefix("peer-close", prefix, sizeof prefix);
     setvbuf(stdout, NULL, _IOLBF, 0);
-    tu_fatal_cleanup = kill_kids;
+    tu_kids_prefix = prefix;
+    tu_fatal_cleanup = tu_kill_kids;
     run(EXITS);
     run(CLOSES);
     CHECK(tu_shm_files(prefix, 1, 1) == 0, "nothing left in /dev/shm");

@@ -51,7 +51,9 @@
 enum { OP_HUGE = 0, OP_PLAIN = 1, OP_DC = OP_PLAIN + SMALLS, OP_READ = OP_DC + SMALLS, OPS = OP_READ + READS };
 
 static char prefix[64];
-static pid_t victim, survivor, third;
+#define victim tu_kids[0]
+#define survivor tu_kids[1]
+#define third tu_kids[2]
 /* Parent <-> child pipes: to_x (parent writes), from_x (child writes). */
 static int to_v[2], from_v[2], to_s[2], from_s[2], to_c[2], from_c[2];
 
@@ -59,17 +61,6 @@ struct victim_info {
     uint8_t name[RDM4_ADDR_LEN];
     uint64_t raddr, key;
 };
-
-static void kill_kids(void)
-{
-    pid_t all[3] = { victim, survivor, third };
-    for (int k = 0; k < 3; k++) {
-        if (all[k] > 0) {
-            kill(all[k], SIGKILL);
-        }
-    }
-    tu_shm_files(prefix, 1, 0);
-}
 
 /* Closes the parent's end of a pipe, and forgets it (-1). */
 static void close_end(int *fd)
@@ -329,7 +320,8 @@ int main(void)
     tu_setenv("RDM4_SHM_CMA", "0");
     tu_setenv("RDM4_UDP_RDMA", "0");
     setvbuf(stdout, NULL, _IOLBF, 0);
-    tu_fatal_cleanup = kill_kids;
+    tu_kids_prefix = prefix;
+    tu_fatal_cleanup = tu_kill_kids;
     int *first[4] = { to_v, from_v, to_s, from_s };
     for (int k = 0; k < 4; k++) {
         if (pipe(first[k]) != 0) {

@@ -359,6 +359,10 @@ static inline uint64_t tu_counter(rdm4_ep *ep, const char *name)
     FATAL("no counter named %s", name);
 }
 
+/* Opens an endpoint (single-threaded with `single`), sends its name on
+ * `to_peer`, reads the peer's from `from_peer` and inserts it. */
+static inline rdm4_ep *tu_open_and_meet(int to_peer, int from_peer, rdm4_addr *peer, int single);
+
 /* tu_open_attr for a single-threaded application (RDM4_THREAD_SINGLE):
  * over udp the endpoint is then shared with its responder without a lock. */
 static inline rdm4_ep *tu_open_single(uint8_t addr[RDM4_ADDR_LEN])
@@ -462,6 +466,52 @@ static inline void tu_pair(rdm4_ep **a, rdm4_ep **b, rdm4_addr *a_to_b, rdm4_add
     *b = tu_open(addr_b);
     *a_to_b = tu_insert(*a, addr_b);
     *b_to_a = tu_insert(*b, addr_a);
+}
+
+/* The children a program forked (up to 16, 0: none) and the segment
+ * prefix it uses: tu_kill_kids, a FATAL cleanup, kills them and removes
+ * the segments. */
+static pid_t tu_kids[16];
+static const char *tu_kids_prefix;
+
+static inline void tu_kill_kids(void)
+{
+    for (size_t k = 0; k < sizeof tu_kids / sizeof tu_kids[0]; k++) {
+        if (tu_kids[k] > 0) {
+            kill(tu_kids[k], SIGKILL);
+        }
+    }
+    if (tu_kids_prefix) {
+        tu_shm_files(tu_kids_prefix, 1, 0);
+    }
+}
+
+static inline rdm4_ep *tu_open_and_meet(int to_peer, int from_peer, rdm4_addr *peer, int single)
+{
+    uint8_t me[RDM4_ADDR_LEN], other[RDM4_ADDR_LEN];
+    rdm4_ep *ep = single ? tu_open_single(me) : tu_open(me);
+    tu_write_all(to_peer, me, sizeof me);
+    tu_read_all(from_peer, other, sizeof other);
+    *peer = tu_insert(ep, other);
+    return ep;
+}
+
+/* Forks child `k` (its pid in tu_kids[k]); in the child (then true) the
+ * parent's checks and FATAL cleanup are not its own, and it gets 60 s. */
+static inline int tu_fork(int k)
+{
+    fflush(stdout);
+    tu_kids[k] = fork();
+    if (tu_kids[k] < 0) {
+        FATAL("fork");
+    }
+    if (tu_kids[k] != 0) {
+        return 0;
+    }
+    tu_fatal_cleanup = NULL;
+    tu_failures = 0;
+    tu_alarm(60);
+    return 1;
 }
 
 #endif /* RDM4_TEST_UTIL_H */
