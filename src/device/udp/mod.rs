@@ -55,9 +55,12 @@
 //! device has it), so an eager send completes after a round trip, and a
 //! send to a peer that is given up completes with `RDM4_EPEER`.
 
+mod appfd;
+mod away;
 mod config;
 mod dgram;
 mod io;
+mod liveness;
 mod peer;
 mod rdma;
 
@@ -69,11 +72,12 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
-use super::{Access, Ah, Caps, DevError, DevEvent, Device, Flow, Rx, Sent};
+use super::{Access, Ah, Caps, DevError, DevEvent, Device, Flow, Sent};
 use crate::fxhash::FxHashMap;
 use crate::mem::UserBuf;
 use crate::status::Status;
 use crate::wire::RawAddr;
+use appfd::{AppFd, APP_TICK};
 use dgram::{Hdr, Kind, HDR};
 use peer::{Acked, Arrival, Peer, Unacked};
 
@@ -125,67 +129,13 @@ pub struct UdpStats {
 /// A silent peer that something of ours awaits is probed this often (at
 /// most: a quarter of the give-up time when that is shorter).
 pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(100);
+/// Packets the responder takes per call at most.
+const RESPOND_MAX: usize = 256;
 /// How often the liveness rules run.
 const LIVENESS_EVERY: Duration = Duration::from_millis(10);
 /// How long the engine's [`Device::awaiting`] mark lasts: it renews it
 /// every `capi::responder::SCAN_EVERY` (100 ms) while its operations wait.
 const AWAITED_FOR: Duration = Duration::from_millis(350);
-
-/// How far ahead the application's timer fires while the device is busy.
-const APP_TICK: Duration = Duration::from_millis(1);
-
-/// The descriptor the application sleeps on ([`Device::wait_fd`]): an
-/// epoll set of the socket and a timer, so that it also becomes readable
-/// when a retransmission or an acknowledgement is due and nothing arrives
-/// (a sleeper woken only by packets would wait forever for a lost one).
-struct AppFd {
-    epoll: std::os::fd::OwnedFd,
-    timer: std::os::fd::OwnedFd,
-    /// When the timer fires (`None`: disarmed).
-    armed: Option<Instant>,
-}
-
-impl AppFd {
-    /// The epoll set of the timer alone: the socket joins it when the
-    /// application asks for the descriptor ([`AppFd::watch`]), since a
-    /// socket in an epoll set costs every arriving datagram a wake-up call.
-    fn new() -> Option<AppFd> {
-        use std::os::fd::FromRawFd;
-        // SAFETY: plain system calls; each descriptor is owned at once.
-        unsafe {
-            let ep = libc::epoll_create1(libc::EPOLL_CLOEXEC);
-            if ep < 0 {
-                return None;
-            }
-            let epoll = std::os::fd::OwnedFd::from_raw_fd(ep);
-            let t = libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC);
-            if t < 0 {
-                return None;
-            }
-            let timer = std::os::fd::OwnedFd::from_raw_fd(t);
-            let a = AppFd { epoll, timer, armed: None };
-            a.add(t).then_some(a)
-        }
-    }
-
-    /// Adds `fd` to the epoll set; false when the kernel refuses.
-    fn add(&self, fd: RawFd) -> bool {
-        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
-        // SAFETY: our epoll descriptor, a valid event.
-        unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) == 0 }
-    }
-
-    /// Arms the timer `after` from now (zero: disarms it, and clears a
-    /// fired one).
-    fn set(&self, after: Duration) {
-        let spec = libc::itimerspec {
-            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
-            it_value: libc::timespec { tv_sec: after.as_secs() as libc::time_t, tv_nsec: after.subsec_nanos() as _ },
-        };
-        // SAFETY: our timer descriptor and a valid itimerspec.
-        unsafe { libc::timerfd_settime(self.timer.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
-    }
-}
 
 /// One endpoint's udp device.
 pub struct UdpDevice {
@@ -531,63 +481,6 @@ impl UdpDevice {
         }
     }
 
-    /// The liveness rules (see the module docs): peers awaited and silent
-    /// are probed, and given up after `giveup` of silence.
-    fn liveness(&mut self, now: Instant) {
-        self.next_liveness = now + LIVENESS_EVERY;
-        for p in &mut self.peers {
-            p.rdma_waits = false;
-        }
-        for peer in self.rdma.requesters() {
-            self.peers[peer].rdma_waits = true;
-        }
-        let giveup = self.cfg.giveup;
-        let probe_every = PROBE_EVERY.min(giveup / 4);
-        for idx in 0..self.peers.len() {
-            let p = &mut self.peers[idx];
-            if p.lost {
-                continue;
-            }
-            let Some(silent) = p.silent_for(now) else { continue };
-            if silent > giveup {
-                self.stats.peers_given_up += 1;
-                crate::log::log!(crate::log::INFO, "udp: peer {} silent for {silent:?}: given up", p.addr);
-                self.lose(idx);
-            } else if silent >= probe_every
-                && p.last_probe.is_none_or(|t| now.saturating_duration_since(t) >= probe_every)
-            {
-                p.last_probe = Some(now);
-                self.stats.probes += 1;
-                self.send_bare(idx, Kind::Probe, now);
-            }
-        }
-    }
-
-    /// Reads the errors the network reported (`io.rs`) when a socket call
-    /// saw one: the peers whose port their host reports closed are lost.
-    fn take_net_errors(&mut self) {
-        if !(self.tx.errors || self.rxb.errors) {
-            return;
-        }
-        self.tx.errors = false;
-        self.rxb.errors = false;
-        let mut errs = std::mem::take(&mut self.net_errors);
-        io::take_errors(self.sock.as_raw_fd(), &mut errs);
-        for (to, e) in errs.drain(..) {
-            if e != libc::ECONNREFUSED {
-                continue; // a host or network unreachable may pass: silence decides
-            }
-            for idx in 0..self.peers.len() {
-                if self.peers[idx].addr == to && !self.peers[idx].lost {
-                    self.stats.peers_refused += 1;
-                    crate::log::log!(crate::log::INFO, "udp: peer {to}: port unreachable, given up");
-                    self.lose(idx);
-                }
-            }
-        }
-        self.net_errors = errs;
-    }
-
     /// Gives peer `idx` up: every operation towards it fails.
     fn lose(&mut self, idx: usize) {
         let p = &mut self.peers[idx];
@@ -694,70 +587,6 @@ impl UdpDevice {
         self.rxb = rxb;
         self.take_net_errors();
         n
-    }
-
-    /// Hands the packets the responder kept to `f`, at most `max`, in
-    /// their order; those it defers join the deferred ones. Returns how
-    /// many it handed over.
-    fn recv_kept<R: Flow>(&mut self, max: usize, f: &mut impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R) -> usize {
-        let holding = self.keeps_too_much();
-        let mut n = 0;
-        while n < max {
-            let Some((idx, pkt)) = self.kept.pop_front() else { break };
-            self.kept_bytes -= pkt.len();
-            n += 1;
-            let verdict = f(self.peers[idx].inserted.then_some(idx as Ah), &pkt, None);
-            if verdict.defer() {
-                self.parked.push_back((idx, pkt));
-            }
-            if !verdict.go_on() {
-                break;
-            }
-        }
-        if holding && !self.keeps_too_much() && self.parked.is_empty() {
-            // The hold is over: tell every peer at once.
-            self.ack_all(Instant::now());
-        }
-        n
-    }
-
-    /// Sends an ACK to every peer not lost (news of the hold's end).
-    fn ack_all(&mut self, now: Instant) {
-        for idx in 0..self.peers.len() {
-            if !self.peers[idx].lost {
-                self.send_bare(idx, Kind::Ack, now);
-            }
-        }
-    }
-
-    /// The responder's call ([`Device::respond`]; see the module docs):
-    /// takes every datagram waiting, keeping packets for the engine,
-    /// answers what needs answering, sends what is owed, and wakes the
-    /// application's descriptor when it left it work.
-    fn respond_now(&mut self) -> (RawFd, i32) {
-        let now = Instant::now();
-        let (kept, events) = (self.kept.len(), self.events.len());
-        self.timers(now);
-        self.away = true;
-        let mut keep = |_: Option<Ah>, _: &[u8], _: Option<UserBuf>| Rx::Defer;
-        self.take_socket(usize::MAX, now, &mut keep);
-        self.away = false;
-        // Nothing will carry the acknowledgements owed: they go now.
-        for idx in 0..self.peers.len() {
-            if !self.peers[idx].lost && self.peers[idx].ack_due {
-                self.send_bare(idx, Kind::Ack, now);
-            }
-        }
-        self.pump(now);
-        self.tx_flush();
-        if self.kept.len() > kept || self.events.len() > events {
-            if let Some(a) = &mut self.app_fd {
-                // The application's descriptor polls readable now.
-                a.set(Duration::from_nanos(1));
-                a.armed = Some(now);
-            }
-        }
-        (self.sock.as_raw_fd(), self.timer_ms())
     }
 
     /// One received datagram of `len` bytes in `self.rx` from `from`:

@@ -1,0 +1,69 @@
+//! The udp device's liveness rules (see the module docs of `udp`): peers
+//! that something of ours awaits are probed while silent and given up
+//! after `giveup` of silence; peers whose host reports their port closed
+//! are given up at once.
+
+use std::os::fd::AsRawFd;
+use std::time::Instant;
+
+use super::dgram::Kind;
+use super::{io, UdpDevice, LIVENESS_EVERY, PROBE_EVERY};
+
+impl UdpDevice {
+    /// The liveness rules (see the module docs): peers awaited and silent
+    /// are probed, and given up after `giveup` of silence.
+    pub(super) fn liveness(&mut self, now: Instant) {
+        self.next_liveness = now + LIVENESS_EVERY;
+        for p in &mut self.peers {
+            p.rdma_waits = false;
+        }
+        for peer in self.rdma.requesters() {
+            self.peers[peer].rdma_waits = true;
+        }
+        let giveup = self.cfg.giveup;
+        let probe_every = PROBE_EVERY.min(giveup / 4);
+        for idx in 0..self.peers.len() {
+            let p = &mut self.peers[idx];
+            if p.lost {
+                continue;
+            }
+            let Some(silent) = p.silent_for(now) else { continue };
+            if silent > giveup {
+                self.stats.peers_given_up += 1;
+                crate::log::log!(crate::log::INFO, "udp: peer {} silent for {silent:?}: given up", p.addr);
+                self.lose(idx);
+            } else if silent >= probe_every
+                && p.last_probe.is_none_or(|t| now.saturating_duration_since(t) >= probe_every)
+            {
+                p.last_probe = Some(now);
+                self.stats.probes += 1;
+                self.send_bare(idx, Kind::Probe, now);
+            }
+        }
+    }
+
+    /// Reads the errors the network reported (`io.rs`) when a socket call
+    /// saw one: the peers whose port their host reports closed are lost.
+    pub(super) fn take_net_errors(&mut self) {
+        if !(self.tx.errors || self.rxb.errors) {
+            return;
+        }
+        self.tx.errors = false;
+        self.rxb.errors = false;
+        let mut errs = std::mem::take(&mut self.net_errors);
+        io::take_errors(self.sock.as_raw_fd(), &mut errs);
+        for (to, e) in errs.drain(..) {
+            if e != libc::ECONNREFUSED {
+                continue; // a host or network unreachable may pass: silence decides
+            }
+            for idx in 0..self.peers.len() {
+                if self.peers[idx].addr == to && !self.peers[idx].lost {
+                    self.stats.peers_refused += 1;
+                    crate::log::log!(crate::log::INFO, "udp: peer {to}: port unreachable, given up");
+                    self.lose(idx);
+                }
+            }
+        }
+        self.net_errors = errs;
+    }
+}
