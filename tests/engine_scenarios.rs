@@ -813,3 +813,25 @@ fn a_receiver_behind_its_sender_catches_up() {
     assert!(dst.iter().all(|d| d.bytes() == [7u8; 8]), "every receive got its message");
     assert!(deepest <= 1, "{deepest} messages waited unexpected at once");
 }
+
+#[test]
+fn keepalive_names_the_peers_that_operations_await_and_no_other() {
+    let mut c = Cluster::new(3, SimConfig::chaotic(41), Config::default());
+    let to1 = c.addrs[0][1];
+    // A long message that node 1 has no receive for: its send waits on node 1.
+    let data = pattern(1 << 20, 3);
+    let mut src = OwnedBuf::from_slice(&data);
+    c.eps[0].send(to1, src.buf(), SendOpts { context: 9, ..Default::default() }).unwrap();
+    c.settle(10_000);
+    assert!(c.cqs[0].is_empty(), "the send cannot complete yet");
+    c.eps[0].keepalive();
+    assert_eq!(c.eps[0].device_mut().take_awaited(), vec![1], "node 1 awaited, node 2 not");
+    // Node 1 takes it: nothing is awaited any more.
+    let mut dst = OwnedBuf::zeroed(1 << 20);
+    c.eps[1].recv(dst.buf(), RecvOpts { context: 1, ..Default::default() }).unwrap();
+    c.run_until(1_000_000, |c| !c.cqs[0].is_empty() && !c.cqs[1].is_empty());
+    assert!(dst.bytes() == data.as_slice());
+    c.eps[0].keepalive();
+    c.eps[1].keepalive();
+    assert!(c.eps[0].device_mut().take_awaited().is_empty() && c.eps[1].device_mut().take_awaited().is_empty());
+}

@@ -219,7 +219,7 @@ impl SimNet {
             parked: VecDeque::new(),
             redeliver_left: 0,
         });
-        SimDevice { net: self.net.clone(), me: node, more: false, gathering: 0, control: false }
+        SimDevice { net: self.net.clone(), me: node, more: false, gathering: 0, control: false, awaited: Vec::new() }
     }
 
     /// Virtual time in nanoseconds.
@@ -304,12 +304,24 @@ pub struct SimDevice {
     gathering: usize,
     /// The hint for the next packet ([`Device::control_next`]).
     control: bool,
+    /// The peers the engine said it awaits ([`Device::awaiting`]), as the
+    /// nodes they are, since the last [`SimDevice::take_awaited`].
+    awaited: Vec<usize>,
 }
 
 impl SimDevice {
     /// This device's node index in the net.
     pub fn node(&self) -> usize {
         self.me
+    }
+
+    /// The nodes the engine said it awaits since the last call, sorted,
+    /// each once.
+    pub fn take_awaited(&mut self) -> Vec<usize> {
+        let mut v = std::mem::take(&mut self.awaited);
+        v.sort_unstable();
+        v.dedup();
+        v
     }
 
     /// Queues a packet for `ah`: `build` writes it (or its header, when
@@ -584,6 +596,11 @@ impl Device for SimDevice {
 
     fn control_next(&mut self) {
         self.control = true;
+    }
+
+    fn awaiting(&mut self, ah: Ah) {
+        let node = self.net.borrow().nodes[self.me].ahs.get(ah as usize).copied().flatten();
+        self.awaited.extend(node);
     }
 
     fn redeliver(&mut self) {
