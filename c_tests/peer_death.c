@@ -27,11 +27,20 @@
  * RDM4_EPEER (at once or as its completion, within 1 s); the messages with
  * the third process arrive intact and complete with status 0; the
  * processes exit as they should; nothing left in /dev/shm.
+ * Over udp, as root where `ip netns` works, the scenario runs a second
+ * time across two network namespaces joined by a veth pair ("hosts"; made
+ * and removed by the program): the victim in one, the survivor and the
+ * third process in the other.
  * Prints "ok - ..." per check, failures to stderr, exits 1 on any failure.
  */
-#define _POSIX_C_SOURCE 200809L
+#ifndef _GNU_SOURCE /* also given on the command line by some builds */
+#define _GNU_SOURCE /* setns */
+#endif
 
+#include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +71,74 @@ struct victim_info {
     uint64_t raddr, key;
 };
 
+/* The two namespaces of the second round ("" in the first), and the
+ * address each child binds there. */
+static char ns_name[2][32];
+static const char *const ns_addr[2] = { "10.78.0.1", "10.78.0.2" };
+/* The namespace (0 or 1) of the child being spawned; -1: none. */
+static int ns_next = -1;
+
+/* Runs `ip` with the arguments in `fmt`; true when it succeeds. */
+static int ip_cmd(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int ip_cmd(const char *fmt, ...)
+{
+    char args[256], cmd[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "ip %s >/dev/null 2>&1", args);
+    return system(cmd) == 0;
+}
+
+static void ns_remove(void)
+{
+    for (int k = 0; k < 2; k++) {
+        if (ns_name[k][0]) {
+            ip_cmd("netns del %s", ns_name[k]);
+            ns_name[k][0] = 0;
+        }
+    }
+}
+
+/* Makes the two namespaces; false (nothing left) where it cannot. */
+static int ns_make(void)
+{
+    int id = (int)getpid() % 100000;
+    snprintf(ns_name[0], sizeof ns_name[0], "rdm4pdA%d", id);
+    snprintf(ns_name[1], sizeof ns_name[1], "rdm4pdB%d", id);
+    int ok = ip_cmd("netns add %s", ns_name[0]) && ip_cmd("netns add %s", ns_name[1]) &&
+             ip_cmd("link add pda%d type veth peer name pdb%d", id, id) &&
+             ip_cmd("link set pda%d netns %s", id, ns_name[0]) && ip_cmd("link set pdb%d netns %s", id, ns_name[1]) &&
+             ip_cmd("-n %s addr add %s/24 dev pda%d", ns_name[0], ns_addr[0], id) &&
+             ip_cmd("-n %s addr add %s/24 dev pdb%d", ns_name[1], ns_addr[1], id) &&
+             ip_cmd("-n %s link set pda%d up", ns_name[0], id) && ip_cmd("-n %s link set pdb%d up", ns_name[1], id) &&
+             ip_cmd("-n %s link set lo up", ns_name[0]) && ip_cmd("-n %s link set lo up", ns_name[1]);
+    if (!ok) {
+        ns_remove();
+    }
+    return ok;
+}
+
+/* In a child: enters namespace `k` and binds its address there. */
+static void ns_enter(int k)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/var/run/netns/%s", ns_name[k]);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
+        FATAL("setns %s", path);
+    }
+    close(fd);
+    tu_setenv("RDM4_UDP_ADDR", ns_addr[k]);
+}
+
+static void cleanup(void)
+{
+    tu_kill_kids();
+    ns_remove();
+}
+
 /* Closes the parent's end of a pipe, and forgets it (-1). */
 static void close_end(int *fd)
 {
@@ -83,6 +160,9 @@ static pid_t spawn(int (*fn)(void), const char *role, int *pipes[], int npipes, 
         tu_fatal_cleanup = NULL;
         tu_failures = 0;
         tu_alarm(60);
+        if (ns_next >= 0) {
+            ns_enter(ns_next);
+        }
         for (int k = 0; k < npipes; k++) {
             for (int e = 0; e < 2; e++) {
                 if (pipes[k][e] >= 0 && pipes[k][e] != keep_r && pipes[k][e] != keep_w) {
@@ -313,23 +393,20 @@ static int third_main(void)
 
 /* ---------------------------------------------------------------------- */
 
-int main(void)
+/* One round: `hosts` puts the victim in one namespace, the others in
+ * the other. */
+static void scenario(int hosts)
 {
-    tu_alarm(60);
-    tu_set_prefix("peer-death", prefix, sizeof prefix);
-    tu_setenv("RDM4_SHM_CMA", "0");
-    tu_setenv("RDM4_UDP_RDMA", "0");
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    tu_kids_prefix = prefix;
-    tu_fatal_cleanup = tu_kill_kids;
     int *first[4] = { to_v, from_v, to_s, from_s };
     for (int k = 0; k < 4; k++) {
         if (pipe(first[k]) != 0) {
             FATAL("pipe");
         }
     }
-    victim = spawn(victim_main, "[victim] ", first, 4, to_v[0], from_v[1]);
-    survivor = spawn(survivor_main, "[survivor] ", first, 4, to_s[0], from_s[1]);
+    ns_next = hosts ? 1 : -1;
+    victim = spawn(victim_main, hosts ? "[two hosts, victim] " : "[victim] ", first, 4, to_v[0], from_v[1]);
+    ns_next = hosts ? 0 : -1;
+    survivor = spawn(survivor_main, hosts ? "[two hosts, survivor] " : "[survivor] ", first, 4, to_s[0], from_s[1]);
     close_end(&to_v[0]);
     close_end(&from_v[1]);
     close_end(&to_s[0]);
@@ -359,7 +436,7 @@ int main(void)
         FATAL("pipe");
     }
     int *all[6] = { to_v, from_v, to_s, from_s, to_c, from_c };
-    third = spawn(third_main, "[third] ", all, 6, to_c[0], from_c[1]);
+    third = spawn(third_main, hosts ? "[two hosts, third] " : "[third] ", all, 6, to_c[0], from_c[1]);
     close_end(&to_c[0]);
     close_end(&from_c[1]);
     uint8_t c_name[RDM4_ADDR_LEN];
@@ -373,6 +450,34 @@ int main(void)
     tu_reap(survivor, "the survivor");
     tu_reap(third, "the third process");
     survivor = third = 0;
+    for (int k = 0; k < 6; k++) {
+        for (int e = 0; e < 2; e++) {
+            if (all[k][e] >= 0) {
+                close_end(&all[k][e]);
+            }
+        }
+    }
+}
+
+int main(void)
+{
+    tu_alarm(60);
+    tu_set_prefix("peer-death", prefix, sizeof prefix);
+    tu_setenv("RDM4_SHM_CMA", "0");
+    tu_setenv("RDM4_UDP_RDMA", "0");
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    tu_kids_prefix = prefix;
+    tu_fatal_cleanup = cleanup;
+    scenario(0);
+    const char *dev = getenv("RDM4_DEVICE");
+    if (dev && strcmp(dev, "udp") == 0) {
+        if (geteuid() == 0 && ns_make()) {
+            scenario(1);
+            ns_remove();
+        } else {
+            printf("# skip the two-namespace round: `ip netns add` needs root and iproute2\n");
+        }
+    }
     CHECK(tu_shm_files(prefix, 1, 1) == 0, "nothing left in /dev/shm (the victim's segments went at the next open)");
     return tu_failures ? 1 : 0;
 }
