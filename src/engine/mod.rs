@@ -70,6 +70,7 @@ mod cq;
 mod dispatch;
 mod fifo;
 mod handshake;
+mod keepalive;
 mod longcts;
 mod longread;
 mod mr;
@@ -663,43 +664,6 @@ impl<D: Device> Endpoint<D> {
     /// (and take the completions) first.
     pub fn trywait(&mut self) -> bool {
         self.core.cq.is_empty() && !self.has_queued_work() && self.dev.trywait()
-    }
-
-    /// Whether the device needs a responder beside manual progress
-    /// ([`Device::RESPONDER`]).
-    pub fn wants_responder(&self) -> bool {
-        D::RESPONDER
-    }
-
-    /// See [`Device::respond`]: the device's work while the application
-    /// is away (the engine itself does nothing then: what arrives waits
-    /// in the device for the next progress call).
-    pub fn respond(&mut self) -> Option<(std::os::fd::RawFd, i32)> {
-        self.dev.respond()
-    }
-
-    /// See [`Device::responder_fds`].
-    pub fn responder_fds(&self) -> Vec<std::os::fd::RawFd> {
-        self.dev.responder_fds()
-    }
-
-    /// Tells the device which peers the endpoint's operations await
-    /// ([`Device::awaiting`]), so that it notices when one of them is
-    /// gone: every operation entry (sends beyond the eager fast path,
-    /// receives under way, RMA and atomics) awaits its peer. To be called
-    /// about every 100 ms (the C API's responder or progress thread does).
-    pub fn keepalive(&mut self) {
-        let Endpoint { dev, core } = self;
-        let mut last = None;
-        for (_, op) in core.ops.iter() {
-            if last == Some(op.peer) {
-                continue;
-            }
-            last = Some(op.peer);
-            if let Some(ah) = core.peers.get(op.peer).and_then(|p| p.ah.filter(|_| !p.lost)) {
-                dev.awaiting(ah);
-            }
-        }
     }
 
     /// See [`Device::sleep_begin`].
