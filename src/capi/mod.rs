@@ -165,15 +165,15 @@ static FREE: Mutex<(Vec<u32>, u32)> = Mutex::new((Vec::new(), 0));
 /// other call overlaps, and (shared) the responder kept out.
 pub(crate) enum EpGuard<'a> {
     Locked(Locked<'a>),
+    /// (Shared with a responder, the call leaves on drop: `shared`.)
     Single(&'a mut EpInner),
-    Shared(&'a EpSlot, &'a mut EpInner),
 }
 
 impl Drop for EpGuard<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        if let EpGuard::Shared(slot, _) = self {
-            shared::leave(slot);
+        if let EpGuard::Single(inner) = self {
+            shared::leave(inner);
         }
     }
 }
@@ -188,10 +188,21 @@ impl Drop for Locked<'_> {
     /// Wakes the endpoint's sleeping progress thread (before the lock
     /// goes) when the call left work queued that only progress does (a
     /// packet arriving wakes it anyway).
+    #[inline(always)]
     fn drop(&mut self) {
-        if let Some(inner) = self.g.as_deref().filter(|i| i.parked > 0 && i.ep.has_queued_work()) {
-            inner.ep.wake_sleeper();
+        if let Some(inner) = self.g.as_deref().filter(|i| i.parked > 0) {
+            wake_if_queued(inner);
         }
+    }
+}
+
+/// Out of line: keeps every call's guard drop small (it is inlined into
+/// each C call).
+#[cold]
+#[inline(never)]
+fn wake_if_queued(inner: &EpInner) {
+    if inner.ep.has_queued_work() {
+        inner.ep.wake_sleeper();
     }
 }
 
@@ -201,7 +212,7 @@ impl Deref for EpGuard<'_> {
         match self {
             // `EpSlot::lock` hands out guards of filled slots only.
             EpGuard::Locked(l) => l.g.as_deref().expect("guard of an empty slot"),
-            EpGuard::Single(e) | EpGuard::Shared(_, e) => e,
+            EpGuard::Single(e) => e,
         }
     }
 }
@@ -210,7 +221,7 @@ impl DerefMut for EpGuard<'_> {
     fn deref_mut(&mut self) -> &mut EpInner {
         match self {
             EpGuard::Locked(l) => l.g.as_deref_mut().expect("guard of an empty slot"),
-            EpGuard::Single(e) | EpGuard::Shared(_, e) => e,
+            EpGuard::Single(e) => e,
         }
     }
 }
@@ -282,6 +293,7 @@ pub(crate) fn install(inner: EpInner, single: bool, shared: bool) -> Option<(&'s
     let mut g = slot.inner.lock().unwrap_or_else(|e| e.into_inner());
     let gen = slot.gen.load(Ordering::Relaxed).checked_add(1)?;
     let mut boxed = Box::new(inner);
+    boxed.slot_calls = (single && shared).then_some(&slot.calls);
     let ptr: *mut EpInner = if single { &mut *boxed } else { std::ptr::null_mut() };
     let ptr = if single && shared { (ptr as usize | shared::SHARED) as *mut EpInner } else { ptr };
     *g = Some(boxed);
@@ -352,6 +364,9 @@ pub(crate) struct EpInner {
     pub(crate) modes: (u32, u32),
     /// The process that opened it (a forked child's copy is not its own).
     pub(crate) pid: u32,
+    /// Its slot's call count (set by `install`): a shared endpoint's call
+    /// leaves through it (`shared::leave`).
+    pub(crate) slot_calls: Option<&'static AtomicU64>,
 }
 
 impl EpInner {
@@ -365,6 +380,7 @@ impl EpInner {
             parked: 0,
             modes: (0, 0),
             pid: std::process::id(),
+            slot_calls: None,
         }
     }
 

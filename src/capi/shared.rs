@@ -54,7 +54,7 @@ fn barrier() {
 /// # Safety
 /// `p` is the tagged pointer `install` published for the slot's open
 /// endpoint, whose handle the caller checked.
-#[inline(always)]
+#[inline(never)]
 pub(crate) unsafe fn enter(slot: &EpSlot, p: *mut EpInner) -> EpGuard<'_> {
     loop {
         let c = slot.calls.load(Ordering::Relaxed);
@@ -64,7 +64,7 @@ pub(crate) unsafe fn enter(slot: &EpSlot, p: *mut EpInner) -> EpGuard<'_> {
             let inner = (p as usize & !SHARED) as *mut EpInner;
             // SAFETY: the caller's contract; the responder is out (above)
             // and the application's calls do not overlap.
-            return EpGuard::Shared(slot, unsafe { &mut *inner });
+            return EpGuard::Single(unsafe { &mut *inner });
         }
         slot.calls.store((c | 1) + 1, Ordering::Release);
         wait_out(&slot.responding);
@@ -84,10 +84,13 @@ fn wait_out(responding: &AtomicBool) {
     }
 }
 
-/// The application leaves a call.
+/// A call of a single-threaded application leaves (the guard's drop): on a shared endpoint
+/// (its `slot_calls` set) the count turns even.
 #[inline(always)]
-pub(crate) fn leave(slot: &EpSlot) {
-    slot.calls.store(slot.calls.load(Ordering::Relaxed) + 1, Ordering::Release);
+pub(crate) fn leave(inner: &EpInner) {
+    if let Some(calls) = inner.slot_calls {
+        calls.store(calls.load(Ordering::Relaxed) + 1, Ordering::Release);
+    }
 }
 
 /// The responder's hold on an endpoint: its lock, or (shared) the
