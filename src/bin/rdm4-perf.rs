@@ -356,13 +356,11 @@ struct Result {
 const SETTLE_MS: u64 = 500;
 
 /// Polls the endpoint for `time` (nothing is posted: no completion can
-/// come). On the VM this tool was written on, the host gives two vCPUs
-/// that start busy-polling their full speed only after a few hundred
-/// milliseconds: 1 MiB tag_bw measured in ~60 ms runs one after another in
-/// one process gave 13-22 GB/s for the first four runs and 28-29 from then
-/// on, and 23 then 28-29 after half a second of polling first. The tests
-/// measure the library, not that ramp; `ucx_perftest` and `fi_pingpong`
-/// runs of half a second and more mostly outlast it.
+/// come). Some hosts give two busy-polling vCPUs their full speed only
+/// after a few hundred milliseconds, so that the first short bulk runs
+/// measure that ramp (docs/performance.md, "`rdm4-perf`'s method"). The
+/// tests measure the library, not the ramp; `ucx_perftest` and
+/// `fi_pingpong` runs of half a second and more mostly outlast it.
 fn settle(c: &mut Ctx, time: Duration) {
     let start = Instant::now();
     while start.elapsed() < time {

@@ -27,9 +27,10 @@ impl Core {
 
     /// [`Self::handle_packet`] for what the eager fast path declined. It
     /// reads the header again rather than taking the fast path's reading:
-    /// handing that over forces it out of registers on every packet (+20
-    /// instructions per 8-byte message), while the second read costs only
-    /// this path, which does far more work anyway.
+    /// handing that over forces it out of registers on every packet, the
+    /// fast path's too (docs/performance.md, "Eager fast path and inject"),
+    /// while the second read costs only this path, which does far more
+    /// work anyway.
     #[inline(never)]
     fn handle_any_packet(&mut self, from: Option<Ah>, bytes: &[u8]) {
         self.traffic.rx[usize::from(bytes.first().copied().unwrap_or(0))] += 1;

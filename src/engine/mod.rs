@@ -549,9 +549,10 @@ impl<D: Device> Endpoint<D> {
             // messages behind then go straight into them. Otherwise a
             // receiver once handed messages ahead of its receives stays
             // that way, every message copied twice (each new one finds no
-            // receive, each receive takes an unexpected one): 8 B streams
-            // ran at ~60% of their rate. An application that posts no
-            // receives meanwhile still has every packet taken.
+            // receive, each receive takes an unexpected one), which slows a
+            // stream (docs/performance.md, "Express receive"). An
+            // application that posts no receives meanwhile still has every
+            // packet taken.
             core.rx_stop = false;
             let taken = dev.recv(batch, |from, pkt: &[u8], gathered| {
                 match gathered {
@@ -595,19 +596,20 @@ impl<D: Device> Endpoint<D> {
     /// copied once and by this path. A streaming receiver a little behind
     /// its sender otherwise takes one message per call as unexpected, the
     /// completion that its next receive then queues makes the next call go
-    /// the general way, and so on: the state `rdm4-perf`'s 8 B stream fell
-    /// into without this rule (see also [`Self::took_unexpected`] and
-    /// docs/performance.md, "Express receive"). The next call that
-    /// delivers nothing this way takes it by the general path, so a caller
-    /// that posts no receive still gets every packet taken, one call later.
+    /// the general way, and so on: the state a stream whose sender runs
+    /// ahead (`rdm4-perf`'s) settles in without this rule (see also
+    /// [`Self::took_unexpected`] and docs/performance.md, "Express
+    /// receive"). The next call that delivers nothing this way takes it by
+    /// the general path, so a caller that posts no receive still gets every
+    /// packet taken, one call later.
     ///
     /// It is the receiving half of a ping-pong, and the messages of a
     /// stream, in fewer instructions than `progress_into`: no batch
     /// machinery, no look past the packet taken but one load, no events or
-    /// queues to go through afterwards. An empty poll costs about what it
-    /// did before this path existed: the ring is looked at once, here
-    /// instead of in `progress_into`. (Polls that are longer or shorter
-    /// both lengthen a ping-pong: docs/performance.md, "Express receive".)
+    /// queues to go through afterwards. An empty poll looks at the ring
+    /// once, here, and not again in `progress_into`, so this path adds
+    /// little to it. (Polls that are longer or shorter both lengthen a
+    /// ping-pong: docs/performance.md, "Express receive".)
     #[inline(always)]
     pub fn progress_express<S: CqSink>(&mut self, sink: &mut S, room: usize) -> (usize, bool) {
         let Endpoint { dev, core } = self;
@@ -711,11 +713,11 @@ impl<D: Device> Endpoint<D> {
     /// next receive's completion is queued, so the next call goes the
     /// general way, which takes one message as unexpected again, ...)
     /// gets back to the express path, instead of staying behind for good
-    /// at ~7% more instructions per message (`scripts/icount.sh ahead`).
-    /// Other queued completions (a send's, in a ping-pong) are left to
-    /// the end of the call: handing them out first would cost the
-    /// ping-pong ~35 instructions a round trip (docs/performance.md,
-    /// "Express receive"). True until a call of this finds the queue empty.
+    /// on the longer general path (`scripts/icount.sh ahead`). Other
+    /// queued completions (a send's, in a ping-pong) are left to the end of
+    /// the call: handing them out first lengthens the ping-pong
+    /// (docs/performance.md, "Express receive"). True until a call of this
+    /// finds the queue empty.
     #[inline(always)]
     pub fn took_unexpected(&mut self) -> bool {
         if !self.core.took_unexpected {

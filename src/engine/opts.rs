@@ -170,9 +170,10 @@ pub struct SendOpts {
 }
 
 /// Flags of a send ([`super::Endpoint::send_flagged`]). Kept apart from
-/// [`SendOpts`], which every send builds and copies: two bytes more in it
-/// made the 8 B path read the struct back wider than it was written (a
-/// store-forwarding stall, ~15% of the shm 8 B rate; docs/performance.md).
+/// [`SendOpts`], which every send builds and copies: in it, they would make
+/// the 8 B path read the struct back wider than it was written, a
+/// store-forwarding stall per message (docs/performance.md, "the shm 8 B
+/// path after the issue 30 APIs").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SendFlags {
     /// More sends follow at once: the device may hold this one's packets

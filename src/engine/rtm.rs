@@ -513,8 +513,7 @@ impl Core {
     /// packet is the same byte for byte; what changes is who copies the
     /// bytes: the device copies them as it copies CTSDATA payloads, past
     /// the caches when the receiver is far (`Device::gather_nt`), where the
-    /// packet builder's copy goes through them and, far apart, held about
-    /// half of the 1 MiB streams at ~15 GB/s instead of ~22
+    /// packet builder's copy goes through them and slows far-apart streams
     /// (docs/performance.md, "Non-temporal stores"). The RTM's headers are
     /// [`Self::rtm_packet`] of the returned args (marked `nodata`) for the
     /// returned peer, at most the returned length. `None`: any other packet
@@ -739,9 +738,9 @@ pub(crate) struct RtmArgs {
 /// receiver copies segment k while the sender copies segment k+1, so more
 /// segments shorten a lone message's trip (the copying takes
 /// `len` × (1 + 1/k) for k segments) while each costs a packet's overhead
-/// (~0.2 µs, about what 2 KiB take to copy): the sum of the two is least
-/// near this size (64 KiB one way: ~14.5 -> ~11.5 µs; docs/performance.md,
-/// "Medium segments"). Streams of messages pipeline across messages anyway.
+/// (about what 2 KiB take to copy): the sum of the two is least near this
+/// size (docs/performance.md, "Medium segments"). Streams of messages
+/// pipeline across messages anyway.
 fn medium_segment(len: u64) -> u64 {
     ((len.saturating_mul(2048).isqrt() + 63) & !63).max(4096)
 }

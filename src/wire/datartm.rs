@@ -279,8 +279,8 @@ impl<'a> DataRtm<'a> {
     }
 
     /// [`DataRtm::emit_eager`] itself; a function, not a closure over the
-    /// arguments: as a closure its two uses lost the constants (899 instead
-    /// of 825 instructions per 8 B message through the C API).
+    /// arguments: as a closure its two uses lose the constants
+    /// (docs/performance.md, "Eager fast path and inject").
     #[inline(always)]
     fn emit_eager_with(
         out: &mut [u8],

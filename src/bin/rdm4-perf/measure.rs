@@ -4,8 +4,8 @@
 use super::*;
 
 /// Timestamps for per-operation latencies. The monotonic clock costs about
-/// as much as a poll on some machines (40 ns on the VM this was tuned on), so
-/// on x86_64 the CPU's time-stamp counter is read instead and converted to
+/// as much as a poll on some machines (docs/performance.md, "The machine"),
+/// so on x86_64 the CPU's time-stamp counter is read instead and converted to
 /// time with the rate measured against the monotonic clock over the whole
 /// test (Linux uses the same counter as its clock source where it is
 /// stable). Elsewhere the monotonic clock is used directly.
@@ -46,7 +46,7 @@ impl Ticks {
 /// same point of its iteration: a sample runs from one timestamp to the
 /// next, so the samples add up to the whole timed run and nothing between
 /// iterations is left out. One reading instead of two (start and end) also
-/// halves what the clock adds: ~11 ns a reading on the VM this was tuned on.
+/// halves what the clock adds (docs/performance.md, "`rdm4-perf`'s method").
 #[derive(Default)]
 pub(super) struct Laps {
     pub(super) last: u64,
@@ -90,7 +90,7 @@ pub(super) fn counts(o: &Opts, test: &str, size: usize) -> (usize, usize) {
     let streaming = test.ends_with("_bw") || test == "msg_rate";
     let auto = if streaming {
         // About 0.2 s at 10 M msg/s or 10 GB/s: shorter runs at small
-        // sizes measured mostly start-up and the machine's jitter.
+        // sizes measure mostly start-up and the machine's jitter.
         (2_000_000_000 / (size + 1000)).clamp(100, 2_000_000)
     } else if test == "tag_lat" || test == "msg_lat" {
         // About 50-80 ms per size (200,000 round trips at 8 B): a few
@@ -185,10 +185,10 @@ pub(super) fn stream(c: &mut Ctx, client: bool, size: usize, iters: usize, warmu
     let mut ack = [0u8; 1];
     // One stream of `warmup + iters` messages with `window` in flight; the
     // clock starts once `warmup` have completed, as `ucx_perftest` times.
-    // (A warm-up round and a timed round once measured the state where a
-    // receiver handed messages ahead of its receives takes each as
-    // unexpected: 8 B ~11 M msg/s instead of ~19. The library now gets
-    // out of that state by itself: `Endpoint::took_unexpected`.)
+    // A warm-up round apart would let the sender run ahead at the boundary
+    // and time a receiver that takes each message as unexpected, a state
+    // the library leaves by itself (`Endpoint::took_unexpected`) but not
+    // at once (docs/performance.md, "`rdm4-perf`'s method").
     let total = warmup + iters;
     // `--inject`: the client's sends are done when the call returns (no
     // completion); it still posts at most `window` between polls.
@@ -250,8 +250,10 @@ pub(super) fn stream(c: &mut Ctx, client: bool, size: usize, iters: usize, warmu
 /// counter into `local`); returns the library's status. The source of the
 /// writes is filled once per test by `one_sided_buffer`, not per operation:
 /// as in `ucx_perftest`, the loop times the library, not the filling of the
-/// buffer (which at 64 KiB cost two thirds of the put's time). The data
-/// is verified by the last, separate write of `run_test`.
+/// buffer (which at 64 KiB would take most of each iteration;
+/// docs/performance.md, "one-sided operations on one host (issue 31,
+/// second part)"). The data is verified by the last, separate write of
+/// `run_test`.
 pub(super) fn post_one_sided(c: &Ctx, kind: OneSided, local: &mut [u8], size: usize) -> i32 {
     let null = std::ptr::null_mut();
     if c.now {

@@ -18,8 +18,8 @@ pub struct ShmConfig {
     /// is halved until it fits.
     ///
     /// Default 128 (8 MiB with the default MTU). 32 slots (2 MiB, a ring
-    /// that stays in cache) make 4 KiB-1 MiB messages one at a time ~20%
-    /// quicker, but in some machine states halve 1 MiB streams, whose
+    /// that stays in cache) make 4 KiB-1 MiB messages one at a time
+    /// quicker, but in some machine states slow 1 MiB streams, whose
     /// sender then writes lines the receiver read a lap before instead of
     /// lines no cache holds; applications after the latency can set 32
     /// (see docs/performance.md, "Ring size").
@@ -32,8 +32,8 @@ pub struct ShmConfig {
     /// copy by cross-memory attach, the sender passive) instead of long-CTS
     /// through the ring (`usize::MAX`, the default: never). The ring's
     /// pipelined copies — the sender copying in while the receiver copies
-    /// out — were quicker from 64 KiB to 16 MiB; long-read still pays off
-    /// when the sender cannot progress while the message moves (see
+    /// out — are the quicker at every size; long-read pays off when the
+    /// sender cannot progress while the message moves (see
     /// docs/performance.md, "Long-read").
     pub longread_min: usize,
     /// How far (bytes) the owner stays behind a producer that is still
@@ -41,8 +41,8 @@ pub struct ShmConfig {
     /// them; `None` (the default): three times the L2 cache of CPU 0 (1.5
     /// MiB where unknown), at most a quarter of the ring; `Some(0)`: never.
     /// A reader right behind a streaming writer copies lines that are still
-    /// in the writer's caches, which ran at ~11 GB/s instead of ~27 in
-    /// spells that came and went for seconds. Producers mark only packets
+    /// in the writer's caches, which is slow in spells that come and go for
+    /// seconds. Producers mark only packets
     /// with four trails or more of a stream behind them
     /// ([`crate::device::Caps::backlog_min`]), so a lone message (up to 6
     /// MiB with the default), which the owner should copy as it arrives, is
@@ -54,9 +54,10 @@ pub struct ShmConfig {
     /// non-temporal stores; `None`: never; `Some(0)`: always. The producer
     /// times a load of the peer's ring head once per 16 such packets; the
     /// peer is far while 3 of the last 32 times are over the limit. Far
-    /// apart, plain stores make every line cross twice (1 MiB streams at
-    /// about half the rate); close, non-temporal stores halve streams, so
-    /// there a stream that does not pause tries the other way now and then
+    /// apart, plain stores make every line cross twice; close,
+    /// non-temporal stores make the owner read from memory what it would
+    /// find in the shared cache, so there a stream that does not pause
+    /// tries the other way now and then
     /// and keeps whichever laps the ring quicker (`far.rs`;
     /// docs/performance.md, "Non-temporal stores"). `None` and `Some(0)`
     /// fix the way, trials and all. The "more follows" mark comes with the
@@ -67,11 +68,10 @@ pub struct ShmConfig {
     /// small packets that the express receive takes (`lag.rs`): 16 KiB by
     /// default, at most an eighth of the ring; 0: not at all. Only in such
     /// a stream (256 packets in a row, none answered, at least 4 M/s) does
-    /// a packet wait for it: until `lag` more bytes follow it (16 KiB of
-    /// 8 B messages: ~6-13 us at 20-40 M msg/s), 10 us at most, or one
-    /// hold (1.5 us) when the stream pauses or stops. 8 B streams ran at
-    /// 24-25 M msg/s without it and 36-38 with 16 KiB; 4 and 8 KiB were not
-    /// enough (see docs/performance.md, "Lag").
+    /// a packet wait for it: until `lag` more bytes follow it, 10 us at
+    /// most, or one hold (1.5 us) when the stream pauses or stops. It keeps
+    /// 8 B streams at their fast rate, and 16 KiB is the least lag that
+    /// does (see docs/performance.md, "Lag").
     pub lag: usize,
     /// How often peers' liveness is checked; also how often the ring's
     /// head is checked for an entry claimed by a producer that died before
@@ -84,11 +84,11 @@ pub struct ShmConfig {
     /// (`ringrma.rs`). Only towards a target that polled in the last 50 us
     /// and does not sleep; a request it leaves untaken for a quarter of a
     /// millisecond is taken back and done by the system call after all.
-    /// Default on: with the target polling, 8 B to 4 KiB puts and gets ran
-    /// at ~6 times the rate of the system call (4.7 against 0.8 M/s), 64
-    /// KiB at 3-5 times, and an 8 B get's latency fell from 1.33 to 0.36
-    /// us (docs/performance.md, "RMA through the ring"). Off: every such
-    /// operation is the system call, done in the call.
+    /// Default on: with the target polling, puts and gets of 8 B to 64 KiB
+    /// go at several times the rate of the system call and in a fraction
+    /// of its latency (docs/performance.md, "one-sided operations on one
+    /// host (issue 31, second part)"). Off: every such operation is the
+    /// system call, done in the call.
     pub ring_rma: bool,
 }
 

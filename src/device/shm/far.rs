@@ -18,18 +18,18 @@
 //! transfer; otherwise the line may have been at hand and the time says
 //! nothing (a few such times remain: the line can arrive by other ways).
 //! Packets go past the caches while at least [`FAR_COUNT`] of the last
-//! [`SAMPLES`] times are above the limit. Close, under 2% of the times
-//! (the timer's own ~20-30 ns included) are above the default limit; far
-//! apart, from 29% to 86% of them, the rest finding the line at hand (the
-//! producer's own accesses to the neighbouring tail line can bring it in).
-//! So a far placement is told by a few high times, not by their median or
-//! most of them: a far packet written through the caches crosses at a
-//! third of the speed, and a few percent of them cost a third of a
-//! stream's rate (docs/performance.md, "Non-temporal stores").
+//! [`SAMPLES`] times are above the limit. Close, only a few of the times
+//! (the timer's own cost included) are above the default limit; far
+//! apart, from a minority to most of them, the rest finding the line at
+//! hand (the producer's own accesses to the neighbouring tail line can
+//! bring it in). So a far placement is told by a few high times, not by
+//! their median or most of them: a far packet written through the caches
+//! crosses much slower, and a few percent of such packets cost a stream
+//! much of its rate (docs/performance.md, "Non-temporal stores").
 //!
 //! Close, plain stores usually win, but not always: in spells that come and
-//! go for seconds, streams through the ring with plain stores run at ~11
-//! GB/s where non-temporal ones keep 15-19. Timing the producer's own
+//! go for seconds, streams through the ring with plain stores run slower
+//! than with non-temporal ones. Timing the producer's own
 //! copies cannot tell these spells: a plain copy among non-temporal ones is
 //! slow even where plain stores win (the owner, slower then, holds the
 //! lines just behind the producer). What tells them is the stream's pace.
@@ -62,20 +62,20 @@ const PROBE_EVERY: u32 = 16;
 /// Times the decision looks at (the newest of a peer's).
 const SAMPLES: u32 = 32;
 
-/// How many of them above the limit make the peer far. With the shares
-/// measured (up to 1.5% of times high close, down to 29% far), a close
-/// peer reaches it by chance about once in 100 decisions, and a far one
-/// misses it about once in 800. The two errors are not alike: a close
-/// packet past the caches costs about 0.8 of its plain time, a far packet
-/// through them about 4.5 times its non-temporal time.
+/// How many of them above the limit make the peer far. By the shares of
+/// high times measured close and far, a close peer reaches it by chance
+/// rarely and a far one misses it more rarely still, which suits the two
+/// errors' costs: a close packet past the caches takes a little less than
+/// its plain time, a far packet through them several times its
+/// non-temporal time (docs/performance.md, "Non-temporal stores").
 const FAR_COUNT: u32 = 3;
 
 /// Laps the usual way between trials of the other (8 MiB laps: 2 GiB),
 /// unless the usual way slows down.
 const TRIAL_LAPS: u32 = 256;
 
-/// Laps the usual way before a peer's first trial (the first laps of a
-/// stream ran slow on that VM, at either way).
+/// Laps the usual way before a peer's first trial (a stream's first laps
+/// are slow either way: a trial among them tells nothing).
 const FIRST_TRIAL: u32 = 16;
 
 /// Laps the usual way a trial is held against: the quickest of the last

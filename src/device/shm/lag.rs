@@ -4,8 +4,8 @@
 //! A receiver that keeps up with a stream of 8-byte messages reads (itself
 //! or by its hardware prefetcher, most likely) the cache lines its producer
 //! is about to write, or has just asked for: they move to the reader and
-//! back, and the producer waits for them. Such a stream settles at about
-//! half the rate of the spells in which the receiver happens to fall behind
+//! back, and the producer waits for them. Such a stream settles well below
+//! the rate of the spells in which the receiver happens to fall behind
 //! (docs/performance.md, "Lag").
 //!
 //! So, in a fast one-way stream, the express receive reads the ring's tail
@@ -15,11 +15,11 @@
 //! first poll after that takes what lies beyond the lag by then, or, when
 //! nothing does, everything there; and a poll takes everything there when
 //! the last that did is [`WAIT_MAX`] (10 us) ago. So a packet waits until
-//! the stream has written `lag` bytes after it (with 16 KiB and packets of
-//! one line, ~6-13 us at 20-40 M msg/s), 10 us at most, or, when the
-//! stream pauses, one hold. A stream that stops is read to its end. The
-//! 10 us bound costs ~4% of the 8 B rate; unbounded, a packet of the
-//! slowest stream that counts waited up to 64 us.
+//! the stream has written `lag` bytes after it, 10 us at most, or, when
+//! the stream pauses, one hold. A stream that stops is read to its end.
+//! The bound costs a little of the 8 B rate; without it, a packet of the
+//! slowest stream that counts could wait a run's worth of gaps (64 us;
+//! docs/performance.md, "Lag").
 //!
 //! A fast one-way stream: the express receive took at least [`STREAM_RUN`]
 //! packets in a row without this endpoint sending anything between them,

@@ -156,9 +156,9 @@ const SLOT_HDR: usize = 24;
 const FULL_WAIT_MAX: u32 = 16;
 /// Endpoint ids scanned for a free one when none is asked for.
 const EPID_SCAN: u32 = 4096;
-/// Most cache lines of a reply asked for ahead (see [`reply_lines`]): 4 KiB
-/// replies were quicker with 8 than with 2 or 4, and 16 or 64 gained
-/// nothing (docs/performance.md, "Reply lines").
+/// Most cache lines of a reply asked for ahead (see [`reply_lines`]): the
+/// least cap that does not slow 4 KiB replies; a higher one gains nothing
+/// (docs/performance.md, "Reply lines").
 const REPLY_LINES: usize = 8;
 
 /// How many lines of the reply to the packet just handled to ask for
@@ -379,8 +379,8 @@ struct Peer {
     /// found full: `full_wait`, the current wait, doubles (up to
     /// `FULL_WAIT_MAX`) while the ring stays full and resets when a send
     /// finds room. The owner writes its head after every batch, and a
-    /// sender that reread it on every attempt took that line from the owner
-    /// each time: with a 2 MiB ring, 1 MiB streams ran at half their rate
+    /// sender that rereads it on every attempt takes that line from the
+    /// owner each time, which slows streams through a small ring
     /// (docs/performance.md, "Ring layout").
     full_skip: u32,
     full_wait: u32,
@@ -682,8 +682,8 @@ impl ShmDevice {
             // ping-pong's receiver then finds it at hand. Not after later
             // ones: a receiver that streams has caught up with the sender,
             // and fetching the line the sender writes next takes it away
-            // from the sender every message (8 B streams a quarter slower;
-            // docs/performance.md, "Other prefetches").
+            // from the sender every message, which slows 8 B streams
+            // (docs/performance.md, "Other prefetches").
             if n == 0 {
                 prefetch_pos::<false>(&self.map, &self.shape, self.head + span as u64);
             }
@@ -822,8 +822,8 @@ impl ShmDevice {
     /// handling of the packet just taken and its call to send, where
     /// `send_with` would ask only after its claim. Right after the packet,
     /// not earlier or after the whole poll: a peer that polls the line
-    /// takes it back within a few polls (8 B one-way 0.105 -> 0.085 us;
-    /// docs/performance.md, "Reply lines").
+    /// takes it back within a few polls (docs/performance.md, "Reply
+    /// lines").
     #[inline(always)]
     fn prefetch_reply(&self, ah: Option<Ah>, lines: usize) {
         if let Some(Some(p)) = ah.and_then(|a| self.peers.get(a as usize)) {

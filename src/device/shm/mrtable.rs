@@ -102,9 +102,10 @@ impl Drop for Claim<'_> {
     }
 }
 
-/// This process's id, read once (`getpid` is a system call, ~5% of an
-/// 8-byte put on mapped memory); a forked child forgets it
-/// (`pthread_atfork`) and reads its own.
+/// This process's id, read once (`getpid` is a system call, too dear for
+/// every claim; docs/performance.md, "one-sided operations on one host
+/// (issue 31, first part)"); a forked child forgets it (`pthread_atfork`)
+/// and reads its own.
 fn this_pid() -> u32 {
     static PID: AtomicU32 = AtomicU32::new(0);
     extern "C" fn forget() {
@@ -171,8 +172,8 @@ pub(super) fn claim_remote<'a>(
     // and `lookup` reads the entry's sequence word sequentially consistent
     // too, which orders them against the owner's fence between clearing
     // the key and reading the claims (on x86 the claim's locked
-    // instruction is itself a full barrier; an `mfence` here cost ~10 ns
-    // per access).
+    // instruction is itself a full barrier, so an `mfence` here would only
+    // add its cost to every access).
     match lookup(map, e, key, addr, len, need) {
         Some(entry) => Ok((claim, entry)),
         None => Err(Status::RemoteAccess),

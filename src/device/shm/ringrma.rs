@@ -3,9 +3,9 @@
 //! owner that is polling, goes as a request entry into the owner's ring;
 //! the owner's device checks it against its own registration table, copies
 //! within its own process, and answers with an entry in the requester's
-//! ring. With the owner polling this ran at 4-5 times the rate of a
+//! ring. With the owner polling this is several times quicker than a
 //! cross-memory-attach system call per operation (docs/performance.md,
-//! "RMA through the ring").
+//! "one-sided operations on one host (issue 31, second part)").
 //!
 //! An owner that stops polling must not hold a request up: when the
 //! owner's ring head has not moved for [`RESCUE_US`] while a request waits
@@ -13,11 +13,13 @@
 //! them by cross-memory attach after all (and sends that owner no request
 //! for [`BACKOFF_US`]). The head, not a request's age: a window of 64
 //! requests queued behind each other is served in tens of microseconds by
-//! an owner that polls. And a quarter of a millisecond: an owner that
-//! polls in a loop stood still for 30 us every 200 ms or so on this VM
-//! (with 30 us, a tenth of the requests of an 8 B put stream went back).
-//! Only an owner that polled in the last 50 us is sent requests at all, so
-//! a request is taken back only when the owner stopped just then. Owner and requester decide who has a
+//! an owner that polls. And a quarter of a millisecond: even an owner that
+//! polls in a loop stands still now and then while its host runs
+//! something else, and a tighter limit takes back requests such an owner
+//! was about to serve (docs/performance.md, "one-sided operations on one
+//! host (issue 31, second part)"). Only an owner that polled in the last
+//! 50 us is sent requests at all, so a request is taken back only when
+//! the owner stopped just then. Owner and requester decide who has a
 //! request with one compare-and-swap each on the request's token word in
 //! the entry: the owner sets [`TAKEN`] before it reads the request, the
 //! requester [`VOID`] before it copies; whoever comes second leaves it

@@ -21,8 +21,8 @@ impl Mapping {
     /// Maps the segment, its page tables filled at once (`MAP_POPULATE`):
     /// otherwise the first pass of packets through the ring takes a minor
     /// page fault for each of its pages, in both processes (every 64th small
-    /// message, every 4 KiB one: p99 of an 8 B ping-pong 2.7 µs instead of
-    /// 0.19 µs; docs/performance.md, "Ring layout"). The pages are already
+    /// message, every 4 KiB one), which shows in a ping-pong's tail latency
+    /// (docs/performance.md, "Ring layout"). The pages are already
     /// allocated (`create` fallocates them), so this only costs the mapping.
     pub(super) fn map(fd: RawFd, len: usize) -> Result<Mapping, Status> {
         Self::map_at(fd, len, 0)

@@ -104,7 +104,8 @@ fn an_open_removes_every_dead_segment_of_its_prefix() {
 #[test]
 fn a_segment_whose_owner_died_while_sizing_it_is_judged_from_its_header_alone() {
     // A huge sparse segment with a dead owner: judging it must not map it
-    // whole (a 16 GiB one took the next open 20 s with MAP_POPULATE).
+    // whole (with MAP_POPULATE that fills page tables for all of it, and
+    // the next open waits for them).
     let c = cfg("huge");
     let dev = ShmDevice::open_with(c.clone()).unwrap();
     let name = dev.name.clone();

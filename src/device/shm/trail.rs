@@ -7,8 +7,7 @@
 //! application idle, the ring full) has nothing unsealed, and the packet is
 //! read at once. A producer that died between its claim and its seal would
 //! hold the head for ever; after `HOLD_MAX` polls the packet is read anyway.
-//! Why, and what it measured: [`ShmConfig::trail`], docs/performance.md,
-//! "Trail".
+//! Why: [`ShmConfig::trail`], and docs/performance.md, "Trail".
 
 use std::sync::atomic::Ordering;
 
@@ -17,8 +16,9 @@ use super::{off, ShmDevice, HDR_LEN};
 #[cfg(doc)]
 use super::ShmConfig;
 
-/// Polls one packet may be held back for (~10 ms of a busy poll loop; a
-/// live producer writes a trail's worth in well under that).
+/// Polls one packet may be held back for (a million: milliseconds of a
+/// busy poll loop; a live producer writes a trail's worth in well under
+/// that).
 const HOLD_MAX: u32 = 1 << 20;
 
 /// Entries looked at after the head's: a trail of 64 KiB packets is ~24;
