@@ -25,10 +25,14 @@
  * their next rdm4_poll/rdm4_wait (their operations towards it complete with
  * RDM4_EPEER) and refuses every send that reaches it from then on
  * (RDM4_EPEER at once). A peer that dies without closing (a signal) is
- * found dead within RDM4_SHM_PEER_CHECK_MS milliseconds (default 100) of
- * progress calls, or at once by a failed RMA to it; sends that completed
- * between its death and then were lost with it, like messages it had not
- * taken.
+ * found dead over shm within RDM4_SHM_PEER_CHECK_MS milliseconds (default
+ * 100) of progress calls, or at once by a failed RMA to it; over udp as
+ * soon as its host reports its port closed, or else after
+ * RDM4_UDP_GIVEUP_MS of silence (probes unanswered) while this endpoint
+ * awaits it. Sends that completed between its death and then were lost
+ * with it, like messages it had not taken. A peer that only stops calling
+ * the library (it computes, waits elsewhere) is never given up: over udp
+ * the library's responder thread answers for it (man 7 rdm4).
  */
 
 #ifndef RDM4_H
@@ -1268,6 +1272,19 @@ int32_t rdm4_ep_close(struct rdm4_ep *ep);
 int32_t rdm4_ep_getname(struct rdm4_ep *ep, void *addr, size_t *len);
 
 /**
+ * Reports what `ep` runs with: its device and modes, its limits and the
+ * protocol thresholds that its settings and device give (as `fi_getinfo`
+ * reports a provider's). Set `info->size` to `sizeof(rdm4_ep_info)`
+ * first; the library writes at most that many bytes, so a program built
+ * against an older, shorter struct keeps working.
+ *
+ * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `info`,
+ * or `info->size` too small for `size` and `device`). Thread safety: any
+ * thread.
+ */
+int32_t rdm4_ep_query(struct rdm4_ep *ep, struct rdm4_ep_info *info);
+
+/**
  * Inserts `count` raw addresses (`count * RDM4_ADDR_LEN` bytes at `addrs`)
  * and writes their handles to `out[0..count]`. Inserting an address twice
  * gives the same handle. All or nothing: on failure no address stays inserted.
@@ -1426,19 +1443,6 @@ int32_t rdm4_poll(struct rdm4_ep *ep, struct rdm4_cqe *entries, size_t max);
  * `rdm4_ep_close` of the same endpoint.
  */
 int32_t rdm4_wait(struct rdm4_ep *ep, int timeout_ms);
-
-/**
- * Reports what `ep` runs with: its device and modes, its limits and the
- * protocol thresholds that its settings and device give (as `fi_getinfo`
- * reports a provider's). Set `info->size` to `sizeof(rdm4_ep_info)`
- * first; the library writes at most that many bytes, so a program built
- * against an older, shorter struct keeps working.
- *
- * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `info`,
- * or `info->size` too small for `size` and `device`). Thread safety: any
- * thread.
- */
-int32_t rdm4_ep_query(struct rdm4_ep *ep, struct rdm4_ep_info *info);
 
 /**
  * Tells whether it is safe to sleep on `rdm4_ep_fd`'s descriptor now (as

@@ -23,7 +23,11 @@
 mod cep;
 mod counters;
 mod data;
+// The C API's objects, in the header's order.
 mod ep;
+mod av;
+mod mr;
+mod cq;
 mod responder;
 mod shared;
 mod types;
@@ -37,9 +41,12 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
+pub use av::*;
 pub use counters::*;
+pub use cq::*;
 pub use data::*;
 pub use ep::*;
+pub use mr::*;
 pub use types::*;
 
 use crate::engine::Cqe;

@@ -1,0 +1,127 @@
+//! The address vector: peers inserted, removed and printed.
+
+use std::ffi::{c_char, c_void};
+
+use super::types::*;
+use super::{boundary, lookup, rdm4_ep};
+use crate::status::Status;
+use crate::wire::RawAddr;
+
+/// Inserts `count` raw addresses (`count * RDM4_ADDR_LEN` bytes at `addrs`)
+/// and writes their handles to `out[0..count]`. Inserting an address twice
+/// gives the same handle. All or nothing: on failure no address stays inserted.
+///
+/// Returns the number inserted (`count`); `RDM4_EBADHANDLE`; `RDM4_EINVAL`
+/// (NULL `addrs` or `out` with `count > 0`); `RDM4_ENOADDR` (an address no
+/// device of this endpoint can reach, e.g. another host's shared memory or a
+/// closed endpoint); `RDM4_ENOTSUP` (a shm peer whose MTU is smaller than
+/// this endpoint's: `RDM4_SHM_MTU` must not be larger here than there).
+/// Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn rdm4_av_insert(ep: *mut rdm4_ep, addrs: *const c_void, count: usize, out: *mut rdm4_addr) -> i32 {
+    boundary(|| {
+        let mut g = lookup(ep)?;
+        if count == 0 {
+            return Ok(0);
+        }
+        if addrs.is_null() || out.is_null() || count > i32::MAX as usize / RDM4_ADDR_LEN {
+            return Err(Status::Inval);
+        }
+        // SAFETY: the caller gives `count` addresses of RDM4_ADDR_LEN bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(addrs.cast::<u8>(), count * RDM4_ADDR_LEN) };
+        let mut done: Vec<u32> = Vec::with_capacity(count);
+        let mut fresh: Vec<u32> = Vec::new();
+        for chunk in bytes.chunks(RDM4_ADDR_LEN) {
+            let raw = RawAddr::from_bytes(chunk).ok_or(Status::Inval)?;
+            let known = g.ep.av_contains(&raw);
+            match g.ep.av_insert(&raw) {
+                Ok(a) => {
+                    done.push(a);
+                    if !known {
+                        fresh.push(a);
+                    }
+                }
+                Err(e) => {
+                    // Undo only what this call added.
+                    for a in fresh {
+                        let _ = g.ep.av_remove(a);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        for (i, a) in done.iter().enumerate() {
+            // SAFETY: `out` has room for `count` handles.
+            unsafe { out.add(i).write(u64::from(*a)) };
+        }
+        Ok(count as i32)
+    })
+}
+
+/// Removes `count` address handles. Operations towards them, and posted
+/// receives that accept only one of them, complete with `RDM4_ECANCELED`.
+/// All handles are checked first: nothing is removed when one is unknown.
+///
+/// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `addrs`
+/// with `count > 0`); `RDM4_ENOADDR` (an unknown handle).
+/// Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn rdm4_av_remove(ep: *mut rdm4_ep, addrs: *const rdm4_addr, count: usize) -> i32 {
+    boundary(|| {
+        let mut g = lookup(ep)?;
+        if count == 0 {
+            return Ok(0);
+        }
+        if addrs.is_null() {
+            return Err(Status::Inval);
+        }
+        // SAFETY: `count` handles at `addrs`.
+        let list = unsafe { std::slice::from_raw_parts(addrs, count) };
+        let handles: Result<Vec<u32>, Status> = list
+            .iter()
+            .map(|&a| u32::try_from(a).ok().filter(|&a| g.ep.av_lookup(a).is_ok()).ok_or(Status::NoAddr))
+            .collect();
+        for a in handles? {
+            g.ep.av_remove(a)?;
+        }
+        Ok(0)
+    })
+}
+
+/// Writes a readable form of a raw address (`RDM4_ADDR_LEN` bytes at `addr`)
+/// as a NUL-terminated string into `buf`; `*len` holds the buffer size on
+/// entry and the needed size (NUL included) on return. As
+/// `rdm4_ep_getname`: a NULL `buf` asks for the size.
+///
+/// Returns `RDM4_SUCCESS`; `RDM4_EINVAL` (NULL `addr` or `len`, or an
+/// address no endpoint could have); `RDM4_ETOOSMALL` when `buf` is NULL or
+/// `*len` is short (nothing written, `*len` set to the size needed).
+/// Thread safety: any thread; no endpoint needed.
+#[no_mangle]
+pub extern "C" fn rdm4_av_straddr(addr: *const c_void, buf: *mut c_char, len: *mut usize) -> i32 {
+    boundary(|| {
+        if addr.is_null() || len.is_null() {
+            return Err(Status::Inval);
+        }
+        // SAFETY: RDM4_ADDR_LEN readable bytes at `addr`.
+        let bytes = unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), RDM4_ADDR_LEN) };
+        let raw = RawAddr::from_bytes(bytes).ok_or(Status::Inval)?;
+        let gid: Vec<String> = raw.gid.chunks(2).map(|p| format!("{:02x}{:02x}", p[0], p[1])).collect();
+        let text = format!("rdm4://[{}]:{}/{:#010x}", gid.join(":"), raw.qpn(), raw.connid());
+        // SAFETY: `len` is non-NULL.
+        let have = unsafe { len.read() };
+        if buf.is_null() || have < text.len() + 1 {
+            // SAFETY: as above.
+            unsafe { len.write(text.len() + 1) };
+            return Err(Status::TooSmall);
+        }
+        // SAFETY: as above.
+        unsafe { len.write(text.len() + 1) };
+        // SAFETY: `buf` has `have` >= text.len() + 1 bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), text.len());
+            buf.add(text.len()).write(0);
+        }
+        Ok(0)
+    })
+}
