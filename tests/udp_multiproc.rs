@@ -109,7 +109,9 @@ enum Leave {
 
 /// Runs the parent of a scenario: pings the victim and the survivor, makes
 /// the victim leave, sends it a long message, and checks that the send ends
-/// with `PeerUnreachable` in `expect`, later sends fail at once, and the
+/// with `PeerUnreachable` in `expect` (its start counted from the start of
+/// the victim's last ping, its end from the send), later sends fail at
+/// once, and the
 /// survivor keeps working. Returns how long the loss took.
 fn lose_a_peer(how: Leave, giveup: Duration, expect: std::ops::Range<Duration>) -> Duration {
     let dir = std::env::temp_dir().join(format!("rdm4udp{how:?}{}", std::process::id()));
@@ -122,13 +124,27 @@ fn lose_a_peer(how: Leave, giveup: Duration, expect: std::ops::Range<Duration>) 
     let mut survivor = spawn(&dir, "survivor");
     let to_victim = ep.av_insert(&read_addr(&dir, "victim")).unwrap();
     let to_survivor = ep.av_insert(&read_addr(&dir, "survivor")).unwrap();
+    let mut last_ping_start = Instant::now();
     for k in 0..10 {
-        ping(&mut ep, to_victim, k);
         ping(&mut ep, to_survivor, 100 + k);
+        last_ping_start = Instant::now();
+        ping(&mut ep, to_victim, k);
     }
+    // Silence is counted from the last datagram heard from the victim,
+    // which came after the start of its last ping: the loss comes at least
+    // the give-up time after that start.
+    let heard_after = last_ping_start;
     let pid = victim.id() as libc::pid_t;
     // SAFETY: signals to the child this test started.
     unsafe { libc::kill(pid, if how == Leave::Killed { libc::SIGKILL } else { libc::SIGSTOP }) };
+    if how == Leave::Stopped {
+        // Stopped for sure before anything is sent to it.
+        let t = Instant::now();
+        while !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| st.contains(") T ")) {
+            assert!(t.elapsed() < LIMIT, "the victim never stopped");
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
     // A killed victim is reaped (its port closes with it); a stopped one
     // after the scenario.
     let mut victim = if how == Leave::Killed {
@@ -148,9 +164,13 @@ fn lose_a_peer(how: Leave, giveup: Duration, expect: std::ops::Range<Duration>) 
         ep.poll_cq(&mut cq, usize::MAX);
     }
     let took = t.elapsed();
+    let since_heard = heard_after.elapsed();
     let e = cq.iter().find(|e| e.context == 7).unwrap();
-    assert_eq!(e.status, Status::PeerUnreachable);
-    assert!(expect.contains(&took), "{how:?}: given up after {took:?}, outside {expect:?}");
+    assert_eq!(e.status, Status::PeerUnreachable, "{how:?}: {e:?} after {took:?}");
+    assert!(
+        took < expect.end && since_heard >= expect.start,
+        "{how:?}: given up after {took:?} ({since_heard:?} after the last ping began), outside {expect:?}"
+    );
     let mut small = OwnedBuf::from_slice(b"x");
     assert_eq!(ep.send(to_victim, small.buf(), SendOpts::default()), Err(Status::PeerUnreachable));
     // The survivor is unaffected.

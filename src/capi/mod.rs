@@ -23,11 +23,11 @@
 mod cep;
 mod counters;
 mod data;
-// The C API's objects, in the header's order.
-mod ep;
+// The C API's objects (ep, av, mr, cq) each have their own file.
 mod av;
-mod mr;
 mod cq;
+mod ep;
+mod mr;
 mod responder;
 mod shared;
 mod types;
