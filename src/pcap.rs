@@ -65,7 +65,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::device::{Access, Ah, Caps, DevError, DevEvent, Device, Flow, Sent};
+use crate::device::{Access, Ah, Caps, DevError, DevEvent, Device, Flow, InCall, Sent};
 use crate::mem::UserBuf;
 use crate::status::Status;
 use crate::wire::RawAddr;
@@ -326,7 +326,14 @@ impl<D> Drop for Capture<D> {
 }
 
 impl<D: Device> Device for Capture<D> {
-    const BATCHES: bool = D::BATCHES;
+    // Extensions pass through, but for the express receive, whose packets
+    // are recorded as `recv`'s are.
+    type Sleep = D::Sleep;
+    type Responder = D::Responder;
+    type MoreFollows = D::MoreFollows;
+    type Doorbell = D::Doorbell;
+    type Mapped = D::Mapped;
+    type InCall = Self;
 
     fn caps(&self) -> Caps {
         self.inner.caps()
@@ -361,52 +368,6 @@ impl<D: Device> Device for Capture<D> {
         })
     }
 
-    fn control_next(&mut self) {
-        self.inner.control_next()
-    }
-
-    const RESPONDER: bool = D::RESPONDER;
-
-    fn respond(&mut self) -> Option<(std::os::fd::RawFd, i32)> {
-        self.inner.respond()
-    }
-
-    fn responder_fds(&self) -> Vec<std::os::fd::RawFd> {
-        self.inner.responder_fds()
-    }
-
-    fn awaiting(&mut self, ah: Ah) {
-        self.inner.awaiting(ah)
-    }
-
-    fn redeliver(&mut self) {
-        self.inner.redeliver()
-    }
-
-    fn more_follows(&mut self, more: bool) {
-        self.inner.more_follows(more)
-    }
-
-    fn trywait(&mut self) -> bool {
-        self.inner.trywait()
-    }
-
-    fn doorbell(&mut self) {
-        self.inner.doorbell()
-    }
-
-    fn gather_nt(&mut self, ah: Ah, len: usize) -> bool {
-        self.inner.gather_nt(ah, len)
-    }
-
-    fn send(&mut self, ah: Ah, pkt: &[u8], wr_id: u64) -> Result<Sent, DevError> {
-        let sent = self.inner.send(ah, pkt, wr_id);
-        if sent.is_ok() {
-            record(&self.file, self.kind, Dir::Sent, Some(ah), [pkt, &[]]);
-        }
-        sent
-    }
-
     fn send_gather(
         &mut self,
         ah: Ah,
@@ -426,6 +387,10 @@ impl<D: Device> Device for Capture<D> {
         self.inner.send_gather(ah, wr_id, hdr_max, wrapped, payload)
     }
 
+    fn control_next(&mut self) {
+        self.inner.control_next()
+    }
+
     fn recv<R: Flow>(&mut self, max: usize, mut f: impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R) -> usize {
         let (file, kind) = (&self.file, self.kind);
         self.inner.recv(max, |ah, bytes: &[u8], gathered: Option<UserBuf>| {
@@ -434,15 +399,16 @@ impl<D: Device> Device for Capture<D> {
         })
     }
 
-    fn recv_express(&mut self, max: usize, mut f: impl FnMut(Ah, &[u8]) -> bool) -> (usize, bool) {
-        let (file, kind) = (&self.file, self.kind);
-        self.inner.recv_express(max, |ah, bytes: &[u8]| {
-            received(file, kind, Some(ah), [bytes, &[]], || f(ah, bytes), |took| !*took)
-        })
+    fn redeliver(&mut self) {
+        self.inner.redeliver()
     }
 
     fn events(&mut self, out: &mut Vec<DevEvent>) {
         self.inner.events(out)
+    }
+
+    fn awaiting(&mut self, ah: Ah) {
+        self.inner.awaiting(ah)
     }
 
     fn reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {
@@ -455,26 +421,6 @@ impl<D: Device> Device for Capture<D> {
 
     fn rdma_read(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
         self.inner.rdma_read(ah, local, remote_addr, key, wr_id)
-    }
-
-    fn wait(&mut self, timeout_ms: i32) -> bool {
-        self.inner.wait(timeout_ms)
-    }
-
-    fn wait_fd(&mut self) -> Option<std::os::fd::RawFd> {
-        self.inner.wait_fd()
-    }
-
-    fn sleep_begin(&mut self) -> Option<(std::os::fd::RawFd, i32)> {
-        self.inner.sleep_begin()
-    }
-
-    fn sleep_end(&mut self) {
-        self.inner.sleep_end()
-    }
-
-    fn wake_sleeper(&self) {
-        self.inner.wake_sleeper()
     }
 
     fn rdma_write(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
@@ -493,16 +439,51 @@ impl<D: Device> Device for Capture<D> {
         self.inner.rdma_write_imm(ah, local, remote_addr, key, imm, wr_id)
     }
 
-    fn alloc(&mut self, len: usize, access: Access) -> Result<(UserBuf, u64), Status> {
-        self.inner.alloc(len, access)
+    fn as_sleep(&mut self) -> Option<&mut D::Sleep> {
+        self.inner.as_sleep()
     }
 
-    fn reg_shared(&mut self, buf: UserBuf, fd: std::os::fd::RawFd, offset: u64, access: Access) -> Result<u64, Status> {
-        self.inner.reg_shared(buf, fd, offset, access)
+    fn as_sleeper(&self) -> Option<&D::Sleep> {
+        self.inner.as_sleeper()
+    }
+
+    fn as_responder(&mut self) -> Option<&mut D::Responder> {
+        self.inner.as_responder()
+    }
+
+    fn as_more_follows(&mut self) -> Option<&mut D::MoreFollows> {
+        self.inner.as_more_follows()
+    }
+
+    fn as_doorbell(&mut self) -> Option<&mut D::Doorbell> {
+        self.inner.as_doorbell()
+    }
+
+    fn as_mapped(&mut self) -> Option<&mut D::Mapped> {
+        self.inner.as_mapped()
+    }
+
+    fn as_in_call(&mut self) -> Option<&mut Self> {
+        self.inner.as_in_call()?;
+        Some(self)
+    }
+
+    fn as_in_call_ref(&self) -> Option<&Self> {
+        self.inner.as_in_call_ref()?;
+        Some(self)
+    }
+}
+
+/// The inner device's operations done in the call, its express receives
+/// recorded.
+impl<D: Device> InCall for Capture<D> {
+    fn any_peer(&self) -> bool {
+        self.inner.as_in_call_ref().is_some_and(|c| c.any_peer())
     }
 
     fn rdma_now(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, write: bool) -> Result<(), DevError> {
-        self.inner.rdma_now(ah, local, remote_addr, key, write)
+        let Some(c) = self.inner.as_in_call() else { return Err(DevError::Failed(Status::NotSup)) };
+        c.rdma_now(ah, local, remote_addr, key, write)
     }
 
     fn rdma_in_call(
@@ -513,15 +494,16 @@ impl<D: Device> Device for Capture<D> {
         key: u64,
         write: bool,
     ) -> Result<(), DevError> {
-        self.inner.rdma_in_call(ah, local, remote_addr, key, write)
+        let Some(c) = self.inner.as_in_call() else { return Err(DevError::Failed(Status::NotSup)) };
+        c.rdma_in_call(ah, local, remote_addr, key, write)
     }
 
-    fn atomic(&mut self, ah: Ah, remote_addr: u64, key: u64, a: &crate::device::RemoteAtomic) -> Result<(), DevError> {
-        self.inner.atomic(ah, remote_addr, key, a)
-    }
-
-    fn free(&mut self, key: u64) -> Result<(), Status> {
-        self.inner.free(key)
+    fn recv_express(&mut self, max: usize, mut f: impl FnMut(Ah, &[u8]) -> bool) -> (usize, bool) {
+        let (file, kind) = (&self.file, self.kind);
+        let Some(c) = self.inner.as_in_call() else { return (0, true) };
+        c.recv_express(max, |ah, bytes: &[u8]| {
+            received(file, kind, Some(ah), [bytes, &[]], || f(ah, bytes), |took| !*took)
+        })
     }
 }
 

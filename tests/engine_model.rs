@@ -30,7 +30,7 @@ use common::*;
 use rdm4::device::sim::SimConfig;
 use rdm4::device::Access;
 use rdm4::engine::atomic_ops::{datatype, op};
-use rdm4::engine::{Config, CqFlags, Cqe, RecvOpts, RemoteBuf, SendOpts};
+use rdm4::engine::{Config, CqFlags, Cqe, Proto, RecvOpts, RemoteBuf, SendOpts};
 use rdm4::mem::{OwnedBuf, UserBuf};
 use rdm4::Status;
 
@@ -103,7 +103,9 @@ struct Model {
     /// Stream indices by (sender, receiver).
     pending: Vec<HashMap<u64, Pending>>,
     next_ctx: u64,
-    regions: Vec<OwnedBuf>,
+    /// Each target's region (`owned`: the memory, unless the device allocated it).
+    regions: Vec<UserBuf>,
+    _owned: Vec<OwnedBuf>,
     keys: Vec<u64>,
     model_mem: Vec<Vec<u8>>,
     counters: HashMap<(usize, usize, usize), u64>,
@@ -145,7 +147,7 @@ fn rma_len(rng: &mut Rng, max: usize, zero_ok: bool) -> usize {
 }
 
 impl Model {
-    fn new(seed: u64, c: &mut Cluster) -> Model {
+    fn new(seed: u64, c: &mut Cluster, alloc: bool) -> Model {
         let mut streams = Vec::new();
         for s in 0..NEP {
             for r in 0..NEP {
@@ -162,6 +164,7 @@ impl Model {
             }
         }
         let mut regions = Vec::new();
+        let mut owned = Vec::new();
         let mut keys = Vec::new();
         let mut model_mem = Vec::new();
         for t in 0..NEP {
@@ -171,9 +174,19 @@ impl Model {
                 let at = q * PAIR + WSLICE + RSLICE;
                 init[at..at + 8 * COUNTERS].fill(0);
             }
-            let mut region = OwnedBuf::from_slice(&init);
-            keys.push(c.eps[t].mr_reg(region.buf(), Access::REMOTE_READ | Access::REMOTE_WRITE).unwrap());
-            regions.push(region);
+            let access = Access::REMOTE_READ | Access::REMOTE_WRITE;
+            if alloc {
+                // Memory the device allocates (peers map it where the device can).
+                let (buf, key) = c.eps[t].mr_alloc(init.len(), access).unwrap();
+                buf.write_at(0, &init);
+                keys.push(key);
+                regions.push(buf);
+            } else {
+                let mut region = OwnedBuf::from_slice(&init);
+                keys.push(c.eps[t].mr_reg(region.buf(), access).unwrap());
+                regions.push(region.buf());
+                owned.push(region);
+            }
             model_mem.push(init);
         }
         Model {
@@ -183,6 +196,7 @@ impl Model {
             pending: (0..NEP).map(|_| HashMap::new()).collect(),
             next_ctx: 1,
             regions,
+            _owned: owned,
             keys,
             model_mem,
             counters: HashMap::new(),
@@ -311,7 +325,7 @@ impl Model {
             self.remote_cqes[t].push((c.addrs[t][q], d, len as u64));
         }
         let ctx = self.ctx();
-        let remote = RemoteBuf { addr: self.regions[t].buf().addr() + lo as u64, key: self.keys[t] };
+        let remote = RemoteBuf { addr: self.regions[t].addr() + lo as u64, key: self.keys[t] };
         c.eps[q]
             .write(c.addrs[q][t], src.buf(), remote, cq_data, ctx)
             .unwrap_or_else(|e| panic!("seed {}: write {q}->{t} failed: {e:?}", self.seed));
@@ -337,7 +351,7 @@ impl Model {
         let want = self.model_mem[t][lo..hi].to_vec();
         let mut buf = OwnedBuf::from_slice(&vec![SENTINEL; len + 16]);
         let ctx = self.ctx();
-        let remote = RemoteBuf { addr: self.regions[t].buf().addr() + lo as u64, key: self.keys[t] };
+        let remote = RemoteBuf { addr: self.regions[t].addr() + lo as u64, key: self.keys[t] };
         let dst = buf.buf().slice(0, len).unwrap();
         c.eps[q]
             .read(c.addrs[q][t], dst, remote, ctx)
@@ -365,7 +379,7 @@ impl Model {
         let mut result = OwnedBuf::from_slice(&[SENTINEL; 8]);
         let res = if fetch { result.buf() } else { UserBuf::empty() };
         let ctx = self.ctx();
-        let remote = RemoteBuf { addr: self.regions[t].buf().addr() + at as u64, key: self.keys[t] };
+        let remote = RemoteBuf { addr: self.regions[t].addr() + at as u64, key: self.keys[t] };
         c.eps[q]
             .atomic(c.addrs[q][t], datatype::UINT64, op::SUM, operand.buf(), UserBuf::empty(), res, remote, ctx)
             .unwrap_or_else(|e| panic!("seed {}: atomic {q}->{t} failed: {e:?}", self.seed));
@@ -484,10 +498,13 @@ fn run(seed: u64, ops: usize) {
     run_with(seed, ops, SimConfig::chaotic(seed), Config::default());
 }
 
-fn run_with(seed: u64, ops: usize, sim: SimConfig, cfg: Config) {
+/// Runs the model; returns how many operations went by each protocol
+/// (`Proto::ALL`'s order), summed over the endpoints.
+fn run_with(seed: u64, ops: usize, sim: SimConfig, cfg: Config) -> Vec<u64> {
     let t0 = Instant::now();
+    let alloc = sim.mapped;
     let mut c = Cluster::new(NEP, sim, cfg);
-    let mut m = Model::new(seed, &mut c);
+    let mut m = Model::new(seed, &mut c, alloc);
     let mut iters = 0usize;
     while m.posted < ops {
         iters += 1;
@@ -562,8 +579,9 @@ fn run_with(seed: u64, ops: usize, sim: SimConfig, cfg: Config) {
 
     // Memory: every region equals the model.
     for t in 0..NEP {
-        let got = m.regions[t].bytes();
-        if got != m.model_mem[t].as_slice() {
+        let mut got = vec![0u8; m.regions[t].len()];
+        m.regions[t].read_at(0, &mut got);
+        if got != m.model_mem[t] {
             let first = got.iter().zip(&m.model_mem[t]).position(|(a, b)| a != b).unwrap();
             let (q, within) = (first / PAIR, first % PAIR);
             panic!("seed {seed}: region of {t} differs from the model at byte {first} (requester {q}, offset {within} in its pair block)");
@@ -603,6 +621,7 @@ fn run_with(seed: u64, ops: usize, sim: SimConfig, cfg: Config) {
         m.max_outstanding, m.recv_after_send, m.max_unexpected
     );
     eprintln!("seed {seed}: packet types {:?}", c.all_types());
+    Proto::ALL.iter().map(|&p| c.eps.iter().map(|e| e.traffic().ops(p)).sum()).collect()
 }
 
 fn ops() -> usize {
@@ -700,4 +719,31 @@ fn model_with_rdma_long_read() {
     let sim = SimConfig { rdma: true, max_rdma_size: 40_000, ..small_sim(4) };
     let cfg = Config { medium_max: 16 * 1024, ..Config::default() };
     run_with(4, ops(), sim, cfg);
+}
+
+/// The model over every shape of the device contract the sim device
+/// models (`SimConfig::shapes`: each combination of asynchronous sends,
+/// sleep and responder, hints on what follows, doorbell, mapped memory
+/// with allocated regions, operations in the call with RDMA to any peer),
+/// in shorter runs, half of them with a small MTU and tight credits.
+#[test]
+fn model_over_every_device_shape() {
+    let n = ops() / 5;
+    for (k, (name, sim)) in small_sim(5).shapes().into_iter().enumerate() {
+        let seed = 100 + k as u64;
+        eprintln!("shape {name}");
+        let sim = SimConfig { seed, ..sim };
+        let (in_call, mapped) = (sim.in_call, sim.mapped);
+        let ops = if k % 2 == 0 {
+            run_with(seed, n, sim, tight_config())
+        } else {
+            run_with(seed, n, SimConfig { mtu: 8192, ..sim }, Config::default())
+        };
+        let by = |p: Proto| ops[Proto::ALL.iter().position(|&q| q == p).unwrap()];
+        // The shape's own paths were taken: one-sided operations directly
+        // by a device that reaches any peer, atomics on mapped memory by
+        // the accessor.
+        assert_eq!(by(Proto::WriteDirect) > 0 && by(Proto::ReadDirect) > 0, in_call, "shape {name}: {ops:?}");
+        assert_eq!(by(Proto::AtomicDirect) > 0, in_call && mapped, "shape {name}: {ops:?}");
+    }
 }

@@ -62,7 +62,7 @@ fn files(prefix: &str, part: &str) -> usize {
 #[test]
 fn allocated_memory_is_written_and_read_by_copies_with_the_owner_never_progressing() {
     let (mut a, mut b, to_b) = pair("copy");
-    if !a.caps().rdma_any_peer {
+    if !a.any_peer() {
         return; // no cross-memory attach here: RMA goes emulated
     }
     let len = 2 << 20;
@@ -115,7 +115,7 @@ fn allocated_memory_is_written_and_read_by_copies_with_the_owner_never_progressi
 #[test]
 fn freeing_while_a_peer_writes_in_a_loop_leaves_no_access_after_it_returns() {
     let (mut a, mut b, to_b) = pair("free");
-    if !a.caps().rdma_any_peer {
+    if !a.any_peer() {
         return;
     }
     let (mem, key) = b.mr_alloc(1 << 16, Access::REMOTE_WRITE).unwrap();
@@ -184,7 +184,7 @@ fn atomics_on_allocated_memory_are_cpu_atomics_under_contention_from_every_side(
     let cfg = ShmConfig { prefix: prefix("atom"), ..ShmConfig::default() };
     let open = || Endpoint::new(ShmDevice::open_with(cfg.clone()).unwrap(), Config::default());
     let (mut a, mut c, mut b) = (open(), open(), open());
-    if !a.caps().rdma_any_peer {
+    if !a.any_peer() {
         return;
     }
     let (mem, key) = b.mr_alloc(64, Access::REMOTE_READ | Access::REMOTE_WRITE).unwrap();
@@ -319,7 +319,7 @@ impl Drop for Shared {
 #[test]
 fn memory_the_application_shares_by_a_memfd_is_mapped_by_peers() {
     let (mut a, mut b, to_b) = pair("memfd");
-    if !a.caps().rdma_any_peer {
+    if !a.any_peer() {
         return;
     }
     let shm = Shared::new();
@@ -370,7 +370,7 @@ fn memory_the_application_shares_by_a_memfd_is_mapped_by_peers() {
 #[test]
 fn deregistering_shared_memory_under_writes_leaves_it_untouched_after() {
     let (mut a, mut b, to_b) = pair("memfdload");
-    if !a.caps().rdma_any_peer {
+    if !a.any_peer() {
         return;
     }
     let shm = Shared::new();

@@ -129,7 +129,7 @@ forward! {
     mut fn sleep_begin() -> Option<(RawFd, i32)>;
     ref fn wants_responder() -> bool;
     mut fn respond() -> Option<(RawFd, i32)>;
-    ref fn responder_fds() -> Vec<RawFd>;
+    mut fn responder_fds() -> Vec<RawFd>;
     mut fn keepalive() -> ();
     mut fn sleep_end() -> ();
     ref fn wake_sleeper() -> ();

@@ -38,15 +38,23 @@
 //! The engine assumes nothing more: in particular no ordering, and no clock
 //! other than the `now` passed to its progress call.
 //!
+//! Beyond this core, a device may have extensions ([`ext`]: sleeping on a
+//! descriptor, a responder, hints on what follows, memory that peers of one
+//! host map, operations done in the call), each a trait of its own that the
+//! engine asks for where it uses it. docs/architecture.md draws the whole.
+//!
 //! The packet builders and the receive callback are generic closures, not
 //! trait objects: the engine is compiled for each device, and building or
 //! handling a packet inlines into the device's send and receive loops (so
 //! `Device` is not object-safe; a run-time choice of device is an enum,
 //! see `capi::CDevice`).
 
+pub mod ext;
 pub mod shm;
 pub mod sim;
 pub mod udp;
+
+pub use ext::{Doorbell, InCall, Lacks, Mapped, MoreFollows, Responder, Sleep};
 
 use bitflags::bitflags;
 
@@ -89,12 +97,6 @@ pub struct Caps {
     pub rdma_write: bool,
     /// RDMA write with immediate data supported ([`Device::rdma_write_imm`]).
     pub rdma_write_imm: bool,
-    /// Every peer the device reaches can be the target of its RDMA read and
-    /// write (the target's device serves them without its owner): the
-    /// engine then reads and writes directly without waiting for a new
-    /// peer's HANDSHAKE, so a peer that never calls the library is still
-    /// reached. shm: with cross-memory attach.
-    pub rdma_any_peer: bool,
     /// Every successful `send_with` completes at once (`Sent::Done`): the
     /// engine may then complete an eager send without keeping an entry for
     /// it. (`send_gather` may still answer `Pending`.)
@@ -106,19 +108,16 @@ pub struct Caps {
     /// the first segment being copied into the RTM and out again. Over a
     /// device that copies (false), a long-CTS RTM carries data, handed over
     /// by `send_gather` as CTSDATA payloads are, so that the device copies
-    /// all of a message's bytes the same way (`Device::gather_nt`).
+    /// all of a message's bytes the same way (shm: past the caches when the
+    /// receiver is far).
     pub gather_in_place: bool,
     /// Smallest two-sided message the device would rather move by one RDMA
     /// read than by packets (`usize::MAX`: never). The engine uses long-read
     /// only from the larger of this and `Config::longread_min`.
     pub longread_min: usize,
-    /// Bytes for one peer queued behind a packet from which the device wants
-    /// to hear of them ([`Device::more_follows`]), 0: never. The shm device
-    /// lets its owner trail a producer that streams (`ShmConfig::trail`).
-    pub backlog_min: u64,
 }
 
-/// The operation of [`Device::atomic`]: libfabric datatype and operation,
+/// The operation of [`Mapped::atomic`]: libfabric datatype and operation,
 /// and the application's buffers (operands, compare values, results).
 #[derive(Debug, Clone, Copy)]
 pub struct RemoteAtomic {
@@ -287,8 +286,24 @@ pub(crate) fn copy_gather<D: Device + ?Sized>(
     })
 }
 
-/// A reliable, unordered datagram device (see the module docs).
+/// A reliable, unordered datagram device (see the module docs): the core
+/// every device implements, and its optional extensions ([`ext`]), each an
+/// associated type that is the device itself where it has the extension and
+/// [`Lacks`] where it has not.
 pub trait Device {
+    /// Sleeping on a descriptor.
+    type Sleep: Sleep;
+    /// Work done while the application is away.
+    type Responder: Responder;
+    /// Hints on the bytes queued behind a packet.
+    type MoreFollows: MoreFollows;
+    /// The end of a call's packets.
+    type Doorbell: Doorbell;
+    /// Memory peers of one host map.
+    type Mapped: Mapped;
+    /// Operations done in the call.
+    type InCall: InCall;
+
     /// Capabilities.
     fn caps(&self) -> Caps;
 
@@ -316,90 +331,6 @@ pub trait Device {
         max_len: usize,
         build: impl FnMut(&mut [u8]) -> usize,
     ) -> Result<Sent, DevError>;
-
-    /// Says that the next packet sent is no new message (not an RTM or
-    /// RTA, or a later segment of a message already begun): a peer that
-    /// holds back new messages (it deferred packets) takes it anyway. A
-    /// hint for that one packet; devices that never defer ignore it.
-    fn control_next(&mut self) {}
-
-    /// The device needs its [`Device::respond`] called while the
-    /// application makes no call (udp: acknowledgements, probes and RDMA
-    /// cannot wait for the application). The C API then runs a responder
-    /// thread beside an endpoint in manual progress.
-    const RESPONDER: bool = false;
-
-    /// The responder's call, made while the application is away (it has
-    /// made no call for a while) and never during one of its calls: does
-    /// what cannot wait for the application's next call — acknowledgements
-    /// owed, retransmissions, answers to probes, the RDMA peers ask of this
-    /// endpoint's memory — and keeps what arrives for the engine (handed
-    /// over by the next [`Device::recv`]), making the application's
-    /// [`Device::wait_fd`] descriptor readable when it kept anything.
-    /// Returns the descriptor on which new work shows and the longest to
-    /// wait (ms) before the next call. `None` (the default): the device
-    /// needs no responder.
-    fn respond(&mut self) -> Option<(std::os::fd::RawFd, i32)> {
-        None
-    }
-
-    /// The descriptors [`Device::respond`] uses: the responder runs with a
-    /// descriptor table of its own that holds only these (and the standard
-    /// ones), so that it keeps none of the application's files open and the
-    /// application's system calls on descriptors stay as cheap as in a
-    /// process of one thread.
-    fn responder_fds(&self) -> Vec<std::os::fd::RawFd> {
-        Vec::new()
-    }
-
-    /// Says that the engine awaits an answer from peer `ah` (it has
-    /// operations with it): the device makes sure the peer is alive, and
-    /// reports it lost ([`DevEvent::PeerLost`]) within its documented bound
-    /// when it is not (udp: probes while it is silent). The engine says it
-    /// again every 100 ms while it waits; the default does nothing (a
-    /// device that learns of dead peers otherwise, shm: by their pid).
-    fn awaiting(&mut self, _ah: Ah) {}
-
-    /// Hands the packets deferred so far ([`Rx::Defer`]) to `recv` again,
-    /// first and in their order, from its next call on.
-    fn redeliver(&mut self) {}
-
-    /// Says whether at least [`Caps::backlog_min`] bytes for the same peer
-    /// are queued behind the next packet sent: the engine says so before
-    /// each bulk packet (CTSDATA, and a long-CTS RTM whose bytes it hands
-    /// over by [`Device::send_gather`]) when the device asks for it. A hint
-    /// for that one packet; the default ignores it.
-    fn more_follows(&mut self, _more: bool) {}
-
-    /// Whether the application may sleep on the [`Device::wait_fd`]
-    /// descriptor now: nothing the device holds waits for a progress call
-    /// that the descriptor would not announce (a packet ready, datagrams
-    /// taken from the socket and not handed over, packets to hand over
-    /// again). The default: true.
-    fn trywait(&mut self) -> bool {
-        true
-    }
-
-    /// The device gathers packets for fewer system calls and needs
-    /// [`Device::doorbell`]; false (the default) lets the engine leave the
-    /// doorbell and its bookkeeping out of its paths altogether.
-    const BATCHES: bool = false;
-
-    /// Says that the engine is done queueing packets for now: it rings at
-    /// the end of every call that may have sent ([`Device::send_with`],
-    /// RDMA, a deregistration's refusals). A device that gathers packets
-    /// into fewer system calls puts what it gathered on the wire here at
-    /// the latest, so no packet waits for a later call. The default does
-    /// nothing (a device whose sends are on their way when `send_with`
-    /// returns).
-    fn doorbell(&mut self) {}
-
-    /// Whether the default [`Device::send_gather`] writes a payload of `len`
-    /// bytes for peer `ah` into its packet with non-temporal stores
-    /// ([`crate::mem::UserBuf::read_at_with`]). The default: never.
-    fn gather_nt(&mut self, _ah: Ah, _len: usize) -> bool {
-        false
-    }
 
     /// Queues `pkt` (at most `mtu` bytes) for `ah`: [`Device::send_with`] with a copy.
     fn send(&mut self, ah: Ah, pkt: &[u8], wr_id: u64) -> Result<Sent, DevError> {
@@ -433,9 +364,14 @@ pub trait Device {
         mut build: impl FnMut(&mut [u8]) -> usize,
         payload: UserBuf,
     ) -> Result<Sent, DevError> {
-        let nt = self.gather_nt(ah, payload.len());
-        copy_gather(self, ah, wr_id, hdr_max, &mut build, payload, nt)
+        copy_gather(self, ah, wr_id, hdr_max, &mut build, payload, false)
     }
+
+    /// Says that the next packet sent is no new message (not an RTM or
+    /// RTA, or a later segment of a message already begun): a peer that
+    /// holds back new messages (it deferred packets) takes it anyway. A
+    /// hint for that one packet; devices that never defer ignore it.
+    fn control_next(&mut self) {}
 
     /// Hands received packets to `f`, at most `max`; returns how many. `f`
     /// gets the sender (or `None`), the packet's bytes and, for a packet sent
@@ -444,23 +380,20 @@ pub trait Device {
     /// `f` returns `()`, or a `bool`: false ends the call after that packet.
     fn recv<R: Flow>(&mut self, max: usize, f: impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R) -> usize;
 
-    /// The express receive ([`crate::engine::Endpoint::progress_express`]):
-    /// hands waiting packets to `f`, at most `max`, as long as each is one
-    /// the device takes this way (whole, from a sender with a handle) and
-    /// no device event waits (its periodic work, such as a peer check, it
-    /// does itself, stopping when that makes an event); a packet `f`
-    /// takes (true) leaves the device as through [`Device::recv`], one it
-    /// declines stays for `recv`, and so does every packet after it.
-    /// Returns how many `f` took and whether another packet may wait
-    /// (false: the next position was seen empty). The default takes none,
-    /// and every packet goes through `recv`.
-    #[inline(always)]
-    fn recv_express(&mut self, _max: usize, _f: impl FnMut(Ah, &[u8]) -> bool) -> (usize, bool) {
-        (0, true)
-    }
+    /// Hands the packets deferred so far ([`Rx::Defer`]) to `recv` again,
+    /// first and in their order, from its next call on.
+    fn redeliver(&mut self) {}
 
     /// Moves pending events into `out`.
     fn events(&mut self, out: &mut Vec<DevEvent>);
+
+    /// Says that the engine awaits an answer from peer `ah` (it has
+    /// operations with it): the device makes sure the peer is alive, and
+    /// reports it lost ([`DevEvent::PeerLost`]) within its documented bound
+    /// when it is not (udp: probes while it is silent). The engine says it
+    /// again every 100 ms while it waits; the default does nothing (a
+    /// device that learns of dead peers otherwise, shm: by their pid).
+    fn awaiting(&mut self, _ah: Ah) {}
 
     /// Registers `buf` with `access`; returns its key.
     fn reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status>;
@@ -471,108 +404,6 @@ pub trait Device {
     /// RDMA-reads `local.len()` bytes from the peer's `(remote_addr, key)`
     /// into `local`. Devices without RDMA read return `Failed(NotSup)`.
     fn rdma_read(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError>;
-
-    /// Blocks until a packet may have arrived or `timeout_ms` passed
-    /// (negative: no limit). Devices that cannot block return false at once.
-    fn wait(&mut self, _timeout_ms: i32) -> bool {
-        false
-    }
-
-    /// A descriptor that polls readable when a packet may have arrived. The
-    /// device signals it from then on (which costs senders a syscall).
-    fn wait_fd(&mut self) -> Option<std::os::fd::RawFd> {
-        None
-    }
-
-    /// Prepares to sleep outside the endpoint's lock (the automatic
-    /// progress thread): peers are asked to signal, and the descriptor to
-    /// poll is returned with the longest the sleep may last (the device's
-    /// periodic work). `None`: a packet already waits, or the device cannot
-    /// block (then the caller polls on). [`Device::sleep_end`] follows.
-    fn sleep_begin(&mut self) -> Option<(std::os::fd::RawFd, i32)> {
-        None
-    }
-
-    /// Ends a sleep that [`Device::sleep_begin`] began.
-    fn sleep_end(&mut self) {}
-
-    /// Wakes a sleep of this device's own (another thread posted work).
-    fn wake_sleeper(&self) {}
-
-    /// [`Device::rdma_write`] (`write`) or [`Device::rdma_read`] done now,
-    /// in this call, where the device can (shm: every RDMA is a copy in the
-    /// call, through its mapping of a peer's allocation or by cross-memory
-    /// attach): no event follows. `Failed(NotSup)`: not done (the engine
-    /// posts the usual RDMA; shm: when the owner polls, a small one goes
-    /// through its ring); `Failed(RemoteAccess)`: refused; `Again`: try
-    /// later.
-    fn rdma_now(
-        &mut self,
-        _ah: Ah,
-        _local: UserBuf,
-        _remote_addr: u64,
-        _key: u64,
-        _write: bool,
-    ) -> Result<(), DevError> {
-        Err(DevError::Failed(Status::NotSup))
-    }
-
-    /// [`Device::rdma_now`] done in this call or not at all, whatever would
-    /// be quicker (shm: never through the owner's ring). `Failed(NotSup)`:
-    /// the device cannot; `Again`: operations of this endpoint to the peer
-    /// that this one must not pass are still under way (shm: requests in
-    /// the owner's ring); `Failed(RemoteAccess)`: refused.
-    fn rdma_in_call(
-        &mut self,
-        _ah: Ah,
-        _local: UserBuf,
-        _remote_addr: u64,
-        _key: u64,
-        _write: bool,
-    ) -> Result<(), DevError> {
-        Err(DevError::Failed(Status::NotSup))
-    }
-
-    /// An atomic on the peer's memory at `(remote_addr, key)`, done now by
-    /// this process's CPU where the device maps that memory (an allocation
-    /// of [`Device::alloc`] at a peer of this host): the old values are in
-    /// `a.result` when it returns `Ok`. `Failed(NotSup)`: not such memory
-    /// (the engine emulates the atomic); `Failed(RemoteAccess)`: refused
-    /// (key, bounds, access); `Again`: try later (or emulate).
-    fn atomic(&mut self, _ah: Ah, _remote_addr: u64, _key: u64, _a: &RemoteAtomic) -> Result<(), DevError> {
-        Err(DevError::Failed(Status::NotSup))
-    }
-
-    /// Registers `buf`, which the application maps from file descriptor
-    /// `fd` at file offset `offset` (a memfd, `shm_open`), so that the
-    /// device's peers on this host may map the file too (shm: by
-    /// `/proc/<pid>/fd`; their RDMA to it is then a copy). `NotSup`: the
-    /// device has no such way (the engine registers the memory as usual).
-    fn reg_shared(
-        &mut self,
-        _buf: UserBuf,
-        _fd: std::os::fd::RawFd,
-        _offset: u64,
-        _access: Access,
-    ) -> Result<u64, Status> {
-        Err(Status::NotSup)
-    }
-
-    /// Allocates `len` bytes registered with `access` (returned with their
-    /// key) in memory that the device's peers on this host can map, so
-    /// that their RDMA to it is a copy (shm: a file of its own, `alloc.rs`).
-    /// Devices without such memory answer `NotSup` (the engine then
-    /// allocates ordinary memory and registers it).
-    fn alloc(&mut self, _len: usize, _access: Access) -> Result<(UserBuf, u64), Status> {
-        Err(Status::NotSup)
-    }
-
-    /// Frees an allocation of [`Device::alloc`]: deregistered as by
-    /// [`Device::dereg`] (`Busy` while a peer's access is under way: it
-    /// stays), then released.
-    fn free(&mut self, _key: u64) -> Result<(), Status> {
-        Err(Status::NotSup)
-    }
 
     /// RDMA-writes `local` to the peer's `(remote_addr, key)`.
     fn rdma_write(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError>;
@@ -592,5 +423,53 @@ pub trait Device {
         _wr_id: u64,
     ) -> Result<(), DevError> {
         Err(DevError::Failed(Status::NotSup))
+    }
+
+    /// The [`Sleep`] extension, if the device has it.
+    #[inline(always)]
+    fn as_sleep(&mut self) -> Option<&mut Self::Sleep> {
+        None
+    }
+
+    /// [`Device::as_sleep`] for [`Sleep::wake_sleeper`], from another thread.
+    #[inline(always)]
+    fn as_sleeper(&self) -> Option<&Self::Sleep> {
+        None
+    }
+
+    /// The [`Responder`] extension, if the device has it.
+    #[inline(always)]
+    fn as_responder(&mut self) -> Option<&mut Self::Responder> {
+        None
+    }
+
+    /// The [`MoreFollows`] extension, if the device has it.
+    #[inline(always)]
+    fn as_more_follows(&mut self) -> Option<&mut Self::MoreFollows> {
+        None
+    }
+
+    /// The [`Doorbell`] extension, if the device has it.
+    #[inline(always)]
+    fn as_doorbell(&mut self) -> Option<&mut Self::Doorbell> {
+        None
+    }
+
+    /// The [`Mapped`] extension, if the device has it.
+    #[inline(always)]
+    fn as_mapped(&mut self) -> Option<&mut Self::Mapped> {
+        None
+    }
+
+    /// The [`InCall`] extension, if the device has it.
+    #[inline(always)]
+    fn as_in_call(&mut self) -> Option<&mut Self::InCall> {
+        None
+    }
+
+    /// [`Device::as_in_call`] for [`InCall::any_peer`], by reference.
+    #[inline(always)]
+    fn as_in_call_ref(&self) -> Option<&Self::InCall> {
+        None
     }
 }

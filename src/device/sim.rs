@@ -16,13 +16,22 @@
 //! copied into their packets first (its buffers are valid until its endpoint
 //! closes), and those waiting in its own inbox complete with
 //! `PeerUnreachable`.
+//!
+//! Every capability and extension of the device contract can be modelled
+//! ([`SimConfig`], [`SimConfig::shapes`]): sends that complete later
+//! (`async_send`), sleeping on a descriptor (an eventfd per node), a
+//! responder, hints on what follows, a doorbell (packets are held until it
+//! rings), mapped memory (allocations whose atomics the accessor applies
+//! itself), and operations done in the call (RDMA to any peer without its
+//! owner, the express receive).
 
 use crate::fxhash::FxHashMap;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 
-use super::{Access, Ah, BuildFn, Caps, DevError, DevEvent, Device, Flow, Sent};
+use super::{Access, Ah, BuildFn, Caps, DevError, DevEvent, Device, Flow, RemoteAtomic, Sent};
+use super::{Doorbell, InCall, Mapped, MoreFollows, Responder, Sleep};
 use crate::mem::UserBuf;
 use crate::status::Status;
 use crate::wire::RawAddr;
@@ -62,6 +71,23 @@ pub struct SimConfig {
     /// shm device does (`Caps::gather_in_place` false), instead of handing
     /// it over apart from the header.
     pub copy_gathered: bool,
+    /// Sends complete later (`Caps::sync_send` false): each accepted packet
+    /// yields its `SendDone` once the receiver has taken it.
+    pub async_send: bool,
+    /// The [`Sleep`] extension (an eventfd per node).
+    pub sleep: bool,
+    /// The [`Responder`] extension (implies `sleep`'s descriptor).
+    pub responder: bool,
+    /// The [`Doorbell`] extension: packets stay with the sender until the
+    /// engine rings.
+    pub doorbell: bool,
+    /// The [`Mapped`] extension: allocations and file registrations that
+    /// peers "map" (the same process), atomics on them applied by the
+    /// accessor.
+    pub mapped: bool,
+    /// The [`InCall`] extension: RDMA done in the call to any peer (with
+    /// `rdma`), and the express receive.
+    pub in_call: bool,
 }
 
 impl Default for SimConfig {
@@ -81,11 +107,44 @@ impl Default for SimConfig {
             capture: true,
             backlog_min: 0,
             copy_gathered: false,
+            async_send: false,
+            sleep: false,
+            responder: false,
+            doorbell: false,
+            mapped: false,
+            in_call: false,
         }
     }
 }
 
 impl SimConfig {
+    /// `self` with every combination of the device contract's optional
+    /// capabilities and extensions that the engine treats apart:
+    /// asynchronous sends, sleep and responder, hints on what follows,
+    /// doorbell, mapped memory, operations in the call (with RDMA, as a
+    /// device that reaches any peer). 64 shapes, each named.
+    pub fn shapes(&self) -> Vec<(String, SimConfig)> {
+        (0..64u32)
+            .map(|bits| {
+                let on = |b: u32| bits & (1 << b) != 0;
+                let mut c = self.clone();
+                c.async_send = on(0);
+                (c.sleep, c.responder) = (on(1), on(1));
+                if on(2) && c.backlog_min == 0 {
+                    c.backlog_min = 16 * 1024;
+                }
+                c.doorbell = on(3);
+                c.mapped = on(4);
+                c.in_call = on(5);
+                c.rdma |= c.in_call;
+                let names = ["async", "sleep+responder", "more-follows", "doorbell", "mapped", "in-call"];
+                let name: Vec<&str> =
+                    names.iter().enumerate().filter(|(b, _)| on(*b as u32)).map(|(_, n)| *n).collect();
+                (if name.is_empty() { "core".to_string() } else { name.join(",") }, c)
+            })
+            .collect()
+    }
+
     /// Reordering, delays and back-pressure, all from `seed`.
     pub fn chaotic(seed: u64) -> SimConfig {
         SimConfig {
@@ -125,14 +184,20 @@ struct InPkt {
     /// Packet length; `data` is a pooled buffer of at least `len` bytes.
     len: usize,
     data: Vec<u8>,
-    /// A gathered payload still in the sender's buffer, with the sender's
-    /// `wr_id` and address handle for its `SendDone`.
-    gathered: Option<(UserBuf, u64, Ah)>,
+    /// A gathered payload still in the sender's buffer.
+    gathered: Option<UserBuf>,
+    /// The sender's `wr_id` and address handle for the `SendDone` that
+    /// follows when the packet is taken (a gathered payload, or
+    /// `async_send`).
+    notify: Option<(u64, Ah)>,
 }
 
 struct Mr {
     buf: UserBuf,
     access: Access,
+    /// Peers "map" it ([`Mapped`]): an allocation (its memory here) or a
+    /// file registration.
+    mapped: Option<Option<crate::mem::OwnedBuf>>,
 }
 
 struct Node {
@@ -149,6 +214,36 @@ struct Node {
     parked: VecDeque<InPkt>,
     /// Parked packets still to hand over in the current redelivery.
     redeliver_left: usize,
+    /// Packets sent and held until the doorbell rings: (target, packet).
+    held: Vec<(usize, InPkt)>,
+    /// The [`Sleep`] descriptor (an eventfd), with `sleep` or `responder`.
+    fd: Option<std::os::fd::OwnedFd>,
+}
+
+impl Node {
+    /// Signals the node's descriptor (a packet arrived, or a wake-up).
+    fn signal(&self) {
+        if let Some(fd) = &self.fd {
+            let one = 1u64;
+            // SAFETY: an 8-byte write from a valid buffer to our eventfd.
+            unsafe { libc::write(std::os::fd::AsRawFd::as_raw_fd(fd), (&one as *const u64).cast(), 8) };
+        }
+    }
+
+    /// Resets the node's descriptor once nothing waits.
+    fn unsignal(&self) {
+        if let Some(fd) = &self.fd {
+            let mut v = 0u64;
+            // SAFETY: an 8-byte read into a valid buffer from our
+            // non-blocking eventfd.
+            unsafe { libc::read(std::os::fd::AsRawFd::as_raw_fd(fd), (&mut v as *mut u64).cast(), 8) };
+        }
+    }
+
+    /// Whether a packet is ready to be handed over at `now`.
+    fn ready(&self, now: u64) -> bool {
+        self.redeliver_left > 0 || self.inbox.iter().any(|p| p.at <= now)
+    }
 }
 
 struct Net {
@@ -168,6 +263,25 @@ impl Net {
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
+    }
+
+    /// The bytes of an RDMA write (`write`) or read between `local` and
+    /// `(remote_addr, key)` at node `target`, moved now.
+    fn rdma_copy(&self, target: usize, local: UserBuf, remote_addr: u64, key: u64, write: bool) -> Result<(), Status> {
+        if !self.nodes[target].alive {
+            return Err(Status::PeerUnreachable);
+        }
+        if self.cfg.fail_reads && !write {
+            return Err(Status::RemoteAccess);
+        }
+        let need = if write { Access::REMOTE_WRITE } else { Access::REMOTE_READ };
+        let remote = self.lookup_mr(target, remote_addr, local.len(), key, need).ok_or(Status::RemoteAccess)?;
+        if write {
+            remote.copy_from(0, &local, 0, local.len());
+        } else {
+            local.copy_from(0, &remote, 0, local.len());
+        }
+        Ok(())
     }
 
     fn lookup_mr(&self, node: usize, addr: u64, len: usize, key: u64, need: Access) -> Option<UserBuf> {
@@ -208,6 +322,13 @@ impl SimNet {
         let mut gid = [0u8; 16];
         gid[..4].copy_from_slice(b"sim\0");
         let addr = RawAddr::new(gid, node as u16, connid);
+        let fd = (net.cfg.sleep || net.cfg.responder).then(|| {
+            // SAFETY: eventfd has no memory arguments; the result is checked.
+            let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+            assert!(fd >= 0, "eventfd: {}", std::io::Error::last_os_error());
+            // SAFETY: a descriptor just made and owned by nobody else.
+            unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) }
+        });
         net.nodes.push(Node {
             addr,
             alive: true,
@@ -218,6 +339,8 @@ impl SimNet {
             mrs: FxHashMap::default(),
             parked: VecDeque::new(),
             redeliver_left: 0,
+            held: Vec::new(),
+            fd,
         });
         SimDevice { net: self.net.clone(), me: node, more: false, gathering: 0, control: false, awaited: Vec::new() }
     }
@@ -261,20 +384,27 @@ impl SimNet {
         let mut dropped: Vec<_> = net.nodes[node].inbox.drain(..).collect();
         dropped.extend(net.nodes[node].parked.drain(..));
         net.nodes[node].redeliver_left = 0;
+        // What it held for its doorbell never went out.
+        let held: Vec<_> = net.nodes[node].held.drain(..).map(|(_, p)| p).collect();
+        net.nodes[node].fd = None;
         for p in dropped {
-            if let Some((_, wr_id, ah)) = p.gathered {
+            if let Some((wr_id, ah)) = p.notify {
                 let status = Err(Status::PeerUnreachable);
                 net.nodes[p.from].events.push(DevEvent::SendDone { wr_id, ah, status });
             }
             net.pool.push(p.data);
         }
+        for p in held {
+            net.pool.push(p.data);
+        }
+
         for n in net.nodes.iter_mut() {
             if let Some(&Some(ah)) = n.by_node.get(node) {
                 n.events.push(DevEvent::PeerLost { ah });
             }
             // Its packets still arrive, but its buffers go away with it.
             for p in n.inbox.iter_mut().filter(|p| p.from == node) {
-                if let Some((payload, _, _)) = p.gathered.take() {
+                if let Some(payload) = p.gathered.take() {
                     p.data.resize(p.len + payload.len(), 0);
                     payload.read_at(0, &mut p.data[p.len..]);
                     p.len += payload.len();
@@ -345,7 +475,8 @@ impl SimDevice {
         if gathered.is_some() && max_len.saturating_add(extra) > net.cfg.mtu {
             return Err(DevError::Failed(Status::Inval));
         }
-        if alive && net.nodes[target].inbox.len() >= net.cfg.inbox_capacity {
+        let held = net.nodes[me].held.iter().filter(|(t, _)| *t == target).count();
+        if alive && net.nodes[target].inbox.len() + held >= net.cfg.inbox_capacity {
             return Err(DevError::Again);
         }
         if alive && !control && !net.nodes[target].parked.is_empty() {
@@ -378,9 +509,15 @@ impl SimDevice {
                 gathered: extra + copied,
             });
         }
-        let gathered = gathered.map(|p| (p, wr_id, ah));
-        let sent = if gathered.is_some() { Sent::Pending } else { Sent::Done };
-        net.nodes[target].inbox.push_back(InPkt { from: me, at, len, data, gathered });
+        let sent = if gathered.is_some() || net.cfg.async_send { Sent::Pending } else { Sent::Done };
+        let notify = (sent == Sent::Pending).then_some((wr_id, ah));
+        let pkt = InPkt { from: me, at, len, data, gathered, notify };
+        if net.cfg.doorbell {
+            net.nodes[me].held.push((target, pkt));
+        } else {
+            net.nodes[target].inbox.push_back(pkt);
+            net.nodes[target].signal();
+        }
         Ok(sent)
     }
 
@@ -404,24 +541,7 @@ impl SimDevice {
         }
         let me = self.me;
         let target = net.nodes[me].ahs.get(ah as usize).copied().flatten().ok_or(DevError::Failed(Status::NoAddr))?;
-        let status = if !net.nodes[target].alive {
-            Err(Status::PeerUnreachable)
-        } else if net.cfg.fail_reads && !write {
-            Err(Status::RemoteAccess)
-        } else {
-            let need = if write { Access::REMOTE_WRITE } else { Access::REMOTE_READ };
-            match net.lookup_mr(target, remote_addr, local.len(), key, need) {
-                Some(remote) if write => {
-                    remote.copy_from(0, &local, 0, local.len());
-                    Ok(())
-                }
-                Some(remote) => {
-                    local.copy_from(0, &remote, 0, local.len());
-                    Ok(())
-                }
-                None => Err(Status::RemoteAccess),
-            }
-        };
+        let status = net.rdma_copy(target, local, remote_addr, key, write);
         if let (Some(imm), Ok(())) = (imm, status) {
             // The target's device reports the write once its bytes are in.
             let from = net.nodes[target].ahs.iter().position(|a| *a == Some(me)).map(|a| a as Ah);
@@ -440,23 +560,38 @@ impl SimDevice {
             net.nodes[self.me].parked.push_back(pkt);
             return;
         }
-        if let Some((_, wr_id, ah)) = pkt.gathered {
-            // The receiver has taken the payload: the sender's buffer is free.
+        if let Some((wr_id, ah)) = pkt.notify {
+            // The receiver has taken the packet: the sender's buffer is free.
             net.nodes[pkt.from].events.push(DevEvent::SendDone { wr_id, ah, status: Ok(()) });
         }
         net.pool.push(pkt.data);
+        let now = net.now;
+        let node = &net.nodes[self.me];
+        if !node.ready(now) {
+            node.unsignal();
+        }
     }
 }
 
 impl Drop for SimDevice {
     fn drop(&mut self) {
         // Closing an endpoint is a peer disappearing, seen from the others.
+        // Packets held for the doorbell go out first, as a real device's
+        // queued packets would.
+        self.ring();
         let net = SimNet { net: self.net.clone() };
         net.kill(self.me);
     }
 }
 
 impl Device for SimDevice {
+    type Sleep = Self;
+    type Responder = Self;
+    type MoreFollows = Self;
+    type Doorbell = Self;
+    type Mapped = Self;
+    type InCall = Self;
+
     fn caps(&self) -> Caps {
         let net = self.net.borrow();
         let rdma = net.cfg.rdma;
@@ -466,11 +601,9 @@ impl Device for SimDevice {
             rdma_read: rdma,
             rdma_write: rdma,
             rdma_write_imm: rdma && net.cfg.write_imm,
-            rdma_any_peer: false,
-            sync_send: true,
+            sync_send: !net.cfg.async_send,
             gather_in_place: !net.cfg.copy_gathered,
             longread_min: net.cfg.longread_min,
-            backlog_min: net.cfg.backlog_min,
         }
     }
 
@@ -513,10 +646,6 @@ impl Device for SimDevice {
         self.queue(ah, wr_id, max_len, &mut build, None)
     }
 
-    fn more_follows(&mut self, more: bool) {
-        self.more = more;
-    }
-
     fn send_gather(
         &mut self,
         ah: Ah,
@@ -549,7 +678,7 @@ impl Device for SimDevice {
                     let pkt = node.parked.pop_front().expect("parked packets to redeliver");
                     let from = node.by_node.get(pkt.from).copied().flatten();
                     drop(net);
-                    let verdict = f(from, &pkt.data[..pkt.len], pkt.gathered.map(|g| g.0));
+                    let verdict = f(from, &pkt.data[..pkt.len], pkt.gathered);
                     self.after_recv(pkt, verdict.defer());
                     n += 1;
                     if !verdict.go_on() {
@@ -584,7 +713,7 @@ impl Device for SimDevice {
                 (from, pkt)
             };
             let (from, pkt) = pkt;
-            let verdict = f(from, &pkt.data[..pkt.len], pkt.gathered.map(|g| g.0));
+            let verdict = f(from, &pkt.data[..pkt.len], pkt.gathered);
             self.after_recv(pkt, verdict.defer());
             n += 1;
             if !verdict.go_on() {
@@ -623,7 +752,7 @@ impl Device for SimDevice {
         while net.nodes[self.me].mrs.contains_key(&key) {
             key = net.rand();
         }
-        net.nodes[self.me].mrs.insert(key, Mr { buf, access });
+        net.nodes[self.me].mrs.insert(key, Mr { buf, access, mapped: None });
         Ok(key)
     }
 
@@ -650,5 +779,274 @@ impl Device for SimDevice {
         wr_id: u64,
     ) -> Result<(), DevError> {
         self.rdma(ah, local, remote_addr, key, wr_id, Some(Some(imm)))
+    }
+    fn as_sleep(&mut self) -> Option<&mut Self> {
+        {
+            let on = self.net.borrow().cfg.sleep;
+            on.then_some(self)
+        }
+    }
+
+    fn as_sleeper(&self) -> Option<&Self> {
+        {
+            let on = self.net.borrow().cfg.sleep;
+            on.then_some(self)
+        }
+    }
+
+    fn as_responder(&mut self) -> Option<&mut Self> {
+        {
+            let on = self.net.borrow().cfg.responder;
+            on.then_some(self)
+        }
+    }
+
+    fn as_more_follows(&mut self) -> Option<&mut Self> {
+        {
+            let on = self.net.borrow().cfg.backlog_min > 0;
+            on.then_some(self)
+        }
+    }
+
+    fn as_doorbell(&mut self) -> Option<&mut Self> {
+        {
+            let on = self.net.borrow().cfg.doorbell;
+            on.then_some(self)
+        }
+    }
+
+    fn as_mapped(&mut self) -> Option<&mut Self> {
+        {
+            let on = self.net.borrow().cfg.mapped;
+            on.then_some(self)
+        }
+    }
+
+    fn as_in_call(&mut self) -> Option<&mut Self> {
+        {
+            let on = self.net.borrow().cfg.in_call;
+            on.then_some(self)
+        }
+    }
+
+    fn as_in_call_ref(&self) -> Option<&Self> {
+        {
+            let on = self.net.borrow().cfg.in_call;
+            on.then_some(self)
+        }
+    }
+}
+
+impl SimDevice {
+    /// The node's eventfd.
+    fn fd(&self) -> std::os::fd::RawFd {
+        let net = self.net.borrow();
+        net.nodes[self.me].fd.as_ref().map_or(-1, std::os::fd::AsRawFd::as_raw_fd)
+    }
+
+    /// Puts the packets held for the doorbell on the wire, in their order.
+    fn ring(&mut self) {
+        let mut net = self.net.borrow_mut();
+        let held = std::mem::take(&mut net.nodes[self.me].held);
+        for (target, pkt) in held {
+            if net.nodes[target].alive {
+                net.nodes[target].inbox.push_back(pkt);
+                net.nodes[target].signal();
+                continue;
+            }
+            if let Some((wr_id, ah)) = pkt.notify {
+                let status = Err(Status::PeerUnreachable);
+                net.nodes[self.me].events.push(DevEvent::SendDone { wr_id, ah, status });
+            }
+            net.pool.push(pkt.data);
+        }
+    }
+}
+
+impl Sleep for SimDevice {
+    fn wait_fd(&mut self) -> Option<std::os::fd::RawFd> {
+        Some(self.fd())
+    }
+
+    /// Waits in real time on the eventfd: a packet sent by another node of
+    /// the net signals it (virtual time does not move here).
+    fn wait(&mut self, timeout_ms: i32) -> bool {
+        if !self.trywait() {
+            return true;
+        }
+        let mut p = libc::pollfd { fd: self.fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut p, 1, timeout_ms) > 0 }
+    }
+
+    fn trywait(&mut self) -> bool {
+        let net = self.net.borrow();
+        !net.nodes[self.me].ready(net.now)
+    }
+
+    fn sleep_begin(&mut self) -> Option<(std::os::fd::RawFd, i32)> {
+        self.trywait().then(|| (self.fd(), 1))
+    }
+
+    fn wake_sleeper(&self) {
+        self.net.borrow().nodes[self.me].signal();
+    }
+}
+
+impl Responder for SimDevice {
+    /// Nothing in the sim waits for its receiver (no acknowledgements):
+    /// the responder's share is to make the descriptor readable when a
+    /// packet is ready for the engine.
+    fn respond(&mut self) -> (std::os::fd::RawFd, i32) {
+        let net = self.net.borrow();
+        let node = &net.nodes[self.me];
+        if node.ready(net.now) {
+            node.signal();
+        }
+        (self.fd(), 1)
+    }
+
+    fn responder_fds(&self) -> Vec<std::os::fd::RawFd> {
+        vec![self.fd()]
+    }
+}
+
+impl MoreFollows for SimDevice {
+    fn backlog_min(&self) -> u64 {
+        self.net.borrow().cfg.backlog_min
+    }
+
+    fn more_follows(&mut self, more: bool) {
+        self.more = more;
+    }
+}
+
+impl Doorbell for SimDevice {
+    fn doorbell(&mut self) {
+        self.ring();
+    }
+}
+
+impl Mapped for SimDevice {
+    fn alloc(&mut self, len: usize, access: Access) -> Result<(UserBuf, u64), Status> {
+        let mut mem = crate::mem::OwnedBuf::zeroed(len.max(1));
+        let buf = mem.buf().slice(0, len).ok_or(Status::Inval)?;
+        let key = self.reg(buf, access)?;
+        let mut net = self.net.borrow_mut();
+        if let Some(mr) = net.nodes[self.me].mrs.get_mut(&key) {
+            mr.mapped = Some(Some(mem));
+        }
+        Ok((buf, key))
+    }
+
+    fn free(&mut self, key: u64) -> Result<(), Status> {
+        let mut net = self.net.borrow_mut();
+        match net.nodes[self.me].mrs.get(&key) {
+            Some(Mr { mapped: Some(Some(_)), .. }) => {
+                net.nodes[self.me].mrs.remove(&key);
+                Ok(())
+            }
+            _ => Err(Status::Inval),
+        }
+    }
+
+    fn reg_shared(
+        &mut self,
+        buf: UserBuf,
+        fd: std::os::fd::RawFd,
+        _offset: u64,
+        access: Access,
+    ) -> Result<u64, Status> {
+        // SAFETY: fcntl on a descriptor number only queries it.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+            return Err(Status::Inval);
+        }
+        let key = self.reg(buf, access)?;
+        if let Some(mr) = self.net.borrow_mut().nodes[self.me].mrs.get_mut(&key) {
+            mr.mapped = Some(None);
+        }
+        Ok(key)
+    }
+
+    fn atomic(&mut self, ah: Ah, remote_addr: u64, key: u64, a: &RemoteAtomic) -> Result<(), DevError> {
+        use crate::engine::atomic_ops::op::ATOMIC_READ;
+        let net = self.net.borrow();
+        let target =
+            net.nodes[self.me].ahs.get(ah as usize).copied().flatten().ok_or(DevError::Failed(Status::NoAddr))?;
+        if !net.nodes[target].alive {
+            return Err(DevError::Failed(Status::PeerUnreachable));
+        }
+        let Some(mr) = net.nodes[target].mrs.get(&key) else { return Err(DevError::Failed(Status::RemoteAccess)) };
+        if mr.mapped.is_none() {
+            return Err(DevError::Failed(Status::NotSup)); // not mapped: emulated
+        }
+        let len = if a.op == ATOMIC_READ { a.result.len() } else { a.operand.len() };
+        let need = if a.result.is_empty() { Access::REMOTE_WRITE } else { Access::REMOTE_WRITE | Access::REMOTE_READ };
+        let remote =
+            net.lookup_mr(target, remote_addr, len, key, need).ok_or(DevError::Failed(Status::RemoteAccess))?;
+        let r = a.operand.with_slice(|opnd| {
+            a.compare
+                .with_slice(|cmp| a.result.with_slice_mut(|res| remote.atomic_apply(a.datatype, a.op, opnd, cmp, res)))
+        });
+        r.map_err(DevError::Failed)
+    }
+}
+
+impl InCall for SimDevice {
+    fn any_peer(&self) -> bool {
+        self.net.borrow().cfg.rdma
+    }
+
+    fn rdma_now(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, write: bool) -> Result<(), DevError> {
+        self.rdma_in_call(ah, local, remote_addr, key, write)
+    }
+
+    fn rdma_in_call(
+        &mut self,
+        ah: Ah,
+        local: UserBuf,
+        remote_addr: u64,
+        key: u64,
+        write: bool,
+    ) -> Result<(), DevError> {
+        let net = self.net.borrow();
+        if !net.cfg.rdma {
+            return Err(DevError::Failed(Status::NotSup));
+        }
+        if local.len() as u64 > net.cfg.max_rdma_size {
+            return Err(DevError::Failed(Status::Inval));
+        }
+        let target =
+            net.nodes[self.me].ahs.get(ah as usize).copied().flatten().ok_or(DevError::Failed(Status::NoAddr))?;
+        net.rdma_copy(target, local, remote_addr, key, write).map_err(DevError::Failed)
+    }
+
+    /// Whole packets from inserted senders, oldest first, as long as no
+    /// event, redelivery or reordering stands in the way.
+    fn recv_express(&mut self, max: usize, mut f: impl FnMut(Ah, &[u8]) -> bool) -> (usize, bool) {
+        let mut n = 0;
+        while n < max {
+            let pkt = {
+                let mut net = self.net.borrow_mut();
+                let (now, reorder) = (net.now, net.cfg.reorder);
+                let node = &mut net.nodes[self.me];
+                if reorder || !node.alive || !node.events.is_empty() || node.redeliver_left > 0 {
+                    return (n, true);
+                }
+                let Some(front) = node.inbox.front() else { return (n, false) };
+                let from = node.by_node.get(front.from).copied().flatten();
+                let (Some(ah), true, None) = (from, front.at <= now, front.gathered) else { return (n, true) };
+                let Some(pkt) = node.inbox.pop_front() else { return (n, false) };
+                (ah, pkt)
+            };
+            let (ah, pkt) = pkt;
+            if !f(ah, &pkt.data[..pkt.len]) {
+                self.net.borrow_mut().nodes[self.me].inbox.push_front(pkt);
+                return (n, true);
+            }
+            self.after_recv(pkt, false);
+            n += 1;
+        }
+        (n, true)
     }
 }

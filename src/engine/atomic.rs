@@ -7,13 +7,13 @@ use super::atomic_ops::{self, AtomicClass};
 use super::op::{AtomicReq, Op, OpKind};
 use super::peer::Peer;
 use super::{Addr, Core, RemoteBuf};
-use crate::device::{Access, RemoteAtomic};
+use crate::device::{Access, Mapped, RemoteAtomic};
 use crate::status::Status;
 use crate::wire::{self, Packet, PacketType, ReqInfo, RmaIov, Subprotocol};
 
 impl Core {
-    /// An atomic done at once by the device (`Device::atomic`: memory a
-    /// same-host peer allocated to be mapped, `Caps::rdma_any_peer`), its
+    /// An atomic done at once by the device (`Mapped::atomic`: memory a
+    /// same-host peer allocated to be mapped), its
     /// completion queued; `None` when the device does not do it (the
     /// caller posts it emulated). Such an atomic takes no `msg_id`: it is
     /// applied when posted, after this endpoint's earlier ones on such
@@ -26,12 +26,13 @@ impl Core {
         remote: RemoteBuf,
         context: u64,
     ) -> Option<Result<(), Status>> {
+        let mapped = dev.as_mapped()?;
         let ah = self.peers.get(dest).filter(|p| p.in_av && !p.lost)?.ah?;
         let len = match self.check_atomic(&a, remote) {
             Ok((_, len)) => len,
             Err(e) => return Some(Err(e)),
         };
-        let status = match dev.atomic(ah, remote.addr, remote.key, &a) {
+        let status = match mapped.atomic(ah, remote.addr, remote.key, &a) {
             Ok(()) => Status::Success,
             Err(crate::device::DevError::Failed(Status::NotSup) | crate::device::DevError::Again) => return None,
             Err(crate::device::DevError::Failed(s)) => s,

@@ -4,24 +4,26 @@
 //! ([`crate::device::Device::awaiting`]).
 
 use super::{Device, Endpoint};
+use crate::device::Responder;
 
 impl<D: Device> Endpoint<D> {
     /// Whether the device needs a responder beside manual progress
-    /// ([`Device::RESPONDER`]).
+    /// (it has the [`Responder`] extension).
     pub fn wants_responder(&self) -> bool {
-        D::RESPONDER
+        self.core.responder
     }
 
-    /// See [`Device::respond`]: the device's work while the application
+    /// See [`Responder::respond`]: the device's work while the application
     /// is away (the engine itself does nothing then: what arrives waits
-    /// in the device for the next progress call).
+    /// in the device for the next progress call). `None`: the device needs
+    /// no responder.
     pub fn respond(&mut self) -> Option<(std::os::fd::RawFd, i32)> {
-        self.dev.respond()
+        self.dev.as_responder().map(|r| r.respond())
     }
 
-    /// See [`Device::responder_fds`].
-    pub fn responder_fds(&self) -> Vec<std::os::fd::RawFd> {
-        self.dev.responder_fds()
+    /// See [`Responder::responder_fds`].
+    pub fn responder_fds(&mut self) -> Vec<std::os::fd::RawFd> {
+        self.dev.as_responder().map_or_else(Vec::new, |r| r.responder_fds())
     }
 
     /// Tells the device which peers the endpoint's operations await

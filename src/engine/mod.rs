@@ -95,7 +95,7 @@ pub(crate) use opts::Mr;
 pub use opts::{host_id, Config, ProbeMode, Probed, RecvOpts, RemoteBuf, SendFlags, SendOpts, Stats, DEVICE_VERSION};
 pub use traffic::{Proto, Traffic};
 
-use crate::device::{Caps, DevEvent, Device, Rx};
+use crate::device::{Caps, DevEvent, Device, InCall, Rx, Sleep};
 use crate::fxhash::FxHashMap;
 use crate::mem::UserBuf;
 use crate::status::Status;
@@ -111,6 +111,10 @@ pub type Addr = u32;
 pub(crate) struct Core {
     cfg: Config,
     caps: Caps,
+    /// The device reaches every peer's memory itself ([`InCall::any_peer`]).
+    any_peer: bool,
+    /// The device has the [`crate::device::Responder`] extension.
+    responder: bool,
     /// The extra features this endpoint offers (`extra_bits`).
     extra: u64,
     local: RawAddr,
@@ -216,12 +220,16 @@ fn raw_key(raw: &RawAddr) -> [u8; 32] {
 
 impl<D: Device> Endpoint<D> {
     /// Opens an endpoint over `dev`.
-    pub fn new(dev: D, cfg: Config) -> Endpoint<D> {
+    pub fn new(mut dev: D, cfg: Config) -> Endpoint<D> {
         let caps = dev.caps();
+        let any_peer = dev.as_in_call_ref().is_some_and(|c| c.any_peer());
+        let responder = dev.as_responder().is_some();
         let local = dev.local_addr();
         let core = Core {
             cfg,
             caps,
+            any_peer,
+            responder,
             extra: 0,
             local,
             raw_body: local.to_req_hdr_body(),
@@ -339,6 +347,12 @@ impl<D: Device> Endpoint<D> {
     /// What the device offers.
     pub fn caps(&self) -> Caps {
         self.core.caps
+    }
+
+    /// Whether the device reaches every peer's memory itself, without its
+    /// owner's help ([`InCall::any_peer`]).
+    pub fn any_peer(&self) -> bool {
+        self.core.any_peer
     }
 
     /// The largest message sent with the eager protocol.
@@ -461,7 +475,7 @@ impl<D: Device> Endpoint<D> {
     /// [`Self::send`] with [`SendFlags`].
     #[inline(always)]
     pub fn send_flagged(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts, flags: SendFlags) -> Result<(), Status> {
-        if !D::BATCHES {
+        if self.dev.as_doorbell().is_none() {
             return self.send_inner(dest, buf, opts, flags.dc);
         }
         self.core.more_follows = flags.more;
@@ -620,7 +634,8 @@ impl<D: Device> Endpoint<D> {
         core.rx_stop = false;
         // Taking a message changes none of what `quiet` looked at: the
         // sink takes its entry, the queues stay empty.
-        let (n, more) = dev.recv_express(
+        let Some(express) = dev.as_in_call() else { return (0, true) };
+        let (n, more) = express.recv_express(
             room,
             #[inline(always)]
             |ah, pkt| core.eager_express(ah, pkt, sink),
@@ -644,7 +659,7 @@ impl<D: Device> Endpoint<D> {
         if !self.core.cq.is_empty() {
             return true;
         }
-        self.dev.wait(timeout_ms)
+        self.dev.as_sleep().is_some_and(|s| s.wait(timeout_ms))
     }
 
     /// Whether the endpoint has work queued that only more progress calls
@@ -665,28 +680,33 @@ impl<D: Device> Endpoint<D> {
     /// holds nothing the descriptor would not announce. False: progress
     /// (and take the completions) first.
     pub fn trywait(&mut self) -> bool {
-        self.core.cq.is_empty() && !self.has_queued_work() && self.dev.trywait()
+        self.core.cq.is_empty() && !self.has_queued_work() && self.dev.as_sleep().is_none_or(|s| s.trywait())
     }
 
-    /// See [`Device::sleep_begin`].
+    /// See [`Sleep::sleep_begin`]; `None` also where the device cannot
+    /// sleep (then poll on).
     pub fn sleep_begin(&mut self) -> Option<(std::os::fd::RawFd, i32)> {
-        self.dev.sleep_begin()
+        self.dev.as_sleep()?.sleep_begin()
     }
 
-    /// See [`Device::sleep_end`].
+    /// See [`Sleep::sleep_end`].
     pub fn sleep_end(&mut self) {
-        self.dev.sleep_end()
+        if let Some(s) = self.dev.as_sleep() {
+            s.sleep_end()
+        }
     }
 
-    /// See [`Device::wake_sleeper`].
+    /// See [`Sleep::wake_sleeper`].
     pub fn wake_sleeper(&self) {
-        self.dev.wake_sleeper()
+        if let Some(s) = self.dev.as_sleeper() {
+            s.wake_sleeper()
+        }
     }
 
     /// A descriptor that polls readable when a packet may have arrived
-    /// (for epoll/poll loops), if the device has one.
+    /// (for epoll/poll loops), if the device has one ([`Sleep`]).
     pub fn wait_fd(&mut self) -> Option<std::os::fd::RawFd> {
-        self.dev.wait_fd()
+        self.dev.as_sleep()?.wait_fd()
     }
 
     /// Moves up to `max` completions into `out`; returns how many.

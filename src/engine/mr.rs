@@ -3,7 +3,7 @@
 //! bounds, before any byte is touched.
 
 use super::{Core, Device, Endpoint, Mr};
-use crate::device::Access;
+use crate::device::{Access, Doorbell, Mapped};
 use crate::mem::UserBuf;
 use crate::status::Status;
 use crate::wire::RmaIov;
@@ -53,11 +53,15 @@ impl<D: Device> Endpoint<D> {
 
     /// Registers `buf`, which the application maps from file descriptor
     /// `fd` at file offset `offset`, for local use and remote `access`:
-    /// peers of this host map the file (`Device::reg_shared`) where the
+    /// peers of this host map the file (`Mapped::reg_shared`) where the
     /// device can; elsewhere an ordinary registration. Deregistered by
     /// [`Self::mr_dereg`].
     pub fn mr_reg_fd(&mut self, buf: UserBuf, fd: i32, offset: u64, access: Access) -> Result<u64, Status> {
-        let key = match self.dev.reg_shared(buf, fd, offset, access) {
+        let shared = match self.dev.as_mapped() {
+            Some(m) => m.reg_shared(buf, fd, offset, access),
+            None => Err(Status::NotSup),
+        };
+        let key = match shared {
             Err(Status::NotSup) => self.dev.reg(buf, access)?,
             r => r?,
         };
@@ -78,11 +82,15 @@ impl<D: Device> Endpoint<D> {
     }
 
     /// Allocates `len` bytes registered with `access`, in memory that peers
-    /// on this host map (their RMA to it is then a copy: `Device::alloc`),
+    /// on this host map (their RMA to it is then a copy: `Mapped::alloc`),
     /// or ordinary memory registered where the device has none. The memory
     /// is zeroed and the endpoint's until [`Self::mr_free`] (or its drop).
     pub fn mr_alloc(&mut self, len: usize, access: Access) -> Result<(UserBuf, u64), Status> {
-        let (buf, key, owned) = match self.dev.alloc(len, access) {
+        let mapped = match self.dev.as_mapped() {
+            Some(m) => m.alloc(len, access),
+            None => Err(Status::NotSup),
+        };
+        let (buf, key, owned) = match mapped {
             Ok((buf, key)) => (buf, key, None),
             Err(Status::NotSup) => {
                 let mut mem = crate::mem::OwnedBuf::zeroed(len.max(1));
@@ -109,7 +117,7 @@ impl<D: Device> Endpoint<D> {
             if self.core.mrs.get(&key).is_some_and(|mr| mr.busy > 0) {
                 return Err(Status::Busy);
             }
-            self.dev.free(key)?;
+            self.dev.as_mapped().ok_or(Status::Inval)?.free(key)?;
             self.core.mrs.remove(&key);
         } else {
             self.dereg_any(key)?;
@@ -125,7 +133,9 @@ impl<D: Device> Endpoint<D> {
             Some(mr) if mr.busy > 0 => Err(Status::Busy),
             Some(_) => {
                 let r = self.dev.dereg(key);
-                self.dev.doorbell(); // refusals of the reads it was serving
+                if let Some(d) = self.dev.as_doorbell() {
+                    d.doorbell(); // refusals of the reads it was serving
+                }
                 r?;
                 self.core.mrs.remove(&key);
                 Ok(())

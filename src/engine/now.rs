@@ -17,7 +17,7 @@
 //!   `ops_read_direct`, `ops_atomic_direct`).
 
 use super::{Addr, Device, Endpoint, Proto, RemoteBuf};
-use crate::device::{DevError, RemoteAtomic};
+use crate::device::{DevError, InCall, Mapped, RemoteAtomic};
 use crate::mem::UserBuf;
 use crate::status::Status;
 
@@ -35,11 +35,12 @@ impl<D: Device> Endpoint<D> {
     /// this call: `Ok` when the bytes are there.
     pub fn rma_in_call(&mut self, dest: Addr, buf: UserBuf, remote: RemoteBuf, write: bool) -> Result<(), Status> {
         let ah = self.core.direct_ah(dest, write, buf.len())?;
-        if !self.core.caps.rdma_any_peer {
+        if !self.core.any_peer {
             return Err(Status::NotSup);
         }
         remote.check(buf.len())?;
-        status(self.dev.rdma_in_call(ah, buf, remote.addr, remote.key, write))?;
+        let dev = self.dev.as_in_call().ok_or(Status::NotSup)?;
+        status(dev.rdma_in_call(ah, buf, remote.addr, remote.key, write))?;
         let proto = if write { Proto::WriteDirect } else { Proto::ReadDirect };
         self.core.traffic.op(proto, buf.len() as u64);
         Ok(())
@@ -61,10 +62,11 @@ impl<D: Device> Endpoint<D> {
         let core = &mut self.core;
         let ah = core.reachable_peer(dest)?.ah.ok_or(Status::NoAddr)?;
         let (_, len) = core.check_atomic(&a, remote)?;
-        if !core.caps.rdma_any_peer {
+        if !core.any_peer {
             return Err(Status::NotSup);
         }
-        status(self.dev.atomic(ah, remote.addr, remote.key, &a))?;
+        let dev = self.dev.as_mapped().ok_or(Status::NotSup)?;
+        status(dev.atomic(ah, remote.addr, remote.key, &a))?;
         self.core.traffic.op(Proto::AtomicDirect, len as u64);
         Ok(())
     }

@@ -6,7 +6,7 @@
 use super::op::{Op, OpKind};
 use super::peer::Peer;
 use super::{Addr, Core, Proto, RemoteBuf};
-use crate::device::Access;
+use crate::device::{Access, InCall};
 use crate::mem::UserBuf;
 use crate::status::Status;
 use crate::wire::{self, Packet, PacketType, ReqFamily, ReqInfo, RmaIov, Subprotocol};
@@ -49,17 +49,16 @@ impl Core {
     }
 
     /// A read or write that goes direct whatever the peer's HANDSHAKE
-    /// says: the device reaches every peer's memory (`Caps::rdma_any_peer`).
+    /// says: the device reaches every peer's memory ([`InCall::any_peer`]).
     fn direct_without_handshake(&self, key: u32) -> bool {
         let Some(op) = self.ops.get(key) else { return false };
-        self.caps.rdma_any_peer
-            && self.peers.get(op.peer).is_some_and(|p| self.direct_ok(p, op.kind, op.len, op.cq_data))
+        self.any_peer && self.peers.get(op.peer).is_some_and(|p| self.direct_ok(p, op.kind, op.len, op.cq_data))
     }
 
     /// Whether a read or write (`kind`) of `len` bytes (with `cq_data`) to
     /// `peer` goes by the device's RDMA (spec §4.1, §4.6): both sides offer
     /// it — or the device reaches every peer's memory
-    /// (`Caps::rdma_any_peer`) and the peer's HANDSHAKE has not said
+    /// ([`InCall::any_peer`]) and the peer's HANDSHAKE has not said
     /// otherwise yet —, it fits one RDMA, and CQ data, if any, fits the
     /// immediate data of RDMA write with immediate data.
     pub(crate) fn direct_ok(&self, peer: &Peer, kind: OpKind, len: u64, cq_data: Option<u64>) -> bool {
@@ -68,7 +67,7 @@ impl Core {
             OpKind::Write => wire::extra::RDMA_WRITE,
             _ => return false,
         };
-        let offered = self.my_extra() & bit != 0 && (peer.has(bit) || (self.caps.rdma_any_peer && !peer.hs_recv));
+        let offered = self.my_extra() & bit != 0 && (peer.has(bit) || (self.any_peer && !peer.hs_recv));
         let imm_ok = cq_data.is_none_or(|d| self.caps.rdma_write_imm && d <= u64::from(u32::MAX));
         offered && len <= self.caps.max_rdma_size && imm_ok
     }
@@ -151,7 +150,7 @@ impl Core {
     }
 
     /// A write (`write`) or read done at once by the device
-    /// (`Device::rdma_now`: shm copies in the call), its completion queued
+    /// (`InCall::rdma_now`: shm copies in the call), its completion queued
     /// without an operation entry; `None` when the device does not do it
     /// (the caller posts it the usual way: the device's asynchronous RDMA,
     /// which shm sends through the ring of a target that is polling for
@@ -167,11 +166,12 @@ impl Core {
         write: bool,
         context: u64,
     ) -> Option<Result<(), Status>> {
+        let in_call = dev.as_in_call()?;
         let ah = self.direct_ah(dest, write, buf.len()).ok()?;
         if let Err(e) = remote.check(buf.len()) {
             return Some(Err(e));
         }
-        let status = match dev.rdma_now(ah, buf, remote.addr, remote.key, write) {
+        let status = match in_call.rdma_now(ah, buf, remote.addr, remote.key, write) {
             Ok(()) => Status::Success,
             Err(crate::device::DevError::Failed(Status::NotSup) | crate::device::DevError::Again) => return None,
             Err(crate::device::DevError::Failed(s)) => s,
@@ -496,7 +496,7 @@ impl<D: super::Device> super::Endpoint<D> {
         cq_data: Option<u64>,
         context: u64,
     ) -> Result<(), Status> {
-        if self.core.caps.rdma_any_peer && cq_data.is_none() {
+        if self.core.any_peer && cq_data.is_none() {
             if let Some(r) = self.core.rma_now(&mut self.dev, dest, buf, remote, true, context) {
                 return r;
             }
@@ -508,7 +508,7 @@ impl<D: super::Device> super::Endpoint<D> {
 
     /// Reads `buf.len()` bytes from `remote` on `dest` into `buf`.
     pub fn read(&mut self, dest: Addr, buf: UserBuf, remote: RemoteBuf, context: u64) -> Result<(), Status> {
-        if self.core.caps.rdma_any_peer {
+        if self.core.any_peer {
             if let Some(r) = self.core.rma_now(&mut self.dev, dest, buf, remote, false, context) {
                 return r;
             }
@@ -534,7 +534,7 @@ impl<D: super::Device> super::Endpoint<D> {
         context: u64,
     ) -> Result<(), Status> {
         let a = crate::device::RemoteAtomic { datatype, op, operand, compare, result };
-        if self.core.caps.rdma_any_peer {
+        if self.core.any_peer {
             if let Some(r) = self.core.atomic_direct(&mut self.dev, dest, a, remote, context) {
                 return r;
             }

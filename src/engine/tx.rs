@@ -5,7 +5,7 @@
 use super::op::{self, OpKind};
 use super::peer::Peer;
 use super::{pop_front_hot, rtm, Core};
-use crate::device::{DevError, Device, Sent};
+use crate::device::{DevError, Device, Doorbell, MoreFollows, Sent};
 use crate::status::Status;
 use crate::wire::{self, PacketType, RawAddrHdr, ReqFamily, Subprotocol};
 
@@ -87,8 +87,10 @@ impl Core {
     /// follow ([`crate::engine::SendFlags::more`]).
     #[inline(always)]
     pub(crate) fn ring<D: Device>(&self, dev: &mut D) {
-        if D::BATCHES && !self.more_follows {
-            dev.doorbell();
+        if let Some(d) = dev.as_doorbell() {
+            if !self.more_follows {
+                d.doorbell();
+            }
         }
     }
 
@@ -166,16 +168,18 @@ impl Core {
         }
     }
 
-    /// Tells a device that takes hints (`Caps::backlog_min`) whether enough
+    /// Tells a device that takes hints ([`MoreFollows`]) whether enough
     /// bytes to op `key`'s peer wait behind its next packet, of `len` bytes
     /// of the op's message: the rest of the message and the other sends to
     /// the peer.
     fn hint_backlog<D: Device>(&self, dev: &mut D, key: u32, len: u64) {
-        let Some(op) = self.ops.get(key).filter(|_| self.caps.backlog_min > 0) else { return };
+        let Some(h) = dev.as_more_follows() else { return };
+        let min = h.backlog_min();
+        let Some(op) = self.ops.get(key).filter(|_| min > 0) else { return };
         let rest = op.len.saturating_sub(op.sent + len);
         let mine = if op.backlog { op.len } else { 0 };
         let others = self.peers.get(op.peer).map_or(0, |p| p.tx_bytes.saturating_sub(mine));
-        dev.more_follows(rest + others >= self.caps.backlog_min);
+        h.more_follows(rest + others >= min);
     }
 
     /// Sends the packets `key` may send now. False when the device pushed back.

@@ -2,8 +2,18 @@
 #![allow(dead_code)]
 
 use rdm4::device::sim::{SimConfig, SimDevice, SimNet};
-use rdm4::engine::{Addr, Config, Cqe, Endpoint};
+use rdm4::engine::{Addr, Config, CqSink, Cqe, Endpoint};
 use rdm4::wire::PacketType;
+
+/// A completion list as the engine's sink (the express receive's).
+struct Sink<'a>(&'a mut Vec<Cqe>);
+
+impl CqSink for Sink<'_> {
+    fn offer(&mut self, e: &Cqe) -> bool {
+        self.0.push(*e);
+        true
+    }
+}
 
 pub struct Cluster {
     pub net: SimNet,
@@ -46,11 +56,22 @@ impl Cluster {
         c
     }
 
-    /// One round: every endpoint progresses and its completions are collected.
+    /// One round: every endpoint progresses and its completions are
+    /// collected. As the C API's poll does: the express receive first
+    /// (a device without it takes nothing that way), then the general
+    /// progress unless the express one found nothing more; a device with a
+    /// responder gets its call first, as while the application was away.
     pub fn step(&mut self) {
         let now = self.net.now();
         for (i, ep) in self.eps.iter_mut().enumerate() {
-            ep.progress(now);
+            if ep.wants_responder() {
+                ep.respond();
+            }
+            let mut sink = Sink(&mut self.cqs[i]);
+            let (_, more) = ep.progress_express(&mut sink, 64);
+            if more {
+                ep.progress(now);
+            }
             ep.poll_cq(&mut self.cqs[i], usize::MAX);
         }
         self.net.advance(100);

@@ -1,8 +1,16 @@
 //! The shm device's side of the device contract ([`Device`]).
 
 use super::*;
+use crate::device::{InCall, Lacks, Mapped, MoreFollows, Sleep};
 
 impl Device for ShmDevice {
+    type Sleep = Self;
+    type Responder = Lacks;
+    type MoreFollows = Self;
+    type Doorbell = Lacks;
+    type Mapped = Self;
+    type InCall = Self;
+
     fn caps(&self) -> Caps {
         Caps {
             mtu: self.shape.mtu,
@@ -10,12 +18,9 @@ impl Device for ShmDevice {
             rdma_read: self.cma,
             rdma_write: self.cma,
             rdma_write_imm: self.cma,
-            rdma_any_peer: self.cma,
             sync_send: true,
             gather_in_place: false, // the ring is written: the payload is copied anyway
             longread_min: self.cfg.longread_min,
-            // Four trails of stream: a shorter one ends before the trail pays.
-            backlog_min: 4 * self.trail,
         }
     }
 
@@ -157,6 +162,192 @@ impl Device for ShmDevice {
         self.redeliver = !self.parked.is_empty();
     }
 
+    #[inline(always)]
+    fn events(&mut self, out: &mut Vec<DevEvent>) {
+        self.check_peers();
+        if self.ring.busy() {
+            self.ring_rdma_progress();
+        }
+        if !self.events.is_empty() {
+            out.append(&mut self.events);
+        }
+    }
+
+    fn reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {
+        self.table_reg(buf, access)
+    }
+
+    fn dereg(&mut self, key: u64) -> Result<(), Status> {
+        self.table_dereg(key)?;
+        self.unshare(key);
+        Ok(())
+    }
+
+    fn rdma_read(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
+        self.rdma(ah, local, remote_addr, key, wr_id, false)
+    }
+
+    fn rdma_write(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
+        self.rdma(ah, local, remote_addr, key, wr_id, true)
+    }
+
+    fn rdma_write_imm(
+        &mut self,
+        ah: Ah,
+        local: UserBuf,
+        remote_addr: u64,
+        key: u64,
+        imm: u32,
+        wr_id: u64,
+    ) -> Result<(), DevError> {
+        self.write_imm(ah, local, (remote_addr, key), imm, wr_id)
+    }
+    /// The payload is copied into the ring past the caches when the
+    /// receiver is far (`far.rs`).
+    fn send_gather(
+        &mut self,
+        ah: Ah,
+        wr_id: u64,
+        hdr_max: usize,
+        mut build: impl FnMut(&mut [u8]) -> usize,
+        payload: UserBuf,
+    ) -> Result<Sent, DevError> {
+        let nt = self.gather_nt(ah, payload.len());
+        crate::device::copy_gather(self, ah, wr_id, hdr_max, &mut build, payload, nt)
+    }
+
+    #[inline(always)]
+    fn as_sleep(&mut self) -> Option<&mut Self> {
+        Some(self)
+    }
+
+    #[inline(always)]
+    fn as_sleeper(&self) -> Option<&Self> {
+        Some(self)
+    }
+
+    #[inline(always)]
+    fn as_more_follows(&mut self) -> Option<&mut Self> {
+        Some(self)
+    }
+
+    #[inline(always)]
+    fn as_mapped(&mut self) -> Option<&mut Self> {
+        Some(self)
+    }
+
+    #[inline(always)]
+    fn as_in_call(&mut self) -> Option<&mut Self> {
+        Some(self)
+    }
+
+    #[inline(always)]
+    fn as_in_call_ref(&self) -> Option<&Self> {
+        Some(self)
+    }
+}
+
+impl ShmDevice {
+    /// Whether a gathered payload of `len` bytes for `ah` goes into the
+    /// ring with non-temporal stores (the receiver is far, `far.rs`).
+    pub(super) fn gather_nt(&mut self, ah: Ah, len: usize) -> bool {
+        let (limit, more) = (self.cfg.far_ns, self.more);
+        self.peer(ah).is_ok_and(|p| {
+            let ring = far::Ring { head: p.map.u64_at(off::HEAD), tail: p.map.u64_at(off::TAIL), len: p.shape.ring };
+            p.placement.nt(limit, len, ring, &mut p.head_seen, more)
+        })
+    }
+}
+
+impl Sleep for ShmDevice {
+    fn wait_fd(&mut self) -> Option<RawFd> {
+        // From now on producers always signal the FIFO, and receiving drains it.
+        self.fd_mode = true;
+        self.map.u32_at(off::SLEEPING).store(1, Ordering::SeqCst);
+        sleeper_fence();
+        // Wake-ups written while it was not handed out may be stale.
+        self.drain_fifo_kept();
+        Some(self.fifo)
+    }
+
+    fn wait(&mut self, timeout_ms: i32) -> bool {
+        ShmDevice::wait(self, timeout_ms)
+    }
+
+    fn trywait(&mut self) -> bool {
+        !self.ready() && (!self.redeliver || self.parked.is_empty())
+    }
+
+    fn sleep_begin(&mut self) -> Option<(RawFd, i32)> {
+        let ms = self.cfg.peer_check.as_millis().clamp(1, i32::MAX as u128) as i32;
+        self.arm().then_some((self.fifo, ms))
+    }
+
+    fn sleep_end(&mut self) {
+        if self.fd_mode {
+            // The application's descriptor must stay readable for a packet
+            // that still waits.
+            self.drain_fifo_kept();
+        } else {
+            self.map.u32_at(off::SLEEPING).store(0, Ordering::SeqCst);
+            self.drain_fifo();
+        }
+    }
+
+    fn wake_sleeper(&self) {
+        self.wake_own();
+    }
+}
+
+impl MoreFollows for ShmDevice {
+    fn backlog_min(&self) -> u64 {
+        // Four trails of stream: a shorter one ends before the trail pays.
+        4 * self.trail
+    }
+
+    fn more_follows(&mut self, more: bool) {
+        self.more = more;
+    }
+}
+
+impl Mapped for ShmDevice {
+    fn alloc(&mut self, len: usize, access: Access) -> Result<(UserBuf, u64), Status> {
+        self.alloc_shared(len, access)
+    }
+
+    fn free(&mut self, key: u64) -> Result<(), Status> {
+        self.free_shared(key)
+    }
+
+    fn reg_shared(&mut self, buf: UserBuf, fd: RawFd, offset: u64, access: Access) -> Result<u64, Status> {
+        self.reg_shared(buf, fd, offset, access)
+    }
+
+    fn atomic(&mut self, ah: Ah, remote_addr: u64, key: u64, a: &crate::device::RemoteAtomic) -> Result<(), DevError> {
+        self.atomic_mapped(ah, remote_addr, key, a)
+    }
+}
+
+impl InCall for ShmDevice {
+    fn any_peer(&self) -> bool {
+        self.cma
+    }
+
+    fn rdma_now(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, write: bool) -> Result<(), DevError> {
+        self.rdma_direct(ah, local, (remote_addr, key), write, false)
+    }
+
+    fn rdma_in_call(
+        &mut self,
+        ah: Ah,
+        local: UserBuf,
+        remote_addr: u64,
+        key: u64,
+        write: bool,
+    ) -> Result<(), DevError> {
+        self.rdma_direct(ah, local, (remote_addr, key), write, true)
+    }
+
     /// The steps of `recv_batch` for the usual packets only: whole,
     /// from the last sender. It stops before any other packet (left for
     /// `recv`). Every 64th packet it runs the periodic peer check, as
@@ -221,127 +412,5 @@ impl Device for ShmDevice {
             self.drain_fifo_kept();
         }
         (n, more)
-    }
-
-    #[inline(always)]
-    fn events(&mut self, out: &mut Vec<DevEvent>) {
-        self.check_peers();
-        if self.ring.busy() {
-            self.ring_rdma_progress();
-        }
-        if !self.events.is_empty() {
-            out.append(&mut self.events);
-        }
-    }
-
-    fn more_follows(&mut self, more: bool) {
-        self.more = more;
-    }
-
-    fn gather_nt(&mut self, ah: Ah, len: usize) -> bool {
-        let (limit, more) = (self.cfg.far_ns, self.more);
-        self.peer(ah).is_ok_and(|p| {
-            let ring = far::Ring { head: p.map.u64_at(off::HEAD), tail: p.map.u64_at(off::TAIL), len: p.shape.ring };
-            p.placement.nt(limit, len, ring, &mut p.head_seen, more)
-        })
-    }
-
-    fn reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {
-        self.table_reg(buf, access)
-    }
-
-    fn dereg(&mut self, key: u64) -> Result<(), Status> {
-        self.table_dereg(key)?;
-        self.unshare(key);
-        Ok(())
-    }
-
-    fn reg_shared(&mut self, buf: UserBuf, fd: RawFd, offset: u64, access: Access) -> Result<u64, Status> {
-        self.reg_shared(buf, fd, offset, access)
-    }
-
-    fn rdma_read(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
-        self.rdma(ah, local, remote_addr, key, wr_id, false)
-    }
-
-    fn rdma_write(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
-        self.rdma(ah, local, remote_addr, key, wr_id, true)
-    }
-
-    fn alloc(&mut self, len: usize, access: Access) -> Result<(UserBuf, u64), Status> {
-        self.alloc_shared(len, access)
-    }
-
-    fn free(&mut self, key: u64) -> Result<(), Status> {
-        self.free_shared(key)
-    }
-
-    fn rdma_now(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, write: bool) -> Result<(), DevError> {
-        self.rdma_direct(ah, local, (remote_addr, key), write, false)
-    }
-
-    fn rdma_in_call(
-        &mut self,
-        ah: Ah,
-        local: UserBuf,
-        remote_addr: u64,
-        key: u64,
-        write: bool,
-    ) -> Result<(), DevError> {
-        self.rdma_direct(ah, local, (remote_addr, key), write, true)
-    }
-
-    fn atomic(&mut self, ah: Ah, remote_addr: u64, key: u64, a: &crate::device::RemoteAtomic) -> Result<(), DevError> {
-        self.atomic_mapped(ah, remote_addr, key, a)
-    }
-
-    fn rdma_write_imm(
-        &mut self,
-        ah: Ah,
-        local: UserBuf,
-        remote_addr: u64,
-        key: u64,
-        imm: u32,
-        wr_id: u64,
-    ) -> Result<(), DevError> {
-        self.write_imm(ah, local, (remote_addr, key), imm, wr_id)
-    }
-
-    fn wait(&mut self, timeout_ms: i32) -> bool {
-        ShmDevice::wait(self, timeout_ms)
-    }
-
-    fn sleep_begin(&mut self) -> Option<(RawFd, i32)> {
-        let ms = self.cfg.peer_check.as_millis().clamp(1, i32::MAX as u128) as i32;
-        self.arm().then_some((self.fifo, ms))
-    }
-
-    fn sleep_end(&mut self) {
-        if self.fd_mode {
-            // The application's descriptor must stay readable for a packet
-            // that still waits.
-            self.drain_fifo_kept();
-        } else {
-            self.map.u32_at(off::SLEEPING).store(0, Ordering::SeqCst);
-            self.drain_fifo();
-        }
-    }
-
-    fn wake_sleeper(&self) {
-        self.wake_own();
-    }
-
-    fn trywait(&mut self) -> bool {
-        !self.ready() && (!self.redeliver || self.parked.is_empty())
-    }
-
-    fn wait_fd(&mut self) -> Option<RawFd> {
-        // From now on producers always signal the FIFO, and receiving drains it.
-        self.fd_mode = true;
-        self.map.u32_at(off::SLEEPING).store(1, Ordering::SeqCst);
-        sleeper_fence();
-        // Wake-ups written while it was not handed out may be stale.
-        self.drain_fifo_kept();
-        Some(self.fifo)
     }
 }

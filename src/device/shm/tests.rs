@@ -2,6 +2,7 @@
 //! headers, dense packing of small packets.
 
 use super::*;
+use crate::device::{InCall, MoreFollows};
 
 /// Two endpoints of one process with a small ring; `b` is `a`'s peer.
 fn pair(name: &str, slots: u32) -> (ShmDevice, ShmDevice, Ah) {

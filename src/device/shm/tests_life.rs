@@ -2,6 +2,7 @@
 //! descriptor, peers that close or die, segments left behind, settings.
 
 use super::*;
+use crate::device::{InCall, Sleep};
 
 fn cfg(name: &str) -> ShmConfig {
     ShmConfig { prefix: format!("rdm4l{}{name}", std::process::id()), slots: 4, mtu: 256, ..ShmConfig::default() }

@@ -1,6 +1,7 @@
 //! Unit tests of the udp device over loopback: two devices of one process.
 
 use super::*;
+use crate::device::{Responder, Sleep};
 
 fn cfg() -> UdpConfig {
     UdpConfig { addr: Some(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)), ..UdpConfig::default() }
