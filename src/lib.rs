@@ -1,8 +1,13 @@
 //! rdm4: the EFA RDM communication protocol v4 as a library.
 //!
-//! Layers (see `DESIGN.md` of the project): [`wire`] knows the bytes of every
-//! packet; the engine runs the protocol over a device; [`capi`] is the C API.
+//! Layers, bottom up (docs/architecture.md): [`status`] and [`atomic_ops`]
+//! (the status codes and the arithmetic of atomics, used by every layer);
+//! [`mem`] (application memory); [`wire`] knows the bytes of every packet;
+//! [`device`] moves packets and RDMA; [`engine`] runs the protocol over a
+//! device; [`capi`] is the C API.
 
+/// cbindgen:ignore
+pub mod atomic_ops;
 pub mod capi;
 /// cbindgen:ignore
 pub mod device;

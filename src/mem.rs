@@ -251,7 +251,7 @@ impl UserBuf {
         compare: &[u8],
         old: &mut [u8],
     ) -> Option<Result<(), Status>> {
-        use crate::engine::atomic_ops::{datatype as d, op};
+        use crate::atomic_ops::{datatype as d, op};
         use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
         macro_rules! native {
             ($a:ty, $t:ty) => {{
@@ -288,7 +288,7 @@ impl UserBuf {
     }
 
     /// Applies atomic operation `o` of libfabric datatype `dt` to every
-    /// element of the buffer (see `engine::atomic_ops::apply`), each
+    /// element of the buffer (see `atomic_ops::apply`), each
     /// element by one compare-and-swap of the CPU (a loop: read, compute,
     /// swap if unchanged) where it is 1, 2, 4 or 8 bytes and aligned: such
     /// elements are atomic with respect to every other rdm4 atomic on them,
@@ -297,7 +297,7 @@ impl UserBuf {
     /// applied with plain loads and stores: atomic only with respect to the
     /// other atomics the same endpoint serves.
     pub fn atomic_apply(&self, dt: u32, o: u32, operand: &[u8], compare: &[u8], old: &mut [u8]) -> Result<(), Status> {
-        use crate::engine::atomic_ops::{apply, type_size};
+        use crate::atomic_ops::{apply, type_size};
         use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering::SeqCst};
         let size = type_size(dt)?;
         let aligned = self.addr() % size as u64 == 0;

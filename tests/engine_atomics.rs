@@ -10,9 +10,9 @@
 mod common;
 
 use common::*;
+use rdm4::atomic_ops::{self, datatype as dt, op, AtomicClass};
 use rdm4::device::sim::SimConfig;
 use rdm4::device::Access;
-use rdm4::engine::atomic_ops::{self, datatype as dt, op, AtomicClass};
 use rdm4::engine::{Config, CqFlags, RemoteBuf};
 use rdm4::mem::{OwnedBuf, UserBuf};
 use rdm4::Status;

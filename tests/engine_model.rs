@@ -27,9 +27,9 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use common::*;
+use rdm4::atomic_ops::{datatype, op};
 use rdm4::device::sim::SimConfig;
 use rdm4::device::Access;
-use rdm4::engine::atomic_ops::{datatype, op};
 use rdm4::engine::{Config, CqFlags, Cqe, Proto, RecvOpts, RemoteBuf, SendOpts};
 use rdm4::mem::{OwnedBuf, UserBuf};
 use rdm4::Status;

@@ -5,9 +5,10 @@
 mod common;
 
 use common::Cluster;
+use rdm4::atomic_ops;
 use rdm4::device::sim::{SimConfig, SimNet};
 use rdm4::device::{Access, Device};
-use rdm4::engine::{atomic_ops, Config, Endpoint, RemoteBuf};
+use rdm4::engine::{Config, Endpoint, RemoteBuf};
 use rdm4::mem::OwnedBuf;
 use rdm4::wire::{Packet, PacketType, RawAddrHdr, Req, RmaIov};
 use rdm4::Status;

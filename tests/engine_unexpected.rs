@@ -6,9 +6,10 @@
 mod common;
 
 use common::{pattern, Cluster, Rng};
+use rdm4::atomic_ops;
 use rdm4::device::sim::SimConfig;
 use rdm4::device::Access;
-use rdm4::engine::{atomic_ops, Config, RecvOpts, RemoteBuf, SendOpts};
+use rdm4::engine::{Config, RecvOpts, RemoteBuf, SendOpts};
 use rdm4::mem::{OwnedBuf, UserBuf};
 use rdm4::Status;
 

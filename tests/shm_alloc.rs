@@ -342,7 +342,7 @@ fn memory_the_application_shares_by_a_memfd_is_mapped_by_peers() {
     assert_eq!(wait(&mut a, 2).status, Status::Success);
     assert!(back.bytes() == data);
     // An atomic by this CPU (the owner never progresses).
-    let (u64t, sum) = (rdm4::engine::atomic_ops::datatype::UINT64, rdm4::engine::atomic_ops::op::SUM);
+    let (u64t, sum) = (rdm4::atomic_ops::datatype::UINT64, rdm4::atomic_ops::op::SUM);
     let mut one = OwnedBuf::from_slice(&3u64.to_le_bytes());
     let mut old = OwnedBuf::zeroed(8);
     let at = RemoteBuf { addr: base + 8, key };

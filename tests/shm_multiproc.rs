@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rdm4::atomic_ops;
 use rdm4::device::shm::{remove_stale_segments, ShmConfig, ShmDevice};
 use rdm4::device::{Access, Device};
-use rdm4::engine::{atomic_ops, Addr, Config, Cqe, Endpoint, RecvOpts, RemoteBuf, SendOpts};
+use rdm4::engine::{Addr, Config, Cqe, Endpoint, RecvOpts, RemoteBuf, SendOpts};
 use rdm4::mem::OwnedBuf;
 use rdm4::wire::RawAddr;
 use rdm4::Status;

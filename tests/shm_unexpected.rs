@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 
 use common::pattern;
 
+use rdm4::atomic_ops;
 use rdm4::device::shm::{ShmConfig, ShmDevice};
 use rdm4::device::Access;
-use rdm4::engine::{atomic_ops, Config, Cqe, Endpoint, RecvOpts, RemoteBuf, SendOpts};
+use rdm4::engine::{Config, Cqe, Endpoint, RecvOpts, RemoteBuf, SendOpts};
 use rdm4::mem::{OwnedBuf, UserBuf};
 use rdm4::Status;
 

@@ -8,9 +8,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 use common::pattern;
+use rdm4::atomic_ops;
 use rdm4::device::udp::{Faults, UdpConfig, UdpDevice};
 use rdm4::device::Access;
-use rdm4::engine::{atomic_ops, Config, Cqe, Endpoint, RecvOpts, RemoteBuf, SendFlags, SendOpts};
+use rdm4::engine::{Config, Cqe, Endpoint, RecvOpts, RemoteBuf, SendFlags, SendOpts};
 use rdm4::mem::{OwnedBuf, UserBuf};
 use rdm4::Status;
 

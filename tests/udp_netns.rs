@@ -13,9 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rdm4::atomic_ops;
 use rdm4::device::udp::{UdpConfig, UdpDevice};
 use rdm4::device::Access;
-use rdm4::engine::{atomic_ops, Config, Cqe, Endpoint, RecvOpts, RemoteBuf, SendOpts};
+use rdm4::engine::{Config, Cqe, Endpoint, RecvOpts, RemoteBuf, SendOpts};
 use rdm4::mem::{OwnedBuf, UserBuf};
 use rdm4::wire::RawAddr;
 use rdm4::Status;

@@ -10,7 +10,7 @@ use std::ffi::c_void;
 
 use super::types::*;
 use super::{boundary, c_buf, lookup, rdm4_ep};
-use crate::engine::atomic_ops;
+use crate::atomic_ops;
 use crate::engine::{Addr, ProbeMode, RecvOpts, RemoteBuf, SendFlags, SendOpts, ADDR_UNSPEC};
 use crate::mem::UserBuf;
 use crate::status::Status;

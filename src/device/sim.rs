@@ -969,7 +969,7 @@ impl Mapped for SimDevice {
     }
 
     fn atomic(&mut self, ah: Ah, remote_addr: u64, key: u64, a: &RemoteAtomic) -> Result<(), DevError> {
-        use crate::engine::atomic_ops::op::ATOMIC_READ;
+        use crate::atomic_ops::op::ATOMIC_READ;
         let net = self.net.borrow();
         let target =
             net.nodes[self.me].ahs.get(ah as usize).copied().flatten().ok_or(DevError::Failed(Status::NoAddr))?;

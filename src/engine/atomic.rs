@@ -3,10 +3,10 @@
 //! share the `msg_id` sequence of messages, so atomics are applied in the
 //! order they were posted.
 
-use super::atomic_ops::{self, AtomicClass};
 use super::op::{AtomicReq, Op, OpKind};
 use super::peer::Peer;
 use super::{Addr, Core, RemoteBuf};
+use crate::atomic_ops::{self, AtomicClass};
 use crate::device::{Access, Mapped, RemoteAtomic};
 use crate::status::Status;
 use crate::wire::{self, Packet, PacketType, ReqInfo, RmaIov, Subprotocol};
@@ -103,7 +103,7 @@ impl Core {
         // A write atomic waits for the HANDSHAKE (DC or not), and so does
         // any atomic behind an operation that waits: the `msg_id` comes
         // when the wait ends (`withdraw.rs`).
-        let known = self.cfg.legacy || peer.hs_recv;
+        let known = self.cfg.legacy || peer.known();
         let parks = !peer.waiting_hs.is_empty() || (class == AtomicClass::Write && !known);
         let key = self.new_op(op)?;
         self.time_request(key);

@@ -209,7 +209,7 @@ impl Core {
 
     /// Tells `peer` that its operation `op_id` failed with `status`.
     pub(crate) fn send_peer_error(&mut self, peer: u32, op_id: u32, status: Status) {
-        let honours = self.peers.get(peer).is_some_and(|p| !p.hs_recv || p.extra & wire::extra::PEER_ERROR != 0);
+        let honours = self.peers.get(peer).is_some_and(|p| !p.known() || p.has(wire::extra::PEER_ERROR));
         if !honours || self.my_extra() & wire::extra::PEER_ERROR == 0 {
             return;
         }

@@ -114,7 +114,10 @@ impl Core {
     fn eager_take<S: CqSink, const EXPRESS: bool>(&mut self, ah: Ah, e: wire::DataRtm<'_>, sink: &mut S) -> bool {
         let Some(p) = self.by_ah.get(ah) else { return false };
         let Some(peer) = self.peers.get_mut(p) else { return false };
-        if !peer.hs_sent || e.msg_id != peer.rx_msg_id || e.connid.is_some_and(|c| c != peer.raw.connid()) {
+        if peer.ours == super::peer::OurHandshake::Unsent
+            || e.msg_id != peer.rx_msg_id
+            || e.connid.is_some_and(|c| c != peer.raw.connid())
+        {
             return false;
         }
         let drain = !peer.reorder.is_empty();

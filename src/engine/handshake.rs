@@ -3,6 +3,7 @@
 //! recorded; the raw address header is dropped from REQs once the peer's
 //! HANDSHAKE arrived. Operations that need the peer's features wait for it.
 
+use super::peer::{OurHandshake, TheirHandshake};
 use super::Core;
 use crate::wire::{self, LeU64, Packet, PacketType, Req};
 
@@ -46,10 +47,10 @@ impl Core {
         let Some(p) = self.peers.get_mut(peer) else {
             return;
         };
-        if p.hs_sent {
+        if p.ours == OurHandshake::Sent {
             return;
         }
-        p.hs_sent = true;
+        p.ours = OurHandshake::Sent;
         let words = [LeU64::new(self.my_extra())];
         let mut h = wire::Handshake::new(&words);
         h.connid = self.my_connid();
@@ -65,9 +66,8 @@ impl Core {
         let Some(p) = self.peers.get_mut(peer) else {
             return;
         };
-        p.hs_recv = true;
-        p.extra = h.extra_info.first().map_or(0, |w| w.get());
-        (p.host_id, p.device_version) = (h.host_id, h.device_version);
+        let extra = h.extra_info.first().map_or(0, |w| w.get());
+        p.theirs = TheirHandshake::Known { extra, host_id: h.host_id, device_version: h.device_version };
         let waiting: Vec<u32> = p.waiting_hs.drain(..).collect();
         for key in waiting {
             // A plain send parked only behind another keeps its protocol.
@@ -87,10 +87,10 @@ impl Core {
         let Some(p) = self.peers.get_mut(peer) else {
             return;
         };
-        if p.hs_triggered || p.hs_recv {
+        if p.theirs != TheirHandshake::Unknown {
             return;
         }
-        p.hs_triggered = true;
+        p.theirs = TheirHandshake::Asked;
         let body = self.raw_body;
         let mut r = Req::new(PacketType::EagerRtw);
         r.raw_addr = wire::RawAddrHdr::new(&body).ok();

@@ -207,7 +207,7 @@ impl Core {
         }
         let peer = self.ops.get(key).and_then(|op| self.peers.get(op.peer));
         let nackable = peer.is_some_and(|p| {
-            self.my_extra() & wire::extra::READ_NACK != 0 && (!p.hs_recv || p.has(wire::extra::READ_NACK))
+            self.my_extra() & wire::extra::READ_NACK != 0 && (!p.known() || p.has(wire::extra::READ_NACK))
         });
         if !nackable {
             let Some(op) = self.ops.get(key) else { return };

@@ -64,7 +64,6 @@
 
 mod ahtable;
 mod atomic;
-pub mod atomic_ops;
 mod complete;
 mod cq;
 mod dispatch;
@@ -336,7 +335,10 @@ impl<D: Device> Endpoint<D> {
     /// this host.
     pub fn peer_identity(&self, addr: Addr) -> Result<(Option<u64>, Option<u32>), Status> {
         let p = self.core.peers.get(addr).ok_or(Status::NoAddr)?;
-        Ok((p.host_id, p.device_version))
+        Ok(match p.theirs {
+            peer::TheirHandshake::Known { host_id, device_version, .. } => (host_id, device_version),
+            _ => (None, None),
+        })
     }
 
     /// The settings the endpoint runs with.

@@ -8,25 +8,37 @@ use crate::fxhash::FxHashMap;
 use crate::device::Ah;
 use crate::wire::RawAddr;
 
+/// Our HANDSHAKE to a peer (spec §4.1): sent once, before our first
+/// answer to a REQ of its.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OurHandshake {
+    Unsent,
+    Sent,
+}
+
+/// The peer's HANDSHAKE: until it arrives, REQs to the peer carry our raw
+/// address and nothing that needs its features is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TheirHandshake {
+    /// Not arrived.
+    Unknown,
+    /// Not arrived; we asked for it (zero-length EAGER_RTW).
+    Asked,
+    /// Arrived: the peer's extra feature/request bits (`extra_info[0]`),
+    /// `host_id` and `device_version`.
+    Known { extra: u64, host_id: Option<u64>, device_version: Option<u32> },
+}
+
 /// What the engine knows of one peer.
 #[derive(Debug)]
 pub(crate) struct Peer {
     pub raw: RawAddr,
-    /// The `host_id` and `device_version` of its HANDSHAKE.
-    pub host_id: Option<u64>,
-    pub device_version: Option<u32>,
     /// The device handle; `None` until a learnt sender is inserted.
     pub ah: Option<Ah>,
     /// Inserted by the application (not only learnt from a packet).
     pub in_av: bool,
-    /// We sent our HANDSHAKE.
-    pub hs_sent: bool,
-    /// We received the peer's HANDSHAKE (stop sending the raw address).
-    pub hs_recv: bool,
-    /// We asked the peer for its HANDSHAKE (zero-length EAGER_RTW).
-    pub hs_triggered: bool,
-    /// The peer's extra feature/request bits (`extra_info[0]`).
-    pub extra: u64,
+    pub ours: OurHandshake,
+    pub theirs: TheirHandshake,
     /// The device gave up on this peer.
     pub lost: bool,
     /// Next `msg_id` to send.
@@ -58,14 +70,10 @@ impl Peer {
     pub fn new(raw: RawAddr, ah: Option<Ah>, first_msg_id: u32) -> Peer {
         Peer {
             raw,
-            host_id: None,
-            device_version: None,
             ah,
             in_av: false,
-            hs_sent: false,
-            hs_recv: false,
-            hs_triggered: false,
-            extra: 0,
+            ours: OurHandshake::Unsent,
+            theirs: TheirHandshake::Unknown,
             lost: false,
             tx_msg_id: first_msg_id,
             rx_msg_id: first_msg_id,
@@ -80,7 +88,13 @@ impl Peer {
 
     /// True when the peer's HANDSHAKE advertised extra bit(s) `bits`.
     pub fn has(&self, bits: u64) -> bool {
-        self.hs_recv && self.extra & bits == bits
+        matches!(self.theirs, TheirHandshake::Known { extra, .. } if extra & bits == bits)
+    }
+
+    /// The peer's HANDSHAKE has arrived: its features are known (and REQs
+    /// to it stop carrying our raw address).
+    pub fn known(&self) -> bool {
+        matches!(self.theirs, TheirHandshake::Known { .. })
     }
 }
 

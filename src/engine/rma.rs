@@ -38,7 +38,7 @@ impl Core {
     /// until the peer's HANDSHAKE (which it asks for).
     pub(crate) fn start_or_wait_handshake(&mut self, dest: Addr, key: u32) {
         let known =
-            self.cfg.legacy || self.peers.get(dest).is_some_and(|p| p.hs_recv) || self.direct_without_handshake(key);
+            self.cfg.legacy || self.peers.get(dest).is_some_and(|p| p.known()) || self.direct_without_handshake(key);
         if known {
             self.choose_rma_protocol(key);
             self.enqueue(key);
@@ -67,7 +67,7 @@ impl Core {
             OpKind::Write => wire::extra::RDMA_WRITE,
             _ => return false,
         };
-        let offered = self.my_extra() & bit != 0 && (peer.has(bit) || (self.any_peer && !peer.hs_recv));
+        let offered = self.my_extra() & bit != 0 && (peer.has(bit) || (self.any_peer && !peer.known()));
         let imm_ok = cq_data.is_none_or(|d| self.caps.rdma_write_imm && d <= u64::from(u32::MAX));
         offered && len <= self.caps.max_rdma_size && imm_ok
     }

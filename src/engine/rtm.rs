@@ -44,7 +44,7 @@ impl Core {
     ) -> Result<Option<u32>, Status> {
         let peer = self.reachable_peer(dest)?;
         let dc_off = self.my_extra() & wire::extra::DELIVERY_COMPLETE == 0;
-        if dc && (dc_off || (peer.hs_recv && !peer.has(wire::extra::DELIVERY_COMPLETE))) {
+        if dc && (dc_off || (peer.known() && !peer.has(wire::extra::DELIVERY_COMPLETE))) {
             return Err(Status::NotSup); // a baseline endpoint or peer has no delivery complete
         }
         let tagged = opts.tag.is_some();
@@ -57,7 +57,7 @@ impl Core {
             2
         };
         let longread = if proto == 2 && !dc { self.longread_type(dest, len, tagged) } else { None };
-        let parks = !peer.waiting_hs.is_empty() || (dc && !self.cfg.legacy && !peer.hs_recv);
+        let parks = !peer.waiting_hs.is_empty() || (dc && !self.cfg.legacy && !peer.known());
         let runt = if longread.is_some() { self.take_runt(dest, len) } else { 0 };
         let longread = if runt > 0 { Core::runtread_type(tagged) } else { longread };
         let mut op = Op::new(OpKind::Send, dest, opts.context, buf);

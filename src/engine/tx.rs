@@ -49,7 +49,7 @@ impl Core {
     /// the peer's HANDSHAKE (or always, if it asked for a constant header
     /// length), else the connid header if it asked for it (spec §2.2, §4.3, §4.4).
     pub(crate) fn req_opts(&self, peer: &Peer) -> (Option<RawAddrHdr<'_>>, Option<u32>) {
-        if !peer.hs_recv || peer.has(wire::extra::CONSTANT_HEADER_LENGTH) {
+        if !peer.known() || peer.has(wire::extra::CONSTANT_HEADER_LENGTH) {
             (RawAddrHdr::new(&self.raw_body).ok(), None)
         } else if peer.has(wire::extra::CONNID_HEADER) && !self.cfg.legacy {
             (None, Some(self.local.connid()))
@@ -222,8 +222,8 @@ impl Core {
                     op.queued = false; // window used up: the next CTS re-queues it
                     return true;
                 };
-                let hs_recv = self.peers.get(op.peer).is_some_and(|p| p.hs_recv);
-                let hdr = Core::ctsdata_hdr(op, off, my_connid.filter(|_| hs_recv));
+                let known = self.peers.get(op.peer).is_some_and(|p| p.known());
+                let hdr = Core::ctsdata_hdr(op, off, my_connid.filter(|_| known));
                 let len = payload.len() as u64;
                 self.hint_backlog(dev, key, len);
                 dev.control_next(); // data of a message already begun

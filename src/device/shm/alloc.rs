@@ -198,7 +198,7 @@ impl ShmDevice {
         key: u64,
         a: &crate::device::RemoteAtomic,
     ) -> Result<(), DevError> {
-        use crate::engine::atomic_ops::op::ATOMIC_READ;
+        use crate::atomic_ops::op::ATOMIC_READ;
         if !self.cma {
             return Err(DevError::Failed(Status::NotSup));
         }

@@ -1,4 +1,8 @@
-//! The arithmetic of emulated atomics: libfabric's datatypes and operations
+//! The arithmetic of atomics, at the bottom of the layers beside `status`:
+//! the engine emulates atomics with it, and devices that map a peer's
+//! memory (shm, sim) apply them with it.
+//!
+//! libfabric's datatypes and operations
 //! (values in `shared/facts/wire-facts.md`), applied element-wise to the
 //! responder's memory.
 //!
