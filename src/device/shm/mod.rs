@@ -1,119 +1,82 @@
 //! The shm device: endpoints in processes of one host (DESIGN §2.2).
 //!
-//! Each endpoint owns a POSIX shared-memory segment, `/dev/shm/<prefix>-<uid>-<epid>`:
+//! Each endpoint owns a POSIX shared-memory segment,
+//! `/dev/shm/<prefix>-<uid>-<epid>`, and a wake-up FIFO beside it:
 //!
 //! ```text
 //! offset 0    header: magic, layout version, ring size, MTU, owner pid and
 //!             start time, endpoint id, connid, closing and sleeping flags,
-//!             the ring's seal; the ring's tail (producers; its top bits
-//!             say the owner closed, or holds back new messages) and head
-//!             (consumer, with the owner's claim note as a producer) on
-//!             their own cache lines
+//!             the ring's seal; then, each on cache lines of their own, the
+//!             ring's tail (producers; its top bits say the owner closed,
+//!             or holds back new messages), its head (consumer) with the
+//!             owner's claim note as a producer, and the owner's progress
+//!             stamp (`segment::off`)
 //! 256         the ring: a power-of-two number of bytes holding entries
 //!             back to back, each a whole number of cache lines: a 24-byte
 //!             entry header (sealed position, sender endpoint id and connid,
-//!             packet length, entry length and the trail flag) + the packet; an 8-byte message
-//!             fits one cache line with its header
-//! after it    the registration table: entries (seqlock, key, address,
-//!             length, access, claims of accessors) that peers read before
-//!             cross-memory attach; a key is random above its low 10 bits,
-//!             which name its entry (`mrtable.rs`)
+//!             packet length, entry length and its flags) + the packet; an
+//!             8-byte message fits one cache line with its header
+//! after it    the registration table (`mrtable.rs`)
 //! ```
 //!
 //! The ring is a bounded multi-producer, single-consumer queue of
 //! variable-length entries; positions count bytes and never wrap. A peer
-//! claims the bytes `[pos, pos + n)` with one compare-and-swap on the tail,
-//! once the owner's head says they have been read (`pos + n <= head +
-//! ring`; producers keep the last head they saw and reread it only when the
-//! ring looks full, and after finding it full only every few attempts).
-//! `n` is the packet's upper bound, which the engine
-//! passes to `send_with`, rounded up to cache lines: small packets sit
-//! densely, so the owner reads consecutive cache lines that the hardware
-//! prefetches, where fixed MTU-sized slots cost every message a cold line
-//! of its own. An entry that would cross the ring's end is preceded by a
-//! padding entry up to the end and starts again at offset 0. The producer
-//! writes the packet in place and publishes the entry by storing its sealed
-//! position, `(pos + 1) ^ seal`, in the entry's first word; the owner reads
-//! packets in place and advances the head after each batch. The seal is a
-//! random word of the segment with the top bit set: neither zeroed memory
-//! nor stale words of earlier laps (positions or packet bytes) pass for a
-//! published entry. The owner never writes the ring, so a producer's next
-//! lap finds its cache lines without a transfer from the owner. No syscall
-//! and no allocation on that path. A full ring is "try again". Packets from
-//! one sender arrive in order, which the engine does not rely on.
+//! claims an entry with one compare-and-swap on the tail, writes its packet
+//! in place and publishes it by sealing it (`produce.rs`); the owner reads
+//! packets in place and moves its head past them (`consume.rs`). No
+//! syscall and no allocation on that path; a full ring is "try again".
+//! Packets from one sender arrive in order, which the engine does not rely
+//! on. The rest of the device, by file:
 //!
-//! A producer killed between its claim and its seal would leave the head
-//! before an entry never published, with every later entry behind it. So
-//! producers note their claims in their own headers until the seal, and an
-//! owner whose head stands before an unpublished entry for a peer-check
-//! interval skips up to the next published one only when no live endpoint
-//! notes a claim in its ring: never a live producer's entry, however slow,
-//! and never an unsealed one (`claims.rs`).
+//! - `device.rs`: the device contract ([`Device`]), the express receive
+//!   among it.
+//! - `life.rs`: open and close; `liveness.rs`: the periodic peer check and
+//!   the progress stamp; `sleep.rs`: blocking on the FIFO.
+//! - `claims.rs`: entries claimed by producers that died before sealing.
+//! - `trail.rs`, `lag.rs`, `far.rs`: how owner and producer pace streams
+//!   ([`ShmConfig::trail`], [`ShmConfig::lag`], [`ShmConfig::far_ns`]).
+//! - `mrtable.rs`, `alloc.rs`, `cma.rs`, `ringrma.rs`: registration and RMA.
+//! - `segment.rs`, `barrier.rs`, `config.rs`: the segment's bytes, memory
+//!   ordering, settings ([`ShmConfig`], from the `RDM4_SHM_*` variables).
 //!
-//! Answers: an endpoint whose last packet was one it sent asks for the
-//! lines its reply would take in the sender's ring as soon as the engine has
-//! handled a packet, so that their transfer from the peer (which polls
-//! them) overlaps the application's work before it answers
-//! (`reply_lines`, `prefetch_reply`).
+//! RMA: read, write and atomics check key, bounds and access in the
+//! memory owner's registration table, and take the first way that fits:
+//! - memory the owner shares by mapping (`Device::alloc`, `reg_shared`): a
+//!   copy (or atomic) through this process's own mapping of it
+//!   (`alloc.rs`); atomics on other memory are the engine's emulation;
+//! - a read or write of other memory that fits one entry, towards an owner
+//!   that polls: a request into the owner's ring, served by the owner's
+//!   device and answered in the requester's ring; one the owner leaves
+//!   standing is taken back (`ringrma.rs`, [`ShmConfig::ring_rma`]). While
+//!   requests of ours wait in an owner's ring, any other operation to it
+//!   but a mapped copy waits behind them;
+//! - otherwise cross-memory attach (`process_vm_readv` /
+//!   `process_vm_writev`), the owner doing nothing (`cma.rs`). A write
+//!   with immediate data goes by mapping or cross-memory attach and is then
+//!   announced by a notice in the owner's ring.
 //!
-//! Express receive ([`Device::recv_express`]): whole packets from the last
-//! sender are handed over by a loop that does only what they need, until
-//! the first other packet, which stays for `recv`. Every 64th packet the
-//! loop runs the periodic peer check as `events` does, and stops when that
-//! found a peer gone.
-//!
-//! Lag: behind a fast one-way stream of small packets, the express receive
-//! takes only what lies a few pages behind the ring's tail, so that it does
-//! not read lines the producer is writing (`lag.rs`, [`ShmConfig::lag`]).
-//!
-//! Trail: a producer marks a bulk packet that has a long stream queued
-//! behind it (the engine says so, [`Device::more_follows`]); the owner
-//! leaves such a packet at the head while fewer than `trail` bytes were
-//! claimed after it and one of those entries is still being written, so
-//! that it copies lines the writer's caches have let go (`trail.rs`,
-//! [`ShmConfig::trail`]).
+//! When the OS refuses cross-memory attach (ptrace restrictions, seccomp)
+//! or `RDM4_SHM_CMA=0`, the device reports no RDMA and the engine uses the
+//! emulated protocols. Two-sided messages move through the ring (eager up
+//! to one packet, then long-CTS) unless [`ShmConfig::longread_min`] says
+//! otherwise.
 //!
 //! Raw address: `gid` = the host's boot ID (processes of one boot share
-//! memory), `qpn` = endpoint id, `connid` = random per open. A slot carries
-//! the sender's endpoint id *and* connid, so packets of an earlier process at
-//! the same endpoint id are never attributed to its successor.
+//! memory), `qpn` = endpoint id, `connid` = random per open. An entry
+//! carries the sender's endpoint id *and* connid, so packets of an earlier
+//! process at the same endpoint id are never attributed to its successor.
 //!
-//! Two-sided messages move through the ring (eager up to one packet, then
-//! long-CTS) unless `longread_min` says otherwise. RMA read and write use
-//! cross-memory attach (`process_vm_readv` /
-//! `process_vm_writev`) after checking key, bounds and access in the memory
-//! owner's published registration table; the owner does nothing. When the OS
-//! refuses cross-memory attach (ptrace restrictions, seccomp) or
-//! `RDM4_SHM_CMA=0`, the device reports no RDMA and the engine uses the
-//! emulated protocols.
-//!
-//! Lifecycle: the segment (and its wake-up FIFO) is removed on close. A
-//! close first sets the closed bit of its ring's tail (`segment::CLOSED`),
-//! so that every later claim fails and sends to it fail at once, then
-//! writes a close notice (an entry without a packet) into the rings of the
-//! peers it knows, which report it lost at their next poll. A segment whose
-//! owner died (its pid gone, or reused by another process — the start time
-//! differs) is stale: every open removes the stale segments of its prefix.
-//! Peers are checked the same way every `peer_check` interval, and a peer
-//! whose process an RMA finds gone (`ESRCH`) at once; a dead peer is
-//! reported lost, so every operation towards it fails.
-//!
-//! Blocking: [`ShmDevice::wait`] sets the header's sleeping flag and polls a
-//! FIFO beside the segment; a producer that sees the flag writes one byte to
-//! it. The FIFO's read end is the pollable file descriptor.
+//! Lifecycle: a close sets the closed bit of its ring's tail, so that sends
+//! to it fail at once, writes a close notice into the rings of the peers it
+//! knows, and removes its segment and FIFO. A segment whose owner died (its
+//! pid gone, or reused by another process: the start time differs) is
+//! stale, and every open removes the stale segments of its prefix. Peers
+//! are checked the same way every `peer_check` interval, and a peer whose
+//! process an RMA finds gone at once; a dead peer is reported lost, and
+//! every operation towards it fails.
 //!
 //! Trust: peers are processes of the same user, who could ptrace each other
 //! anyway; their packets are still parsed as untrusted input by the engine.
-//!
-//! Environment: `RDM4_SHM_PREFIX` (name prefix, default `rdm4`),
-//! `RDM4_SHM_EPID` (open this endpoint id), `RDM4_SHM_SLOTS` (default 128:
-//! the ring holds `slots` × `mtu` bytes, rounded up to a power of two),
-//! `RDM4_SHM_MTU` (default 65536), `RDM4_SHM_CMA` (0 disables),
-//! `RDM4_SHM_LONGREAD_MIN` (default: never, see [`ShmConfig::longread_min`]),
-//! `RDM4_SHM_TRAIL` (default three L2s, see [`ShmConfig::trail`]),
-//! `RDM4_SHM_FAR_NS` (default 90, `off` never, 0 always; see
-//! [`ShmConfig::far_ns`]), `RDM4_SHM_LAG` (default 16384, 0 never; see
-//! [`ShmConfig::lag`]), `RDM4_SHM_PEER_CHECK_MS` (default 100).
 
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
@@ -178,7 +141,7 @@ struct Peer {
     lost: bool,
     fifo: Option<RawFd>,
     name: String,
-    /// The peer's ring head as last read (see the module docs).
+    /// The peer's ring head as last read (see `produce.rs`).
     head_seen: u64,
     /// Sends to refuse without reading the head again, after the ring was
     /// found full: `full_wait`, the current wait, doubles (up to

@@ -1,6 +1,24 @@
-//! A producer's side of a peer's ring (see the module docs): claiming an
-//! entry, publishing it, and the notices (entries without a packet) it
-//! writes.
+//! A producer's side of a peer's ring: claiming an entry, publishing it,
+//! and the notices (entries without a packet) it writes.
+//!
+//! A producer claims the bytes `[pos, pos + n)` with one compare-and-swap
+//! on the tail, once the owner's head says they have been read (`pos + n
+//! <= head + ring`; producers keep the last head they saw and reread it
+//! only when the ring looks full, and after finding it full only every few
+//! attempts). `n` is the packet's upper bound, which the engine passes to
+//! `send_with`, rounded up to cache lines: small packets sit densely, so
+//! the owner reads consecutive cache lines that the hardware prefetches,
+//! where fixed MTU-sized slots cost every message a cold line of its own.
+//! An entry that would cross the ring's end is preceded by a padding entry
+//! up to the end and starts again at offset 0. The producer writes the
+//! packet in place and publishes the entry by storing its sealed position,
+//! `(pos + 1) ^ seal`, in the entry's first word. The seal is a random
+//! word of the segment with the top bit set: neither zeroed memory nor
+//! stale words of earlier laps (positions or packet bytes) pass for a
+//! published entry. The owner never writes the ring, so a producer's next
+//! lap finds its cache lines without a transfer from the owner. From the
+//! claim to the seal, the claim is noted in the producer's own header
+//! (`claims.rs`); an owner that sleeps is then woken (`sleep.rs`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
