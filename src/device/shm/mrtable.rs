@@ -36,7 +36,7 @@
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use super::segment::{Mapping, Shape};
+use super::segment::{random_u64, Mapping, Shape};
 use super::ShmDevice;
 use crate::device::Access;
 use crate::mem::UserBuf;
@@ -264,6 +264,21 @@ impl ShmDevice {
             key = self.next_key().wrapping_mul(MR_ENTRIES as u64) | idx as u64;
         }
         Ok((idx, key))
+    }
+
+    /// A fresh random registration key.
+    fn next_key(&mut self) -> u64 {
+        if self.keys.is_empty() {
+            let mut b = [0u8; 32 * 8];
+            // SAFETY: writes at most `b.len()` bytes into `b`.
+            let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+            if n == b.len() as isize {
+                self.keys.extend(b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))));
+            } else {
+                self.keys.push(random_u64());
+            }
+        }
+        self.keys.pop().unwrap_or_else(random_u64)
     }
 
     /// Publishes registration `key` of `buf` in entry `idx` with access

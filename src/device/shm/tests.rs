@@ -1,6 +1,8 @@
 //! Unit tests of the ring: packets crossing the ring's end, scribbled
 //! headers, dense packing of small packets.
 
+use super::consume::REPLY_LINES;
+use super::produce::FULL_WAIT_MAX;
 use super::*;
 use crate::device::{InCall, MoreFollows};
 

@@ -1,6 +1,8 @@
 //! Unit tests of the endpoint's life and its neighbours': the wake-up
 //! descriptor, peers that close or die, segments left behind, settings.
 
+use super::life::fitting_slots;
+use super::segment::{cstr, is_stale};
 use super::*;
 use crate::device::{InCall, Sleep};
 

@@ -1,6 +1,6 @@
 //! The udp device while its application is away (see the module docs of
-//! `udp`): the responder's call, and the packets it kept handed to the
-//! engine at the next call.
+//! `udp`): the responder's call, the bounds on the packets it keeps, and
+//! those packets handed to the engine at the next call.
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
@@ -11,6 +11,18 @@ use crate::device::{Ah, Flow, Rx};
 use crate::mem::UserBuf;
 
 impl UdpDevice {
+    /// Whether the responder keeps more bytes for the engine than a
+    /// receive window: peers are then held back.
+    pub(super) fn keeps_too_much(&self) -> bool {
+        self.kept_bytes > self.rx_budget / 2
+    }
+
+    /// Whether the responder may keep no more: new data is left unreceived
+    /// (its senders send it again later) beyond four receive windows.
+    pub(super) fn keep_full(&self) -> bool {
+        self.kept_bytes >= self.rx_budget.saturating_mul(2)
+    }
+
     /// Hands the packets the responder kept to `f`, at most `max`, in
     /// their order; those it defers join the deferred ones. Returns how
     /// many it handed over.

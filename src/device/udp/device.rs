@@ -1,8 +1,18 @@
 //! The udp device's side of the device contract ([`Device`]) and its
 //! extensions: sleeping on a descriptor, the responder, the doorbell.
 
-use super::*;
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::Instant;
+
+use super::appfd::AppFd;
+use super::dgram::{Kind, HDR};
+use super::peer::Peer;
+use super::{gid_of, random_u64, socket_of, UdpDevice, AWAITED_FOR};
+use crate::device::{Access, Ah, Caps, DevError, DevEvent, Device, Flow, Sent};
 use crate::device::{Doorbell, Lacks, Responder, Sleep};
+use crate::mem::UserBuf;
+use crate::status::Status;
+use crate::wire::RawAddr;
 
 impl Device for UdpDevice {
     type Sleep = Self;

@@ -1,13 +1,16 @@
 //! The udp device's liveness rules (see the module docs of `udp`): peers
 //! that something of ours awaits are probed while silent and given up
 //! after `giveup` of silence; peers whose host reports their port closed
-//! are given up at once.
+//! are given up at once. A peer given up (`lose`) fails every operation
+//! towards it.
 
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 use super::dgram::Kind;
 use super::{io, UdpDevice, LIVENESS_EVERY, PROBE_EVERY};
+use crate::device::{Ah, DevEvent};
+use crate::status::Status;
 
 impl UdpDevice {
     /// The liveness rules (see the module docs): peers awaited and silent
@@ -65,5 +68,24 @@ impl UdpDevice {
             }
         }
         self.net_errors = errs;
+    }
+    /// Gives peer `idx` up: every operation towards it fails.
+    pub(super) fn lose(&mut self, idx: usize) {
+        let p = &mut self.peers[idx];
+        if p.lost {
+            return;
+        }
+        p.lost = true;
+        p.in_flight = 0;
+        let ah = idx as Ah;
+        for u in p.unacked.drain(..) {
+            if u.wr_id != 0 && !u.acked {
+                self.events.push(DevEvent::SendDone { wr_id: u.wr_id, ah, status: Err(Status::PeerUnreachable) });
+            }
+        }
+        self.rdma.peer_lost(idx, ah, &mut self.events);
+        if p.inserted {
+            self.events.push(DevEvent::PeerLost { ah });
+        }
     }
 }

@@ -13,7 +13,7 @@
 //!   end of a receive batch; retransmission on an adaptive timeout and on
 //!   holes the acknowledgements show. Packets go to the engine as they
 //!   arrive, in any order.
-//! - Liveness (`liveness`): a peer is given up only when it is gone — its
+//! - Liveness (`liveness.rs`): a peer is given up only when it is gone — its
 //!   host's kernel reports its port closed (ICMP port unreachable, read
 //!   from the socket's error queue: `io.rs`), it sent CLOSE, or something
 //!   of ours awaits it (datagrams it has not acknowledged, RDMA, the
@@ -54,32 +54,43 @@
 //! Send completions come when the peer acknowledged the datagram (its
 //! device has it), so an eager send completes after a round trip, and a
 //! send to a peer that is given up completes with `RDM4_EPEER`.
+//!
+//! By file: `device.rs`, the device contract ([`Device`]); `send.rs` and
+//! `recv.rs`, datagrams out and in; `timers.rs`, retransmission and the
+//! other timed work; `away.rs`, the responder; `appfd.rs`, the
+//! application's descriptor; `config.rs`, the settings ([`UdpConfig`]).
 
 mod appfd;
 mod away;
 mod config;
+mod device;
 mod dgram;
 mod io;
 mod liveness;
 mod peer;
 mod rdma;
+mod recv;
+mod send;
+mod timers;
 
 pub use config::{Faults, UdpConfig};
 
 use std::collections::VecDeque;
 use std::io::ErrorKind;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, UdpSocket};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use super::{Access, Ah, Caps, DevError, DevEvent, Device, Flow, Sent};
+use super::DevEvent;
 use crate::fxhash::FxHashMap;
-use crate::mem::UserBuf;
 use crate::status::Status;
 use crate::wire::RawAddr;
-use appfd::{AppFd, APP_TICK};
-use dgram::{Hdr, Kind, HDR};
-use peer::{Acked, Arrival, Peer, Unacked};
+use appfd::AppFd;
+use dgram::{Kind, HDR};
+use peer::{Acked, Peer};
+
+#[cfg(doc)]
+use super::Device;
 
 /// The largest datagram the device sends.
 const DGRAM_MAX: usize = 65_000 + HDR;
@@ -313,467 +324,6 @@ impl UdpDevice {
         (s.datagrams_sent, s.send_calls, s.recv_calls) = (self.tx.sent, self.tx.calls, self.rxb.calls);
         s
     }
-
-    fn rand_unit(&mut self) -> f64 {
-        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Puts a datagram on the wire, through the fault injection.
-    fn transmit(&mut self, to: SocketAddr, dgram: &[u8], now: Instant) {
-        let f = self.cfg.faults;
-        if f.any() {
-            if self.rand_unit() < f.drop {
-                self.stats.injected_drops += 1;
-                return;
-            }
-            if self.rand_unit() < f.reorder {
-                let due = now + Duration::from_micros(f.delay_us.max(1));
-                self.delayed.push_back((due, to, dgram.to_vec()));
-                return;
-            }
-            if self.rand_unit() < f.dup {
-                self.tx.push(self.sock.as_raw_fd(), to, dgram);
-            }
-        }
-        self.tx.push(self.sock.as_raw_fd(), to, dgram);
-    }
-
-    /// Sends the datagrams queued ([`io::TxBatch`]).
-    fn tx_flush(&mut self) {
-        if !self.tx.is_empty() {
-            self.tx.flush(self.sock.as_raw_fd());
-        }
-    }
-
-    /// Sends the datagrams the fault injection held back whose time came.
-    fn send_delayed(&mut self, now: Instant) {
-        while self.delayed.front().is_some_and(|d| d.0 <= now) {
-            if let Some((_, to, d)) = self.delayed.pop_front() {
-                self.tx.push(self.sock.as_raw_fd(), to, &d);
-            }
-        }
-    }
-
-    fn flags(&self) -> u8 {
-        if self.parked.is_empty() && !self.keeps_too_much() {
-            0
-        } else {
-            dgram::HOLD
-        }
-    }
-
-    /// Whether the responder keeps more bytes for the engine than a
-    /// receive window: peers are then held back.
-    fn keeps_too_much(&self) -> bool {
-        self.kept_bytes > self.rx_budget / 2
-    }
-
-    /// Whether the responder may keep no more: new data is left unreceived
-    /// (its senders send it again later) beyond four receive windows.
-    fn keep_full(&self) -> bool {
-        self.kept_bytes >= self.rx_budget.saturating_mul(2)
-    }
-
-    /// A pooled datagram buffer of at least `len` bytes. Only bytes past
-    /// its last use are zeroed (a recycled 64 KB buffer is not cleared
-    /// again for an 8-byte packet).
-    pub(super) fn take_buf(&mut self, len: usize) -> Vec<u8> {
-        let mut b = self.pool.pop().unwrap_or_default();
-        if b.len() < len {
-            b.resize(len, 0);
-        }
-        b
-    }
-
-    /// Numbers, acknowledges-in and sends a reliable datagram of `len`
-    /// bytes (header space included) to peer `idx`, keeping it for
-    /// retransmission.
-    fn send_reliable(&mut self, idx: usize, kind: Kind, mut d: Vec<u8>, len: usize, wr_id: u64, now: Instant) {
-        let (flags, connid, window) = (self.flags(), self.connid, self.window());
-        let p = &mut self.peers[idx];
-        let seq = p.next_seq;
-        p.next_seq = seq.wrapping_add(1);
-        p.in_flight += len;
-        p.last_new = Some(now);
-        let (ack, ack_bits) = p.ack_fields();
-        p.acked_now();
-        let h = Hdr { kind, flags, src_connid: connid, dst_connid: p.connid, seq, ack, ack_bits, window };
-        h.write(&mut d);
-        d.truncate(len);
-        let to = p.addr;
-        self.transmit(to, &d, now);
-        let u = Unacked { seq, dgram: d, first_sent: now, last_sent: now, tries: 1, wr_id, acked: false };
-        self.peers[idx].unacked.push_back(u);
-    }
-
-    /// Sends an unreliable datagram (ACK, CLOSE) to peer `idx`.
-    fn send_bare(&mut self, idx: usize, kind: Kind, now: Instant) {
-        let (flags, connid, window) = (self.flags(), self.connid, self.window());
-        let p = &mut self.peers[idx];
-        let (ack, ack_bits) = p.ack_fields();
-        p.acked_now();
-        let h = Hdr { kind, flags, src_connid: connid, dst_connid: p.connid, seq: 0, ack, ack_bits, window };
-        let mut d = [0u8; HDR];
-        h.write(&mut d);
-        let to = p.addr;
-        self.transmit(to, &d, now);
-    }
-
-    /// Sends datagram `seq` of peer `idx` again, with fresh acknowledgements.
-    fn retransmit(&mut self, idx: usize, seq: u32, now: Instant) {
-        let (flags, window) = (self.flags(), self.window());
-        let p = &mut self.peers[idx];
-        let (ack, ack_bits) = p.ack_fields();
-        let to = p.addr;
-        let Some(u) = p.unacked.iter_mut().find(|u| u.seq == seq && !u.acked) else { return };
-        Hdr::refresh(&mut u.dgram, flags, ack, ack_bits, window);
-        u.tries += 1;
-        u.last_sent = now;
-        let d = std::mem::take(&mut u.dgram);
-        p.retransmits += 1;
-        p.acked_now();
-        self.transmit(to, &d, now);
-        if let Some(u) = self.peers[idx].unacked.iter_mut().find(|u| u.seq == seq) {
-            u.dgram = d;
-        }
-    }
-
-    /// The receive window granted to each peer (bytes): half the socket
-    /// buffer (the kernel charges each datagram its overhead too), shared
-    /// among the peers that sent data lately.
-    fn window(&self) -> u32 {
-        (self.rx_budget / 2 / self.active.max(1)).min(u32::MAX as usize) as u32
-    }
-
-    /// Retransmission timeouts, give-ups and held-back datagrams.
-    fn timers(&mut self, now: Instant) {
-        self.active = self.peers.iter().filter(|p| p.last_data.is_some_and(|t| now - t < peer::ACTIVE_FOR)).count();
-        if !self.delayed.is_empty() {
-            self.send_delayed(now);
-        }
-        self.send_acks(now);
-        if now >= self.next_liveness {
-            self.liveness(now);
-        }
-        for idx in 0..self.peers.len() {
-            let p = &self.peers[idx];
-            if p.lost || p.unacked.is_empty() {
-                continue;
-            }
-            let rto = p.rto;
-            let due: Vec<u32> = p
-                .unacked
-                .iter()
-                .filter(|u| !u.acked && now.saturating_duration_since(u.last_sent) >= rto)
-                .map(|u| u.seq)
-                .collect();
-            if !due.is_empty() {
-                self.stats.timeouts += 1;
-                self.peers[idx].timed_out();
-                for seq in due {
-                    self.retransmit(idx, seq, now);
-                }
-            }
-        }
-    }
-
-    /// Gives peer `idx` up: every operation towards it fails.
-    fn lose(&mut self, idx: usize) {
-        let p = &mut self.peers[idx];
-        if p.lost {
-            return;
-        }
-        p.lost = true;
-        p.in_flight = 0;
-        let ah = idx as Ah;
-        for u in p.unacked.drain(..) {
-            if u.wr_id != 0 && !u.acked {
-                self.events.push(DevEvent::SendDone { wr_id: u.wr_id, ah, status: Err(Status::PeerUnreachable) });
-            }
-        }
-        self.rdma.peer_lost(idx, ah, &mut self.events);
-        if p.inserted {
-            self.events.push(DevEvent::PeerLost { ah });
-        }
-    }
-
-    /// The index of the peer at (`addr`, `connid`), made for an unknown
-    /// sender when there is room.
-    fn peer_index(&mut self, addr: SocketAddr, connid: u32) -> Option<usize> {
-        if let Some(&i) = self.by_addr.get(&(addr, connid)) {
-            return Some(i);
-        }
-        if self.strangers >= STRANGERS_MAX {
-            return None;
-        }
-        self.strangers += 1;
-        self.peers.push(Peer::new(addr, connid));
-        let i = self.peers.len() - 1;
-        self.by_addr.insert((addr, connid), i);
-        Some(i)
-    }
-
-    /// Sends the acknowledgements that cannot wait for a datagram to ride on.
-    fn send_acks(&mut self, now: Instant) {
-        for idx in 0..self.peers.len() {
-            if !self.peers[idx].lost && self.peers[idx].ack_now(now) {
-                self.send_bare(idx, Kind::Ack, now);
-            }
-        }
-    }
-
-    /// Hands the parked packets to `f` again, in their order.
-    fn recv_parked<R: Flow>(
-        &mut self,
-        max: usize,
-        f: &mut impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R,
-    ) -> usize {
-        let peers = &self.peers;
-        let from = |(idx, _): &(usize, Vec<u8>)| peers[*idx].inserted.then_some(*idx as Ah);
-        let (n, rest) = super::redeliver_parked(&mut self.parked, max, from, |(_, pkt)| pkt, f);
-        self.redeliver = rest;
-        if self.parked.is_empty() && !self.keeps_too_much() {
-            // The hold is over: tell every peer at once.
-            self.ack_all(Instant::now());
-        }
-        n
-    }
-
-    /// Hands up to `max` datagrams from the socket (and those taken from it
-    /// before and not yet handed over) to `f`, as [`Device::recv`] does;
-    /// returns how many packets `f` got.
-    fn take_socket<R: Flow>(
-        &mut self,
-        max: usize,
-        now: Instant,
-        f: &mut impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R,
-    ) -> usize {
-        let fd = self.sock.as_raw_fd();
-        let mut rxb = std::mem::take(&mut self.rxb);
-        let mut n = 0;
-        // A fill that found fewer datagrams than slots emptied the socket:
-        // the call does not ask again (an empty system call per message).
-        let (mut drained, mut net_error) = (false, false);
-        while n < max {
-            let Some((from, d)) = rxb.next() else {
-                if !drained && rxb.fill(fd) {
-                    drained = !rxb.full();
-                    continue;
-                }
-                if !net_error && std::mem::take(&mut rxb.errors) {
-                    // The fill reported a network error, not an empty socket.
-                    net_error = true;
-                    drained = false;
-                    continue;
-                }
-                break; // nothing more
-            };
-            let Some(from) = from else {
-                self.stats.malformed += 1;
-                continue;
-            };
-            if let Some(v) = self.handle(d, from, now, f) {
-                n += 1;
-                if !v.go_on() {
-                    break;
-                }
-            }
-        }
-        rxb.errors |= net_error;
-        self.rxb = rxb;
-        self.take_net_errors();
-        n
-    }
-
-    /// One received datagram of `len` bytes in `self.rx` from `from`:
-    /// acknowledgements, then its kind. Returns the engine's verdict for a
-    /// DATA packet handed over (`None`: nothing was).
-    fn handle<R: Flow>(
-        &mut self,
-        rx: &[u8],
-        from: SocketAddr,
-        now: Instant,
-        f: &mut impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R,
-    ) -> Option<R> {
-        if rx.len() < HDR && from == self.local {
-            return None; // a wake-up this endpoint sent itself (`wake_sleeper`)
-        }
-        let Some((h, body)) = Hdr::parse(rx) else {
-            self.stats.malformed += 1;
-            return None;
-        };
-        if h.dst_connid != self.connid {
-            self.stats.stale += 1;
-            return None;
-        }
-        // The last sender first: a stream or a ping-pong comes from one peer.
-        let idx = match self.last_from {
-            Some((a, c, i)) if a == from && c == h.src_connid => i,
-            _ => {
-                let known = self.by_addr.contains_key(&(from, h.src_connid));
-                if !known && !h.kind.reliable() {
-                    return None; // an ACK or CLOSE from nobody we talk to
-                }
-                let Some(i) = self.peer_index(from, h.src_connid) else {
-                    self.stats.malformed += 1;
-                    return None;
-                };
-                self.last_from = Some((from, h.src_connid, i));
-                i
-            }
-        };
-        if self.peers[idx].lost {
-            return None;
-        }
-        let p = &mut self.peers[idx];
-        p.last_heard = now;
-        p.held = h.flags & dgram::HOLD != 0;
-        p.peer_window = h.window as usize;
-        if h.kind.reliable() {
-            p.last_data = Some(now);
-        }
-        // Scratch lists kept between datagrams: no allocation per acknowledgement.
-        let (mut acked, mut holes) = std::mem::take(&mut self.scratch);
-        self.peers[idx].take_ack(h.ack, h.ack_bits, now, &mut acked, &mut holes);
-        for &wr_id in &acked.done {
-            self.events.push(DevEvent::SendDone { wr_id, ah: idx as Ah, status: Ok(()) });
-        }
-        self.pool.append(&mut acked.bufs);
-        for &seq in &holes {
-            self.retransmit(idx, seq, now);
-        }
-        acked.done.clear();
-        holes.clear();
-        self.scratch = (acked, holes);
-        match h.kind {
-            Kind::Ack => return None,
-            Kind::Close => {
-                self.lose(idx);
-                return None;
-            }
-            Kind::Probe => {
-                self.send_bare(idx, Kind::Ack, now);
-                return None;
-            }
-            // The responder keeps no more: left unreceived, sent again later.
-            Kind::Data if self.away && self.keep_full() => return None,
-            _ => {}
-        }
-        match self.peers[idx].arrive(h.seq) {
-            Arrival::New => {}
-            Arrival::Duplicate => {
-                self.stats.duplicates += 1;
-                return None;
-            }
-            Arrival::TooFar => {
-                self.stats.too_far += 1;
-                return None;
-            }
-        }
-        match h.kind {
-            Kind::Data => {
-                let ah = self.peers[idx].inserted.then_some(idx as Ah);
-                let verdict = f(ah, body, None);
-                if verdict.defer() {
-                    if self.away {
-                        self.kept_bytes += body.len();
-                        self.stats.kept += 1;
-                        self.kept.push_back((idx, body.to_vec()));
-                    } else {
-                        self.parked.push_back((idx, body.to_vec()));
-                    }
-                }
-                Some(verdict)
-            }
-            // An endpoint that does not offer RDMA refuses it, with an answer.
-            Kind::Write | Kind::WriteImm | Kind::ReadReq if !self.cfg.rdma => {
-                self.stats.rdma_refused += 1;
-                if let Some(op) = body.first_chunk::<4>().map(|b| u32::from_le_bytes(*b)) {
-                    self.send_done(idx, op, Status::NotSup.code(), now);
-                }
-                None
-            }
-            Kind::Write | Kind::WriteImm => {
-                self.rdma_write_in(idx, body, h.kind == Kind::WriteImm, now);
-                None
-            }
-            Kind::ReadReq => {
-                self.rdma_read_req(idx, body, now);
-                None
-            }
-            Kind::ReadRsp => {
-                self.rdma_read_rsp(idx, body);
-                None
-            }
-            Kind::RdmaDone => {
-                self.rdma_done(idx, body);
-                None
-            }
-            Kind::Ack | Kind::Close | Kind::Probe => None,
-        }
-    }
-
-    /// Blocks until a datagram arrives or `timeout_ms` (capped by the next
-    /// retransmission) passed.
-    fn block(&mut self, timeout_ms: i32) -> bool {
-        self.tx_flush();
-        if self.rxb.has_pending() {
-            return true;
-        }
-        let mut pfd = libc::pollfd { fd: self.sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        let ms = self.timer_ms().min(if timeout_ms < 0 { i32::MAX } else { timeout_ms });
-        // SAFETY: one valid pollfd.
-        unsafe { libc::poll(&mut pfd, 1, ms) > 0 }
-    }
-
-    /// Whether the device has timed work: datagrams awaiting their
-    /// acknowledgement, acknowledgements owed, held-back datagrams, RDMA.
-    fn busy(&self) -> bool {
-        !self.delayed.is_empty()
-            || !self.kept.is_empty()
-            || self.peers.iter().any(|p| !p.lost && (!p.unacked.is_empty() || p.ack_due))
-            || self.rdma.has_work()
-    }
-
-    /// Milliseconds until the device's next timer (retransmission, held-back
-    /// datagram), at most 100.
-    fn timer_ms(&self) -> i32 {
-        if self.busy() {
-            1
-        } else {
-            100
-        }
-    }
-
-    /// Keeps the application's timer ([`AppFd`]) armed [`APP_TICK`] ahead
-    /// while the device is busy, and disarmed while it is not. A timer that
-    /// fired is armed again here, which also clears it: the progress call
-    /// that follows a wake-up did the work it woke for.
-    fn arm_app_timer(&mut self, now: Instant) {
-        let Some(a) = &self.app_fd else { return };
-        let busy = self.busy();
-        let armed = a.armed;
-        match (busy, armed) {
-            (true, Some(t)) if t > now => {}
-            (true, _) => {
-                a.set(APP_TICK);
-                if let Some(a) = &mut self.app_fd {
-                    a.armed = Some(now + APP_TICK);
-                }
-            }
-            (false, Some(_)) => {
-                a.set(Duration::ZERO);
-                if let Some(a) = &mut self.app_fd {
-                    a.armed = None;
-                }
-            }
-            (false, None) => {}
-        }
-    }
 }
 
 impl Drop for UdpDevice {
@@ -792,6 +342,5 @@ impl Drop for UdpDevice {
     }
 }
 
-mod device;
 #[cfg(test)]
 mod tests;

@@ -1,7 +1,9 @@
 //! Unit tests of the udp device over loopback: two devices of one process.
 
+use super::dgram::Hdr;
 use super::*;
-use crate::device::{Responder, Sleep};
+use crate::device::{Access, Ah, DevError, Device, Responder, Sent, Sleep};
+use crate::mem::UserBuf;
 
 fn cfg() -> UdpConfig {
     UdpConfig { addr: Some(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)), ..UdpConfig::default() }

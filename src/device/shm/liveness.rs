@@ -1,0 +1,93 @@
+//! Peers' liveness and progress: the periodic peer check, and the stamp
+//! by which an endpoint shows its peers that it polls (`ringrma.rs` sends
+//! requests only to an owner that does).
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::segment::{alive, off};
+use super::ShmDevice;
+use crate::device::{Ah, DevEvent};
+
+#[cfg(doc)]
+use super::ShmConfig;
+
+/// `CLOCK_MONOTONIC` in microseconds: the same clock in every process.
+pub(super) fn mono_us() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid out-pointer; this clock exists on every Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1000
+}
+
+/// A peer whose progress stamp is at most this old (µs) and that does not
+/// sleep is taken to be polling (`ShmDevice::progressing`). The stamp is
+/// written every 64th poll or packet, so a polling loop refreshes it every
+/// few microseconds, a busy one (64 packets) within tens. Short, because
+/// an operation sent through the ring of a target that has just stopped
+/// calling the library waits for its next call.
+const PROGRESS_RECENT_US: u64 = 50;
+
+/// `CLOCK_MONOTONIC_COARSE`: milliseconds-grained, and cheap enough to read
+/// on every poll.
+pub(super) fn coarse_now() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid out-pointer; this clock exists on every Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+impl ShmDevice {
+    /// The periodic peer check. Every 64th call looks at the coarse clock
+    /// (a plain read of the kernel's tick; the precise clock would cost a
+    /// timer read on every poll) and checks the peers when `peer_check`
+    /// has passed. Returns whether this was such a call (it may have
+    /// queued events: a peer found gone).
+    #[inline(always)]
+    pub(super) fn check_peers(&mut self) -> bool {
+        self.polls = self.polls.wrapping_add(1);
+        let due = self.polls % 64 == 0;
+        if due {
+            self.check_peers_now();
+        }
+        due
+    }
+
+    #[inline(never)]
+    fn check_peers_now(&mut self) {
+        self.stamp_progress();
+        let now = coarse_now();
+        if now.saturating_sub(self.last_check) < self.cfg.peer_check {
+            return;
+        }
+        self.last_check = now;
+        self.check_head();
+        for (ah, slot) in self.peers.iter_mut().enumerate() {
+            let Some(p) = slot.as_mut().filter(|p| !p.lost) else { continue };
+            let closing = p.map.u32_at(off::CLOSING).load(Ordering::Acquire) != 0;
+            if closing || !alive(p.pid, p.start) {
+                p.lost = true;
+                self.events.push(DevEvent::PeerLost { ah: ah as Ah });
+            }
+        }
+    }
+
+    /// Publishes that this endpoint is polling now ([`off::PROGRESS`]):
+    /// called every 64th poll or packet (`check_peers`), a clock read each.
+    fn stamp_progress(&self) {
+        self.map.u64_at(off::PROGRESS).store(mono_us(), Ordering::Relaxed);
+    }
+
+    /// Whether peer `ah` polled in the last [`PROGRESS_RECENT_US`] µs and
+    /// is not asleep in a wait (`Device::peer_progressing`); never with
+    /// [`ShmConfig::ring_rma`] off.
+    pub(super) fn progressing(&mut self, ah: Ah) -> bool {
+        if !self.cfg.ring_rma {
+            return false;
+        }
+        let Ok(p) = self.peer(ah) else { return false };
+        let stamp = p.map.u64_at(off::PROGRESS).load(Ordering::Relaxed);
+        let asleep = p.map.hdr_u32::<{ off::SLEEPING }>().load(Ordering::Relaxed) != 0;
+        !asleep && stamp != 0 && mono_us().saturating_sub(stamp) <= PROGRESS_RECENT_US
+    }
+}
