@@ -209,12 +209,6 @@ impl CEp {
         let a = (dest, datatype, op, operand, compare, result, remote, context);
         each!(self, e => atomic_on(e, a), c => c.atomic(a))
     }
-
-    /// See [`Endpoint::drain_cq`].
-    #[inline(always)]
-    pub(crate) fn drain_cq(&mut self, max: usize, f: impl FnMut(usize, &Cqe)) -> usize {
-        each!(self, e => e.drain_cq(max, f), c => c.drain_cq(max, f))
-    }
 }
 
 impl CapEp {
@@ -222,11 +216,5 @@ impl CapEp {
     #[inline(never)]
     fn atomic(&mut self, a: AtomicArgs) -> Result<(), Status> {
         each_cap!(self, e => atomic_on(e, a))
-    }
-
-    /// See [`Endpoint::drain_cq`].
-    #[inline(never)]
-    fn drain_cq(&mut self, max: usize, f: impl FnMut(usize, &Cqe)) -> usize {
-        each_cap!(self, e => e.drain_cq(max, f))
     }
 }
