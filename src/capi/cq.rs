@@ -83,7 +83,7 @@ pub extern "C" fn rdm4_poll(ep: *mut rdm4_ep, entries: *mut rdm4_cqe, max: usize
 
 /// Writes entry `i` into `entries` in the C layout.
 #[inline(always)]
-fn writer(entries: *mut rdm4_cqe) -> impl FnMut(usize, &Cqe) {
+fn writer(entries: *mut rdm4_cqe) -> impl Fn(usize, &Cqe) + Copy {
     move |i, e| {
         // SAFETY: `entries` has room for `rdm4_poll`'s `max` entries, and
         // the engine hands out entries below the room it was given.

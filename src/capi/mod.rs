@@ -88,12 +88,15 @@ pub(crate) struct EpInner {
     /// Threads sleeping outside the lock (the automatic progress thread,
     /// callers of `rdm4_wait`) until a packet, a timeout, or a wake-up: a
     /// call that may have queued work for them wakes them when it lets the
-    /// endpoint go ([`Locked`]'s drop).
+    /// endpoint go (the locked call's exit, `slots`).
     pub(crate) parked: u32,
     /// `RDM4_PROGRESS_*` and `RDM4_THREAD_*` it was opened with.
     pub(crate) modes: (u32, u32),
     /// The process that opened it (a forked child's copy is not its own).
     pub(crate) pid: u32,
+    /// Its handle (set by `slots::install` before the endpoint is
+    /// published): a single-threaded call checks it here.
+    pub(crate) handle: u64,
 }
 
 impl EpInner {
@@ -107,6 +110,7 @@ impl EpInner {
             parked: 0,
             modes: (0, 0),
             pid: std::process::id(),
+            handle: 0,
         }
     }
 

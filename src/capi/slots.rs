@@ -4,12 +4,14 @@
 //! never freed. A handle names a slot and the generation of the open that
 //! filled it: (generation << 32 | slot) << 4, with generations from 1, so
 //! it is never NULL, never repeats (a slot's generation only grows) and
-//! looks as opaque as a pointer. A call compares the handle whole with
-//! the one its slot holds, then reaches the endpoint the way the slot
-//! says ([`EpSlot::way`]): directly (single-threaded), keeping the
-//! responder out (single-threaded and shared with it: `shared`), or under
-//! the slot's lock, where the handle is checked again. Closing clears the
-//! handle under the lock, so every later use of the old handle fails.
+//! looks as opaque as a pointer. A call reaches the endpoint the way its
+//! slot says ([`EpSlot::way`]): directly (single-threaded: the handle is
+//! compared whole with the one the endpoint holds), or, after comparing
+//! it with the one the slot holds, keeping the responder out
+//! (single-threaded and shared with it: `shared`) or under the slot's
+//! lock, where the handle is compared again. Closing clears the slot's
+//! handle and way under the lock before the endpoint goes, so every later
+//! use of the old handle fails.
 
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -37,8 +39,8 @@ const _: () = assert!(std::mem::align_of::<EpInner>() >= 4);
 /// own, so that endpoints used by different threads share none.
 #[repr(align(128))]
 pub(crate) struct EpSlot {
-    /// The handle of the open endpoint in the slot (0: none): every call's
-    /// first check, one comparison.
+    /// The handle of the open endpoint in the slot (0: none): the first
+    /// check of a call that takes the lock or shares the endpoint.
     handle: AtomicU64,
     /// How calls reach the endpoint: 0 by the lock (a thread-safe
     /// endpoint, or none); else the address of the endpoint in `inner`
@@ -154,7 +156,7 @@ fn slot_of(v: u64) -> &'static EpSlot {
 
 /// How a call leaves the endpoint it entered (on drop, also when the call
 /// panics). Nothing to do for a single-threaded endpoint: its drop is one
-/// test on the call's path, the rest out of line.
+/// test on the call's path.
 enum Exit {
     /// Used without the lock.
     Plain,
@@ -177,18 +179,16 @@ impl Drop for Exit {
 impl Exit {
     #[inline(never)]
     fn leave(&mut self) {
-        match self {
-            Exit::Plain => {}
-            Exit::Shared(slot) => shared::leave(slot),
-            Exit::Locked(g) => {
-                // Before the lock goes: a packet arriving wakes the thread
-                // anyway, work only progress does would not.
-                if let Some(inner) = g.as_deref().filter(|i| i.parked > 0) {
-                    wake_if_queued(inner);
-                }
-                // SAFETY: dropped once, here; the variant is not used again.
-                unsafe { ManuallyDrop::drop(g) };
+        if let Exit::Locked(g) = self {
+            // Before the lock goes: a packet arriving wakes the thread
+            // anyway, work only progress does would not.
+            if let Some(inner) = g.as_deref().filter(|i| i.parked > 0) {
+                wake_if_queued(inner);
             }
+            // SAFETY: dropped once, here; the variant is not used again.
+            unsafe { ManuallyDrop::drop(g) };
+        } else if let Exit::Shared(slot) = self {
+            shared::leave(slot);
         }
     }
 }
@@ -207,22 +207,35 @@ fn wake_if_queued(inner: &EpInner) {
 pub(crate) fn on_ep<R>(ep: *mut rdm4_ep, f: impl FnOnce(&mut EpInner) -> Result<R, Status>) -> Result<R, Status> {
     let v = ep as usize as u64;
     let slot = slot_of(v);
-    // NULL names slot 0, which holds handle 0 until it is first filled.
-    if v == 0 || slot.handle.load(Ordering::Acquire) != v {
-        return Err(Status::BadHandle);
-    }
     let w = slot.way.load(Ordering::Acquire);
     let (inner, _exit) = if w & PLAIN != 0 {
-        (w.wrapping_sub(PLAIN) as *mut EpInner, Exit::Plain)
-    } else if w & SHARED != 0 {
-        // SAFETY: as below; `enter` keeps the responder out.
-        (unsafe { shared::enter(slot, w) }, Exit::Shared(slot))
+        let inner = w.wrapping_sub(PLAIN) as *mut EpInner;
+        // One comparison with the handle the endpoint holds (which any
+        // other value, NULL included, does not equal).
+        // SAFETY: the endpoint `install` published (fully made before the
+        // word), which lives until `uninstall` has cleared the word: a
+        // call after a close reads 0 or a later endpoint's word, and none
+        // overlaps a close (below). `handle` is not written after
+        // `install`.
+        if unsafe { (*inner).handle } != v {
+            return Err(Status::BadHandle);
+        }
+        (inner, Exit::Plain)
     } else {
-        slot.enter_locked(v).ok_or(Status::BadHandle)?
+        // NULL names slot 0, which holds handle 0 until it is first filled.
+        if v == 0 || slot.handle.load(Ordering::Acquire) != v {
+            return Err(Status::BadHandle);
+        }
+        if w & SHARED != 0 {
+            // SAFETY: as below; `enter` keeps the responder out.
+            (unsafe { shared::enter(slot, w) }, Exit::Shared(slot))
+        } else {
+            slot.enter_locked(v).ok_or(Status::BadHandle)?
+        }
     };
     // SAFETY: without the lock, `install` published the address of the
     // endpoint that the slot owns until `uninstall` clears it; the handle
-    // matched, so it is that endpoint's, and the application promised
+    // matched, so the call is that endpoint's, and the application promised
     // (`RDM4_THREAD_SINGLE`) that no other call on it, `rdm4_ep_close`
     // included, overlaps this one. With the lock, the endpoint is the
     // locked slot's. Either way it is this call's until `_exit` drops,
@@ -249,7 +262,9 @@ pub(crate) fn install(inner: EpInner, single: bool, shared: bool) -> Option<(&'s
     let slot = &SLOTS[idx as usize];
     let mut g = slot.inner.lock().unwrap_or_else(|e| e.into_inner());
     let gen = slot.gen.load(Ordering::Relaxed).checked_add(1)?;
+    let handle = handle_of(idx as usize, gen);
     let mut boxed = Box::new(inner);
+    boxed.handle = handle;
     let addr = &mut *boxed as *mut EpInner as usize;
     let way = match (single, shared) {
         (false, _) => 0,
@@ -262,7 +277,6 @@ pub(crate) fn install(inner: EpInner, single: bool, shared: bool) -> Option<(&'s
     slot.way.store(way, Ordering::Release);
     slot.stop.store(false, Ordering::Relaxed);
     slot.gen.store(gen, Ordering::Release);
-    let handle = handle_of(idx as usize, gen);
     slot.handle.store(handle, Ordering::Release);
     drop(g);
     Some((slot, handle))

@@ -25,9 +25,12 @@ impl<D: Device> Endpoint<D> {
     /// A caller with entries of its own to merge (the C API's copies)
     /// calls [`Self::progress_timed`] and takes the queue instead.
     #[inline(always)]
-    pub fn poll_into(&mut self, room: usize, clock: impl FnOnce() -> u64, mut put: impl FnMut(usize, &Cqe)) -> usize {
-        let k0 = if self.took_unexpected() { self.drain_cq(room, &mut put) } else { 0 };
-        let mut sink = Put { put: &mut put, at: k0, room };
+    pub fn poll_into<F>(&mut self, room: usize, clock: impl FnOnce() -> u64, put: F) -> usize
+    where
+        F: Fn(usize, &Cqe) + Copy,
+    {
+        let k0 = if self.took_unexpected() { self.drain_cq(room, put) } else { 0 };
+        let mut sink = Put { put, at: k0, room };
         let (n, more) = self.progress_express(&mut sink, room - k0);
         if n > 0 && !more {
             return k0 + n;
@@ -42,13 +45,13 @@ impl<D: Device> Endpoint<D> {
 
 /// [`Endpoint::poll_into`]'s room as a completion sink: entries go to
 /// `put` at `at` on, while there is room.
-struct Put<'a, F> {
-    put: &'a mut F,
+struct Put<F> {
+    put: F,
     at: usize,
     room: usize,
 }
 
-impl<F: FnMut(usize, &Cqe)> CqSink for Put<'_, F> {
+impl<F: Fn(usize, &Cqe)> CqSink for Put<F> {
     #[inline(always)]
     fn offer(&mut self, e: &Cqe) -> bool {
         if self.at == self.room {
