@@ -218,10 +218,10 @@ pub extern "C" fn rdm4_sendmsg(ep: *mut rdm4_ep, msg: *const rdm4_msg, flags: u6
 }
 
 /// `tagged`: match `tag` under `ignore`. The tag pair comes as two words,
-/// not an `Option` of a pair: that is passed through memory and was read
-/// back with one 16-byte load from the caller's two 8-byte stores, which
-/// the CPU cannot forward (a stall on every receive posted: a fifth of the
-/// posting receiver's time in 8 B streams).
+/// not an `Option` of a pair: that is passed through memory and read back
+/// with one 16-byte load from the caller's two 8-byte stores, which the CPU
+/// cannot forward (a stall on every receive posted: docs/performance.md,
+/// "Eager fast path and inject").
 #[allow(clippy::too_many_arguments)]
 fn recv_common(
     ep: *mut rdm4_ep,
