@@ -24,6 +24,11 @@ impl<D: Device> Endpoint<D> {
     ///
     /// A caller with entries of its own to merge (the C API's copies)
     /// calls [`Self::progress_timed`] and takes the queue instead.
+    ///
+    /// `put` is a writer into the caller's array, copied into each step:
+    /// each copy keeps the array's address at hand, where one reached
+    /// through a reference costs a load per entry (docs/performance.md,
+    /// "the C API's boundary").
     #[inline(always)]
     pub fn poll_into<F>(&mut self, room: usize, clock: impl FnOnce() -> u64, put: F) -> usize
     where
