@@ -3,7 +3,8 @@
  *
  * Every function that takes an endpoint is called with a NULL endpoint, a
  * pointer to a stack variable cast to rdm4_ep*, and a closed endpoint
- * (RDM4_EBADHANDLE); every pointer argument is passed NULL where the header
+ * (RDM4_EBADHANDLE, also beside bad arguments: the handle is checked first);
+ * every pointer argument is passed NULL where the header
  * says it is required (RDM4_EINVAL); unknown address handles give
  * RDM4_ENOADDR; short buffers RDM4_ETOOSMALL; unsupported atomics
  * RDM4_ENOTSUP / RDM4_EOVERFLOW; bad iovec arrays RDM4_EINVAL / RDM4_EOVERFLOW.
@@ -279,6 +280,22 @@ static void check_bad_handle(rdm4_ep *bad, const char *what, rdm4_addr dest, con
     BAD(rdm4_atomic(bad, buf, 1, RDM4_INT64, RDM4_SUM, dest, 0x1000, 1, NULL));
     BAD(rdm4_fetch_atomic(bad, buf, 1, res, RDM4_INT64, RDM4_SUM, dest, 0x1000, 1, NULL));
     BAD(rdm4_compare_atomic(bad, buf, 1, cmp, res, RDM4_INT64, RDM4_CSWAP, dest, 0x1000, 1, NULL));
+
+    /* The handle is checked first: bad arguments beside it do not change the answer. */
+    BAD(rdm4_send(bad, NULL, 8, ~0ull, NULL));
+    BAD(rdm4_sendmsg(bad, NULL, ~0ull));
+    BAD(rdm4_recvmsg(bad, NULL, ~0ull));
+    BAD(rdm4_probe(bad, ~0ull - 1, 0, 0, RDM4_PROBE_CLAIM | RDM4_PROBE_DISCARD, NULL, NULL));
+    BAD(rdm4_ep_query(bad, NULL));
+    BAD(rdm4_ep_query(bad, &(rdm4_ep_info){ .size = 1 }));
+    BAD(rdm4_ep_getname(bad, NULL, NULL));
+    BAD(rdm4_av_insert(bad, NULL, 1, NULL));
+    BAD(rdm4_av_remove(bad, NULL, 1));
+    BAD(rdm4_mr_reg(bad, NULL, 8, ~0ull, NULL));
+    BAD(rdm4_mr_alloc(bad, 64, ~0ull, NULL, NULL));
+    BAD(rdm4_poll(bad, NULL, 1));
+    BAD(rdm4_write(bad, NULL, 8, ~0ull, 0, 1, NULL));
+    BAD(rdm4_atomic(bad, NULL, 0, RDM4_LONG_DOUBLE, RDM4_SUM, ~0ull, 0, 1, NULL));
 
     uint8_t name[RDM4_ADDR_LEN + 8];
     memset(name, 0xee, sizeof name);

@@ -18,7 +18,10 @@
 //! sender one message ahead of the receives (as in `rdm4-perf`'s stream,
 //! where the sender runs ahead): every poll of the receiver finds one
 //! message more than it has receives for; `inject` sends with
-//! `rdm4_tinject`, which leaves no completion to poll.
+//! `rdm4_tinject`, which leaves no completion to poll; `write_now` makes
+//! the N operations 8-byte `rdm4_write_now`s into memory of the peer's
+//! `rdm4_mr_alloc` (one message first, for the handshake), the
+//! one-sided put as `rdm4-perf --alloc --now` makes it.
 
 use std::ffi::c_void;
 
@@ -41,6 +44,12 @@ fn main() {
     ok("av", rdm4_av_insert(b, a_name.as_ptr().cast(), 1, &mut to_a));
     let src = if directed { to_a } else { RDM4_ADDR_UNSPEC };
     let s = [7u8; 8];
+    if mode == "write_now" {
+        write_now(a, b, to_b, n);
+        rdm4_ep_close(a);
+        rdm4_ep_close(b);
+        return;
+    }
     let mut r = vec![[0u8; 8]; window];
     // SAFETY: rdm4_cqe is plain data.
     let mut cq = vec![unsafe { std::mem::zeroed::<rdm4_cqe>() }; window];
@@ -78,4 +87,35 @@ fn main() {
     assert!(r.iter().all(|m| m == &s));
     rdm4_ep_close(a);
     rdm4_ep_close(b);
+}
+
+/// `n` 8-byte `rdm4_write_now`s from `a` into memory that `b` allocated,
+/// after one message from `a` to `b` (its handshake tells `a` what `b`
+/// offers).
+fn write_now(a: *mut rdm4_ep, b: *mut rdm4_ep, to_b: rdm4_addr, n: usize) {
+    let (mut region, mut key) = (std::ptr::null_mut::<c_void>(), 0u64);
+    ok("mr_alloc", rdm4_mr_alloc(b, 4096, RDM4_ACCESS_REMOTE_WRITE, &mut region, &mut key));
+    let s = [7u8; 8];
+    let mut r = [0u8; 8];
+    // SAFETY: rdm4_cqe is plain data.
+    let mut cq = [unsafe { std::mem::zeroed::<rdm4_cqe>() }; 4];
+    ok("trecv", rdm4_trecv(b, r.as_mut_ptr().cast(), 8, RDM4_ADDR_UNSPEC, 1, 0, std::ptr::null_mut()));
+    ok("tsend", rdm4_tsend(a, s.as_ptr().cast(), 8, to_b, 1, std::ptr::null_mut()));
+    let (mut got_a, mut got_b) = (0, 0);
+    for _ in 0..1000 {
+        got_b += ok("poll b", rdm4_poll(b, cq.as_mut_ptr(), 4));
+        got_a += ok("poll a", rdm4_poll(a, cq.as_mut_ptr(), 4));
+        if got_a == 1 && got_b == 1 {
+            break;
+        }
+    }
+    assert!(got_a == 1 && got_b == 1, "the first message: {got_a}/{got_b}");
+    let raddr = region as usize as u64;
+    for i in 0..n {
+        let v = (i as u64).to_le_bytes();
+        ok("write_now", rdm4_write_now(a, v.as_ptr().cast(), 8, to_b, raddr, key));
+    }
+    // SAFETY: b's allocation of 4096 bytes, written by the last write.
+    let last = unsafe { region.cast::<u64>().read_volatile() };
+    assert_eq!(last, n.saturating_sub(1) as u64);
 }

@@ -3,7 +3,7 @@
 use std::ffi::{c_char, c_void};
 
 use super::types::*;
-use super::{boundary, lookup, rdm4_ep};
+use super::{array, boundary, ep_call, rdm4_ep, required};
 use crate::status::Status;
 use crate::wire::RawAddr;
 
@@ -19,12 +19,13 @@ use crate::wire::RawAddr;
 /// Thread safety: any thread.
 #[no_mangle]
 pub extern "C" fn rdm4_av_insert(ep: *mut rdm4_ep, addrs: *const c_void, count: usize, out: *mut rdm4_addr) -> i32 {
-    boundary(|| {
-        let mut g = lookup(ep)?;
+    ep_call(ep, |g| {
+        let addrs = array(addrs, count)?;
+        let out = array(out, count)?;
         if count == 0 {
             return Ok(0);
         }
-        if addrs.is_null() || out.is_null() || count > i32::MAX as usize / RDM4_ADDR_LEN {
+        if count > i32::MAX as usize / RDM4_ADDR_LEN {
             return Err(Status::Inval);
         }
         // SAFETY: the caller gives `count` addresses of RDM4_ADDR_LEN bytes.
@@ -67,13 +68,10 @@ pub extern "C" fn rdm4_av_insert(ep: *mut rdm4_ep, addrs: *const c_void, count: 
 /// Thread safety: any thread.
 #[no_mangle]
 pub extern "C" fn rdm4_av_remove(ep: *mut rdm4_ep, addrs: *const rdm4_addr, count: usize) -> i32 {
-    boundary(|| {
-        let mut g = lookup(ep)?;
+    ep_call(ep, |g| {
+        let addrs = array(addrs, count)?;
         if count == 0 {
             return Ok(0);
-        }
-        if addrs.is_null() {
-            return Err(Status::Inval);
         }
         // SAFETY: `count` handles at `addrs`.
         let list = unsafe { std::slice::from_raw_parts(addrs, count) };
@@ -100,9 +98,7 @@ pub extern "C" fn rdm4_av_remove(ep: *mut rdm4_ep, addrs: *const rdm4_addr, coun
 #[no_mangle]
 pub extern "C" fn rdm4_av_straddr(addr: *const c_void, buf: *mut c_char, len: *mut usize) -> i32 {
     boundary(|| {
-        if addr.is_null() || len.is_null() {
-            return Err(Status::Inval);
-        }
+        let (addr, len) = (required(addr)?, required(len)?);
         // SAFETY: RDM4_ADDR_LEN readable bytes at `addr`.
         let bytes = unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), RDM4_ADDR_LEN) };
         let raw = RawAddr::from_bytes(bytes).ok_or(Status::Inval)?;

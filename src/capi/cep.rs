@@ -2,15 +2,16 @@
 //! application chose. The engine is compiled once per device, so each
 //! device's send and receive paths inline into it as they would with no
 //! choice at all (a boxed trait object's virtual call per packet, and
-//! closures that could not be inlined, cost ~15% of an 8-byte message); the
-//! choice costs one branch per C call (`CEp`'s methods match once and run
-//! that device's engine). With `RDM4_PCAP` set the device is wrapped in a
-//! [`Capture`], behind a third variant whose calls go out of line
-//! ([`CapEp`]): the engines over the bare devices stay as they were,
-//! inlined into the C calls, and capture costs the endpoints without it
-//! nothing but the match's third arm (see `crate::pcap`). (Two more variants
-//! inlined like the others cost ~16 instructions per 8-byte message: the C
-//! calls grew past what the optimiser inlines.)
+//! closures that could not be inlined, cost a large part of an 8-byte
+//! message: docs/performance.md, "C API handle lookup"); the choice costs
+//! one branch per C call (`CEp`'s methods match once and run that device's
+//! engine). With `RDM4_PCAP` set the device is wrapped in a [`Capture`],
+//! behind a third variant whose calls go out of line ([`CapEp`]): the
+//! engines over the bare devices stay as they were, inlined into the C
+//! calls, and capture costs the endpoints without it nothing but the
+//! match's third arm (see `crate::pcap`). Captured variants inlined like
+//! the others would grow the C calls past what the optimiser inlines
+//! (docs/performance.md, "cost of packet capture").
 
 use std::os::fd::RawFd;
 
@@ -209,12 +210,6 @@ impl CEp {
         let a = (dest, datatype, op, operand, compare, result, remote, context);
         each!(self, e => atomic_on(e, a), c => c.atomic(a))
     }
-
-    /// See [`Endpoint::drain_cq`].
-    #[inline(always)]
-    pub(crate) fn drain_cq(&mut self, max: usize, f: impl FnMut(usize, &Cqe)) -> usize {
-        each!(self, e => e.drain_cq(max, f), c => c.drain_cq(max, f))
-    }
 }
 
 impl CapEp {
@@ -222,11 +217,5 @@ impl CapEp {
     #[inline(never)]
     fn atomic(&mut self, a: AtomicArgs) -> Result<(), Status> {
         each_cap!(self, e => atomic_on(e, a))
-    }
-
-    /// See [`Endpoint::drain_cq`].
-    #[inline(never)]
-    fn drain_cq(&mut self, max: usize, f: impl FnMut(usize, &Cqe)) -> usize {
-        each_cap!(self, e => e.drain_cq(max, f))
     }
 }

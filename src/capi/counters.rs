@@ -12,7 +12,7 @@
 use std::ffi::{c_char, CStr, CString};
 use std::sync::OnceLock;
 
-use super::{boundary, lookup, rdm4_ep};
+use super::{ep_call, rdm4_ep};
 use crate::device::udp::UdpStats;
 use crate::engine::{Proto, Stats, Traffic};
 use crate::wire::PacketType;
@@ -91,8 +91,7 @@ pub extern "C" fn rdm4_counters(
     values: *mut u64,
     max: usize,
 ) -> i32 {
-    boundary(|| {
-        let g = lookup(ep)?;
+    ep_call(ep, |g| {
         let stats = g.ep.stats();
         let udp = g.ep.udp_stats();
         let traffic = g.ep.traffic();

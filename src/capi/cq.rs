@@ -5,9 +5,9 @@ use std::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
 
 use super::types::*;
-use super::{boundary, lookup, rdm4_ep};
+use super::{array, boundary, ep_call, rdm4_ep, slots};
 use crate::device::Device;
-use crate::engine::{CqFlags, CqSink, Cqe, Endpoint, ADDR_UNSPEC};
+use crate::engine::{CqFlags, Cqe, Endpoint, ADDR_UNSPEC};
 use crate::status::Status;
 
 // The engine's completion flags are the C API's, bit for bit: a completion
@@ -61,99 +61,56 @@ fn to_c(e: &Cqe) -> rdm4_cqe {
 /// thread; concurrent callers each get distinct entries.
 #[no_mangle]
 pub extern "C" fn rdm4_poll(ep: *mut rdm4_ep, entries: *mut rdm4_cqe, max: usize) -> i32 {
-    boundary(|| {
-        let mut g = lookup(ep)?;
-        if entries.is_null() && max > 0 {
-            return Err(Status::Inval);
-        }
+    ep_call(ep, |g| {
+        let entries = array(entries, max)?;
         let max = max.min(i32::MAX as usize);
-        let out = |at: usize| {
-            move |i: usize, e: &Cqe| {
-                // SAFETY: `entries` has room for `max` entries; `at + i < max`.
-                unsafe { entries.add(at + i).write(to_c(e)) };
-            }
-        };
         // Progress leaves the C API's own queues alone, so whether entries
         // pass through is decided once for the call.
         let pass = g.passes_through();
         // One match on the device, then that device's engine all the way.
-        let (k, done) = match &mut g.ep {
+        let done = match &mut g.ep {
             super::CEp::Shm(e) => poll_engine(e, entries, max, pass),
             super::CEp::Udp(e) => poll_engine(e, entries, max, pass),
             super::CEp::Captured(c) => poll_captured(c, entries, max, pass),
         };
-        if done {
-            return Ok(k as i32);
-        }
-        let n = g.take_completions(max - k, pass, out(k));
-        Ok((k + n) as i32)
+        let n = match done {
+            Some(n) => n,
+            None => g.take_completions(max, writer(entries)),
+        };
+        Ok(n as i32)
     })
+}
+
+/// Writes entry `i` into `entries` in the C layout.
+#[inline(always)]
+fn writer(entries: *mut rdm4_cqe) -> impl Fn(usize, &Cqe) + Copy {
+    move |i, e| {
+        // SAFETY: `entries` has room for `rdm4_poll`'s `max` entries, and
+        // the engine hands out entries below the room it was given.
+        unsafe { entries.add(i).write(to_c(e)) }
+    }
 }
 
 /// [`poll_engine`] on a captured device, out of line (see `CEp`).
 #[inline(never)]
-fn poll_captured(c: &mut super::CapEp, entries: *mut rdm4_cqe, max: usize, pass: bool) -> (usize, bool) {
+fn poll_captured(c: &mut super::CapEp, entries: *mut rdm4_cqe, max: usize, pass: bool) -> Option<usize> {
     match c {
         super::CapEp::Shm(e) => poll_engine(e, entries, max, pass),
         super::CapEp::Udp(e) => poll_engine(e, entries, max, pass),
     }
 }
 
-/// `rdm4_poll`'s progress on engine `e`: writes entries from `entries[0]`
-/// on and returns how many, and whether the call is done (else the C API's
-/// queue fills the rest of the room).
+/// `rdm4_poll`'s progress on engine `e`: with `pass` the engine's entries
+/// go straight into `entries` and their number is returned
+/// (`Endpoint::poll_into`); without, the engine only makes progress and
+/// the C API's queue fills the room (`None`).
 #[inline(always)]
-fn poll_engine<D: Device>(e: &mut Endpoint<D>, entries: *mut rdm4_cqe, max: usize, pass: bool) -> (usize, bool) {
-    let out = |at: usize| {
-        move |i: usize, c: &Cqe| {
-            // SAFETY: `entries` has room for `max` entries; `at + i < max`.
-            unsafe { entries.add(at + i).write(to_c(c)) };
-        }
-    };
-    // After a receive took an unexpected message, the queued completions
-    // go first (entries keep their order), so that the express path below
-    // may run (`Endpoint::took_unexpected`).
-    let k0 = if pass && e.took_unexpected() { e.drain_cq(max, out(0)) } else { 0 };
-    // The common receive's entry goes straight into `entries` during
-    // progress; the rest of the room is then filled from the queue.
-    let room = if pass { max - k0 } else { 0 };
-    let mut direct = Direct { out: entries.wrapping_add(k0), room, n: 0 };
-    // The usual receives first, by the express path: with every queue
-    // empty, done when no other packet waits.
-    let (n, more) = if pass { e.progress_express(&mut direct, room) } else { (0, true) };
-    if n > 0 && !more {
-        return (k0 + n, true);
-    }
-    if more {
-        e.progress_timed(super::now_ns, &mut direct);
-    }
-    let k = k0 + direct.n;
+fn poll_engine<D: Device>(e: &mut Endpoint<D>, entries: *mut rdm4_cqe, max: usize, pass: bool) -> Option<usize> {
     if pass {
-        // Nothing to filter or rewrite: straight from the engine's queue.
-        return (k + e.drain_cq(max - k, out(k)), true);
+        return Some(e.poll_into(max, super::now_ns, writer(entries)));
     }
-    (k, false)
-}
-
-/// `rdm4_poll`'s array as the engine's completion sink: entries are written
-/// in the C layout as they are made, while there is room.
-struct Direct {
-    out: *mut rdm4_cqe,
-    room: usize,
-    n: usize,
-}
-
-impl CqSink for Direct {
-    #[inline(always)]
-    fn offer(&mut self, e: &Cqe) -> bool {
-        if self.n == self.room {
-            return false;
-        }
-        // SAFETY: `out` has room for `room` entries (rdm4_poll's `max`).
-        unsafe { self.out.add(self.n).write(to_c(e)) };
-        self.n += 1;
-        true
-    }
+    e.progress_timed(super::now_ns, &mut ());
+    None
 }
 
 /// Waits until a completion is available or `timeout_ms` milliseconds pass
@@ -175,37 +132,40 @@ pub extern "C" fn rdm4_wait(ep: *mut rdm4_ep, timeout_ms: c_int) -> i32 {
         let limit = (timeout_ms >= 0).then(|| Duration::from_millis(timeout_ms as u64));
         loop {
             let left = limit.map(|l| l.saturating_sub(start.elapsed()));
-            let sleep = {
-                // Looked up again after every sleep: a close in between ends the wait.
-                let mut g = lookup(ep)?;
+            // Entered again after every sleep: a close in between ends the
+            // wait. `None`: completions wait.
+            let sleep = slots::on_ep(ep, |g| {
                 g.progress_once();
                 if g.has_completions() {
-                    return Ok(0);
+                    return Ok(None);
                 }
                 if left.is_some_and(|l| l.is_zero()) {
                     return Err(Status::TimedOut);
                 }
                 let timer =
                     g.ep.next_timeout(super::now_ns()).map(|ns| (ns / 1_000_000 + 1).min(i32::MAX as u64) as i32);
-                match g.ep.sleep_begin() {
+                Ok(Some(match g.ep.sleep_begin() {
                     Some((fd, ms)) => {
                         g.parked += 1;
                         Some((fd, ms, timer))
                     }
                     // A packet waits (or the device cannot block): go on.
                     None => None,
-                }
-            };
+                }))
+            })?;
+            let Some(sleep) = sleep else { return Ok(0) };
             if let Some((fd, ms, timer)) = sleep {
                 let ms = left.map_or(ms, |l| (l.as_millis().max(1) as i32).min(ms));
                 // Woken in time for the next request timeout.
                 let ms = timer.map_or(ms, |t| if ms < 0 { t } else { ms.min(t) });
                 super::ep::poll_one(fd, ms);
-                let mut g = lookup(ep)?;
-                g.parked -= 1;
-                if g.parked == 0 {
-                    g.ep.sleep_end();
-                }
+                slots::on_ep(ep, |g| {
+                    g.parked -= 1;
+                    if g.parked == 0 {
+                        g.ep.sleep_end();
+                    }
+                    Ok(())
+                })?;
             }
         }
     })
@@ -225,8 +185,7 @@ pub extern "C" fn rdm4_wait(ep: *mut rdm4_ep, timeout_ms: c_int) -> i32 {
 /// descriptor). Thread safety: any thread.
 #[no_mangle]
 pub extern "C" fn rdm4_trywait(ep: *mut rdm4_ep) -> i32 {
-    boundary(|| {
-        let mut g = lookup(ep)?;
+    ep_call(ep, |g| {
         g.ep.wait_fd().ok_or(Status::NotSup)?;
         if !g.ready.is_empty() || !g.ep.trywait() {
             return Err(Status::Again);
@@ -252,8 +211,7 @@ pub extern "C" fn rdm4_trywait(ep: *mut rdm4_ep) -> i32 {
 /// device has none). Thread safety: any thread.
 #[no_mangle]
 pub extern "C" fn rdm4_ep_fd(ep: *mut rdm4_ep) -> i32 {
-    boundary(|| {
-        let mut g = lookup(ep)?;
+    ep_call(ep, |g| {
         let fd = g.ep.wait_fd().ok_or(Status::NotSup)?;
         Ok(fd)
     })

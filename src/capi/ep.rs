@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::types::*;
-use super::{boundary, lookup, EpInner};
+use super::{boundary, ep_call, read_sized, required, write_sized, EpInner};
 use crate::device::shm::ShmDevice;
 use crate::device::udp::UdpDevice;
 use crate::engine::Config;
@@ -26,9 +26,7 @@ pub struct rdm4_ep {
 #[no_mangle]
 pub extern "C" fn rdm4_ep_attr_init(attr: *mut rdm4_ep_attr) -> i32 {
     boundary(|| {
-        if attr.is_null() {
-            return Err(Status::Inval);
-        }
+        let attr = required(attr)?;
         // SAFETY: non-NULL and, by the contract, points to an rdm4_ep_attr.
         unsafe { attr.write(default_attr()) };
         Ok(0)
@@ -51,23 +49,13 @@ fn default_attr() -> rdm4_ep_attr {
     }
 }
 
-/// Reads the caller's attributes, honouring its `size`.
+/// Reads the caller's attributes (NULL: the defaults), honouring its
+/// `size`.
 fn read_attr(attr: *const rdm4_ep_attr) -> Result<rdm4_ep_attr, Status> {
-    let mut a = default_attr();
     if attr.is_null() {
-        return Ok(a);
+        return Ok(default_attr());
     }
-    // SAFETY: non-NULL; the first field is the size the caller compiled.
-    let size = unsafe { attr.cast::<usize>().read_unaligned() };
-    let min = std::mem::offset_of!(rdm4_ep_attr, device) + 4;
-    if size < min {
-        return Err(Status::Inval);
-    }
-    let n = size.min(std::mem::size_of::<rdm4_ep_attr>());
-    // SAFETY: the caller's struct has at least `size` readable bytes; we copy
-    // the prefix we both know into our default-initialised struct.
-    unsafe { std::ptr::copy_nonoverlapping(attr.cast::<u8>(), (&mut a as *mut rdm4_ep_attr).cast::<u8>(), n) };
-    a.size = n;
+    let a = read_sized(attr, default_attr())?;
     if a.progress > RDM4_PROGRESS_AUTO
         || a.threading > RDM4_THREAD_SINGLE
         || (a.threading == RDM4_THREAD_SINGLE && a.progress != RDM4_PROGRESS_MANUAL)
@@ -138,9 +126,7 @@ fn open_endpoint(attr: &rdm4_ep_attr, cfg: Config) -> Result<super::CEp, Status>
 #[no_mangle]
 pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep) -> i32 {
     boundary(|| {
-        if ep.is_null() {
-            return Err(Status::Inval);
-        }
+        let ep = required(ep)?;
         let a = read_attr(attr)?;
         crate::log::init()?;
         let mut cfg = Config::default();
@@ -333,11 +319,8 @@ pub extern "C" fn rdm4_ep_close(ep: *mut rdm4_ep) -> i32 {
 /// any thread.
 #[no_mangle]
 pub extern "C" fn rdm4_ep_getname(ep: *mut rdm4_ep, addr: *mut c_void, len: *mut usize) -> i32 {
-    boundary(|| {
-        let g = lookup(ep)?;
-        if len.is_null() {
-            return Err(Status::Inval);
-        }
+    ep_call(ep, |g| {
+        let len = required(len)?;
         let raw = g.ep.addr().to_bytes();
         // SAFETY: `len` is non-NULL; `addr`, when non-NULL, has `*len` bytes.
         unsafe {
@@ -363,26 +346,18 @@ pub extern "C" fn rdm4_ep_getname(ep: *mut rdm4_ep, addr: *mut c_void, len: *mut
 /// thread.
 #[no_mangle]
 pub extern "C" fn rdm4_ep_query(ep: *mut rdm4_ep, info: *mut rdm4_ep_info) -> i32 {
-    boundary(|| {
-        if info.is_null() {
-            return Err(Status::Inval);
-        }
-        // SAFETY: non-null; the caller's struct begins with its size.
-        let room = unsafe { info.cast::<usize>().read_unaligned() };
-        if room < std::mem::size_of::<usize>() + 4 {
-            return Err(Status::Inval);
-        }
-        let g = lookup(ep)?;
+    ep_call(ep, |g| {
+        let info = required(info)?;
         let device = g.ep.device_kind();
         let (cfg, caps) = (g.ep.config(), g.ep.caps());
         let full = rdm4_ep_info {
-            size: room.min(std::mem::size_of::<rdm4_ep_info>()),
+            size: std::mem::size_of::<rdm4_ep_info>(),
             device,
             progress: g.modes.0,
             threading: g.modes.1,
             rdma: u32::from(caps.rdma_read) | u32::from(caps.rdma_write) << 1,
             max_msg_size: RDM4_MSG_MAX,
-            inject_size: super::data::INJECT_MAX as u64,
+            inject_size: super::msg::INJECT_MAX as u64,
             mtu: caps.mtu as u64,
             eager_max: g.ep.eager_max(true) as u64,
             eager_max_untagged: g.ep.eager_max(false) as u64,
@@ -394,9 +369,7 @@ pub extern "C" fn rdm4_ep_query(ep: *mut rdm4_ep, info: *mut rdm4_ep_info) -> i3
             runt_size: cfg.runt_size as u64,
             reserved: [0; 5],
         };
-        let n = room.min(std::mem::size_of::<rdm4_ep_info>());
-        // SAFETY: the caller's struct holds `room` bytes; `n` is at most that.
-        unsafe { std::ptr::copy_nonoverlapping((&full as *const rdm4_ep_info).cast::<u8>(), info.cast::<u8>(), n) };
+        write_sized(info, full)?;
         Ok(0)
     })
 }

@@ -4,7 +4,7 @@
 use std::ffi::c_void;
 
 use super::types::*;
-use super::{boundary, c_buf, lookup, rdm4_ep};
+use super::{c_buf, ep_call, rdm4_ep, required};
 use crate::device::Access;
 use crate::status::Status;
 
@@ -17,11 +17,8 @@ use crate::status::Status;
 /// registration table is full). Thread safety: any thread.
 #[no_mangle]
 pub extern "C" fn rdm4_mr_reg(ep: *mut rdm4_ep, buf: *mut c_void, len: usize, access: u64, key: *mut u64) -> i32 {
-    boundary(|| {
-        let mut g = lookup(ep)?;
-        if key.is_null() {
-            return Err(Status::Inval);
-        }
+    ep_call(ep, |g| {
+        let key = required(key)?;
         let access = c_access(access)?;
         let b = c_buf(buf, len)?;
         let k = g.ep.mr_reg(b, access)?;
@@ -59,9 +56,9 @@ pub extern "C" fn rdm4_mr_reg_fd(
     access: u64,
     key: *mut u64,
 ) -> i32 {
-    boundary(|| {
-        let mut g = lookup(ep)?;
-        if key.is_null() || fd < 0 {
+    ep_call(ep, |g| {
+        let key = required(key)?;
+        if fd < 0 {
             return Err(Status::Inval);
         }
         let access = c_access(access)?;
@@ -104,9 +101,9 @@ pub extern "C" fn rdm4_mr_alloc(
     ptr: *mut *mut c_void,
     key: *mut u64,
 ) -> i32 {
-    boundary(|| {
-        let mut g = lookup(ep)?;
-        if ptr.is_null() || key.is_null() || len as u64 > RDM4_MSG_MAX {
+    ep_call(ep, |g| {
+        let (ptr, key) = (required(ptr)?, required(key)?);
+        if len as u64 > RDM4_MSG_MAX {
             return Err(Status::Inval);
         }
         let access = c_access(access)?;
@@ -135,8 +132,7 @@ pub extern "C" fn rdm4_mr_alloc(
 /// safety: any thread; the call may block up to 2 s.
 #[no_mangle]
 pub extern "C" fn rdm4_mr_free(ep: *mut rdm4_ep, key: u64) -> i32 {
-    boundary(|| {
-        let mut g = lookup(ep)?;
+    ep_call(ep, |g| {
         g.ep.mr_free(key)?;
         Ok(0)
     })
@@ -159,8 +155,7 @@ pub extern "C" fn rdm4_mr_free(ep: *mut rdm4_ep, key: u64) -> i32 {
 /// Thread safety: any thread; the call may block up to 2 s.
 #[no_mangle]
 pub extern "C" fn rdm4_mr_close(ep: *mut rdm4_ep, key: u64) -> i32 {
-    boundary(|| {
-        let mut g = lookup(ep)?;
+    ep_call(ep, |g| {
         g.ep.mr_dereg(key)?;
         Ok(0)
     })

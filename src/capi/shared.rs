@@ -22,11 +22,8 @@
 
 use std::sync::atomic::{compiler_fence, fence, AtomicBool, Ordering};
 
-use super::{EpGuard, EpInner, EpSlot};
-
-/// The low bit of `EpSlot::single` marks an endpoint shared with its
-/// responder (an `EpInner` is aligned to 8: the bit is free).
-pub(crate) const SHARED: usize = 1;
+use super::slots::SHARED;
+use super::{EpInner, EpSlot};
 
 /// Whether this process may use `membarrier(2)`'s private expedited
 /// barrier (registered once; false when the kernel refuses).
@@ -48,23 +45,22 @@ fn barrier() {
     fence(Ordering::SeqCst);
 }
 
-/// The application enters a call on the shared endpoint `p` (`single`
-/// with its tag) of `slot`.
+/// The application enters a call on the shared endpoint of `slot`, whose
+/// tagged word is `way`; returns the endpoint.
 ///
 /// # Safety
-/// `p` is the tagged pointer `install` published for the slot's open
-/// endpoint, whose handle the caller checked.
+/// `way` is the word `install` published for the slot's open endpoint,
+/// whose handle the caller checked.
 #[inline(never)]
-pub(crate) unsafe fn enter(slot: &EpSlot, p: *mut EpInner) -> EpGuard<'_> {
+pub(crate) unsafe fn enter(slot: &EpSlot, way: usize) -> *mut EpInner {
     loop {
         let c = slot.calls.load(Ordering::Relaxed);
         slot.calls.store(c | 1, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
         if !slot.responding.load(Ordering::Acquire) {
-            let inner = (p as usize & !SHARED) as *mut EpInner;
-            // SAFETY: the caller's contract; the responder is out (above)
-            // and the application's calls do not overlap.
-            return EpGuard::Single(unsafe { &mut *inner });
+            // The responder is out (above) and the application's calls do
+            // not overlap.
+            return (way & !SHARED) as *mut EpInner;
         }
         slot.calls.store((c | 1) + 1, Ordering::Release);
         wait_out(&slot.responding);
@@ -84,13 +80,11 @@ fn wait_out(responding: &AtomicBool) {
     }
 }
 
-/// A call of a single-threaded application leaves (the guard's drop): on a shared endpoint
-/// (its `slot_calls` set) the count turns even.
+/// A call of the application leaves the shared endpoint of `slot`: the
+/// count turns even.
 #[inline(always)]
-pub(crate) fn leave(inner: &EpInner) {
-    if let Some(calls) = inner.slot_calls {
-        calls.store(calls.load(Ordering::Relaxed) + 1, Ordering::Release);
-    }
+pub(crate) fn leave(slot: &EpSlot) {
+    slot.calls.store(slot.calls.load(Ordering::Relaxed) + 1, Ordering::Release);
 }
 
 /// The responder's hold on an endpoint: its lock, or (shared) the
@@ -131,20 +125,19 @@ impl EpSlot {
     /// The responder takes the endpoint of `handle` when no call holds it;
     /// `None` when one does, or the endpoint is closed.
     pub(crate) fn hold(&self, handle: u64) -> Option<Hold<'_>> {
-        let p = self.single.load(Ordering::Acquire);
-        if p as usize & SHARED == 0 {
+        let Some(way) = self.shared_way() else {
             let g = self.try_lock_raw(handle)?;
             return Some(Hold::Locked(g));
-        }
+        };
         self.responding.store(true, Ordering::SeqCst);
         barrier();
         let busy = self.calls.load(Ordering::Acquire) & 1 != 0;
-        if busy || self.handle.load(Ordering::Acquire) != handle || self.single.load(Ordering::Acquire) != p {
+        if busy || self.handle() != handle || self.shared_way() != Some(way) {
             self.responding.store(false, Ordering::Release);
             return None;
         }
-        let inner = (p as usize & !SHARED) as *mut EpInner;
-        // SAFETY: the endpoint is open (handle and pointer unchanged, and a
+        let inner = (way & !SHARED) as *mut EpInner;
+        // SAFETY: the endpoint is open (handle and word unchanged, and a
         // close enters as a call does before it takes the endpoint), and no
         // call of the application runs or can start until `responding` is
         // cleared (the module docs).

@@ -77,6 +77,7 @@ mod now;
 mod op;
 mod opts;
 mod peer;
+mod poll;
 mod rma;
 mod rtm;
 mod runt;

@@ -1,0 +1,320 @@
+//! The table of open endpoints, and how a call enters and leaves one.
+//!
+//! Open endpoints live in a fixed table of `MAX_EPS` (4096) slots that is
+//! never freed. A handle names a slot and the generation of the open that
+//! filled it: (generation << 32 | slot) << 4, with generations from 1, so
+//! it is never NULL, never repeats (a slot's generation only grows) and
+//! looks as opaque as a pointer. A call reaches the endpoint the way its
+//! slot says ([`EpSlot::way`]): directly (single-threaded: the handle is
+//! compared whole with the one the endpoint holds), or, after comparing
+//! it with the one the slot holds, keeping the responder out
+//! (single-threaded and shared with it: `shared`) or under the slot's
+//! lock, where the handle is compared again. Closing clears the slot's
+//! handle and way under the lock before the endpoint goes, so every later
+//! use of the old handle fails.
+
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use super::{rdm4_ep, shared, EpInner};
+use crate::status::Status;
+
+/// Endpoints open at once at most (a power of two: [`slot_of`] masks).
+pub(crate) const MAX_EPS: usize = 4096;
+const _: () = assert!(MAX_EPS.is_power_of_two());
+
+/// [`EpSlot::way`]: the endpoint's address plus this, for a single-threaded
+/// endpoint used without the lock.
+const PLAIN: usize = 1;
+/// [`EpSlot::way`]: the endpoint's address plus this, for a single-threaded
+/// endpoint shared with its responder (`shared`).
+pub(crate) const SHARED: usize = 2;
+// An `EpInner` is aligned to 8: its address leaves both tag bits free.
+const _: () = assert!(std::mem::align_of::<EpInner>() >= 4);
+
+/// One slot of the endpoint table. A power of two in size, so that a
+/// handle's slot is found by a shift and a mask; a cache line or two of its
+/// own, so that endpoints used by different threads share none.
+#[repr(align(128))]
+pub(crate) struct EpSlot {
+    /// The handle of the open endpoint in the slot (0: none): the first
+    /// check of a call that takes the lock or shares the endpoint.
+    handle: AtomicU64,
+    /// How calls reach the endpoint: 0 by the lock (a thread-safe
+    /// endpoint, or none); else the address of the endpoint in `inner`
+    /// plus [`PLAIN`] (opened with `RDM4_THREAD_SINGLE`: calls use it
+    /// without the lock) or [`SHARED`] (the same, shared with a
+    /// responder).
+    way: AtomicUsize,
+    /// Generation of the slot's last open (0: never filled).
+    gen: AtomicU32,
+    /// The responder holds a shared endpoint (`shared`).
+    pub(crate) responding: AtomicBool,
+    pub(crate) stop: AtomicBool,
+    /// Calls of the application on the endpoint (see `responder`): 2 more
+    /// per call, under the lock; a shared endpoint's is odd during a call
+    /// (`shared`). Read by the responder.
+    pub(crate) calls: AtomicU64,
+    inner: Mutex<Option<Box<EpInner>>>,
+    /// The endpoint's thread (automatic progress, or the responder).
+    pub(crate) thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl EpSlot {
+    const fn new() -> EpSlot {
+        EpSlot {
+            handle: AtomicU64::new(0),
+            way: AtomicUsize::new(0),
+            gen: AtomicU32::new(0),
+            responding: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            calls: AtomicU64::new(0),
+            inner: Mutex::new(None),
+            thread: Mutex::new(None),
+        }
+    }
+
+    /// The tagged word of a shared endpoint (`SHARED` set), or none.
+    pub(crate) fn shared_way(&self) -> Option<usize> {
+        let w = self.way.load(Ordering::Acquire);
+        (w & SHARED != 0).then_some(w)
+    }
+
+    /// The handle of the endpoint open now (0: none).
+    pub(crate) fn handle(&self) -> u64 {
+        self.handle.load(Ordering::Acquire)
+    }
+
+    /// [`Self::lock_raw`] when the lock is free now; `None` when a call
+    /// holds it or the endpoint is closed.
+    pub(crate) fn try_lock_raw(&self, handle: u64) -> Option<MutexGuard<'_, Option<Box<EpInner>>>> {
+        let g = match self.inner.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        (g.is_some() && self.handle.load(Ordering::Relaxed) == handle).then_some(g)
+    }
+
+    /// The endpoint of `handle`, locked, for the progress thread (no call
+    /// counted, no wake-up on release); `None` once closed (a panic in
+    /// another call does not poison it for good).
+    pub(crate) fn lock_raw(&self, handle: u64) -> Option<MutexGuard<'_, Option<Box<EpInner>>>> {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        (g.is_some() && self.handle.load(Ordering::Relaxed) == handle).then_some(g)
+    }
+
+    /// A call enters the endpoint of `handle` by its lock (counted for the
+    /// responder); `None` once closed.
+    #[inline]
+    fn enter_locked(&'static self, handle: u64) -> Option<(*mut EpInner, Exit)> {
+        let mut g = self.lock_raw(handle)?;
+        // Under the lock: a plain increment, no atomic read-modify-write.
+        self.calls.store(self.calls.load(Ordering::Relaxed).wrapping_add(2), Ordering::Relaxed);
+        let inner: *mut EpInner = &mut **g.as_mut()?;
+        Some((inner, Exit::Locked(ManuallyDrop::new(g))))
+    }
+}
+
+static SLOTS: [EpSlot; MAX_EPS] = [const { EpSlot::new() }; MAX_EPS];
+
+/// The slots of the endpoints open now, with their handles.
+pub(crate) fn open_slots() -> impl Iterator<Item = (&'static EpSlot, u64)> {
+    SLOTS.iter().filter_map(|s| {
+        let h = s.handle();
+        (h != 0).then_some((s, h))
+    })
+}
+
+/// Slots to reuse, and the first never used.
+static FREE: Mutex<(Vec<u32>, u32)> = Mutex::new((Vec::new(), 0));
+
+/// The largest generation a handle holds.
+const GEN_MAX: u32 = (1 << 28) - 1;
+
+/// The handle of the open of generation `gen` (1..=[`GEN_MAX`]) in slot
+/// `idx`: 28 bits of generation, 32 of slot number, 4 zero bits.
+fn handle_of(idx: usize, gen: u32) -> u64 {
+    (u64::from(gen) << 32 | idx as u64) << 4
+}
+
+/// The slot number a handle value names: its own for a handle, some slot
+/// for any other value (the slot number masked to the table), whose
+/// handle that value then does not equal.
+#[inline(always)]
+fn slot_index(v: u64) -> usize {
+    (v >> 4) as usize & (MAX_EPS - 1)
+}
+
+/// The slot a handle value names (see [`slot_index`]).
+#[inline(always)]
+fn slot_of(v: u64) -> &'static EpSlot {
+    &SLOTS[slot_index(v)]
+}
+
+/// How a call leaves the endpoint it entered (on drop, also when the call
+/// panics). Nothing to do for a single-threaded endpoint: its drop is one
+/// test on the call's path.
+enum Exit {
+    /// Used without the lock.
+    Plain,
+    /// Shared with its responder: the call count turns even (`shared`).
+    Shared(&'static EpSlot),
+    /// Locked: a sleeping progress thread is woken when the call left it
+    /// work, then the lock goes.
+    Locked(ManuallyDrop<MutexGuard<'static, Option<Box<EpInner>>>>),
+}
+
+impl Drop for Exit {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if !matches!(self, Exit::Plain) {
+            self.leave();
+        }
+    }
+}
+
+impl Exit {
+    #[inline(never)]
+    fn leave(&mut self) {
+        if let Exit::Locked(g) = self {
+            // Before the lock goes: a packet arriving wakes the thread
+            // anyway, work only progress does would not.
+            if let Some(inner) = g.as_deref().filter(|i| i.parked > 0) {
+                wake_if_queued(inner);
+            }
+            // SAFETY: dropped once, here; the variant is not used again.
+            unsafe { ManuallyDrop::drop(g) };
+        } else if let Exit::Shared(slot) = self {
+            shared::leave(slot);
+        }
+    }
+}
+
+#[cold]
+fn wake_if_queued(inner: &EpInner) {
+    if inner.ep.has_queued_work() {
+        inner.ep.wake_sleeper();
+    }
+}
+
+/// Runs `f` on the open endpoint behind a C handle, entered for the call
+/// (see the module docs); `BadHandle` for NULL, unknown and closed
+/// handles, without running `f`.
+#[inline(always)]
+pub(crate) fn on_ep<R>(ep: *mut rdm4_ep, f: impl FnOnce(&mut EpInner) -> Result<R, Status>) -> Result<R, Status> {
+    let v = ep as usize as u64;
+    let slot = slot_of(v);
+    let w = slot.way.load(Ordering::Acquire);
+    let (inner, _exit) = if w & PLAIN != 0 {
+        let inner = w.wrapping_sub(PLAIN) as *mut EpInner;
+        // One comparison with the handle the endpoint holds (which any
+        // other value, NULL included, does not equal).
+        // SAFETY: the endpoint `install` published (fully made before the
+        // word), which lives until `uninstall` has cleared the word: a
+        // call after a close reads 0 or a later endpoint's word, and none
+        // overlaps a close (below). `handle` is not written after
+        // `install`.
+        if unsafe { (*inner).handle } != v {
+            return Err(Status::BadHandle);
+        }
+        (inner, Exit::Plain)
+    } else {
+        // NULL names slot 0, which holds handle 0 until it is first filled.
+        if v == 0 || slot.handle.load(Ordering::Acquire) != v {
+            return Err(Status::BadHandle);
+        }
+        if w & SHARED != 0 {
+            // SAFETY: as below; `enter` keeps the responder out.
+            (unsafe { shared::enter(slot, w) }, Exit::Shared(slot))
+        } else {
+            slot.enter_locked(v).ok_or(Status::BadHandle)?
+        }
+    };
+    // SAFETY: without the lock, `install` published the address of the
+    // endpoint that the slot owns until `uninstall` clears it; the handle
+    // matched, so the call is that endpoint's, and the application promised
+    // (`RDM4_THREAD_SINGLE`) that no other call on it, `rdm4_ep_close`
+    // included, overlaps this one. With the lock, the endpoint is the
+    // locked slot's. Either way it is this call's until `_exit` drops,
+    // after `f`.
+    f(unsafe { &mut *inner })
+}
+
+/// Fills a free slot with `inner`; returns the slot and the handle. `None`:
+/// the table is full.
+/// With `single`, calls use the endpoint without the slot's lock; with
+/// `shared` too, they share it with a responder (`shared`).
+pub(crate) fn install(inner: EpInner, single: bool, shared: bool) -> Option<(&'static EpSlot, u64)> {
+    let idx = {
+        let mut f = FREE.lock().unwrap_or_else(|e| e.into_inner());
+        match f.0.pop() {
+            Some(i) => i,
+            None if (f.1 as usize) < MAX_EPS => {
+                f.1 += 1;
+                f.1 - 1
+            }
+            None => return None,
+        }
+    };
+    let slot = &SLOTS[idx as usize];
+    let mut g = slot.inner.lock().unwrap_or_else(|e| e.into_inner());
+    let gen = slot.gen.load(Ordering::Relaxed).checked_add(1)?;
+    let handle = handle_of(idx as usize, gen);
+    let mut boxed = Box::new(inner);
+    boxed.handle = handle;
+    let addr = &mut *boxed as *mut EpInner as usize;
+    let way = match (single, shared) {
+        (false, _) => 0,
+        (true, false) => addr + PLAIN,
+        (true, true) => addr + SHARED,
+    };
+    *g = Some(boxed);
+    slot.calls.store(0, Ordering::Relaxed);
+    slot.responding.store(false, Ordering::Relaxed);
+    slot.way.store(way, Ordering::Release);
+    slot.stop.store(false, Ordering::Relaxed);
+    slot.gen.store(gen, Ordering::Release);
+    slot.handle.store(handle, Ordering::Release);
+    drop(g);
+    Some((slot, handle))
+}
+
+/// Empties the slot of `ep`: later uses of the handle fail. Returns the
+/// endpoint and the slot's progress thread (to join before dropping it).
+pub(crate) fn uninstall(ep: *mut rdm4_ep) -> Result<(Box<EpInner>, Option<JoinHandle<()>>), Status> {
+    let v = ep as usize as u64;
+    let slot = slot_of(v);
+    if let Some(w) = slot.shared_way().filter(|_| slot.handle() == v) {
+        // Kept out of the endpoint as a call keeps it out, for good: the
+        // call never leaves (the slot's next open starts afresh).
+        // SAFETY: the slot's published word, its handle checked.
+        unsafe { shared::enter(slot, w) };
+    }
+    let inner = {
+        let mut g = slot.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if g.is_none() || slot.handle.load(Ordering::Relaxed) != v {
+            return Err(Status::BadHandle);
+        }
+        // Under the lock: every call that checks after this fails. The
+        // next open takes the next generation.
+        slot.handle.store(0, Ordering::Release);
+        slot.way.store(0, Ordering::Release);
+        g.take()
+    };
+    slot.stop.store(true, Ordering::Release);
+    let thread = slot.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+    Ok((inner.ok_or(Status::BadHandle)?, thread))
+}
+
+/// Gives the slot of a closed endpoint (the handle `uninstall` took) back,
+/// after its thread has ended. A slot whose next generation would not fit
+/// in a handle is retired instead.
+pub(crate) fn release_slot(ep: *mut rdm4_ep) {
+    let idx = slot_index(ep as usize as u64);
+    if SLOTS[idx].gen.load(Ordering::Relaxed) < GEN_MAX {
+        FREE.lock().unwrap_or_else(|e| e.into_inner()).0.push(idx as u32);
+    }
+}
