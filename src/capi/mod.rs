@@ -1,4 +1,4 @@
-//! The C API: opaque handles, status codes, no protocol logic (DESIGN §4).
+//! The C API: opaque handles, status codes, no protocol logic (DESIGN §4; docs/architecture.md).
 //!
 //! Every exported function runs inside one boundary (`boundary`): a Rust
 //! panic becomes `RDM4_EINTERNAL` and never unwinds into C. A call on an

@@ -1,4 +1,4 @@
-//! The device contract: what an EFA NIC gives (DESIGN §2).
+//! The device contract: what an EFA NIC gives (DESIGN §2; docs/architecture.md).
 //!
 //! 1. `send` delivers a packet of at most `mtu()` bytes reliably, exactly
 //!    once, in **any order**; it may refuse with

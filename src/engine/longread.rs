@@ -20,7 +20,7 @@
 //!   register its buffer uses long-CTS from the start.
 
 use super::op::OpKind;
-use super::rtm::RtmArgs;
+use super::send::RtmArgs;
 use super::{Core, Proto, Status};
 use crate::device::{Access, DevError, Device};
 use crate::wire::{self, IdsHdr, Packet, PacketType, ReqFamily, RmaIov, Subprotocol};

@@ -1,6 +1,7 @@
 //! Operation entries: one per application operation or per remote request
 //! being served. They live in a generational slab; their keys are the
-//! `send_id` / `recv_id` values put on the wire.
+//! `send_id` / `recv_id` values put on the wire. Their states and
+//! transitions per protocol: docs/architecture.md.
 
 use crate::mem::UserBuf;
 use crate::status::Status;

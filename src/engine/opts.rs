@@ -37,7 +37,7 @@ pub struct Config {
     pub medium_max: usize,
     /// Messages up to this many bytes use eager when they fit one packet;
     /// longer ones up to `medium_max` use medium, in segments that let the
-    /// receiver copy while the sender copies (see `rtm::medium_segment`).
+    /// receiver copy while the sender copies (see `send::medium_segment`).
     pub eager_max: usize,
     /// CTSDATA packets a receiver grants per CTS at most.
     pub max_credits: u32,

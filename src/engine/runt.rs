@@ -22,7 +22,7 @@
 
 use super::op::Op;
 use super::peer::Peer;
-use super::rtm::RtmArgs;
+use super::send::RtmArgs;
 use super::Core;
 use crate::wire::{self, PacketType, ReqFamily, RmaIov, Subprotocol};
 

@@ -4,7 +4,7 @@
 
 use super::op::{self, OpKind};
 use super::peer::Peer;
-use super::{pop_front_hot, rtm, Core};
+use super::{pop_front_hot, send, Core};
 use crate::device::{DevError, Device, Doorbell, MoreFollows, Sent};
 use crate::status::Status;
 use crate::wire::{self, PacketType, RawAddrHdr, ReqFamily, Subprotocol};
@@ -381,7 +381,7 @@ impl Core {
         };
         match self.peers.get(op.peer) {
             Some(peer) if op.kind == OpKind::Send && (!op.started || op.sent < op.len) => {
-                self.rtm_len(&rtm::RtmArgs::of(key, ptype, op), peer)
+                self.rtm_len(&send::RtmArgs::of(key, ptype, op), peer)
             }
             _ => mtu,
         }

@@ -1,4 +1,4 @@
-//! The bytes of every packet of protocol v4; no state (DESIGN §1).
+//! The bytes of every packet of protocol v4; no state (DESIGN §1; docs/architecture.md).
 //!
 //! Each packet has a typed representation (`Cts`, `Req`, `Handshake`, …) with
 //! a `parse` that checks every length before reading and an `emit` that never
