@@ -166,6 +166,35 @@ pub trait InCall {
     fn recv_express(&mut self, max: usize, f: impl FnMut(Ah, &[u8]) -> bool) -> (usize, bool);
 }
 
+/// The accessors of the extensions a device has in full, each handing out
+/// the device itself (`has_extensions!(as_sleep, as_sleeper, ...)` inside
+/// its `impl Device`).
+#[macro_export]
+#[doc(hidden)]
+macro_rules! has_extensions {
+    (@one as_sleeper) => {
+        #[inline(always)]
+        fn as_sleeper(&self) -> Option<&Self> {
+            Some(self)
+        }
+    };
+    (@one as_in_call_ref) => {
+        #[inline(always)]
+        fn as_in_call_ref(&self) -> Option<&Self> {
+            Some(self)
+        }
+    };
+    (@one $acc:ident) => {
+        #[inline(always)]
+        fn $acc(&mut self) -> Option<&mut Self> {
+            Some(self)
+        }
+    };
+    ($($acc:ident),+ $(,)?) => {
+        $($crate::has_extensions!(@one $acc);)+
+    };
+}
+
 /// The extension a device lacks: no value of it exists, so an accessor
 /// typed with it can only answer `None`, and every use folds away.
 #[derive(Debug)]

@@ -216,35 +216,7 @@ impl Device for ShmDevice {
         crate::device::copy_gather(self, ah, wr_id, hdr_max, &mut build, payload, nt)
     }
 
-    #[inline(always)]
-    fn as_sleep(&mut self) -> Option<&mut Self> {
-        Some(self)
-    }
-
-    #[inline(always)]
-    fn as_sleeper(&self) -> Option<&Self> {
-        Some(self)
-    }
-
-    #[inline(always)]
-    fn as_more_follows(&mut self) -> Option<&mut Self> {
-        Some(self)
-    }
-
-    #[inline(always)]
-    fn as_mapped(&mut self) -> Option<&mut Self> {
-        Some(self)
-    }
-
-    #[inline(always)]
-    fn as_in_call(&mut self) -> Option<&mut Self> {
-        Some(self)
-    }
-
-    #[inline(always)]
-    fn as_in_call_ref(&self) -> Option<&Self> {
-        Some(self)
-    }
+    crate::has_extensions!(as_sleep, as_sleeper, as_more_follows, as_mapped, as_in_call, as_in_call_ref);
 }
 
 impl ShmDevice {

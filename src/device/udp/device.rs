@@ -187,25 +187,7 @@ impl Device for UdpDevice {
         self.rdma_start(ah, local, remote_addr, key, wr_id, Some(Some(imm)))
     }
 
-    #[inline(always)]
-    fn as_sleep(&mut self) -> Option<&mut Self> {
-        Some(self)
-    }
-
-    #[inline(always)]
-    fn as_sleeper(&self) -> Option<&Self> {
-        Some(self)
-    }
-
-    #[inline(always)]
-    fn as_responder(&mut self) -> Option<&mut Self> {
-        Some(self)
-    }
-
-    #[inline(always)]
-    fn as_doorbell(&mut self) -> Option<&mut Self> {
-        Some(self)
-    }
+    crate::has_extensions!(as_sleep, as_sleeper, as_responder, as_doorbell);
 }
 
 impl Sleep for UdpDevice {
