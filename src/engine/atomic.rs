@@ -3,7 +3,7 @@
 //! share the `msg_id` sequence of messages, so atomics are applied in the
 //! order they were posted.
 
-use super::op::{AtomicReq, Op, OpKind};
+use super::op::{AtomicReq, Awaits, Op, Out, State, Via};
 use super::peer::Peer;
 use super::{Addr, Core, RemoteBuf};
 use crate::atomic_ops::{self, AtomicClass};
@@ -94,12 +94,11 @@ impl Core {
         let RemoteAtomic { datatype, op: op_code, operand, compare, result } = a;
         let (class, len) = self.check_atomic(&a, remote)?;
         let ptype = Self::rta_type(class);
-        let mut op = Op::new(OpKind::Atomic, dest, context, operand);
-        op.ptype = Some(ptype);
-        op.rma = RmaIov::new(remote.addr, len as u64, remote.key);
-        op.len = len as u64;
-        op.atomic = Some(AtomicReq { datatype, op: op_code, compare, result });
-        op.awaiting = class != AtomicClass::Write;
+        let mut out = Out::new(Some(ptype), Via::Req);
+        out.awaits = (class != AtomicClass::Write).then_some(Awaits::AtomRsp);
+        let rma = RmaIov::new(remote.addr, len as u64, remote.key);
+        let req = AtomicReq { datatype, op: op_code, compare, result };
+        let op = Op::new(dest, context, operand, len as u64, State::Atomic { rma, req, msg_id: 0, out });
         // A write atomic waits for the HANDSHAKE (DC or not), and so does
         // any atomic behind an operation that waits: the `msg_id` comes
         // when the wait ends (`withdraw.rs`).
@@ -123,18 +122,26 @@ impl Core {
     }
 
     /// The RTA of an atomic.
-    pub(crate) fn rta_next_packet(&self, key: u32, op: &Op, peer: &Peer, out: &mut [u8]) -> Option<(usize, u64)> {
-        if op.started {
-            return None;
-        }
-        let a = op.atomic?;
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn rta_packet(
+        &self,
+        key: u32,
+        op: &Op,
+        rma: RmaIov,
+        a: &AtomicReq,
+        msg_id: u32,
+        o: &Out,
+        peer: &Peer,
+        out: &mut [u8],
+    ) -> Option<(usize, u64)> {
+        let ptype = o.ptype?;
         let (raw_addr, connid) = self.req_opts(peer);
-        let iov = [op.rma];
-        let mut r = wire::Req::new(op.ptype?);
+        let iov = [rma];
+        let mut r = wire::Req::new(ptype);
         r.raw_addr = raw_addr;
         r.connid = connid;
         r.rma_iov = &iov;
-        r.fields.msg_id = op.msg_id;
+        r.fields.msg_id = msg_id;
         r.fields.atomic_datatype = a.datatype;
         r.fields.atomic_op = a.op;
         r.fields.recv_id = key;
@@ -142,7 +149,7 @@ impl Core {
         let operand_len = if a.op == atomic_ops::op::ATOMIC_READ { 0 } else { op.buf.len() };
         let n = op.buf.with_slice(|s| wire::Req { data: &s[..operand_len], ..r }.emit(out).ok())?;
         // COMPARE_RTA: the compare values follow the operands (spec §3.3).
-        let cmp = if op.ptype == Some(PacketType::CompareRta) { a.compare.len() } else { 0 };
+        let cmp = if ptype == PacketType::CompareRta { a.compare.len() } else { 0 };
         let tail = out.get_mut(n..n + cmp)?;
         a.compare.read_at(0, tail);
         Some((n + cmp, op.len))
@@ -216,17 +223,21 @@ impl Core {
             self.stats.protocol_errors += 1;
             return;
         };
-        let Some(req) = op.atomic.filter(|_| op.peer == peer && op.kind == OpKind::Atomic && op.awaiting) else {
+        let State::Atomic { req, out, .. } = &mut op.state else {
             self.stats.protocol_errors += 1;
             return;
         };
+        if op.peer != peer || out.awaits != Some(Awaits::AtomRsp) {
+            self.stats.protocol_errors += 1;
+            return;
+        }
+        out.awaits = None;
         if a.data.len() != req.result.len() {
             self.stats.protocol_errors += 1;
             op.status = Status::Proto;
         } else {
             req.result.write_at(0, a.data);
         }
-        op.awaiting = false;
         self.check_done(a.recv_id);
     }
 }

@@ -2,7 +2,7 @@
 //! ending it sends (RECEIPT, PEER_ERROR) or releases (registrations, the
 //! medium-segment and long-read state).
 
-use super::op::{self, OpKind};
+use super::op::{self, Ended, RxVia, State};
 use super::{Addr, Core, CqFlags, Cqe, ADDR_UNSPEC};
 use crate::mem::UserBuf;
 use crate::status::Status;
@@ -53,13 +53,15 @@ impl Core {
     /// Completes an operation whose transfer may be finished.
     pub(crate) fn check_done(&mut self, key: u32) {
         let Some(op) = self.ops.get(key) else { return };
-        let done = match op.kind {
-            OpKind::Send | OpKind::Write | OpKind::Atomic | OpKind::ReadResponder => {
-                op.started && op.sent >= op.len && op.inflight == 0 && !op.awaiting
+        let done = match &op.state {
+            State::Send { out, .. } | State::Write { out, .. } | State::Atomic { out, .. } | State::ServeRead { out, .. } => {
+                out.started && op.sent >= op.len && op.inflight == 0 && out.awaits.is_none()
             }
-            OpKind::Recv | OpKind::RemoteWrite => op.received >= op.len,
-            OpKind::Read => op.started && op.inflight == 0 && !op.awaiting && op.received >= op.len,
-            OpKind::Unexpected => false,
+            State::Recv { .. } | State::ServeWrite { .. } => op.received >= op.len,
+            State::Read { out, .. } => {
+                out.started && op.inflight == 0 && out.awaits.is_none() && op.received >= op.len
+            }
+            State::Unexpected { .. } => false,
         };
         if done {
             self.complete(key, Status::Success);
@@ -73,8 +75,8 @@ impl Core {
     pub(crate) fn complete_eager_recv(&mut self, key: u32, src: u32) {
         let src = self.src_of(src);
         let e = self.ops.remove_with(key, |op| {
-            RecvDone { tagged: op.tagged, len: op.len, buf: op.buf, tag: op.tag, cq_data: op.cq_data }
-                .entry(op.context, src)
+            let m = op.msg().copied().unwrap_or_default();
+            RecvDone { tagged: m.tagged, len: op.len, buf: op.buf, tag: m.tag, cq_data: m.cq_data }.entry(op.context, src)
         });
         if !self.discarding.is_empty() && self.discarding.remove(&key).is_some() {
             return; // a probe discarded the message
@@ -94,90 +96,98 @@ impl Core {
                 op.status = status;
             }
             op.closing = true;
-            op.awaiting = false;
+            if let Some(out) = op.out_mut() {
+                out.awaits = None;
+            }
             return;
         }
         // Copy what the completion needs and drop the entry in place.
         let Some(op) = self.ops.remove_with(key, |op| op::Finished::from(op)) else {
             return;
         };
-        self.give_back_runt(op.peer, op.runt);
-        if let Some(k) = op.lr_mr {
-            self.dereg.push(k);
-        }
         if !self.lr_iovs.is_empty() {
             self.lr_iovs.remove(&key);
         }
         if !self.nacked.is_empty() {
             self.nacked.retain(|_, k| *k != key);
         }
-        if let Some(k) = op.mr_key {
-            if let Some(mr) = self.mrs.get_mut(&k) {
-                mr.busy = mr.busy.saturating_sub(1);
+        // What the end releases.
+        match op.what {
+            Ended::Send { runt, mr, .. } => {
+                self.give_back_runt(op.peer, runt);
+                self.dereg.extend(mr);
             }
-        }
-        if op.kind == OpKind::Unexpected {
-            self.unexpected_bytes -= op.bounce_len.min(self.unexpected_bytes);
-            self.may_take_deferred();
-        }
-        if matches!(op.kind, OpKind::Recv | OpKind::Unexpected) {
-            if op.medium && self.medium_rx.get(&(op.peer, op.msg_id)) == Some(&key) {
-                self.medium_rx.remove(&(op.peer, op.msg_id));
-            }
-            if status != Status::Success {
-                // Failed before a receive took it.
-                for q in &mut self.unexpected {
-                    q.retain(|u| !matches!(u, op::Unexpected::Op(k) if *k == key));
-                }
-                if !self.claimed.is_empty() {
-                    self.claimed.retain(|_, (u, _)| !matches!(u, op::Unexpected::Op(k) if *k == key));
+            Ended::Write { mr } => self.dereg.extend(mr),
+            Ended::ServeWrite { mr_key, .. } | Ended::ServeRead { mr_key } => {
+                if let Some(mr) = self.mrs.get_mut(&mr_key) {
+                    mr.busy = mr.busy.saturating_sub(1);
                 }
             }
+            Ended::Recv { msg, via, unexpected } => {
+                if let Some(bounce_len) = unexpected {
+                    self.unexpected_bytes -= bounce_len.min(self.unexpected_bytes);
+                    self.may_take_deferred();
+                }
+                if via == RxVia::Medium && self.medium_rx.get(&(op.peer, msg.msg_id)) == Some(&key) {
+                    self.medium_rx.remove(&(op.peer, msg.msg_id));
+                }
+                if status != Status::Success {
+                    // Failed before a receive took it.
+                    for q in &mut self.unexpected {
+                        q.retain(|u| !matches!(u, op::Unexpected::Op(k) if *k == key));
+                    }
+                    if !self.claimed.is_empty() {
+                        self.claimed.retain(|_, (u, _)| !matches!(u, op::Unexpected::Op(k) if *k == key));
+                    }
+                }
+            }
+            Ended::Read | Ended::Atomic { .. } => {}
         }
         // A message a probe discarded: everything but the completion.
         let discarded = !self.discarding.is_empty() && self.discarding.remove(&key).is_some();
         let status = if op.status != Status::Success { op.status } else { status };
         let src = self.src_of(op.peer);
         let mut e = Cqe { detail: op.detail, ..Cqe::new(op.context, CqFlags::empty(), 0, status) };
-        match op.kind {
-            OpKind::Send => {
-                e.flags = send_flags(op.tagged);
+        match op.what {
+            Ended::Send { msg, .. } => {
+                e.flags = send_flags(msg.tagged);
                 e.len = op.len;
             }
-            OpKind::Recv => {
-                let done = RecvDone { tagged: op.tagged, len: op.len, buf: op.buf, tag: op.tag, cq_data: op.cq_data };
+            Ended::Recv { unexpected: Some(_), .. } => return,
+            Ended::Recv { msg, .. } => {
+                let done = RecvDone { tagged: msg.tagged, len: op.len, buf: op.buf, tag: msg.tag, cq_data: msg.cq_data };
                 done.fill(&mut e, src);
-                if op.dc && status == Status::Success {
-                    self.send_receipt(op.peer, op.remote_id, op.msg_id);
+                if msg.dc && status == Status::Success {
+                    self.send_receipt(op.peer, op.remote_id, msg.msg_id);
                 }
             }
-            OpKind::RemoteWrite => {
-                if op.dc && status == Status::Success {
+            Ended::ServeWrite { cq_data, dc, .. } => {
+                if dc && status == Status::Success {
                     self.send_receipt(op.peer, op.remote_id, 0);
-                } else if status != Status::Success && op.dc {
+                } else if status != Status::Success && dc {
                     self.send_peer_error(op.peer, op.remote_id, status);
                 }
-                if let (Some(d), Status::Success) = (op.cq_data, status) {
+                if let (Some(d), Status::Success) = (cq_data, status) {
                     self.remote_write_cqe(op.peer, op.len, d);
                 }
                 return;
             }
-            OpKind::Write => {
+            Ended::Write { .. } => {
                 e.flags = CqFlags::RMA | CqFlags::WRITE;
                 e.len = op.len;
             }
-            OpKind::Read => {
+            Ended::Read => {
                 e.flags = CqFlags::RMA | CqFlags::READ;
                 e.len = op.len;
             }
-            OpKind::Atomic => {
+            Ended::Atomic { fetches } => {
                 e.flags = CqFlags::ATOMIC | CqFlags::WRITE;
-                if op.atomic.is_some_and(|a| !a.result.is_empty()) {
+                if fetches {
                     e.flags |= CqFlags::READ;
                 }
                 e.len = op.len;
             }
-            OpKind::ReadResponder | OpKind::Unexpected => return,
+            Ended::ServeRead { .. } => return,
         }
         if !discarded {
             self.cq.push_back(e);

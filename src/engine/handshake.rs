@@ -71,7 +71,7 @@ impl Core {
         let waiting: Vec<u32> = p.waiting_hs.drain(..).collect();
         for key in waiting {
             // A plain send parked only behind another keeps its protocol.
-            let plain = self.ops.get(key).is_some_and(|op| op.kind == super::op::OpKind::Send && !op.dc);
+            let plain = self.ops.get(key).is_some_and(|op| matches!(op.state, super::op::State::Send { msg, .. } if !msg.dc));
             if !plain {
                 self.choose_rma_protocol(key);
             }

@@ -3,31 +3,40 @@
 //! windows with CTS (`recv_length` > 0 always), the sender answers with
 //! CTSDATA; a long read's responder opens with a READRSP.
 
-use super::op::{Data, Op, OpKind};
+use super::op::{Data, Op, State, Via};
 use super::Core;
-use crate::wire::{self, Packet, Subprotocol, CTS_READ_REQ};
+use crate::wire::{self, Packet, CTS_READ_REQ};
+
+/// Bytes a receiver grants in one window: the credits asked for (at
+/// least 1, at most `max`) in CTSDATA of `cap` bytes.
+fn window_bytes(requested: u32, max: u32, cap: usize) -> u64 {
+    u64::from(requested.clamp(1, max.max(1))) * cap as u64
+}
 
 impl Core {
-    /// Bytes a receiver grants in one window.
-    fn window_bytes(&self, requested: u32) -> u64 {
-        let credits = requested.clamp(1, self.cfg.max_credits.max(1));
-        u64::from(credits) * self.ctsdata_cap() as u64
-    }
-
     /// Sends a CTS for operation `key` when its current window is used up.
     pub(crate) fn grant(&mut self, key: u32) {
-        let window = match self.ops.get(key) {
-            Some(op) if op.received < op.len && op.received >= op.window_end => self.window_bytes(op.credits),
+        let (max, cap) = (self.cfg.max_credits, self.ctsdata_cap());
+        let window = match self.ops.get_mut(key) {
+            Some(op) if op.received < op.len => {
+                let (received, len) = (op.received, op.len);
+                match op.grant_mut() {
+                    Some(g) if received >= g.end => {
+                        let w = window_bytes(g.credits, max, cap).min(len - received);
+                        g.end = received + w;
+                        w
+                    }
+                    _ => return,
+                }
+            }
             _ => return,
         };
         let connid = self.my_connid();
-        let Some(op) = self.ops.get_mut(key) else {
+        let Some(op) = self.ops.get(key) else {
             return;
         };
-        let window = window.min(op.len - op.received);
-        op.window_end = op.received + window;
         let cts = wire::Cts {
-            flags: if op.kind == OpKind::Read { CTS_READ_REQ } else { 0 },
+            flags: if matches!(op.state, State::Read { .. }) { CTS_READ_REQ } else { 0 },
             connid,
             padding: 0,
             send_id: op.remote_id,
@@ -39,24 +48,32 @@ impl Core {
     }
 
     /// The first window of a long read, carried in the LONGCTS_RTR.
-    pub(crate) fn first_read_window(&self, op: &Op) -> u64 {
-        self.window_bytes(self.cfg.credit_request).min(op.len).min(u32::MAX.into())
+    pub(crate) fn first_read_window(&self, len: u64) -> u64 {
+        window_bytes(self.cfg.credit_request, self.cfg.max_credits, self.ctsdata_cap()).min(len).min(u32::MAX.into())
     }
 
     /// A CTS: the sender may send `recv_length` more bytes.
     pub(crate) fn handle_cts(&mut self, peer: u32, c: &wire::Cts) {
-        let ok = self.ops.get(c.send_id).is_some_and(|op| {
-            op.peer == peer && op.started && matches!(op.kind, OpKind::Send | OpKind::Write | OpKind::ReadResponder)
-        });
-        if !ok || c.recv_length == 0 {
+        let sender = self.ops.get_mut(c.send_id).filter(|op| op.peer == peer && c.recv_length > 0);
+        let Some(op) = sender else {
             self.stats.protocol_errors += 1;
             return;
-        }
-        let Some(op) = self.ops.get_mut(c.send_id) else {
-            return;
         };
+        let (sent, len) = (op.sent, op.len);
+        match &mut op.state {
+            State::Send { out, .. } | State::Write { out, .. } | State::ServeRead { out, .. } if out.started => {
+                let Via::LongCts { window_end, .. } = &mut out.via else {
+                    self.stats.protocol_errors += 1;
+                    return;
+                };
+                *window_end = ((*window_end).max(sent).saturating_add(c.recv_length)).min(len);
+            }
+            _ => {
+                self.stats.protocol_errors += 1;
+                return;
+            }
+        }
         op.remote_id = c.recv_id;
-        op.window_end = (op.window_end.max(op.sent).saturating_add(c.recv_length)).min(op.len);
         self.enqueue(c.send_id);
     }
 
@@ -64,7 +81,7 @@ impl Core {
     pub(crate) fn take_data(&mut self, peer: u32, key: u32, off: u64, data: Data<'_>) {
         let ok = self.ops.get(key).is_some_and(|op| {
             op.peer == peer
-                && matches!(op.kind, OpKind::Recv | OpKind::RemoteWrite | OpKind::Read)
+                && matches!(op.state, State::Recv { .. } | State::ServeWrite { .. } | State::Read { .. })
                 && off.checked_add(data.len() as u64).is_some_and(|end| end <= op.len)
         });
         if !ok {
@@ -89,35 +106,27 @@ impl Core {
 
     /// A READRSP: the first (or only) data of a read, at offset 0.
     pub(crate) fn handle_readrsp(&mut self, peer: u32, r: &wire::ReadRsp<'_>) {
-        if let Some(op) = self.ops.get_mut(r.recv_id).filter(|o| o.peer == peer && o.kind == OpKind::Read) {
-            op.remote_id = r.send_id;
-            op.awaiting = false; // the target answered (a zero-length read has no other sign)
+        if let Some(op) = self.ops.get_mut(r.recv_id).filter(|o| o.peer == peer) {
+            if let State::Read { out, .. } = &mut op.state {
+                out.awaits = None; // the target answered (a zero-length read has no other sign)
+                op.remote_id = r.send_id;
+            }
         }
         self.take_data(peer, r.recv_id, 0, Data::Inline(r.data));
-    }
-
-    /// True when operation `op` is in its CTSDATA phase: a long-CTS send or
-    /// write past its REQ, a read responder past its READRSP.
-    pub(crate) fn in_ctsdata_phase(op: &Op) -> bool {
-        op.started
-            && match op.kind {
-                OpKind::Send => op
-                    .ptype
-                    .and_then(|t| t.req_info())
-                    .is_some_and(|i| !matches!(i.proto, Subprotocol::Medium | Subprotocol::Runtread)),
-                OpKind::Write | OpKind::ReadResponder => true,
-                _ => false,
-            }
     }
 
     /// The next CTSDATA segment of a sender in its CTSDATA phase, within its
     /// window: (offset, length).
     /// `cap` is [`Core::ctsdata_cap`].
     pub(crate) fn ctsdata_segment(op: &Op, cap: usize) -> Option<(u64, usize)> {
-        if op.sent >= op.window_end {
+        let window_end = match op.out()?.via {
+            Via::LongCts { window_end, .. } => window_end,
+            _ => return None,
+        };
+        if op.sent >= window_end {
             return None;
         }
-        let chunk = (op.window_end - op.sent).min(cap as u64) as usize;
+        let chunk = (window_end - op.sent).min(cap as u64) as usize;
         Some((op.sent, chunk))
     }
 

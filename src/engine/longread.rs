@@ -19,7 +19,7 @@
 //!   message moves by long-CTS into the same receive. A sender that cannot
 //!   register its buffer uses long-CTS from the start.
 
-use super::op::OpKind;
+use super::op::{Awaits, Grant, Msg, Op, RxVia, State, Via};
 use super::send::RtmArgs;
 use super::{Core, Proto, Status};
 use crate::device::{Access, DevError, Device};
@@ -41,46 +41,45 @@ impl Core {
     pub(crate) fn register_longread<D: Device>(&mut self, dev: &mut D, key: u32) {
         let Some(op) = self.ops.get(key) else { return };
         let reg = dev.reg(op.buf, Access::REMOTE_READ);
-        let fallback = match op.kind {
-            OpKind::Write => PacketType::LongctsRtw,
-            _ => self.rtm_types[2][usize::from(op.tagged)],
+        let (fallback, proto) = match &op.state {
+            State::Write { .. } => (PacketType::LongctsRtw, Proto::WriteLongcts),
+            State::Send { msg, .. } => (self.rtm_types[2][usize::from(msg.tagged)], Proto::Longcts),
+            _ => return,
         };
         let Some(op) = self.ops.get_mut(key) else { return };
+        let len = op.len;
+        let Some(out) = op.out_mut() else { return };
         match reg {
-            Ok(k) => op.lr_mr = Some(k),
+            Ok(k) => {
+                if let Via::LongRead { mr, .. } = &mut out.via {
+                    *mr = Some(k);
+                }
+            }
             Err(_) => {
                 crate::log::log!(crate::log::INFO, "a buffer could not be registered for long-read: long-CTS");
-                op.ptype = Some(fallback);
-                op.awaiting = false;
-                let (proto, len) =
-                    (if op.kind == OpKind::Write { Proto::WriteLongcts } else { Proto::Longcts }, op.len);
                 self.release_runt(key);
+                let Some(out) = self.ops.get_mut(key).and_then(|op| op.out_mut()) else { return };
+                out.ptype = Some(fallback);
+                out.via = Via::LongCts { window_end: 0, nodata: false, nacked: false };
+                out.awaits = None;
                 self.traffic.op(proto, len);
             }
         }
     }
 
     /// The LONGREAD_RTM of send `key`: the buffer's `read_iov`, no data.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn longread_rtm(
         &self,
         key: u32,
-        op: &super::op::Op,
+        op: &Op,
+        msg: &Msg,
+        ptype: PacketType,
+        mr: u64,
         peer: &super::peer::Peer,
         out: &mut [u8],
     ) -> Option<(usize, u64)> {
-        let mr = op.lr_mr?;
-        let args = RtmArgs {
-            ptype: op.ptype?,
-            send_id: key,
-            msg_id: op.msg_id,
-            tag: op.tag,
-            cq_data: op.cq_data,
-            len: op.len,
-            sent: 0,
-            buf: op.buf,
-            nodata: true,
-            nacked: false,
-        };
+        let args = RtmArgs { sent: 0, ..RtmArgs::of(key, ptype, op, msg, true, false) };
         let iov = [RmaIov::new(op.buf.addr(), op.len, mr)];
         let mut r = self.rtm_req(&args, peer);
         r.read_iov = &iov;
@@ -147,7 +146,6 @@ impl Core {
         if let Some(op) = self.ops.get_mut(key) {
             op.sent = sent;
             op.inflight += issued;
-            op.started = true;
             op.queued = pushed_back;
         }
         if failed {
@@ -196,7 +194,7 @@ impl Core {
         if self.lr_iovs.remove(&key).is_none() {
             return; // already nacked (several reads failed)
         }
-        if let Some(op) = self.ops.get(key).filter(|op| op.kind == OpKind::RemoteWrite) {
+        if let Some(op) = self.ops.get(key).filter(|op| matches!(op.state, State::ServeWrite { .. })) {
             // A long-read write: the requester's write fails (no nack: it
             // has no long-CTS fallback of the same write on the wire).
             let (peer, id) = (op.peer, op.remote_id);
@@ -216,16 +214,15 @@ impl Core {
             self.complete(key, Status::RemoteAccess);
             return;
         }
-        let longcts = self.ops.get(key).and_then(|op| self.rtm_types[2].get(usize::from(op.tagged)).copied());
         let connid = self.my_connid();
         let Some(op) = self.ops.get_mut(key) else { return };
         let nack = IdsHdr { flags: 0, send_id: op.remote_id, recv_id: key, connid, padding: 0 };
-        op.ptype = longcts;
+        let State::Recv { msg, via } = &mut op.state else { return };
+        *via = RxVia::LongCts(Grant::default());
+        let msg_id = msg.msg_id;
         op.sent = 0;
         op.received = 0;
-        op.runt = 0;
-        op.window_end = 0;
-        let (peer, msg_id) = (op.peer, op.msg_id);
+        let peer = op.peer;
         self.nacked.insert((peer, msg_id), key);
         crate::log::log!(crate::log::INFO, "a read of message {msg_id} from peer {peer} failed: READ_NACK, long-CTS");
         self.queue_ctrl(peer, &Packet::ReadNack(nack));
@@ -245,21 +242,21 @@ impl Core {
             return;
         }
         op.remote_id = r.fields.send_id;
-        op.credits = r.fields.credit_request;
-        op.ptype = Some(r.ptype);
+        if let Some(g) = op.grant_mut() {
+            g.credits = r.fields.credit_request;
+        }
         self.grant(key);
     }
 
     /// Sender: the EOR of long-read send (or long-read write) `send_id`.
     pub(crate) fn handle_eor(&mut self, peer: u32, e: &IdsHdr) {
-        match self.ops.get_mut(e.send_id) {
-            Some(op)
-                if op.peer == peer
-                    && matches!(op.kind, OpKind::Send | OpKind::Write)
-                    && op.lr_mr.is_some()
-                    && op.awaiting =>
-            {
-                op.awaiting = false;
+        let out = self.ops.get_mut(e.send_id).filter(|op| op.peer == peer).and_then(|op| match &mut op.state {
+            State::Send { out, .. } | State::Write { out, .. } => Some(out),
+            _ => None,
+        });
+        match out {
+            Some(out) if matches!(out.via, Via::LongRead { mr: Some(_), .. }) && out.awaits == Some(Awaits::Eor) => {
+                out.awaits = None;
                 self.check_done(e.send_id);
             }
             _ => self.stats.protocol_errors += 1,
@@ -270,29 +267,30 @@ impl Core {
     /// LONGCTS_RTM without data.
     pub(crate) fn handle_read_nack(&mut self, peer: u32, e: &IdsHdr) {
         let key = e.send_id;
-        let longcts = match self.ops.get(key) {
-            Some(op) if op.peer == peer && op.kind == OpKind::Send && op.lr_mr.is_some() && op.awaiting => {
-                self.rtm_types[2][usize::from(op.tagged)]
+        let longcts = match self.ops.get(key).filter(|op| op.peer == peer).map(|op| &op.state) {
+            Some(State::Send { msg, out, .. })
+                if matches!(out.via, Via::LongRead { mr: Some(_), .. }) && out.awaits == Some(Awaits::Eor) =>
+            {
+                self.rtm_types[2][usize::from(msg.tagged)]
             }
             _ => {
                 self.stats.protocol_errors += 1;
                 return;
             }
         };
-        let Some(op) = self.ops.get_mut(key) else { return };
-        if let Some(mr) = op.lr_mr.take() {
-            self.dereg.push(mr);
-        }
-        op.ptype = Some(longcts);
-        op.awaiting = false;
-        op.started = false;
-        op.sent = 0;
-        op.window_end = 0;
-        op.nodata = true;
-        op.nacked = true;
-        let len = op.len;
         crate::log::log!(crate::log::INFO, "peer {peer} could not read a message: it goes by long-CTS");
         self.release_runt(key);
+        let Some(op) = self.ops.get_mut(key) else { return };
+        op.sent = 0;
+        let len = op.len;
+        let Some(out) = op.out_mut() else { return };
+        if let Via::LongRead { mr: Some(mr), .. } = out.via {
+            self.dereg.push(mr);
+        }
+        out.ptype = Some(longcts);
+        out.via = Via::LongCts { window_end: 0, nodata: true, nacked: true };
+        out.awaits = None;
+        out.started = false;
         self.traffic.op(Proto::Longcts, len);
         self.enqueue(key);
     }

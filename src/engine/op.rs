@@ -7,27 +7,6 @@ use crate::mem::UserBuf;
 use crate::status::Status;
 use crate::wire::{PacketType, RmaIov};
 
-/// What an operation entry does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum OpKind {
-    /// Two-sided send.
-    Send,
-    /// Posted receive (matched or waiting).
-    Recv,
-    /// A message that arrived before its receive: data in `bounce`.
-    Unexpected,
-    /// RMA write requester.
-    Write,
-    /// Target side of a long-CTS write: receives into `buf` (the target region).
-    RemoteWrite,
-    /// RMA read requester: receives into `buf`.
-    Read,
-    /// Responder of a long-CTS read: sends from `buf` (the source region).
-    ReadResponder,
-    /// Atomic requester.
-    Atomic,
-}
-
 /// Atomic request details.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct AtomicReq {
@@ -37,115 +16,241 @@ pub(crate) struct AtomicReq {
     pub result: UserBuf,
 }
 
-/// One operation entry.
+/// One operation entry: the head every operation has, and its [`State`].
 #[derive(Debug)]
 pub(crate) struct Op {
-    pub kind: OpKind,
     pub peer: u32,
     pub context: u64,
-    /// Source (sends, writes, read responders) or destination (receives, reads).
+    /// Source (sends, writes, served reads) or destination (receives,
+    /// reads, served writes).
     pub buf: UserBuf,
-    /// The REQ this operation sends (requester side).
-    pub ptype: Option<PacketType>,
-    pub tagged: bool,
-    pub tag: u64,
-    /// Receive: bits of the tag to ignore.
-    pub ignore: u64,
-    /// Receive: accept only this peer.
-    pub src: Option<u32>,
-    pub msg_id: u32,
-    pub cq_data: Option<u64>,
-    pub rma: RmaIov,
-    pub atomic: Option<AtomicReq>,
-    /// Sender: total bytes to send. Receiver: the message length.
+    /// The bytes the operation moves (a receive: the message's length).
     pub len: u64,
-    /// Sender: bytes handed to the device so far.
+    /// Bytes handed to the device (senders), or whose reads were issued
+    /// (long-read receivers).
     pub sent: u64,
-    /// Sender: bytes the peer allows so far (long-CTS windows).
-    pub window_end: u64,
-    /// Sender: the REQ (or first READRSP) went out.
-    pub started: bool,
-    /// Packets handed to the device whose completion has not come back.
-    pub inflight: u32,
-    /// Requester waits for a response (RECEIPT, ATOMRSP, read data).
-    pub awaiting: bool,
-    /// Receiver: bytes received so far.
+    /// Bytes received (receivers, reads).
     pub received: u64,
     /// The peer's operation ID (from the REQ, CTS or READRSP).
     pub remote_id: u32,
-    /// Receiver: CTSDATA packets the sender asked for per window.
-    pub credits: u32,
-    /// Receiver: the sender wants a RECEIPT (DC types).
-    pub dc: bool,
-    /// Unexpected message: the data received so far.
-    pub bounce: Vec<u8>,
-    /// Memory registration key this entry keeps busy.
-    pub mr_key: Option<u64>,
-    /// First failure.
-    pub status: Status,
-    /// The peer's error number when the peer reported the failure.
-    pub detail: u32,
+    /// Packets or RDMA handed to the device whose completion has not come back.
+    pub inflight: u32,
     /// In the transmit queue.
     pub queued: bool,
-    /// Direct read or write: the device's RDMA moves the bytes.
-    pub direct: bool,
-    /// Long-read send: the device registration of `buf`.
-    pub lr_mr: Option<u64>,
-    /// Long-CTS send after a READ_NACK: the RTM carries no data (spec §4.7).
-    pub nodata: bool,
-    /// Long-CTS send after the receiver's READ_NACK: its RTM carries the
-    /// REQ flag READ_NACK (wire-facts #10).
-    pub nacked: bool,
-    /// Runting read: the runt's length (sender: taken from the peer's
-    /// budget; receiver: the bytes that come in packets, the rest read).
-    pub runt: u64,
     /// Ended (with `status`) while the device still held packets or RDMA
     /// of it: it completes when `inflight` reaches 0, so the application
     /// gets its buffer back only once the device is done with it.
     pub closing: bool,
-    /// A send whose `len` counts in its peer's `tx_bytes` (until its last
-    /// byte goes to the device).
-    pub backlog: bool,
+    /// First failure.
+    pub status: Status,
+    /// The peer's error number when the peer reported the failure.
+    pub detail: u32,
+    pub state: State,
+}
+
+/// What an operation is and the protocol state it is in; each variant
+/// carries exactly its own data. Transitions per protocol:
+/// docs/architecture.md.
+#[derive(Debug)]
+pub(crate) enum State {
+    /// Sender of a two-sided message. `backlog`: its `len` counts in its
+    /// peer's `tx_bytes` (until its last byte goes to the device).
+    Send { msg: Msg, out: Out, backlog: bool },
+    /// Requester of a write.
+    Write { rma: RmaIov, cq_data: Option<u64>, out: Out },
+    /// Requester of a read; `grant`: the windows it grants a long-CTS read's responder.
+    Read { rma: RmaIov, out: Out, grant: Grant },
+    /// Requester of an atomic; the RTA takes a `msg_id`.
+    Atomic { rma: RmaIov, req: AtomicReq, msg_id: u32, out: Out },
+    /// Receiver of a message, matched with a receive.
+    Recv { msg: Msg, via: RxVia },
+    /// A message no receive has taken yet: its data so far in `bounce`.
+    Unexpected { msg: Msg, via: RxVia, bounce: Vec<u8> },
+    /// Target of a long-CTS or long-read write: receives into `buf` (the
+    /// registered region of key `mr_key`).
+    ServeWrite { via: RxVia, cq_data: Option<u64>, dc: bool, mr_key: u64 },
+    /// Responder of a long-CTS read: sends from `buf` (the registered
+    /// region of key `mr_key`), a READRSP then CTSDATA.
+    ServeRead { out: Out, mr_key: u64 },
+}
+
+/// A message's identity.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Msg {
+    pub tagged: bool,
+    pub tag: u64,
+    pub msg_id: u32,
+    pub cq_data: Option<u64>,
+    /// Delivery complete: the receiver sends a RECEIPT.
+    pub dc: bool,
+}
+
+/// Where a requester (or a served read) is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Out {
+    /// The REQ it sends; `None` for direct RDMA, a served read, and a
+    /// write whose protocol waits for the peer's HANDSHAKE.
+    pub ptype: Option<PacketType>,
+    /// How its bytes go.
+    pub via: Via,
+    /// Its first packet (REQ, or a served read's READRSP) went out.
+    pub started: bool,
+    /// The answer it waits for after its packets.
+    pub awaits: Option<Awaits>,
+}
+
+impl Out {
+    pub fn new(ptype: Option<PacketType>, via: Via) -> Out {
+        Out { ptype, via, started: false, awaits: None }
+    }
+}
+
+/// How a sender's bytes go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Via {
+    /// In its REQs (eager and medium messages, eager writes, atomics) —
+    /// or none (reads: the request is all they send).
+    Req,
+    /// Long-CTS: the first bytes in the REQ (`nodata`: none), the rest by
+    /// CTSDATA up to `window_end`, which the peer's CTS moves on.
+    /// `nacked`: the REQ answers the receiver's READ_NACK (REQ flag
+    /// READ_NACK, wire-facts #10).
+    LongCts { window_end: u64, nodata: bool, nacked: bool },
+    /// Long read: the buffer registered with the device (`mr`, once done)
+    /// for the peer to read; a runting read's first `runt` bytes go in
+    /// REQs (taken from the peer's runt budget until the send ends).
+    LongRead { mr: Option<u64>, runt: u64 },
+    /// The device's RDMA moves the bytes.
+    Direct,
+}
+
+/// What a requester waits for once its packets are out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Awaits {
+    /// Delivery complete (sends, writes, write atomics).
+    Receipt,
+    /// A long read's end (long-read sends and writes).
+    Eor,
+    /// The old values (fetch and compare atomics).
+    AtomRsp,
+    /// The data (emulated reads).
+    ReadRsp,
+}
+
+/// How a receiver's bytes come.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RxVia {
+    /// Whole in one REQ.
+    Eager,
+    /// In segments, one REQ each.
+    Medium,
+    /// Long-CTS: the receiver grants windows.
+    LongCts(Grant),
+    /// Long read: the receiver reads (the `read_iov` in `Core::lr_iovs`)
+    /// after the first `runt` bytes, which come in REQs (runting read).
+    LongRead { runt: u64 },
+}
+
+/// A long-CTS receiver's windows: the CTSDATA per window the sender asked
+/// for, and the end of the bytes granted so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Grant {
+    pub credits: u32,
+    pub end: u64,
 }
 
 impl Op {
-    pub fn new(kind: OpKind, peer: u32, context: u64, buf: UserBuf) -> Op {
+    pub fn new(peer: u32, context: u64, buf: UserBuf, len: u64, state: State) -> Op {
         Op {
-            kind,
             peer,
             context,
             buf,
-            ptype: None,
-            tagged: false,
-            tag: 0,
-            ignore: 0,
-            src: None,
-            msg_id: 0,
-            cq_data: None,
-            rma: RmaIov::new(0, 0, 0),
-            atomic: None,
-            len: 0,
+            len,
             sent: 0,
-            window_end: 0,
-            started: false,
-            inflight: 0,
-            awaiting: false,
             received: 0,
             remote_id: 0,
-            credits: 0,
-            dc: false,
-            bounce: Vec::new(),
-            mr_key: None,
+            inflight: 0,
+            queued: false,
+            closing: false,
             status: Status::Success,
             detail: 0,
-            queued: false,
-            direct: false,
-            lr_mr: None,
-            nodata: false,
-            nacked: false,
-            runt: 0,
-            closing: false,
-            backlog: false,
+            state,
+        }
+    }
+
+    /// The requester's (or served read's) progress.
+    pub fn out(&self) -> Option<&Out> {
+        match &self.state {
+            State::Send { out, .. }
+            | State::Write { out, .. }
+            | State::Read { out, .. }
+            | State::Atomic { out, .. }
+            | State::ServeRead { out, .. } => Some(out),
+            State::Recv { .. } | State::Unexpected { .. } | State::ServeWrite { .. } => None,
+        }
+    }
+
+    /// [`Self::out`], mutable.
+    pub fn out_mut(&mut self) -> Option<&mut Out> {
+        match &mut self.state {
+            State::Send { out, .. }
+            | State::Write { out, .. }
+            | State::Read { out, .. }
+            | State::Atomic { out, .. }
+            | State::ServeRead { out, .. } => Some(out),
+            State::Recv { .. } | State::Unexpected { .. } | State::ServeWrite { .. } => None,
+        }
+    }
+
+    /// The first packet went out.
+    pub fn started(&self) -> bool {
+        self.out().is_some_and(|o| o.started)
+    }
+
+    /// The message's identity (sends and received messages).
+    pub fn msg(&self) -> Option<&Msg> {
+        match &self.state {
+            State::Send { msg, .. } | State::Recv { msg, .. } | State::Unexpected { msg, .. } => Some(msg),
+            _ => None,
+        }
+    }
+
+    /// The message's tag (0: none).
+    pub fn tag(&self) -> u64 {
+        self.msg().map_or(0, |m| m.tag)
+    }
+
+    /// The receiver's protocol (received messages and served writes).
+    pub fn rx_via(&self) -> Option<RxVia> {
+        match &self.state {
+            State::Recv { via, .. } | State::Unexpected { via, .. } | State::ServeWrite { via, .. } => Some(*via),
+            _ => None,
+        }
+    }
+
+    /// The long-CTS windows this operation grants, if it receives by long-CTS.
+    pub fn grant_mut(&mut self) -> Option<&mut Grant> {
+        match &mut self.state {
+            State::Recv { via: RxVia::LongCts(g), .. }
+            | State::Unexpected { via: RxVia::LongCts(g), .. }
+            | State::ServeWrite { via: RxVia::LongCts(g), .. }
+            | State::Read { grant: g, .. } => Some(g),
+            _ => None,
+        }
+    }
+
+    /// The endpoint's own request (a send, write, read or atomic), as
+    /// opposed to a receive or a peer's request being served.
+    pub fn is_request(&self) -> bool {
+        matches!(self.state, State::Send { .. } | State::Write { .. } | State::Read { .. } | State::Atomic { .. })
+    }
+
+    /// The `msg_id` of a message or atomic.
+    pub fn msg_id_mut(&mut self) -> Option<&mut u32> {
+        match &mut self.state {
+            State::Send { msg, .. } | State::Recv { msg, .. } | State::Unexpected { msg, .. } => Some(&mut msg.msg_id),
+            State::Atomic { msg_id, .. } => Some(msg_id),
+            _ => None,
         }
     }
 
@@ -159,10 +264,10 @@ impl Op {
     /// [`Op::place`] for data in the packet or gathered from the sender.
     pub fn place_data(&mut self, off: u64, data: Data<'_>) {
         let len = data.len();
-        if self.kind == OpKind::Unexpected {
+        if let State::Unexpected { bounce, .. } = &mut self.state {
             // Not matched yet: into the bounce buffer (sized for the message).
             let at = off as usize;
-            if let Some(dst) = self.bounce.get_mut(at..at + len) {
+            if let Some(dst) = bounce.get_mut(at..at + len) {
                 data.read_into(dst);
             }
             self.received += len as u64;
@@ -236,13 +341,10 @@ pub(crate) struct Posted {
 }
 
 impl Posted {
-    /// The receive as an operation entry (`tagged`: it came from the tagged queue).
-    pub fn into_op(self, tagged: bool) -> Op {
-        let mut op = Op::new(OpKind::Recv, self.src.unwrap_or(u32::MAX), self.context, self.buf);
-        op.tagged = tagged;
-        (op.tag, op.ignore) = (self.tag, self.ignore);
-        op.src = self.src;
-        op
+    /// The receive as an operation entry, for a message from `peer` of
+    /// `len` bytes coming by `via` (`tagged`: it came from the tagged queue).
+    pub fn into_op(self, tagged: bool, peer: u32, len: u64, msg: Msg, via: RxVia) -> Op {
+        Op::new(peer, self.context, self.buf, len, State::Recv { msg: Msg { tagged, ..msg }, via })
     }
 }
 
@@ -294,52 +396,67 @@ pub(crate) struct EagerMsg {
 /// entry is dropped in place rather than moved).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Finished {
-    pub kind: OpKind,
     pub peer: u32,
     pub context: u64,
     pub buf: UserBuf,
-    pub tagged: bool,
-    pub tag: u64,
-    pub msg_id: u32,
-    pub cq_data: Option<u64>,
-    pub atomic: Option<AtomicReq>,
     pub len: u64,
     pub remote_id: u32,
-    pub dc: bool,
-    pub bounce_len: usize,
-    /// A medium message (it may have an entry in the segment map).
-    pub medium: bool,
-    pub mr_key: Option<u64>,
-    /// Long-read send: the device registration to drop.
-    pub lr_mr: Option<u64>,
-    /// Runting-read send: the runt to give back to its peer's budget.
-    pub runt: u64,
     pub status: Status,
     pub detail: u32,
+    pub what: Ended,
+}
+
+/// What kind of operation ended, with what its end releases or sends.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Ended {
+    /// A send: `runt` to give back to its peer's budget, `mr` its
+    /// long-read registration to drop.
+    Send { msg: Msg, runt: u64, mr: Option<u64> },
+    Write { mr: Option<u64> },
+    Read,
+    Atomic { fetches: bool },
+    /// A received message; `unexpected`: no receive had taken it (its
+    /// bounce buffer held `bounce_len` bytes).
+    Recv { msg: Msg, via: RxVia, unexpected: Option<usize> },
+    ServeWrite { cq_data: Option<u64>, dc: bool, mr_key: u64 },
+    ServeRead { mr_key: u64 },
 }
 
 impl From<&mut Op> for Finished {
     fn from(op: &mut Op) -> Finished {
+        let lr_mr = |out: &Out| match out.via {
+            Via::LongRead { mr, .. } => mr,
+            _ => None,
+        };
+        let what = match &op.state {
+            State::Send { msg, out, .. } => {
+                let runt = match out.via {
+                    Via::LongRead { runt, .. } => runt,
+                    _ => 0,
+                };
+                Ended::Send { msg: *msg, runt, mr: lr_mr(out) }
+            }
+            State::Write { out, .. } => Ended::Write { mr: lr_mr(out) },
+            State::Read { .. } => Ended::Read,
+            State::Atomic { req, .. } => Ended::Atomic { fetches: !req.result.is_empty() },
+            State::Recv { msg, via } => Ended::Recv { msg: *msg, via: *via, unexpected: None },
+            State::Unexpected { msg, via, bounce } => {
+                Ended::Recv { msg: *msg, via: *via, unexpected: Some(bounce.len()) }
+            }
+            State::ServeWrite { cq_data, dc, mr_key, .. } => {
+                Ended::ServeWrite { cq_data: *cq_data, dc: *dc, mr_key: *mr_key }
+            }
+            State::ServeRead { mr_key, .. } => Ended::ServeRead { mr_key: *mr_key },
+        };
         Finished {
-            kind: op.kind,
             peer: op.peer,
             context: op.context,
             buf: op.buf,
-            tagged: op.tagged,
-            tag: op.tag,
-            msg_id: op.msg_id,
-            cq_data: op.cq_data,
-            atomic: op.atomic,
             len: op.len,
             remote_id: op.remote_id,
-            dc: op.dc,
-            bounce_len: op.bounce.len(),
-            medium: op.ptype.and_then(|t| t.req_info()).is_some_and(|i| i.proto == crate::wire::Subprotocol::Medium),
-            lr_mr: op.lr_mr,
-            runt: if op.kind == OpKind::Send { op.runt } else { 0 },
-            mr_key: op.mr_key,
             status: op.status,
             detail: op.detail,
+            what,
         }
     }
 }

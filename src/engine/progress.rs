@@ -3,7 +3,7 @@
 //! completions; the handling of device events (sends done, peers lost,
 //! writes with immediate data).
 
-use super::op::OpKind;
+use super::op::{State, Via};
 use super::*;
 
 impl<D: Device> Endpoint<D> {
@@ -249,7 +249,7 @@ impl Core {
                     let Some(op) = self.ops.get_mut(key) else {
                         continue;
                     };
-                    if matches!(op.kind, OpKind::Recv | OpKind::RemoteWrite) {
+                    if matches!(op.state, State::Recv { .. } | State::ServeWrite { .. }) {
                         // Only long-read receives (and writes) post device work.
                         self.longread_read_done(key, status.is_ok());
                         continue;
@@ -262,7 +262,7 @@ impl Core {
                         }
                         continue;
                     }
-                    if op.direct && status.is_ok() {
+                    if op.out().is_some_and(|o| o.via == Via::Direct) && status.is_ok() {
                         op.received = op.len; // the RDMA moved every byte
                     }
                     if let Err(s) = status {
@@ -326,9 +326,9 @@ impl Core {
         for key in self.ops.keys() {
             let doomed = self.ops.get(key).is_some_and(|o| {
                 o.peer == peer
-                    && match o.kind {
-                        OpKind::Recv => receives,
-                        OpKind::Unexpected => o.received < o.len || self.lr_iovs.contains_key(&key),
+                    && match o.state {
+                        State::Recv { .. } => receives,
+                        State::Unexpected { .. } => o.received < o.len || self.lr_iovs.contains_key(&key),
                         _ => true,
                     }
             });

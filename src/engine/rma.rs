@@ -3,13 +3,14 @@
 //! short and long-CTS read; requester and responder sides, RECEIPT and
 //! PEER_ERROR answers.
 
-use super::op::{Op, OpKind};
+use super::op::{Awaits, Grant, Op, Out, State, Via};
 use super::peer::Peer;
 use super::{Addr, Core, Proto, RemoteBuf};
 use crate::device::{Access, InCall};
 use crate::mem::UserBuf;
 use crate::status::Status;
 use crate::wire::{self, Packet, PacketType, ReqFamily, ReqInfo, RmaIov, Subprotocol};
+use super::op::RxVia;
 
 impl Core {
     /// Queues a write; it waits for the peer's HANDSHAKE when that decides
@@ -24,10 +25,9 @@ impl Core {
     ) -> Result<(), Status> {
         self.reachable_peer(dest)?;
         remote.check(buf.len())?;
-        let mut op = Op::new(OpKind::Write, dest, context, buf);
-        op.rma = RmaIov::new(remote.addr, buf.len() as u64, remote.key);
-        op.len = buf.len() as u64;
-        op.cq_data = cq_data;
+        let len = buf.len() as u64;
+        let rma = RmaIov::new(remote.addr, len, remote.key);
+        let op = Op::new(dest, context, buf, len, State::Write { rma, cq_data, out: Out::new(None, Via::Req) });
         let key = self.new_op(op)?;
         self.time_request(key);
         self.start_or_wait_handshake(dest, key);
@@ -52,21 +52,22 @@ impl Core {
     /// says: the device reaches every peer's memory ([`InCall::any_peer`]).
     fn direct_without_handshake(&self, key: u32) -> bool {
         let Some(op) = self.ops.get(key) else { return false };
-        self.any_peer && self.peers.get(op.peer).is_some_and(|p| self.direct_ok(p, op.kind, op.len, op.cq_data))
+        let (write, cq_data) = match op.state {
+            State::Write { cq_data, .. } => (true, cq_data),
+            State::Read { .. } => (false, None),
+            _ => return false,
+        };
+        self.any_peer && self.peers.get(op.peer).is_some_and(|p| self.direct_ok(p, write, op.len, cq_data))
     }
 
-    /// Whether a read or write (`kind`) of `len` bytes (with `cq_data`) to
+    /// Whether a read or write (`write`) of `len` bytes (with `cq_data`) to
     /// `peer` goes by the device's RDMA (spec §4.1, §4.6): both sides offer
     /// it — or the device reaches every peer's memory
     /// ([`InCall::any_peer`]) and the peer's HANDSHAKE has not said
     /// otherwise yet —, it fits one RDMA, and CQ data, if any, fits the
     /// immediate data of RDMA write with immediate data.
-    pub(crate) fn direct_ok(&self, peer: &Peer, kind: OpKind, len: u64, cq_data: Option<u64>) -> bool {
-        let bit = match kind {
-            OpKind::Read => wire::extra::RDMA_READ,
-            OpKind::Write => wire::extra::RDMA_WRITE,
-            _ => return false,
-        };
+    pub(crate) fn direct_ok(&self, peer: &Peer, write: bool, len: u64, cq_data: Option<u64>) -> bool {
+        let bit = if write { wire::extra::RDMA_WRITE } else { wire::extra::RDMA_READ };
         let offered = self.my_extra() & bit != 0 && (peer.has(bit) || (self.any_peer && !peer.known()));
         let imm_ok = cq_data.is_none_or(|d| self.caps.rdma_write_imm && d <= u64::from(u32::MAX));
         offered && len <= self.caps.max_rdma_size && imm_ok
@@ -79,73 +80,75 @@ impl Core {
         }
     }
 
-    /// Picks the REQ type of a write or atomic once the peer's features are known.
+    /// Picks the protocol of a write, read or atomic (or a DC send's
+    /// type) once the peer's features are known.
     pub(crate) fn choose_rma_protocol(&mut self, key: u32) {
         let Some(op) = self.ops.get(key) else { return };
-        if op.kind == OpKind::Send {
-            return self.choose_dc_send(key);
-        }
         let peer = self.peers.get(op.peer);
         let has = |bit| peer.is_some_and(|p| self.both(p, bit));
         let dc = has(wire::extra::DELIVERY_COMPLETE);
+        let len = op.len;
         // Direct read / write: the device moves the bytes and the target
         // does nothing. A write with CQ data goes by RDMA write with
         // immediate data (the target's device reports it, and the target
         // writes the completion); else emulated: the target must see a
         // packet to write its completion.
-        let direct = peer.is_some_and(|p| self.direct_ok(p, op.kind, op.len, op.cq_data));
-        // Emulated long-read write (spec §4.1): the target reads the bytes
-        // from the requester's buffer in one RDMA read, for writes that would
-        // go by long-CTS, when both sides read. It has no DC type and needs
-        // none: the target sends its EOR once the bytes are in its memory.
-        let longread = op.kind == OpKind::Write
-            && has(wire::extra::RDMA_READ)
-            && op.len as usize >= self.cfg.longread_min.max(self.caps.longread_min).max(1)
-            && op.len as usize > self.req_data_cap(PacketType::EagerRtw, 1);
-        let ptype = match op.kind {
-            _ if direct => None,
-            OpKind::Write if longread => Some(PacketType::LongreadRtw),
-            OpKind::Write => {
-                let eager = if dc { PacketType::DcEagerRtw } else { PacketType::EagerRtw };
-                let proto = if op.len as usize <= self.req_data_cap(eager, 1) {
-                    Subprotocol::Eager
-                } else {
-                    Subprotocol::Longcts
-                };
-                PacketType::req_type(ReqFamily::Rtw, proto, false, dc)
+        let direct = |write, cq_data| peer.is_some_and(|p| self.direct_ok(p, write, len, cq_data));
+        let (ptype, via, counted) = match &op.state {
+            State::Send { .. } => return self.choose_dc_send(key),
+            State::Write { cq_data, .. } if direct(true, *cq_data) => (None, Via::Direct, Some(Proto::WriteDirect)),
+            // Emulated long-read write (spec §4.1): the target reads the
+            // bytes from the requester's buffer in one RDMA read, for
+            // writes that would go by long-CTS, when both sides read. It
+            // has no DC type and needs none: the target sends its EOR once
+            // the bytes are in its memory.
+            State::Write { .. }
+                if has(wire::extra::RDMA_READ)
+                    && len as usize >= self.cfg.longread_min.max(self.caps.longread_min).max(1)
+                    && len as usize > self.req_data_cap(PacketType::EagerRtw, 1) =>
+            {
+                let via = Via::LongRead { mr: None, runt: 0 };
+                (Some(PacketType::LongreadRtw), via, Some(Proto::WriteLongread))
             }
-            OpKind::Atomic => match op.ptype {
-                Some(PacketType::WriteRta) if dc => Some(PacketType::DcWriteRta),
-                other => other,
+            State::Write { .. } => {
+                let eager = if dc { PacketType::DcEagerRtw } else { PacketType::EagerRtw };
+                let (proto, via, counted) = if len as usize <= self.req_data_cap(eager, 1) {
+                    (Subprotocol::Eager, Via::Req, Proto::WriteEager)
+                } else {
+                    let via = Via::LongCts { window_end: 0, nodata: false, nacked: false };
+                    (Subprotocol::Longcts, via, Proto::WriteLongcts)
+                };
+                (PacketType::req_type(ReqFamily::Rtw, proto, false, dc), via, Some(counted))
+            }
+            State::Read { .. } if direct(false, None) => (None, Via::Direct, Some(Proto::ReadDirect)),
+            State::Read { out, .. } => {
+                let counted = if out.ptype == Some(PacketType::ShortRtr) { Proto::ReadShort } else { Proto::ReadLongcts };
+                (out.ptype, Via::Req, Some(counted))
+            }
+            // Atomics count at their post.
+            State::Atomic { out, .. } => match out.ptype {
+                Some(PacketType::WriteRta) if dc => (Some(PacketType::DcWriteRta), Via::Req, None),
+                other => (other, Via::Req, None),
             },
-            _ => op.ptype,
+            State::Recv { .. } | State::Unexpected { .. } | State::ServeWrite { .. } | State::ServeRead { .. } => return,
         };
-        let awaiting = match op.kind {
-            _ if direct => false,
-            OpKind::Read => true,
+        let awaits = match (&op.state, via) {
+            (_, Via::Direct) => None,
+            (State::Read { .. }, _) => Some(Awaits::ReadRsp),
             // It ends with the target's EOR.
-            OpKind::Write if longread => true,
-            OpKind::Atomic => dc || ptype != Some(PacketType::WriteRta),
-            _ => dc,
+            (_, Via::LongRead { .. }) => Some(Awaits::Eor),
+            (State::Atomic { .. }, _) if ptype != Some(PacketType::WriteRta) && ptype != Some(PacketType::DcWriteRta) => {
+                Some(Awaits::AtomRsp)
+            }
+            _ => dc.then_some(Awaits::Receipt),
         };
-        let counted = match (op.kind, ptype) {
-            (OpKind::Write, _) if direct => Some(Proto::WriteDirect),
-            (OpKind::Read, _) if direct => Some(Proto::ReadDirect),
-            (_, Some(PacketType::LongreadRtw)) => Some(Proto::WriteLongread),
-            (_, Some(PacketType::EagerRtw | PacketType::DcEagerRtw)) => Some(Proto::WriteEager),
-            (_, Some(PacketType::LongctsRtw | PacketType::DcLongctsRtw)) => Some(Proto::WriteLongcts),
-            (_, Some(PacketType::ShortRtr)) => Some(Proto::ReadShort),
-            (_, Some(PacketType::LongctsRtr)) => Some(Proto::ReadLongcts),
-            _ => None, // atomics count at their post
-        };
-        let len = op.len;
         if let Some(p) = counted {
             self.traffic.op(p, len);
         }
-        if let Some(op) = self.ops.get_mut(key) {
-            op.ptype = ptype;
-            op.awaiting = awaiting;
-            op.direct = direct;
+        if let Some(out) = self.ops.get_mut(key).and_then(|op| op.out_mut()) {
+            out.ptype = ptype;
+            out.via = via;
+            out.awaits = awaits;
         }
     }
 
@@ -191,8 +194,7 @@ impl Core {
     /// `NotSup` when it does not go direct; the errors of `reachable_peer`.
     pub(crate) fn direct_ah(&self, dest: Addr, write: bool, len: usize) -> Result<crate::device::Ah, Status> {
         let p = self.reachable_peer(dest)?;
-        let kind = if write { OpKind::Write } else { OpKind::Read };
-        if !self.direct_ok(p, kind, len as u64, None) {
+        if !self.direct_ok(p, write, len as u64, None) {
             return Err(Status::NotSup);
         }
         p.ah.ok_or(Status::NoAddr)
@@ -221,14 +223,14 @@ impl Core {
     ) -> Result<(), Status> {
         self.reachable_peer(dest)?;
         remote.check(buf.len())?;
-        let mut op = Op::new(OpKind::Read, dest, context, buf);
-        op.rma = RmaIov::new(remote.addr, buf.len() as u64, remote.key);
-        op.len = buf.len() as u64;
+        let len = buf.len() as u64;
+        let rma = RmaIov::new(remote.addr, len, remote.key);
         let short = buf.len() <= self.caps.mtu - wire::ReadRsp::HDR_LEN;
-        op.ptype = Some(if short { PacketType::ShortRtr } else { PacketType::LongctsRtr });
-        op.window_end = if short { op.len } else { self.first_read_window(&op) };
-        op.credits = self.cfg.credit_request;
-        op.awaiting = true;
+        let mut out = Out::new(Some(if short { PacketType::ShortRtr } else { PacketType::LongctsRtr }), Via::Req);
+        out.awaits = Some(Awaits::ReadRsp);
+        let end = if short { len } else { self.first_read_window(len) };
+        let grant = Grant { credits: self.cfg.credit_request, end };
+        let op = Op::new(dest, context, buf, len, State::Read { rma, out, grant });
         let key = self.new_op(op)?;
         self.time_request(key);
         if self.caps.rdma_read {
@@ -241,52 +243,86 @@ impl Core {
         Ok(())
     }
 
-    /// The REQ of a write or read, or the READRSP of a read responder
-    /// (their CTSDATA go by `Core::pump`'s gather path).
-    pub(crate) fn rma_next_packet(&self, key: u32, op: &Op, peer: &Peer, out: &mut [u8]) -> Option<(usize, u64)> {
-        if op.started {
-            return None;
-        }
-        if op.kind == OpKind::ReadResponder {
-            let chunk = op.window_end.min((self.caps.mtu - wire::ReadRsp::HDR_LEN) as u64) as usize;
-            return op.buf.with_slice(|s| {
-                let r = wire::ReadRsp {
-                    flags: 0,
-                    connid: self.my_connid(),
-                    padding: 0,
-                    recv_id: op.remote_id,
-                    send_id: key,
-                    data: s.get(..chunk)?,
-                };
-                r.emit(out).ok().map(|n| (n, chunk as u64))
-            });
-        }
-        let ptype = op.ptype?;
+    /// The READRSP of served read `key`: its first window's bytes.
+    pub(crate) fn readrsp_packet(&self, key: u32, op: &Op, o: &Out, out: &mut [u8]) -> Option<(usize, u64)> {
+        let Via::LongCts { window_end, .. } = o.via else { return None };
+        let chunk = window_end.min((self.caps.mtu - wire::ReadRsp::HDR_LEN) as u64) as usize;
+        op.buf.with_slice(|s| {
+            let r = wire::ReadRsp {
+                flags: 0,
+                connid: self.my_connid(),
+                padding: 0,
+                recv_id: op.remote_id,
+                send_id: key,
+                data: s.get(..chunk)?,
+            };
+            r.emit(out).ok().map(|n| (n, chunk as u64))
+        })
+    }
+
+    /// The REQ of an RMA request `key` on `rma` (`ptype`), without data.
+    fn rma_req<'a>(&'a self, key: u32, ptype: PacketType, len: u64, rma: &'a [RmaIov; 1], peer: &Peer) -> wire::Req<'a> {
         let (raw_addr, connid) = self.req_opts(peer);
-        let iov = [op.rma];
         let mut r = wire::Req::new(ptype);
         r.raw_addr = raw_addr;
         r.connid = connid;
-        r.cq_data = op.cq_data;
-        r.rma_iov = &iov;
-        r.fields.msg_length = op.len;
+        r.fields.msg_length = len;
         r.fields.send_id = key;
         r.fields.recv_id = key;
         r.fields.credit_request = self.cfg.credit_request;
-        if op.kind == OpKind::Read {
-            r.fields.recv_length = if ptype == PacketType::ShortRtr { op.len as u32 } else { op.window_end as u32 };
-            // The request is all a read sends: count its whole length as sent.
-            return r.emit(out).ok().map(|n| (n, op.len));
+        r.rma_iov = rma;
+        r
+    }
+
+    /// The RTR of read `key`; the request is all a read sends, so it
+    /// counts as the whole length.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn rtr_packet(
+        &self,
+        key: u32,
+        op: &Op,
+        rma: RmaIov,
+        o: &Out,
+        grant: &Grant,
+        peer: &Peer,
+        out: &mut [u8],
+    ) -> Option<(usize, u64)> {
+        let ptype = o.ptype?;
+        let iov = [rma];
+        let mut r = self.rma_req(key, ptype, op.len, &iov, peer);
+        r.fields.recv_length = if ptype == PacketType::ShortRtr { op.len as u32 } else { grant.end as u32 };
+        r.emit(out).ok().map(|n| (n, op.len))
+    }
+
+    /// The RTW of write `key`: its bytes (eager, long-CTS's first ones),
+    /// or, for long-read, the buffer's `read_iov` (the target reads it all).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn rtw_packet(
+        &self,
+        key: u32,
+        op: &Op,
+        rma: RmaIov,
+        cq_data: Option<u64>,
+        o: &Out,
+        peer: &Peer,
+        out: &mut [u8],
+    ) -> Option<(usize, u64)> {
+        let iov = [rma];
+        let mut r = self.rma_req(key, o.ptype?, op.len, &iov, peer);
+        r.cq_data = cq_data;
+        match o.via {
+            Via::LongRead { mr, .. } => {
+                let read = [RmaIov::new(op.buf.addr(), op.len, mr?)];
+                r.read_iov = &read;
+                r.emit(out).ok().map(|n| (n, op.len))
+            }
+            Via::Req | Via::LongCts { .. } => {
+                let room = self.caps.mtu.saturating_sub(r.hdr_len() + r.opt_hdr_len()) as u64;
+                let chunk = op.len.min(room) as usize;
+                op.buf.with_slice(|s| wire::Req { data: &s[..chunk], ..r }.emit(out).ok().map(|n| (n, chunk as u64)))
+            }
+            Via::Direct => None,
         }
-        if ptype == PacketType::LongreadRtw {
-            // The target reads the whole buffer: no data beside it.
-            let read = [RmaIov::new(op.buf.addr(), op.len, op.lr_mr?)];
-            r.read_iov = &read;
-            return r.emit(out).ok().map(|n| (n, op.len));
-        }
-        let room = self.caps.mtu.saturating_sub(r.hdr_len() + r.opt_hdr_len()) as u64;
-        let chunk = op.len.min(room) as usize;
-        op.buf.with_slice(|s| wire::Req { data: &s[..chunk], ..r }.emit(out).ok().map(|n| (n, chunk as u64)))
     }
 
     /// An RTW: apply an eager write, or start receiving a long one.
@@ -347,13 +383,14 @@ impl Core {
             self.send_peer_error(peer, id, Status::Proto);
             return;
         }
-        let mut op = Op::new(OpKind::RemoteWrite, peer, 0, *target);
-        op.len = total;
+        let via = if info.proto == Subprotocol::Longread {
+            RxVia::LongRead { runt: 0 }
+        } else {
+            RxVia::LongCts(Grant { credits: r.fields.credit_request, end: 0 })
+        };
+        let mr_key = r.rma_iov.first().map_or(0, |v| v.key());
+        let mut op = Op::new(peer, 0, *target, total, State::ServeWrite { via, cq_data: r.cq_data, dc: info.dc, mr_key });
         op.remote_id = id;
-        op.dc = info.dc;
-        op.cq_data = r.cq_data;
-        op.credits = r.fields.credit_request;
-        op.mr_key = r.rma_iov.first().map(|v| v.key());
         let Ok(key) = self.new_op(op) else {
             self.send_peer_error(peer, id, Status::Again);
             return;
@@ -405,11 +442,11 @@ impl Core {
             self.stats.protocol_errors += 1;
             return self.send_peer_error(peer, id, Status::Proto);
         }
-        let mut op = Op::new(OpKind::ReadResponder, peer, 0, *source);
-        op.len = total;
+        let window_end = u64::from(r.fields.recv_length).min(total);
+        let out = Out::new(None, Via::LongCts { window_end, nodata: false, nacked: false });
+        let mr_key = r.rma_iov.first().map_or(0, |v| v.key());
+        let mut op = Op::new(peer, 0, *source, total, State::ServeRead { out, mr_key });
         op.remote_id = id;
-        op.window_end = u64::from(r.fields.recv_length).min(total);
-        op.mr_key = r.rma_iov.first().map(|v| v.key());
         let Ok(key) = self.new_op(op) else {
             return self.send_peer_error(peer, id, Status::Again);
         };
@@ -421,13 +458,13 @@ impl Core {
 
     /// A RECEIPT: the DC write (or atomic) was applied.
     pub(crate) fn handle_receipt(&mut self, peer: u32, r: &wire::Receipt) {
-        match self.ops.get_mut(r.send_id) {
-            Some(op)
-                if op.peer == peer
-                    && op.awaiting
-                    && (matches!(op.kind, OpKind::Write | OpKind::Atomic) || (op.kind == OpKind::Send && op.dc)) =>
-            {
-                op.awaiting = false;
+        let out = self.ops.get_mut(r.send_id).filter(|op| op.peer == peer).and_then(|op| match &mut op.state {
+            State::Send { out, .. } | State::Write { out, .. } | State::Atomic { out, .. } => Some(out),
+            _ => None,
+        });
+        match out {
+            Some(out) if out.awaits == Some(Awaits::Receipt) => {
+                out.awaits = None;
                 self.check_done(r.send_id);
             }
             _ => self.stats.protocol_errors += 1,
@@ -440,12 +477,12 @@ impl Core {
     fn choose_dc_send(&mut self, key: u32) {
         let Some(op) = self.ops.get(key) else { return };
         let dc = self.peers.get(op.peer).is_some_and(|p| self.both(p, wire::extra::DELIVERY_COMPLETE));
-        let info = op.ptype.and_then(|t| t.req_info());
+        let info = op.out().and_then(|o| o.ptype).and_then(|t| t.req_info());
         let dc_type = info.and_then(|i| PacketType::req_type(ReqFamily::Rtm, i.proto, i.tagged, true));
         match dc_type {
             Some(t) if dc => {
-                if let Some(op) = self.ops.get_mut(key) {
-                    op.ptype = Some(t);
+                if let Some(out) = self.ops.get_mut(key).and_then(|op| op.out_mut()) {
+                    out.ptype = Some(t);
                 }
             }
             _ => {
@@ -464,9 +501,7 @@ impl Core {
         if e.ref_kind != wire::peer_error_ref::OPE_INDEX {
             return self.handle_msg_error(peer, e, bytes);
         }
-        let ours = self.ops.get(e.op_id).is_some_and(|op| {
-            op.peer == peer && matches!(op.kind, OpKind::Send | OpKind::Write | OpKind::Read | OpKind::Atomic)
-        });
+        let ours = self.ops.get(e.op_id).is_some_and(|op| op.peer == peer && op.is_request());
         if !ours {
             self.stats.protocol_errors += 1;
             return;

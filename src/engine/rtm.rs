@@ -6,7 +6,7 @@
 //! read's in `runt.rs`; message numbers withdrawn and operations canceled
 //! in `withdraw.rs`.
 
-use super::op::{Op, OpKind, Posted, Unexpected};
+use super::op::{Awaits, Grant, Msg, Op, Out, Posted, RxVia, State, Unexpected, Via};
 use super::{pop_front_hot, Addr, Core, CqFlags, Cqe, RecvDone, RecvOpts, SendOpts};
 use super::{ProbeMode, Probed};
 use crate::mem::UserBuf;
@@ -58,24 +58,25 @@ impl Core {
         let parks = !peer.waiting_hs.is_empty() || (dc && !self.cfg.legacy && !peer.known());
         let runt = if longread.is_some() { self.take_runt(dest, len) } else { 0 };
         let longread = if runt > 0 { Core::runtread_type(tagged) } else { longread };
-        let mut op = Op::new(OpKind::Send, dest, opts.context, buf);
-        op.runt = runt;
-        op.ptype = Some(longread.unwrap_or(self.rtm_types[proto][usize::from(tagged)]));
-        // A long-read send ends with the receiver's EOR.
-        op.awaiting = longread.is_some();
-        // Over a device that gathers in place, a long-CTS RTM carries no
-        // data (as after a READ_NACK, spec §4.7; receivers take RTMs with any
-        // amount): every byte then goes by CTSDATA, copied once.
-        op.nodata = proto == 2 && longread.is_none() && self.caps.gather_in_place;
-        op.tagged = tagged;
-        op.tag = opts.tag.unwrap_or(0);
-        op.cq_data = opts.cq_data;
-        op.len = len as u64;
-        op.backlog = true;
-        // Delivery complete: the DC type once the peer's features are
-        // known, and the send waits for its RECEIPT.
-        op.dc = dc;
-        op.awaiting |= dc;
+        let ptype = longread.unwrap_or(self.rtm_types[proto][usize::from(tagged)]);
+        let via = match (longread, proto) {
+            (Some(_), _) => Via::LongRead { mr: None, runt },
+            // Over a device that gathers in place, a long-CTS RTM carries no
+            // data (as after a READ_NACK, spec §4.7; receivers take RTMs with
+            // any amount): every byte then goes by CTSDATA, copied once.
+            (None, 2) => Via::LongCts { window_end: 0, nodata: self.caps.gather_in_place, nacked: false },
+            (None, _) => Via::Req,
+        };
+        let mut out = Out::new(Some(ptype), via);
+        // A long-read send ends with the receiver's EOR; delivery complete
+        // (the DC type once the peer's features are known) with its RECEIPT.
+        out.awaits = if longread.is_some() {
+            Some(Awaits::Eor)
+        } else {
+            dc.then_some(Awaits::Receipt)
+        };
+        let msg = Msg { tagged, tag: opts.tag.unwrap_or(0), msg_id: 0, cq_data: opts.cq_data, dc };
+        let op = Op::new(dest, opts.context, buf, len as u64, State::Send { msg, out, backlog: true });
         // `parks`: behind an operation that waits for the peer's HANDSHAKE,
         // or waiting itself: the `msg_id` comes when the wait ends
         // (`withdraw.rs`).
@@ -149,7 +150,7 @@ impl Core {
         }
         let tagged = opts.tag.is_some();
         let pos = self.unexpected[q(tagged)].iter().position(|u| match u {
-            Unexpected::Op(k) => self.ops.get(*k).is_some_and(|u| takes(opts.src, opts.tag, u.peer, u.tag)),
+            Unexpected::Op(k) => self.ops.get(*k).is_some_and(|u| takes(opts.src, opts.tag, u.peer, u.tag())),
             Unexpected::Eager(m) => takes(opts.src, opts.tag, m.peer, m.tag),
         });
         let Some(pos) = pos else { return Ok(None) };
@@ -158,7 +159,7 @@ impl Core {
         }
         let (peer, tag, len, cq_data) = match &self.unexpected[q(tagged)][pos] {
             Unexpected::Op(k) => match self.ops.get(*k) {
-                Some(o) => (o.peer, o.tag, o.len, o.cq_data),
+                Some(o) => (o.peer, o.tag(), o.len, o.msg().and_then(|m| m.cq_data)),
                 None => return Ok(None),
             },
             Unexpected::Eager(m) => (m.peer, m.tag, m.data.len() as u64, m.cq_data),
@@ -183,7 +184,7 @@ impl Core {
         let (u, tagged) = self.claimed.remove(&claim).ok_or(Status::NoEnt)?;
         // The message's own tag: it matches by construction.
         let tag = match &u {
-            Unexpected::Op(k) => self.ops.get(*k).map_or(0, |o| o.tag),
+            Unexpected::Op(k) => self.ops.get(*k).map_or(0, |o| o.tag()),
             Unexpected::Eager(m) => m.tag,
         };
         let opts = RecvOpts { tag: tagged.then_some((tag, 0)), src: None, context };
@@ -260,7 +261,7 @@ impl Core {
             None
         } else {
             self.unexpected[q(tagged)].iter().position(|u| match u {
-                Unexpected::Op(k) => self.ops.get(*k).is_some_and(|u| takes(opts.src, opts.tag, u.peer, u.tag)),
+                Unexpected::Op(k) => self.ops.get(*k).is_some_and(|u| takes(opts.src, opts.tag, u.peer, u.tag())),
                 Unexpected::Eager(m) => takes(opts.src, opts.tag, m.peer, m.tag),
             })
         };
@@ -294,32 +295,35 @@ impl Core {
         };
         // The unexpected entry becomes the receive: same key, so later
         // segments and CTSDATA keep finding it.
-        let bounce = std::mem::take(&mut u.bounce);
-        u.kind = OpKind::Recv;
+        let State::Unexpected { msg, via, bounce } = &mut u.state else {
+            return Ok(());
+        };
+        let (msg, via, bounce) = (*msg, *via, std::mem::take(bounce));
+        u.state = State::Recv { msg, via };
         u.buf = buf;
         u.context = opts.context;
-        u.src = opts.src;
-        u.ignore = opts.tag.map_or(0, |(_, ignore)| ignore);
         let n = bounce.len().min(buf.len());
         buf.write_at(0, &bounce[..n]);
         self.unexpected_bytes -= bounce.len().min(self.unexpected_bytes);
-        let proto = u.ptype.and_then(|t| t.req_info()).map(|i| i.proto);
-        let (eager, peer) = (proto == Some(Subprotocol::Eager) && !u.dc, u.peer);
+        let peer = u.peer;
         self.recycle_bounce(bounce);
-        if eager {
-            // All of it was in the bounce buffer: nothing else to release.
-            self.complete_eager_recv(key, peer);
-            return Ok(());
-        }
-        if proto == Some(Subprotocol::Longcts) {
-            self.grant(key);
-        }
-        if proto == Some(Subprotocol::Longread) && self.lr_iovs.contains_key(&key) {
-            self.enqueue(key); // the reads start now
-        }
-        if proto == Some(Subprotocol::Runtread) {
-            self.runt_progress(key); // the reads start once the runt is in
-            return Ok(());
+        match via {
+            RxVia::Eager if !msg.dc => {
+                // All of it was in the bounce buffer: nothing else to release.
+                self.complete_eager_recv(key, peer);
+                return Ok(());
+            }
+            RxVia::Eager | RxVia::Medium => {}
+            RxVia::LongCts(_) => self.grant(key),
+            RxVia::LongRead { runt: 0 } => {
+                if self.lr_iovs.contains_key(&key) {
+                    self.enqueue(key); // the reads start now
+                }
+            }
+            RxVia::LongRead { .. } => {
+                self.runt_progress(key); // the reads start once the runt is in
+                return Ok(());
+            }
         }
         self.check_done(key);
         Ok(())
@@ -359,11 +363,20 @@ impl Core {
         };
         let qi = q(info.tagged);
         let tag = r.fields.tag;
+        let msg = Msg { tagged: info.tagged, tag, msg_id: r.fields.msg_id, cq_data: r.cq_data, dc: info.dc };
+        let via = match info.proto {
+            Subprotocol::Eager => RxVia::Eager,
+            Subprotocol::Medium => RxVia::Medium,
+            Subprotocol::Longcts => RxVia::LongCts(Grant { credits: r.fields.credit_request, end: 0 }),
+            Subprotocol::Runtread => RxVia::LongRead { runt: r.fields.runt_length },
+            _ => RxVia::LongRead { runt: 0 },
+        };
         let found = self.posted[qi].iter().position(|r| accepts(r, info.tagged, peer, tag));
         // The receive needs an entry now (its place under `max_ops` was
         // taken when it was posted).
-        let matched =
-            found.and_then(|pos| self.posted[qi].remove(pos)).map(|r| self.ops.insert(r.into_op(info.tagged)));
+        let matched = found
+            .and_then(|pos| self.posted[qi].remove(pos))
+            .map(|r| self.ops.insert(r.into_op(info.tagged, peer, msg_length, msg, via)));
         let key = match matched {
             Some(Some(key)) => key,
             Some(None) => {
@@ -387,11 +400,10 @@ impl Core {
                     self.stats.protocol_errors += 1;
                     return;
                 };
-                let mut op = Op::new(OpKind::Unexpected, peer, 0, UserBuf::empty());
-                op.tagged = info.tagged;
-                op.bounce = self.rx_pool.pop().unwrap_or_default();
-                op.bounce.clear();
-                op.bounce.resize(cap, 0);
+                let mut bounce = self.rx_pool.pop().unwrap_or_default();
+                bounce.clear();
+                bounce.resize(cap, 0);
+                let op = Op::new(peer, 0, UserBuf::empty(), msg_length, State::Unexpected { msg, via, bounce });
                 // Fresh packets were checked against `max_ops` before
                 // (`Core::rtm_fits`); one from the reorder buffer is held
                 // already, and takes its entry even past the limit.
@@ -404,32 +416,22 @@ impl Core {
                 key
             }
         };
-        let credits = r.fields.credit_request;
         let Some(op) = self.ops.get_mut(key) else {
             return;
         };
-        op.peer = peer;
-        op.ptype = Some(r.ptype);
-        op.len = msg_length;
-        op.tag = tag;
-        op.cq_data = r.cq_data;
         op.remote_id = r.fields.send_id;
-        op.msg_id = r.fields.msg_id;
-        op.dc = info.dc;
-        op.credits = credits;
         op.place(offset, r.data);
-        let kind = op.kind;
+        let recv = matches!(op.state, State::Recv { .. });
         let incomplete = op.received < op.len;
         if info.proto == Subprotocol::Longread {
             self.lr_iovs.insert(key, r.read_iov.to_vec());
-            if kind == OpKind::Recv {
+            if recv {
                 self.enqueue(key);
             }
             return;
         }
         if info.proto == Subprotocol::Runtread {
             // The reads go from the runt's end on, once the runt is in.
-            op.runt = r.fields.runt_length;
             op.sent = r.fields.runt_length;
             self.lr_iovs.insert(key, r.read_iov.to_vec());
             self.medium_rx.insert((peer, r.fields.msg_id), key);
@@ -438,7 +440,7 @@ impl Core {
         if info.proto == Subprotocol::Medium && incomplete {
             self.medium_rx.insert((peer, r.fields.msg_id), key);
         }
-        if kind == OpKind::Recv {
+        if recv {
             if info.proto == Subprotocol::Longcts {
                 self.grant(key);
             }
@@ -461,7 +463,7 @@ impl Core {
             return;
         }
         op.place(off, r.data);
-        if op.runt > 0 {
+        if matches!(op.rx_via(), Some(RxVia::LongRead { runt: 1.. })) {
             // A runting read's later packet: within the runt.
             return self.runt_progress(key);
         }

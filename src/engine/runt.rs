@@ -20,7 +20,7 @@
 //!   and the completion. A read that fails is nacked as for long-read
 //!   (spec §4.7): the message comes again by long-CTS, all of it.
 
-use super::op::Op;
+use super::op::{Msg, Op, RxVia, State, Via};
 use super::peer::Peer;
 use super::send::RtmArgs;
 use super::Core;
@@ -45,10 +45,11 @@ impl Core {
     /// Gives the runt of send `key` back to its peer's budget (it ended,
     /// or goes on by another protocol).
     pub(crate) fn release_runt(&mut self, key: u32) {
-        let Some(op) = self.ops.get_mut(key).filter(|op| op.kind == super::op::OpKind::Send && op.runt > 0) else {
+        let Some(op) = self.ops.get_mut(key) else { return };
+        let State::Send { out: super::op::Out { via: Via::LongRead { runt, .. }, .. }, .. } = &mut op.state else {
             return;
         };
-        let (peer, runt) = (op.peer, std::mem::take(&mut op.runt));
+        let (peer, runt) = (op.peer, std::mem::take(runt));
         self.give_back_runt(peer, runt);
     }
 
@@ -67,16 +68,26 @@ impl Core {
     /// The next RUNTREAD_RTM of send `key`: the buffer's `read_iov`, the
     /// runt's next segment. Its byte count takes the whole rest of the
     /// message with the runt's last segment (the receiver reads the rest).
-    pub(crate) fn runtread_rtm(&self, key: u32, op: &Op, peer: &Peer, out: &mut [u8]) -> Option<(usize, u64)> {
-        let mr = op.lr_mr?;
-        let args = RtmArgs::of(key, op.ptype?, op);
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn runtread_rtm(
+        &self,
+        key: u32,
+        op: &Op,
+        msg: &Msg,
+        ptype: PacketType,
+        mr: u64,
+        runt: u64,
+        peer: &Peer,
+        out: &mut [u8],
+    ) -> Option<(usize, u64)> {
+        let args = RtmArgs::of(key, ptype, op, msg, false, false);
         let iov = [RmaIov::new(op.buf.addr(), op.len, mr)];
         let mut r = self.rtm_req(&args, peer);
         r.read_iov = &iov;
-        r.fields.runt_length = op.runt;
+        r.fields.runt_length = runt;
         let room = self.caps.mtu.saturating_sub(r.hdr_len() + r.opt_hdr_len() + RmaIov::LEN) as u64;
-        let chunk = (op.runt - op.sent).min(room);
-        let last = op.sent + chunk >= op.runt;
+        let chunk = runt.saturating_sub(op.sent).min(room);
+        let last = op.sent + chunk >= runt;
         let counted = if last { op.len - op.sent } else { chunk };
         op.buf.with_slice(|s| {
             let data = s.get(op.sent as usize..(op.sent + chunk) as usize)?;
@@ -99,12 +110,17 @@ impl Core {
     /// is in and the receive is matched, the reads start.
     pub(crate) fn runt_progress(&mut self, key: u32) {
         let Some(op) = self.ops.get(key) else { return };
-        if op.received >= op.runt {
-            let (peer, msg_id) = (op.peer, op.msg_id);
+        let (State::Recv { msg, via: RxVia::LongRead { runt } } | State::Unexpected { msg, via: RxVia::LongRead { runt }, .. }) =
+            &op.state
+        else {
+            return;
+        };
+        if op.received >= *runt {
+            let (peer, msg_id) = (op.peer, msg.msg_id);
             if self.medium_rx.get(&(peer, msg_id)) == Some(&key) {
                 self.medium_rx.remove(&(peer, msg_id));
             }
-            if op.kind == super::op::OpKind::Recv && self.lr_iovs.contains_key(&key) {
+            if matches!(op.state, State::Recv { .. }) && self.lr_iovs.contains_key(&key) {
                 self.enqueue(key);
             }
         }

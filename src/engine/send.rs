@@ -2,7 +2,7 @@
 //! medium segments) built into the device's buffer, the eager fast path
 //! (`send_now`) and eager sends queued without an entry.
 
-use super::op::{Op, OpKind, QueuedEager, Tx};
+use super::op::{Msg, Op, QueuedEager, State, Tx, Via};
 use super::peer::Peer;
 use super::{send_flags, Addr, Core, Cqe, SendOpts};
 use crate::device::{DevError, Device, Sent};
@@ -11,23 +11,6 @@ use crate::status::Status;
 use crate::wire::{self, PacketType, ReqFamily, Subprotocol};
 
 impl Core {
-    /// The next REQ (or medium segment) of a send; CTSDATA go by
-    /// `Core::pump`'s gather path.
-    pub(crate) fn rtm_next_packet(&self, key: u32, op: &Op, peer: &Peer, out: &mut [u8]) -> Option<(usize, u64)> {
-        let ptype = op.ptype?;
-        let info = ptype.req_info()?;
-        if op.started && (!matches!(info.proto, Subprotocol::Medium | Subprotocol::Runtread) || op.sent >= op.len) {
-            return None;
-        }
-        if info.proto == Subprotocol::Runtread {
-            return self.runtread_rtm(key, op, peer, out);
-        }
-        if info.proto == Subprotocol::Longread {
-            return self.longread_rtm(key, op, peer, out);
-        }
-        self.rtm_packet(&RtmArgs::of(key, ptype, op), peer, out)
-    }
-
     /// Builds an RTM carrying the message bytes from `a.sent` on (as many as fit).
     pub(crate) fn rtm_packet(&self, a: &RtmArgs, peer: &Peer, out: &mut [u8]) -> Option<(usize, u64)> {
         let (raw_addr, connid) = self.req_opts(peer);
@@ -61,13 +44,13 @@ impl Core {
             return None;
         }
         let op = self.ops.get(key)?;
-        let ptype = op.ptype?;
-        let info = ptype.req_info()?;
-        let longcts_rtm = info.family == ReqFamily::Rtm && info.proto == Subprotocol::Longcts;
-        if op.kind != OpKind::Send || op.started || op.nodata || !longcts_rtm {
+        let State::Send { msg, out, .. } = &op.state else { return None };
+        let Via::LongCts { nodata: false, nacked, .. } = out.via else { return None };
+        let ptype = out.ptype?;
+        if out.started {
             return None;
         }
-        let a = RtmArgs::of(key, ptype, op);
+        let a = RtmArgs::of(key, ptype, op, msg, false, nacked);
         let peer = self.peers.get(op.peer)?;
         let r = self.rtm_req(&a, peer);
         let hdr = r.hdr_len() + r.opt_hdr_len();
@@ -293,19 +276,19 @@ impl RtmArgs {
         }
     }
 
-    /// The next RTM of send operation `key`, of type `ptype`.
-    pub fn of(key: u32, ptype: PacketType, op: &Op) -> RtmArgs {
+    /// The next RTM of send operation `key` (of message `msg`), of type `ptype`.
+    pub fn of(key: u32, ptype: PacketType, op: &Op, msg: &Msg, nodata: bool, nacked: bool) -> RtmArgs {
         RtmArgs {
             ptype,
             send_id: key,
-            msg_id: op.msg_id,
-            tag: op.tag,
-            cq_data: op.cq_data,
+            msg_id: msg.msg_id,
+            tag: msg.tag,
+            cq_data: msg.cq_data,
             len: op.len,
             sent: op.sent,
             buf: op.buf,
-            nodata: op.nodata,
-            nacked: op.nacked,
+            nodata,
+            nacked,
         }
     }
 }

@@ -19,7 +19,7 @@
 //!   error, and nothing is written into the buffer the application got
 //!   back.
 
-use super::op::OpKind;
+use super::op::{State, Via};
 use super::{Core, Device, Endpoint, Status};
 
 impl Core {
@@ -57,15 +57,16 @@ impl Core {
             }
             self.timed.pop_front();
             let Some(op) = live else { continue };
-            let request = matches!(op.kind, OpKind::Write | OpKind::Read | OpKind::Atomic);
-            if !request || op.closing || (op.direct && op.started) {
+            let request = matches!(op.state, State::Write { .. } | State::Read { .. } | State::Atomic { .. });
+            let direct_started = op.out().is_some_and(|o| o.via == Via::Direct && o.started);
+            if !request || op.closing || direct_started {
                 continue;
             }
             let peer = op.peer;
             let waiting = self.peers.get(peer).is_some_and(|p| p.waiting_hs.contains(&key));
             // An atomic whose RTA has not left holds a `msg_id` to withdraw;
             // where the peer cannot be told, it is left to finish.
-            if op.kind == OpKind::Atomic && !op.started && !waiting && !self.abandon(key, Status::TimedOut) {
+            if matches!(op.state, State::Atomic { .. }) && !op.started() && !waiting && !self.abandon(key, Status::TimedOut) {
                 continue;
             }
             self.stats.timeouts += 1;

@@ -2,7 +2,7 @@
 //! queues, the sizes of the packets built into the device's buffers, and
 //! `flush`, which hands the device what is queued until it pushes back.
 
-use super::op::{self, OpKind};
+use super::op::{self, State, Via};
 use super::peer::Peer;
 use super::{pop_front_hot, send, Core};
 use crate::device::{DevError, Device, Doorbell, MoreFollows, Sent};
@@ -177,7 +177,7 @@ impl Core {
         let min = h.backlog_min();
         let Some(op) = self.ops.get(key).filter(|_| min > 0) else { return };
         let rest = op.len.saturating_sub(op.sent + len);
-        let mine = if op.backlog { op.len } else { 0 };
+        let mine = if matches!(op.state, State::Send { backlog: true, .. }) { op.len } else { 0 };
         let others = self.peers.get(op.peer).map_or(0, |p| p.tx_bytes.saturating_sub(mine));
         h.more_follows(rest + others >= min);
     }
@@ -189,20 +189,35 @@ impl Core {
             let Some(op) = self.ops.get_mut(key) else {
                 return true;
             };
-            if op.kind == OpKind::Recv || (op.kind == OpKind::RemoteWrite && self.lr_iovs.contains_key(&key)) {
-                return self.pump_longread(dev, key);
-            }
-            if op.lr_mr.is_none() && op.ptype == Some(wire::PacketType::LongreadRtw) && !op.started {
-                // A long-read write: its buffer registered for the target's read.
-                self.register_longread(dev, key);
-                continue;
-            }
-            if op.closing || (op.started && op.sent >= op.len) {
-                op.queued = false; // everything handed to the device
-                return true;
-            }
-            if op.direct {
-                return self.pump_direct(dev, key);
+            let step = match &op.state {
+                State::Recv { .. } => Step::Reads,
+                State::ServeWrite { .. } if self.lr_iovs.contains_key(&key) => Step::Reads,
+                State::Unexpected { .. } | State::ServeWrite { .. } => Step::Idle,
+                State::Send { out, .. }
+                | State::Write { out, .. }
+                | State::Read { out, .. }
+                | State::Atomic { out, .. }
+                | State::ServeRead { out, .. } => match out.via {
+                    // A long-read send or write: its buffer registered for the peer's read.
+                    Via::LongRead { mr: None, .. } if !out.started => Step::Register,
+                    _ if op.closing || (out.started && op.sent >= op.len) => Step::Idle,
+                    Via::Direct => Step::Rdma,
+                    Via::LongCts { .. } if out.started => Step::CtsData,
+                    Via::Req | Via::LongCts { .. } | Via::LongRead { .. } => Step::Packet,
+                },
+            };
+            match step {
+                Step::Reads => return self.pump_longread(dev, key),
+                Step::Register => {
+                    self.register_longread(dev, key);
+                    continue;
+                }
+                Step::Idle => {
+                    op.queued = false; // everything handed to the device
+                    return true;
+                }
+                Step::Rdma => return self.pump_direct(dev, key),
+                Step::CtsData | Step::Packet => {}
             }
             let Some(ah) = self.peers.get(op.peer).filter(|p| !p.lost).and_then(|p| p.ah) else {
                 self.complete(key, Status::PeerUnreachable);
@@ -213,7 +228,7 @@ impl Core {
             // The type byte of the packet built (for the traffic counters).
             let mut ptype = 0u8;
             let opens = Core::opens(op);
-            let sent = if Core::in_ctsdata_phase(op) {
+            let sent = if step == Step::CtsData {
                 // CTSDATA: the headers in the device's buffer, the bytes
                 // gathered by the device from the operation's buffer.
                 let seg =
@@ -272,13 +287,17 @@ impl Core {
                 (Ok(how), Some((_, bytes))) => {
                     self.traffic.tx[usize::from(ptype)] += 1;
                     let Some(op) = self.ops.get_mut(key) else { return true };
-                    op.started = true;
                     op.sent += bytes;
-                    if op.backlog && op.sent >= op.len {
-                        // Its last byte is the device's: nothing of it waits now.
-                        op.backlog = false;
-                        if let Some(p) = self.peers.get_mut(op.peer) {
-                            p.tx_bytes = p.tx_bytes.saturating_sub(op.len);
+                    if let Some(out) = op.out_mut() {
+                        out.started = true;
+                    }
+                    if let State::Send { backlog: backlog @ true, .. } = &mut op.state {
+                        if op.sent >= op.len {
+                            // Its last byte is the device's: nothing of it waits now.
+                            *backlog = false;
+                            if let Some(p) = self.peers.get_mut(op.peer) {
+                                p.tx_bytes = p.tx_bytes.saturating_sub(op.len);
+                            }
                         }
                     }
                     if how == Sent::Pending {
@@ -310,9 +329,9 @@ impl Core {
     /// responses and later segments do not, and a peer that defers still
     /// takes them ([`Device::control_next`]).
     pub(crate) fn opens(op: &op::Op) -> bool {
-        match op.kind {
-            OpKind::Send => !op.started,
-            OpKind::Atomic => true,
+        match &op.state {
+            State::Send { out, .. } => !out.started,
+            State::Atomic { .. } => true,
             _ => false,
         }
     }
@@ -324,20 +343,22 @@ impl Core {
             self.complete(key, Status::PeerUnreachable);
             return true;
         };
-        let (buf, addr, rkey, wr) = (op.buf, op.rma.addr(), op.rma.key(), u64::from(key) + 1);
-        let r = if op.kind == OpKind::Write {
-            match op.cq_data {
-                // Fits 32 bits: `choose_rma_protocol` made it direct only then.
-                Some(d) => dev.rdma_write_imm(ah, buf, addr, rkey, d as u32, wr),
-                None => dev.rdma_write(ah, buf, addr, rkey, wr),
+        let (buf, wr) = (op.buf, u64::from(key) + 1);
+        let r = match op.state {
+            // Fits 32 bits: `choose_rma_protocol` made it direct only then.
+            State::Write { rma, cq_data: Some(d), .. } => {
+                dev.rdma_write_imm(ah, buf, rma.addr(), rma.key(), d as u32, wr)
             }
-        } else {
-            dev.rdma_read(ah, buf, addr, rkey, wr)
+            State::Write { rma, cq_data: None, .. } => dev.rdma_write(ah, buf, rma.addr(), rma.key(), wr),
+            State::Read { rma, .. } => dev.rdma_read(ah, buf, rma.addr(), rma.key(), wr),
+            _ => Err(DevError::Failed(Status::Internal)),
         };
         match r {
             Ok(()) => {
                 if let Some(op) = self.ops.get_mut(key) {
-                    op.started = true;
+                    if let Some(out) = op.out_mut() {
+                        out.started = true;
+                    }
                     op.sent = op.len;
                     op.inflight += 1;
                     op.queued = false;
@@ -353,15 +374,41 @@ impl Core {
     }
 
     /// Builds the next packet of operation `key` into `out`: its length and
-    /// the application bytes it carries; `None` when it has nothing to send now.
+    /// the application bytes it carries; `None` when it has nothing to send
+    /// now. The one place that asks each state for its packet (CTSDATA
+    /// aside: `Core::pump` gathers them).
     pub(crate) fn next_packet(&self, key: u32, out: &mut [u8]) -> Option<(usize, u64)> {
         let op = self.ops.get(key)?;
         let peer = self.peers.get(op.peer)?;
-        match op.kind {
-            OpKind::Send => self.rtm_next_packet(key, op, peer, out),
-            OpKind::Write | OpKind::Read | OpKind::ReadResponder => self.rma_next_packet(key, op, peer, out),
-            OpKind::Atomic => self.rta_next_packet(key, op, peer, out),
-            OpKind::Recv | OpKind::Unexpected | OpKind::RemoteWrite => None,
+        match &op.state {
+            State::Send { msg, out: o, .. } => {
+                let ptype = o.ptype?;
+                match o.via {
+                    Via::Req if o.started && op.sent >= op.len => None,
+                    Via::Req => self.rtm_packet(&send::RtmArgs::of(key, ptype, op, msg, false, false), peer, out),
+                    Via::LongCts { .. } if o.started => None,
+                    Via::LongCts { nodata, nacked, .. } => {
+                        self.rtm_packet(&send::RtmArgs::of(key, ptype, op, msg, nodata, nacked), peer, out)
+                    }
+                    Via::LongRead { mr: Some(mr), runt: 0 } if !o.started => {
+                        self.longread_rtm(key, op, msg, ptype, mr, peer, out)
+                    }
+                    Via::LongRead { mr: Some(mr), runt } if op.sent < op.len => {
+                        self.runtread_rtm(key, op, msg, ptype, mr, runt, peer, out)
+                    }
+                    Via::LongRead { .. } | Via::Direct => None,
+                }
+            }
+            State::Write { rma, cq_data, out: o } if !o.started => {
+                self.rtw_packet(key, op, *rma, *cq_data, o, peer, out)
+            }
+            State::Read { rma, out: o, grant } if !o.started => self.rtr_packet(key, op, *rma, o, grant, peer, out),
+            State::ServeRead { out: o, .. } if !o.started => self.readrsp_packet(key, op, o, out),
+            State::Atomic { rma, req, msg_id, out: o } if !o.started => {
+                self.rta_packet(key, op, *rma, req, *msg_id, o, peer, out)
+            }
+            State::Write { .. } | State::Read { .. } | State::ServeRead { .. } | State::Atomic { .. } => None,
+            State::Recv { .. } | State::Unexpected { .. } | State::ServeWrite { .. } => None,
         }
     }
 
@@ -376,12 +423,13 @@ impl Core {
                 i.family == ReqFamily::Rtm && matches!(i.proto, Subprotocol::Eager | Subprotocol::Medium)
             })
         };
-        let Some(ptype) = op.ptype.filter(exact) else {
+        let State::Send { msg, out, .. } = &op.state else { return mtu };
+        let Some(ptype) = out.ptype.filter(exact) else {
             return mtu;
         };
         match self.peers.get(op.peer) {
-            Some(peer) if op.kind == OpKind::Send && (!op.started || op.sent < op.len) => {
-                self.rtm_len(&send::RtmArgs::of(key, ptype, op), peer)
+            Some(peer) if !out.started || op.sent < op.len => {
+                self.rtm_len(&send::RtmArgs::of(key, ptype, op, msg, false, false), peer)
             }
             _ => mtu,
         }
@@ -408,4 +456,21 @@ impl Core {
             }
         }
     }
+}
+
+/// What an operation in the transmit queue does next (`Core::pump`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// A long-read receiver (or served write): issue its reads.
+    Reads,
+    /// Register a long-read sender's buffer.
+    Register,
+    /// Nothing to send now.
+    Idle,
+    /// Start a direct read or write.
+    Rdma,
+    /// The next CTSDATA within the window.
+    CtsData,
+    /// The next REQ or response, built by `Core::next_packet`.
+    Packet,
 }

@@ -25,7 +25,7 @@
 //!   for the HANDSHAKE, or queued with no packet handed to the device.
 //!   Started ones are not canceled (`Busy`: they complete as usual).
 
-use super::op::{OpKind, Tx};
+use super::op::{State, Tx};
 use super::peer::{msg_order, MsgOrder};
 use super::{send_flags, Core, Cqe, Status};
 use crate::wire::{self, peer_error_ref, Packet};
@@ -35,12 +35,14 @@ impl Core {
     /// `msg_id` if it is a message or an atomic.
     pub(crate) fn assign_msg_id(&mut self, key: u32) {
         let Some(op) = self.ops.get_mut(key) else { return };
-        if !matches!(op.kind, OpKind::Send | OpKind::Atomic) {
+        if !matches!(op.state, State::Send { .. } | State::Atomic { .. }) {
             return;
         }
         let Some(p) = self.peers.get_mut(op.peer) else { return };
-        op.msg_id = p.tx_msg_id;
-        p.tx_msg_id = p.tx_msg_id.wrapping_add(1);
+        if let Some(id) = op.msg_id_mut() {
+            *id = p.tx_msg_id;
+            p.tx_msg_id = p.tx_msg_id.wrapping_add(1);
+        }
     }
 
     /// Whether the `msg_id` of a message to `peer` can be withdrawn.
@@ -68,10 +70,12 @@ impl Core {
     /// False when it cannot be withdrawn.
     pub(crate) fn abandon(&mut self, key: u32, status: Status) -> bool {
         let Some(op) = self.ops.get(key) else { return true };
-        if !matches!(op.kind, OpKind::Send | OpKind::Atomic) {
-            return true;
-        }
-        let (peer, msg_id, started) = (op.peer, op.msg_id, op.started || op.sent > 0);
+        let msg_id = match &op.state {
+            State::Send { msg, .. } => msg.msg_id,
+            State::Atomic { msg_id, .. } => *msg_id,
+            _ => return true,
+        };
+        let (peer, started) = (op.peer, op.started() || op.sent > 0);
         if self.peers.get(peer).is_some_and(|p| p.waiting_hs.contains(&key)) {
             return true; // no number taken yet
         }
@@ -88,12 +92,8 @@ impl Core {
         let found = self
             .ops
             .iter()
-            .find(|(_, o)| {
-                o.context == context
-                    && matches!(o.kind, OpKind::Send | OpKind::Write | OpKind::Read | OpKind::Atomic)
-                    && !o.closing
-            })
-            .map(|(key, o)| (key, o.peer, o.started || o.sent > 0 || o.inflight > 0));
+            .find(|(_, o)| o.context == context && o.is_request() && !o.closing)
+            .map(|(key, o)| (key, o.peer, o.started() || o.sent > 0 || o.inflight > 0));
         if let Some((key, peer, started)) = found {
             let waiting = self.peers.get(peer).is_some_and(|p| p.waiting_hs.contains(&key));
             if started && !waiting {
@@ -127,7 +127,8 @@ impl Core {
             // The sender ended a message begun: the receive (or the
             // unexpected message) it was filling fails.
             let found = self.ops.iter().find(|(_, o)| {
-                o.peer == peer && o.msg_id == e.op_id && matches!(o.kind, OpKind::Recv | OpKind::Unexpected)
+                o.peer == peer
+                    && matches!(&o.state, State::Recv { msg, .. } | State::Unexpected { msg, .. } if msg.msg_id == e.op_id)
             });
             match found.map(|(k, _)| k) {
                 Some(key) => self.complete(key, super::rma::peer_status(e.prov_errno)),
