@@ -19,11 +19,10 @@
 //!   message moves by long-CTS into the same receive. A sender that cannot
 //!   register its buffer uses long-CTS from the start.
 
-use super::op::{Awaits, Grant, Msg, Op, RxVia, State, Via};
-use super::send::RtmArgs;
+use super::op::{Awaits, Grant, RxVia, State, Via};
 use super::{Core, Proto, Status};
 use crate::device::{Access, DevError, Device};
-use crate::wire::{self, IdsHdr, Packet, PacketType, ReqFamily, RmaIov, Subprotocol};
+use crate::wire::{self, IdsHdr, Packet, PacketType, ReqFamily, Subprotocol};
 
 impl Core {
     /// The long-read RTM type for a send of `len` bytes to `peer`, if the
@@ -65,26 +64,6 @@ impl Core {
                 self.traffic.op(proto, len);
             }
         }
-    }
-
-    /// The LONGREAD_RTM of send `key`: the buffer's `read_iov`, no data.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn longread_rtm(
-        &self,
-        key: u32,
-        op: &Op,
-        msg: &Msg,
-        ptype: PacketType,
-        mr: u64,
-        peer: &super::peer::Peer,
-        out: &mut [u8],
-    ) -> Option<(usize, u64)> {
-        let args = RtmArgs { sent: 0, ..RtmArgs::of(key, ptype, op, msg, true, false) };
-        let iov = [RmaIov::new(op.buf.addr(), op.len, mr)];
-        let mut r = self.rtm_req(&args, peer);
-        r.read_iov = &iov;
-        // The whole message is "sent" once the RTM is out; the EOR ends it.
-        r.emit(out).ok().map(|n| (n, op.len))
     }
 
     /// A received LONGREAD_RTM's `read_iov` is usable: not empty, its

@@ -65,11 +65,14 @@ impl Core {
         PacketType::req_type(ReqFamily::Rtm, Subprotocol::Runtread, tagged, false)
     }
 
-    /// The next RUNTREAD_RTM of send `key`: the buffer's `read_iov`, the
-    /// runt's next segment. Its byte count takes the whole rest of the
-    /// message with the runt's last segment (the receiver reads the rest).
+    /// The next RTM of long-read send `key` (`ptype`, its buffer
+    /// registered as `mr`): the buffer's `read_iov` and, for a runting read
+    /// (`runt` > 0), the runt's next segment. Its byte count takes the whole
+    /// rest of the message with the runt's last segment, or at once for a
+    /// plain long-read RTM, which carries no data: the receiver reads the
+    /// rest, and its EOR ends the send.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn runtread_rtm(
+    pub(crate) fn read_rtm(
         &self,
         key: u32,
         op: &Op,

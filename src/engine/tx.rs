@@ -390,11 +390,8 @@ impl Core {
                     Via::LongCts { nodata, nacked, .. } => {
                         self.rtm_packet(&send::RtmArgs::of(key, ptype, op, msg, nodata, nacked), peer, out)
                     }
-                    Via::LongRead { mr: Some(mr), runt: 0 } if !o.started => {
-                        self.longread_rtm(key, op, msg, ptype, mr, peer, out)
-                    }
                     Via::LongRead { mr: Some(mr), runt } if op.sent < op.len => {
-                        self.runtread_rtm(key, op, msg, ptype, mr, runt, peer, out)
+                        self.read_rtm(key, op, msg, ptype, mr, runt, peer, out)
                     }
                     Via::LongRead { .. } | Via::Direct => None,
                 }
