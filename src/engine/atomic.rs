@@ -146,8 +146,17 @@ impl Core {
         r.fields.atomic_op = a.op;
         r.fields.recv_id = key;
         r.fields.send_id = key;
-        let operand_len = if a.op == atomic_ops::op::ATOMIC_READ { 0 } else { op.buf.len() };
-        let n = op.buf.with_slice(|s| wire::Req { data: &s[..operand_len], ..r }.emit(out).ok())?;
+        if a.op == atomic_ops::op::ATOMIC_READ {
+            // An atomic read carries count × size operand bytes, which the
+            // target ignores: libfabric sends them (the golden FETCH_RTA
+            // vector, op 10) and its target expects them
+            // (`efa_rdm_pke_handle_fetch_rta_recv` copies the operand
+            // whatever the op). Zeros: the application gives no operand.
+            let n = r.emit(out).ok()?;
+            out.get_mut(n..n + op.len as usize)?.fill(0);
+            return Some((n + op.len as usize, op.len));
+        }
+        let n = op.buf.with_slice(|s| wire::Req { data: s, ..r }.emit(out).ok())?;
         // COMPARE_RTA: the compare values follow the operands (spec §3.3).
         let cmp = if ptype == PacketType::CompareRta { a.compare.len() } else { 0 };
         let tail = out.get_mut(n..n + cmp)?;
@@ -197,23 +206,34 @@ impl Core {
         let total = r.rma_iov.iter().try_fold(0u64, |t, v| t.checked_add(v.len())).ok_or(Status::RemoteAccess)?;
         let need = if fetch { Access::REMOTE_WRITE | Access::REMOTE_READ } else { Access::REMOTE_WRITE };
         let bufs = self.mr_check_all(r.rma_iov, need, total)?;
-        let [target] = bufs.as_slice() else {
+        if bufs.is_empty() {
             return Err(Status::NotSup);
-        };
-        let len = target.len();
+        }
+        // Several regions (libfabric's atomic msgs with an iov): the
+        // operands and compare values follow the regions in order.
+        let len = total as usize;
         let data_len = match class {
             AtomicClass::Compare => 2 * len,
-            _ if code == atomic_ops::op::ATOMIC_READ => 0,
             _ => len,
         };
-        if len % size != 0 || r.data.len() != data_len {
+        // An atomic read's operand bytes are ignored; rdm4 before issue 42
+        // sent none, libfabric sends them: both are taken.
+        let read_without = code == atomic_ops::op::ATOMIC_READ && r.data.is_empty();
+        if bufs.iter().any(|b| b.len() % size != 0) || (r.data.len() != data_len && !read_without) {
             self.stats.protocol_errors += 1;
             return Err(Status::Proto);
         }
-        let (operand, compare) = r.data.split_at(data_len.min(len));
+        let (operand, compare) = if read_without { (&[][..], &[][..]) } else { r.data.split_at(len) };
         let mut old = if fetch { vec![0u8; len] } else { Vec::new() };
-        // By the CPU's atomics, as peers that map the memory apply theirs.
-        target.atomic_apply(dt, code, operand, compare, &mut old)?;
+        let mut at = 0;
+        for target in &bufs {
+            let n = target.len();
+            let (opnd, cmp) = (operand.get(at..at + n).unwrap_or(&[]), compare.get(at..at + n).unwrap_or(&[]));
+            let out = if fetch { &mut old[at..at + n] } else { &mut [][..] };
+            // By the CPU's atomics, as peers that map the memory apply theirs.
+            target.atomic_apply(dt, code, opnd, cmp, out)?;
+            at += n;
+        }
         Ok(old)
     }
 

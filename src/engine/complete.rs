@@ -112,18 +112,17 @@ impl Core {
             self.nacked.retain(|_, k| *k != key);
         }
         // What the end releases.
-        match op.what {
-            Ended::Send { runt, mr, .. } => {
+        match &op.what {
+            &Ended::Send { runt, mr, .. } => {
                 self.give_back_runt(op.peer, runt);
-                self.dereg.extend(mr);
-            }
-            Ended::Write { mr } => self.dereg.extend(mr),
-            Ended::ServeWrite { mr_key, .. } | Ended::ServeRead { mr_key } => {
-                if let Some(mr) = self.mrs.get_mut(&mr_key) {
-                    mr.busy = mr.busy.saturating_sub(1);
+                if let Some(mr) = mr {
+                    self.drop_longread_mr(mr);
                 }
             }
-            Ended::Recv { msg, via, unexpected } => {
+            &Ended::Write { mr: Some(mr) } => self.drop_longread_mr(mr),
+            Ended::Write { mr: None } => {}
+            Ended::ServeWrite { keys, .. } | Ended::ServeRead { keys } => self.mr_release(keys),
+            &Ended::Recv { msg, via, unexpected } => {
                 if let Some(bounce_len) = unexpected {
                     self.unexpected_bytes -= bounce_len.min(self.unexpected_bytes);
                     self.may_take_deferred();
@@ -141,7 +140,7 @@ impl Core {
                     }
                 }
             }
-            Ended::Read | Ended::Atomic { .. } => {}
+            Ended::Read { .. } | Ended::Atomic { .. } => {}
         }
         // A message a probe discarded: everything but the completion.
         let discarded = !self.discarding.is_empty() && self.discarding.remove(&key).is_some();
@@ -159,6 +158,9 @@ impl Core {
                 done.fill(&mut e, src);
                 if msg.dc && status == Status::Success {
                     self.send_receipt(op.peer, op.remote_id, msg.msg_id);
+                } else if msg.dc && status != Status::PeerUnreachable {
+                    // Its sender waits for a RECEIPT: the error instead.
+                    self.send_peer_error(op.peer, op.remote_id, status);
                 }
             }
             Ended::ServeWrite { cq_data, dc, .. } => {
@@ -176,7 +178,8 @@ impl Core {
                 e.flags = CqFlags::RMA | CqFlags::WRITE;
                 e.len = op.len;
             }
-            Ended::Read => {
+            Ended::Read { into: Some(k) } => return self.emulated_read_done(k, Some(status)),
+            Ended::Read { into: None } => {
                 e.flags = CqFlags::RMA | CqFlags::READ;
                 e.len = op.len;
             }
@@ -217,10 +220,20 @@ impl Core {
         self.queue_ctrl(peer, &wire::Packet::Receipt(r));
     }
 
-    /// Tells `peer` that its operation `op_id` failed with `status`.
+    /// Tells `peer` that its operation `op_id` failed with `status`, where
+    /// both sides have PEER_ERROR; before the peer's HANDSHAKE, once it is
+    /// in (and asked for).
     pub(crate) fn send_peer_error(&mut self, peer: u32, op_id: u32, status: Status) {
-        let honours = self.peers.get(peer).is_some_and(|p| !p.known() || p.has(wire::extra::PEER_ERROR));
-        if !honours || self.my_extra() & wire::extra::PEER_ERROR == 0 {
+        if self.my_extra() & wire::extra::PEER_ERROR == 0 {
+            return;
+        }
+        let Some(p) = self.peers.get(peer) else { return };
+        if !p.known() {
+            self.after_hs.push((peer, super::AfterHs::PeerError { op_id, status }));
+            self.trigger_handshake(peer);
+            return;
+        }
+        if !p.has(wire::extra::PEER_ERROR) {
             return;
         }
         let e = wire::PeerError {

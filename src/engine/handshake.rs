@@ -27,7 +27,9 @@ impl Core {
             // sends and receives runting reads (§4.5).
             bits |= wire::extra::RDMA_READ | wire::extra::READ_NACK | wire::extra::RUNT;
         }
-        if self.caps.rdma_write {
+        if self.caps.rdma_write && self.caps.rdma_write_imm {
+            // A peer with RDMA write moves a write with CQ data by RDMA
+            // write with immediate data: both must be there.
             bits |= wire::extra::RDMA_WRITE;
         }
         if self.cfg.constant_header {
@@ -69,6 +71,17 @@ impl Core {
         let extra = h.extra_info.first().map_or(0, |w| w.get());
         p.theirs = TheirHandshake::Known { extra, host_id: h.host_id, device_version: h.device_version };
         let waiting: Vec<u32> = p.waiting_hs.drain(..).collect();
+        if !self.after_hs.is_empty() {
+            let (now, later): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut self.after_hs).into_iter().partition(|(p, _)| *p == peer);
+            self.after_hs = later;
+            for (_, answer) in now {
+                match answer {
+                    super::AfterHs::FailedRead { key, iovs } => self.answer_failed_read(key, iovs),
+                    super::AfterHs::PeerError { op_id, status } => self.send_peer_error(peer, op_id, status),
+                }
+            }
+        }
         for key in waiting {
             // A plain send parked only behind another keeps its protocol.
             let plain = self.ops.get(key).is_some_and(|op| matches!(op.state, super::op::State::Send { msg, .. } if !msg.dc));

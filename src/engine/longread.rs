@@ -53,6 +53,10 @@ impl Core {
                 if let Via::LongRead { mr, .. } = &mut out.via {
                     *mr = Some(k);
                 }
+                // A receiver whose read fails may read by emulated reads
+                // instead (`Core::read_failed`): the key serves those too.
+                let buf = op.buf;
+                self.mrs.insert(k, super::Mr { buf, access: Access::REMOTE_READ, busy: 0 });
             }
             Err(_) => {
                 crate::log::log!(crate::log::INFO, "a buffer could not be registered for long-read: long-CTS");
@@ -82,9 +86,9 @@ impl Core {
             self.complete(key, Status::PeerUnreachable);
             return true;
         };
-        let target = op.len.min(op.buf.len() as u64);
+        let target = op.len.min(op.room());
         let max = self.caps.max_rdma_size.max(1);
-        let (buf, wr) = (op.buf, u64::from(key) + 1);
+        let wr = u64::from(key) + 1;
         let mut sent = op.sent;
         let mut issued = 0u32;
         let mut failed = false;
@@ -100,10 +104,12 @@ impl Core {
                     continue;
                 }
                 let n = (v.len() - off).min(target - pos).min(max);
-                let Some(local) = buf.slice(pos as usize, n as usize) else {
+                // Within one local region (a write may name several).
+                let Some(local) = op.span(pos, n as usize).filter(|l| !l.is_empty()) else {
                     failed = true;
                     break 'iovs;
                 };
+                let n = local.len() as u64;
                 match dev.rdma_read(ah, local, v.addr() + off, v.key(), wr) {
                     Ok(()) => {
                         issued += 1;
@@ -149,7 +155,7 @@ impl Core {
     /// Receiver: when every read is done, the EOR and the completion.
     fn longread_progress(&mut self, key: u32) {
         let Some(op) = self.ops.get_mut(key) else { return };
-        let target = op.len.min(op.buf.len() as u64);
+        let target = op.len.min(op.room());
         if op.inflight > 0 || op.sent < target || !self.lr_iovs.contains_key(&key) {
             return;
         }
@@ -161,50 +167,145 @@ impl Core {
         self.check_done(key);
     }
 
-    /// Receiver: a read failed: READ_NACK, then wait for the sender's
-    /// LONGCTS_RTM (spec §4.7) — when the sender advertised READ_NACK.
-    /// A sender without it would not understand the nack: the receive
-    /// fails (`RemoteAccess`), and so does the send, by PEER_ERROR where
-    /// the sender takes it (else by its request timeout). A sender whose
-    /// HANDSHAKE has not arrived yet (it overtook the RTM) is nacked: only
-    /// a sender of protocol v4 with read support sends long-read, and the
-    /// reference implementation nacks since 1.20.
+    /// Receiver (of a long-read or runting message, or the target of a
+    /// long-read write): a read failed. What goes back depends on what the
+    /// sender understands, so it waits for the sender's HANDSHAKE when that
+    /// has not arrived (it overtook the RTM): a READ_NACK or PEER_ERROR to a
+    /// peer that does not know the type is fatal in libfabric's older
+    /// releases. Then:
+    /// - both sides have READ_NACK: READ_NACK (spec §4.7). A message comes
+    ///   again by long-CTS into the same receive; a write comes again as a
+    ///   new (DC_)LONGCTS_RTW, so the target's entry ends here silently;
+    /// - else the bytes are read by emulated reads (SHORT/LONGCTS_RTR on
+    ///   the sender's `read_iov`, which every v4 peer serves, registered
+    ///   as its buffer is for the RDMA read): a baseline sender waits for
+    ///   an EOR and would otherwise wait for ever; its EOR when they are
+    ///   in. Should those fail too, PEER_ERROR where the sender takes it.
     fn read_failed(&mut self, key: u32) {
-        if self.lr_iovs.remove(&key).is_none() {
-            return; // already nacked (several reads failed)
-        }
-        if let Some(op) = self.ops.get(key).filter(|op| matches!(op.state, State::ServeWrite { .. })) {
-            // A long-read write: the requester's write fails (no nack: it
-            // has no long-CTS fallback of the same write on the wire).
-            let (peer, id) = (op.peer, op.remote_id);
-            crate::log::log!(crate::log::INFO, "a long-read write of peer {peer} failed to read: PEER_ERROR");
-            self.send_peer_error(peer, id, Status::RemoteAccess);
-            self.complete(key, Status::RemoteAccess);
-            return;
-        }
-        let peer = self.ops.get(key).and_then(|op| self.peers.get(op.peer));
-        let nackable = peer.is_some_and(|p| {
-            self.my_extra() & wire::extra::READ_NACK != 0 && (!p.known() || p.has(wire::extra::READ_NACK))
-        });
-        if !nackable {
-            let Some(op) = self.ops.get(key) else { return };
-            let (peer, send_id) = (op.peer, op.remote_id);
-            self.send_peer_error(peer, send_id, Status::RemoteAccess);
-            self.complete(key, Status::RemoteAccess);
-            return;
-        }
-        let connid = self.my_connid();
-        let Some(op) = self.ops.get_mut(key) else { return };
-        let nack = IdsHdr { flags: 0, send_id: op.remote_id, recv_id: key, connid, padding: 0 };
-        let State::Recv { msg, via } = &mut op.state else { return };
-        *via = RxVia::LongCts(Grant::default());
-        let msg_id = msg.msg_id;
-        op.sent = 0;
-        op.received = 0;
+        let Some(iovs) = self.lr_iovs.remove(&key) else {
+            return; // handled already (several reads failed)
+        };
+        let Some(op) = self.ops.get(key) else { return };
         let peer = op.peer;
-        self.nacked.insert((peer, msg_id), key);
-        crate::log::log!(crate::log::INFO, "a read of message {msg_id} from peer {peer} failed: READ_NACK, long-CTS");
-        self.queue_ctrl(peer, &Packet::ReadNack(nack));
+        if !self.peers.get(peer).is_some_and(|p| p.known()) {
+            self.after_hs.push((peer, super::AfterHs::FailedRead { key, iovs }));
+            self.trigger_handshake(peer);
+            return;
+        }
+        self.answer_failed_read(key, iovs);
+    }
+
+    /// [`Self::read_failed`] once the sender's features are known.
+    pub(crate) fn answer_failed_read(&mut self, key: u32, iovs: Vec<RmaIov>) {
+        let Some(op) = self.ops.get(key) else { return };
+        let (peer, send_id) = (op.peer, op.remote_id);
+        let nackable = self.peers.get(peer).is_some_and(|p| self.both(p, wire::extra::READ_NACK));
+        if !nackable {
+            crate::log::log!(crate::log::INFO, "a read from peer {peer} failed: emulated reads");
+            self.read_emulated(key, &iovs);
+            return;
+        }
+        let nack = IdsHdr { flags: 0, send_id, recv_id: key, connid: self.my_connid(), padding: 0 };
+        let Some(op) = self.ops.get_mut(key) else { return };
+        match &mut op.state {
+            State::ServeWrite { .. } => {
+                crate::log::log!(crate::log::INFO, "a long-read write of peer {peer} failed to read: READ_NACK");
+                self.queue_ctrl(peer, &Packet::ReadNack(nack));
+                self.drop_served_write(key);
+            }
+            State::Recv { msg, via } => {
+                *via = RxVia::LongCts(Grant::default());
+                let msg_id = msg.msg_id;
+                op.sent = 0;
+                op.received = 0;
+                self.nacked.insert((peer, msg_id), key);
+                crate::log::log!(
+                    crate::log::INFO,
+                    "a read of message {msg_id} from peer {peer} failed: READ_NACK, long-CTS"
+                );
+                self.queue_ctrl(peer, &Packet::ReadNack(nack));
+            }
+            _ => {}
+        }
+    }
+
+    /// Ends served write `key` without a word to its requester (it was
+    /// answered otherwise): its registration released.
+    fn drop_served_write(&mut self, key: u32) {
+        let keys = self.ops.remove_with(key, |op| match &mut op.state {
+            State::ServeWrite { keys, .. } => std::mem::take(keys),
+            _ => Box::default(),
+        });
+        self.mr_release(&keys.unwrap_or_default());
+    }
+
+    /// Receiver `key`: reads by emulated reads what its RDMA reads were to
+    /// read (from the runt's end, at most its buffer's length), one read
+    /// per `read_iov` entry; each counts in its `inflight`.
+    fn read_emulated(&mut self, key: u32, iovs: &[RmaIov]) {
+        let Some(op) = self.ops.get(key) else { return };
+        let start = match op.state {
+            State::Recv { via: RxVia::LongRead { runt }, .. } => runt,
+            _ => 0,
+        };
+        let (peer, target) = (op.peer, op.len.min(op.room()));
+        let mut reads = Vec::new();
+        let mut at = 0u64;
+        for v in iovs {
+            let (mut lo, hi) = (at.max(start), at.saturating_add(v.len()).min(target));
+            // One read per piece within a local region.
+            while lo < hi {
+                let Some(local) = op.span(lo, (hi - lo) as usize).filter(|l| !l.is_empty()) else { break };
+                let n = local.len() as u64;
+                reads.push((local, RmaIov::new(v.addr() + (lo - at), n, v.key())));
+                lo += n;
+            }
+            at = at.saturating_add(v.len());
+        }
+        let mut posted = 0;
+        let mut failed = false;
+        for (local, rma) in reads {
+            match self.post_emulated_read(peer, local, rma, key) {
+                Ok(()) => posted += 1,
+                Err(_) => failed = true,
+            }
+        }
+        if let Some(op) = self.ops.get_mut(key) {
+            op.inflight += posted;
+            op.sent = target;
+            if failed && op.status == Status::Success {
+                op.status = Status::RemoteAccess;
+            }
+        }
+        self.emulated_read_done(key, None);
+    }
+
+    /// Receiver `key`: one of its emulated reads ended with `status`
+    /// (`None`: none ended, look whether all are done).
+    pub(crate) fn emulated_read_done(&mut self, key: u32, status: Option<Status>) {
+        let Some(op) = self.ops.get_mut(key) else { return };
+        if let Some(s) = status {
+            op.inflight = op.inflight.saturating_sub(1);
+            if s != Status::Success && op.status == Status::Success {
+                op.status = s;
+            }
+        }
+        if op.inflight > 0 {
+            return;
+        }
+        let (peer, send_id, status) = (op.peer, op.remote_id, op.status);
+        if op.closing {
+            return self.complete(key, status);
+        }
+        if status != Status::Success {
+            crate::log::log!(crate::log::INFO, "emulated reads from peer {peer} failed too: PEER_ERROR");
+            self.send_peer_error(peer, send_id, status);
+            return self.complete(key, status);
+        }
+        op.received = op.len;
+        let eor = IdsHdr { flags: 0, send_id, recv_id: key, connid: self.my_connid(), padding: 0 };
+        self.queue_ctrl(peer, &Packet::Eor(eor));
+        self.check_done(key);
     }
 
     /// Receiver: the LONGCTS_RTM that answers our READ_NACK; the message
@@ -246,32 +347,59 @@ impl Core {
     /// LONGCTS_RTM without data.
     pub(crate) fn handle_read_nack(&mut self, peer: u32, e: &IdsHdr) {
         let key = e.send_id;
-        let longcts = match self.ops.get(key).filter(|op| op.peer == peer).map(|op| &op.state) {
-            Some(State::Send { msg, out, .. })
-                if matches!(out.via, Via::LongRead { mr: Some(_), .. }) && out.awaits == Some(Awaits::Eor) =>
-            {
-                self.rtm_types[2][usize::from(msg.tagged)]
+        let dc = self.peers.get(peer).is_some_and(|p| self.both(p, wire::extra::DELIVERY_COMPLETE));
+        // The long-CTS type, whether its REQ answers the nack, and what it waits for.
+        let (longcts, nacked, awaits, proto) = match self.ops.get(key).filter(|op| op.peer == peer).map(|op| &op.state)
+        {
+            Some(State::Send { msg, out, .. }) if Self::reads_pending(out) => {
+                (self.rtm_types[2][usize::from(msg.tagged)], true, None, Proto::Longcts)
+            }
+            // A long-read write: again as a new long-CTS write, as libfabric
+            // does (its DC type where both sides offer delivery complete, as
+            // `choose_rma_protocol` would have chosen), an ordinary request
+            // any target serves.
+            Some(State::Write { out, .. }) if Self::reads_pending(out) => {
+                let t = if dc { PacketType::DcLongctsRtw } else { PacketType::LongctsRtw };
+                (t, false, dc.then_some(Awaits::Receipt), Proto::WriteLongcts)
             }
             _ => {
                 self.stats.protocol_errors += 1;
                 return;
             }
         };
-        crate::log::log!(crate::log::INFO, "peer {peer} could not read a message: it goes by long-CTS");
+        crate::log::log!(crate::log::INFO, "peer {peer} could not read: long-CTS");
         self.release_runt(key);
         let Some(op) = self.ops.get_mut(key) else { return };
         op.sent = 0;
         let len = op.len;
         let Some(out) = op.out_mut() else { return };
-        if let Via::LongRead { mr: Some(mr), .. } = out.via {
-            self.dereg.push(mr);
-        }
+        let mr = match out.via {
+            Via::LongRead { mr, .. } => mr,
+            _ => None,
+        };
         out.ptype = Some(longcts);
-        out.via = Via::LongCts { window_end: 0, nodata: true, nacked: true };
-        out.awaits = None;
+        // A message's RTM after a nack carries no data (spec §4.7).
+        out.via = Via::LongCts { window_end: 0, nodata: nacked, nacked };
+        out.awaits = awaits;
         out.started = false;
-        self.traffic.op(Proto::Longcts, len);
+        if let Some(mr) = mr {
+            self.drop_longread_mr(mr);
+        }
+        self.traffic.op(proto, len);
         self.enqueue(key);
+    }
+
+    /// A long-read sender or writer whose REQ is out and whose peer reads.
+    fn reads_pending(out: &super::op::Out) -> bool {
+        matches!(out.via, Via::LongRead { mr: Some(_), .. }) && out.awaits == Some(Awaits::Eor)
+    }
+
+    /// The long-read registration `mr` of a send or write that ended (or
+    /// goes on by long-CTS): no emulated read is served from it any more;
+    /// the device's registration goes at the next flush.
+    pub(crate) fn drop_longread_mr(&mut self, mr: u64) {
+        self.mrs.remove(&mr);
+        self.dereg.push(mr);
     }
 
     /// Drops the registrations of finished long-read sends.

@@ -104,6 +104,17 @@ use crate::status::Status;
 use crate::wire::{self, PacketType, RawAddr, ReqFamily, Subprotocol};
 use ahtable::AhTable;
 use op::Op;
+
+/// An answer that waits for its peer's HANDSHAKE: READ_NACK and PEER_ERROR
+/// go only to a peer that advertised them (a type unknown to a peer is
+/// fatal to libfabric's older releases).
+#[derive(Debug)]
+pub(crate) enum AfterHs {
+    /// Long-read receiver `key`'s read failed (`Core::read_failed`), of `iovs`.
+    FailedRead { key: u32, iovs: Vec<wire::RmaIov> },
+    /// The peer's operation `op_id` failed with `status` (`Core::send_peer_error`).
+    PeerError { op_id: u32, status: Status },
+}
 use peer::Peer;
 use slab::Slab;
 
@@ -182,6 +193,9 @@ pub(crate) struct Core {
     /// Long-read receives whose read failed: (peer, msg_id) → receive,
     /// waiting for the sender's LONGCTS_RTM.
     nacked: FxHashMap<(u32, u32), u32>,
+    /// Answers that wait for a peer's HANDSHAKE, which decides what the
+    /// peer understands (`AfterHs`).
+    after_hs: Vec<(u32, AfterHs)>,
     /// Device registrations of finished long-read sends, to drop.
     dereg: Vec<u64>,
     /// Packets by type and operations by protocol.
@@ -267,6 +281,7 @@ impl<D: Device> Endpoint<D> {
             eager_cap: [0; 2],
             lr_iovs: FxHashMap::default(),
             nacked: FxHashMap::default(),
+            after_hs: Vec::new(),
             dereg: Vec::new(),
             timed: VecDeque::new(),
             traffic: Traffic::default(),

@@ -35,10 +35,23 @@ impl Core {
         Ok(bufs)
     }
 
-    /// Marks the registration of `key` busy (a long remote operation uses it).
-    pub(crate) fn mr_hold(&mut self, key: u64) {
-        if let Some(mr) = self.mrs.get_mut(&key) {
-            mr.busy += 1;
+    /// Marks the registrations of `iovs` busy (a long remote operation
+    /// uses them); the keys, for [`Self::mr_release`].
+    pub(crate) fn mr_hold(&mut self, iovs: &[RmaIov]) -> Box<[u64]> {
+        for v in iovs {
+            if let Some(mr) = self.mrs.get_mut(&v.key()) {
+                mr.busy += 1;
+            }
+        }
+        iovs.iter().map(RmaIov::key).collect()
+    }
+
+    /// Releases what [`Self::mr_hold`] held.
+    pub(crate) fn mr_release(&mut self, keys: &[u64]) {
+        for k in keys {
+            if let Some(mr) = self.mrs.get_mut(k) {
+                mr.busy = mr.busy.saturating_sub(1);
+            }
         }
     }
 }

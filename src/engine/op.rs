@@ -58,20 +58,24 @@ pub(crate) enum State {
     Send { msg: Msg, out: Out, backlog: bool },
     /// Requester of a write.
     Write { rma: RmaIov, cq_data: Option<u64>, out: Out },
-    /// Requester of a read; `grant`: the windows it grants a long-CTS read's responder.
-    Read { rma: RmaIov, out: Out, grant: Grant },
+    /// Requester of a read; `grant`: the windows it grants a long-CTS
+    /// read's responder. `into`: an emulated read a long-read receiver
+    /// does for itself (its key), which gets the completion.
+    Read { rma: RmaIov, out: Out, grant: Grant, into: Option<u32> },
     /// Requester of an atomic; the RTA takes a `msg_id`.
     Atomic { rma: RmaIov, req: AtomicReq, msg_id: u32, out: Out },
     /// Receiver of a message, matched with a receive.
     Recv { msg: Msg, via: RxVia },
     /// A message no receive has taken yet: its data so far in `bounce`.
     Unexpected { msg: Msg, via: RxVia, bounce: Vec<u8> },
-    /// Target of a long-CTS or long-read write: receives into `buf` (the
-    /// registered region of key `mr_key`).
-    ServeWrite { via: RxVia, cq_data: Option<u64>, dc: bool, mr_key: u64 },
-    /// Responder of a long-CTS read: sends from `buf` (the registered
-    /// region of key `mr_key`), a READRSP then CTSDATA.
-    ServeRead { out: Out, mr_key: u64 },
+    /// Target of a long-CTS or long-read write: receives into `buf` (a
+    /// registered region), or into `regions` in order when the request
+    /// named several (`rma_iov` entries). `keys`: the registrations it
+    /// keeps busy.
+    ServeWrite { via: RxVia, cq_data: Option<u64>, dc: bool, keys: Box<[u64]>, regions: Option<Box<[UserBuf]>> },
+    /// Responder of a long-CTS read: sends from `buf`, or `regions` in
+    /// order, a READRSP then CTSDATA; `keys` as for `ServeWrite`.
+    ServeRead { out: Out, keys: Box<[u64]>, regions: Option<Box<[UserBuf]>> },
 }
 
 /// A message's identity.
@@ -254,6 +258,41 @@ impl Op {
         }
     }
 
+    /// The regions a served request names, when several.
+    fn regions(&self) -> Option<&[UserBuf]> {
+        match &self.state {
+            State::ServeWrite { regions, .. } | State::ServeRead { regions, .. } => regions.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Bytes of the operation's memory: its buffer, or its regions.
+    pub fn room(&self) -> u64 {
+        match self.regions() {
+            Some(r) => r.iter().map(|b| b.len() as u64).sum(),
+            None => self.buf.len() as u64,
+        }
+    }
+
+    /// The memory at offset `off`, at most `n` bytes: within one region
+    /// (shorter at a region's end); `None` past the end.
+    pub fn span(&self, off: u64, n: usize) -> Option<UserBuf> {
+        let Some(regions) = self.regions() else {
+            let off = usize::try_from(off).ok()?;
+            return self.buf.slice(off, n.min(self.buf.len().checked_sub(off)?));
+        };
+        let mut at = 0u64;
+        for r in regions {
+            let end = at + r.len() as u64;
+            if off < end {
+                let inner = (off - at) as usize;
+                return r.slice(inner, n.min(r.len() - inner));
+            }
+            at = end;
+        }
+        None
+    }
+
     /// Writes `data` at message offset `off` into `buf` (or, for an
     /// unexpected message, its bounce buffer), dropping what lies beyond the
     /// buffer (truncation); counts it as received.
@@ -269,6 +308,17 @@ impl Op {
             let at = off as usize;
             if let Some(dst) = bounce.get_mut(at..at + len) {
                 data.read_into(dst);
+            }
+            self.received += len as u64;
+            return;
+        }
+        if self.regions().is_some() {
+            // Region by region.
+            let mut done = 0;
+            while done < len {
+                let Some(dst) = self.span(off + done as u64, len - done) else { break };
+                data.write_part(&dst, done);
+                done += dst.len();
             }
             self.received += len as u64;
             return;
@@ -307,6 +357,18 @@ impl Data<'_> {
             Data::Inline(d) => dst.copy_from_slice(&d[..dst.len()]),
             Data::Gathered(b) => {
                 b.read_at(0, dst);
+            }
+        }
+    }
+
+    /// Copies bytes `from..from + dst.len()` into `dst` (in bounds: checked by the caller).
+    fn write_part(&self, dst: &UserBuf, from: usize) {
+        match self {
+            Data::Inline(d) => {
+                dst.write_at(0, &d[from..from + dst.len()]);
+            }
+            Data::Gathered(b) => {
+                dst.copy_from(0, b, from, dst.len());
             }
         }
     }
@@ -394,7 +456,7 @@ pub(crate) struct EagerMsg {
 
 /// What completing an operation needs of its entry (copied out so the large
 /// entry is dropped in place rather than moved).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub(crate) struct Finished {
     pub peer: u32,
     pub context: u64,
@@ -407,19 +469,19 @@ pub(crate) struct Finished {
 }
 
 /// What kind of operation ended, with what its end releases or sends.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub(crate) enum Ended {
     /// A send: `runt` to give back to its peer's budget, `mr` its
     /// long-read registration to drop.
     Send { msg: Msg, runt: u64, mr: Option<u64> },
     Write { mr: Option<u64> },
-    Read,
+    Read { into: Option<u32> },
     Atomic { fetches: bool },
     /// A received message; `unexpected`: no receive had taken it (its
     /// bounce buffer held `bounce_len` bytes).
     Recv { msg: Msg, via: RxVia, unexpected: Option<usize> },
-    ServeWrite { cq_data: Option<u64>, dc: bool, mr_key: u64 },
-    ServeRead { mr_key: u64 },
+    ServeWrite { cq_data: Option<u64>, dc: bool, keys: Box<[u64]> },
+    ServeRead { keys: Box<[u64]> },
 }
 
 impl From<&mut Op> for Finished {
@@ -428,7 +490,7 @@ impl From<&mut Op> for Finished {
             Via::LongRead { mr, .. } => mr,
             _ => None,
         };
-        let what = match &op.state {
+        let what = match &mut op.state {
             State::Send { msg, out, .. } => {
                 let runt = match out.via {
                     Via::LongRead { runt, .. } => runt,
@@ -437,16 +499,16 @@ impl From<&mut Op> for Finished {
                 Ended::Send { msg: *msg, runt, mr: lr_mr(out) }
             }
             State::Write { out, .. } => Ended::Write { mr: lr_mr(out) },
-            State::Read { .. } => Ended::Read,
+            State::Read { into, .. } => Ended::Read { into: *into },
             State::Atomic { req, .. } => Ended::Atomic { fetches: !req.result.is_empty() },
             State::Recv { msg, via } => Ended::Recv { msg: *msg, via: *via, unexpected: None },
             State::Unexpected { msg, via, bounce } => {
                 Ended::Recv { msg: *msg, via: *via, unexpected: Some(bounce.len()) }
             }
-            State::ServeWrite { cq_data, dc, mr_key, .. } => {
-                Ended::ServeWrite { cq_data: *cq_data, dc: *dc, mr_key: *mr_key }
+            State::ServeWrite { cq_data, dc, keys, .. } => {
+                Ended::ServeWrite { cq_data: *cq_data, dc: *dc, keys: std::mem::take(keys) }
             }
-            State::ServeRead { mr_key, .. } => Ended::ServeRead { mr_key: *mr_key },
+            State::ServeRead { keys, .. } => Ended::ServeRead { keys: std::mem::take(keys) },
         };
         Finished {
             peer: op.peer,

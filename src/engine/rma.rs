@@ -230,7 +230,7 @@ impl Core {
         out.awaits = Some(Awaits::ReadRsp);
         let end = if short { len } else { self.first_read_window(len) };
         let grant = Grant { credits: self.cfg.credit_request, end };
-        let op = Op::new(dest, context, buf, len, State::Read { rma, out, grant });
+        let op = Op::new(dest, context, buf, len, State::Read { rma, out, grant, into: None });
         let key = self.new_op(op)?;
         self.time_request(key);
         if self.caps.rdma_read {
@@ -247,7 +247,10 @@ impl Core {
     pub(crate) fn readrsp_packet(&self, key: u32, op: &Op, o: &Out, out: &mut [u8]) -> Option<(usize, u64)> {
         let Via::LongCts { window_end, .. } = o.via else { return None };
         let chunk = window_end.min((self.caps.mtu - wire::ReadRsp::HDR_LEN) as u64) as usize;
-        op.buf.with_slice(|s| {
+        // Within the first region (the CTSDATA carry on from there).
+        let first = op.span(0, chunk)?;
+        let chunk = first.len();
+        first.with_slice(|s| {
             let r = wire::ReadRsp {
                 flags: 0,
                 connid: self.my_connid(),
@@ -258,6 +261,25 @@ impl Core {
             };
             r.emit(out).ok().map(|n| (n, chunk as u64))
         })
+    }
+
+    /// An emulated read of `rma` on `peer` into `buf` for long-read
+    /// receiver `into` (`Core::read_failed`): SHORT or LONGCTS_RTR
+    /// whatever the peer's features (its RDMA read just failed).
+    pub(crate) fn post_emulated_read(&mut self, peer: Addr, buf: UserBuf, rma: RmaIov, into: u32) -> Result<(), Status> {
+        let len = buf.len() as u64;
+        let short = buf.len() <= self.caps.mtu - wire::ReadRsp::HDR_LEN;
+        let mut out = Out::new(Some(if short { PacketType::ShortRtr } else { PacketType::LongctsRtr }), Via::Req);
+        out.awaits = Some(Awaits::ReadRsp);
+        let end = if short { len } else { self.first_read_window(len) };
+        let grant = Grant { credits: self.cfg.credit_request, end };
+        let op = Op::new(peer, 0, buf, len, State::Read { rma, out, grant, into: Some(into) });
+        // Past `max_ops`: it finishes what the receive holds already.
+        let key = self.ops.insert(op).ok_or(Status::Again)?;
+        self.time_request(key);
+        self.traffic.op(if short { Proto::ReadShort } else { Proto::ReadLongcts }, len);
+        self.enqueue(key);
+        Ok(())
     }
 
     /// The REQ of an RMA request `key` on `rma` (`ptype`), without data.
@@ -371,13 +393,14 @@ impl Core {
             }
             return;
         }
-        let ([target], Some(id)) = (bufs.as_slice(), answer_id) else {
-            // A long write into several regions: rdm4 writes one region per request.
+        let (Some(target), Some(id)) = (bufs.first().copied(), answer_id) else {
             if let Some(id) = answer_id {
                 self.send_peer_error(peer, id, Status::NotSup);
             }
             return;
         };
+        // Several regions (libfabric's `fi_writemsg` with an iov): filled in order.
+        let regions = (bufs.len() > 1).then(|| bufs.into_boxed_slice());
         if r.data.len() as u64 > total {
             self.stats.protocol_errors += 1;
             self.send_peer_error(peer, id, Status::Proto);
@@ -388,16 +411,15 @@ impl Core {
         } else {
             RxVia::LongCts(Grant { credits: r.fields.credit_request, end: 0 })
         };
-        let mr_key = r.rma_iov.first().map_or(0, |v| v.key());
-        let mut op = Op::new(peer, 0, *target, total, State::ServeWrite { via, cq_data: r.cq_data, dc: info.dc, mr_key });
+        let keys = self.mr_hold(r.rma_iov);
+        let state = State::ServeWrite { via, cq_data: r.cq_data, dc: info.dc, keys: keys.clone(), regions };
+        let mut op = Op::new(peer, 0, target, total, state);
         op.remote_id = id;
         let Ok(key) = self.new_op(op) else {
+            self.mr_release(&keys);
             self.send_peer_error(peer, id, Status::Again);
             return;
         };
-        if let Some(k) = r.rma_iov.first().map(|v| v.key()) {
-            self.mr_hold(k);
-        }
         if info.proto == Subprotocol::Longread {
             // Served like a long-read receive: the reads, then the EOR.
             self.lr_iovs.insert(key, r.read_iov.to_vec());
@@ -435,24 +457,24 @@ impl Core {
             self.queue_ctrl(peer, &Packet::ReadRsp(rsp));
             return;
         }
-        let [source] = bufs.as_slice() else {
+        let Some(source) = bufs.first().copied() else {
             return self.send_peer_error(peer, id, Status::NotSup);
         };
+        // Several regions (libfabric's `fi_readmsg` with an iov): read in order.
+        let regions = (bufs.len() > 1).then(|| bufs.into_boxed_slice());
         if r.fields.recv_length == 0 {
             self.stats.protocol_errors += 1;
             return self.send_peer_error(peer, id, Status::Proto);
         }
         let window_end = u64::from(r.fields.recv_length).min(total);
         let out = Out::new(None, Via::LongCts { window_end, nodata: false, nacked: false });
-        let mr_key = r.rma_iov.first().map_or(0, |v| v.key());
-        let mut op = Op::new(peer, 0, *source, total, State::ServeRead { out, mr_key });
+        let keys = self.mr_hold(r.rma_iov);
+        let mut op = Op::new(peer, 0, source, total, State::ServeRead { out, keys: keys.clone(), regions });
         op.remote_id = id;
         let Ok(key) = self.new_op(op) else {
+            self.mr_release(&keys);
             return self.send_peer_error(peer, id, Status::Again);
         };
-        if let Some(k) = r.rma_iov.first().map(|v| v.key()) {
-            self.mr_hold(k);
-        }
         self.enqueue(key);
     }
 

@@ -232,13 +232,15 @@ impl Core {
                 // CTSDATA: the headers in the device's buffer, the bytes
                 // gathered by the device from the operation's buffer.
                 let seg =
-                    Core::ctsdata_segment(op, cap).and_then(|(off, n)| Some((off, op.buf.slice(off as usize, n)?)));
+                    Core::ctsdata_segment(op, cap).and_then(|(off, n)| Some((off, op.span(off, n)?)));
                 let Some((off, payload)) = seg else {
                     op.queued = false; // window used up: the next CTS re-queues it
                     return true;
                 };
-                let known = self.peers.get(op.peer).is_some_and(|p| p.known());
-                let hdr = Core::ctsdata_hdr(op, off, my_connid.filter(|_| known));
+                // The connid block only for a peer that asked for it (extra
+                // request 3): an older peer would read it as payload.
+                let asked = self.peers.get(op.peer).is_some_and(|p| p.has(wire::extra::CONNID_HEADER));
+                let hdr = Core::ctsdata_hdr(op, off, my_connid.filter(|_| asked));
                 let len = payload.len() as u64;
                 self.hint_backlog(dev, key, len);
                 dev.control_next(); // data of a message already begun
@@ -399,7 +401,7 @@ impl Core {
             State::Write { rma, cq_data, out: o } if !o.started => {
                 self.rtw_packet(key, op, *rma, *cq_data, o, peer, out)
             }
-            State::Read { rma, out: o, grant } if !o.started => self.rtr_packet(key, op, *rma, o, grant, peer, out),
+            State::Read { rma, out: o, grant, .. } if !o.started => self.rtr_packet(key, op, *rma, o, grant, peer, out),
             State::ServeRead { out: o, .. } if !o.started => self.readrsp_packet(key, op, o, out),
             State::Atomic { rma, req, msg_id, out: o } if !o.started => {
                 self.rta_packet(key, op, *rma, req, *msg_id, o, peer, out)
