@@ -426,7 +426,9 @@ impl LfPeer {
                 }
                 let mut ev = Vec::new();
                 self.dev.events(&mut ev);
-                let ok = ev.iter().any(|e| matches!(e, DevEvent::SendDone { wr_id, status: Ok(()), .. } if *wr_id == self.wr));
+                let ok = ev
+                    .iter()
+                    .any(|e| matches!(e, DevEvent::SendDone { wr_id, status: Ok(()), .. } if *wr_id == self.wr));
                 if !ok {
                     return false;
                 }
@@ -620,7 +622,15 @@ impl LfPeer {
     /// An atomic by RTA type `ptype` on `rma`: `operand` (count × size
     /// bytes, as libfabric sends them for every op, FI_ATOMIC_READ too),
     /// `compare` for COMPARE_RTA; returns the operation's id.
-    pub fn atomic(&mut self, ptype: PacketType, dt: u32, op: u32, rma: &[RmaIov], operand: &[u8], compare: &[u8]) -> u32 {
+    pub fn atomic(
+        &mut self,
+        ptype: PacketType,
+        dt: u32,
+        op: u32,
+        rma: &[RmaIov],
+        operand: &[u8],
+        compare: &[u8],
+    ) -> u32 {
         let id = self.id();
         let msg_id = self.next_msg_id();
         let mut data = operand.to_vec();
@@ -885,12 +895,23 @@ impl LfPeer {
                     self.send_receipt(op.their_id, 0);
                 }
             }
-            RxKind::Msg => self.deliver(op.ptype, op.tag, op.cq_data, op.buf.bytes().to_vec(), op.dc, op.their_id, op.msg_id),
+            RxKind::Msg => {
+                self.deliver(op.ptype, op.tag, op.cq_data, op.buf.bytes().to_vec(), op.dc, op.their_id, op.msg_id)
+            }
         }
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn deliver(&mut self, ptype: PacketType, tag: Option<u64>, cq_data: Option<u64>, data: Vec<u8>, dc: bool, send_id: u32, msg_id: u32) {
+    fn deliver(
+        &mut self,
+        ptype: PacketType,
+        tag: Option<u64>,
+        cq_data: Option<u64>,
+        data: Vec<u8>,
+        dc: bool,
+        send_id: u32,
+        msg_id: u32,
+    ) {
         if self.knobs.fail_recvs {
             self.errors.push(format!("CQ error: receive of message {msg_id} failed"));
             return;
@@ -1164,7 +1185,14 @@ impl LfPeer {
             PacketType::WriteRta => {}
             PacketType::DcWriteRta => self.send_receipt(f.send_id, f.msg_id),
             _ => {
-                let a = wire::AtomRsp { flags: 0, connid: self.connid(), padding: 0, reserved: 0, recv_id: f.recv_id, data: &old };
+                let a = wire::AtomRsp {
+                    flags: 0,
+                    connid: self.connid(),
+                    padding: 0,
+                    reserved: 0,
+                    recv_id: f.recv_id,
+                    data: &old,
+                };
                 self.send_pkt(&Packet::AtomRsp(a));
             }
         }
