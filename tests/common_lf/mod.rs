@@ -171,6 +171,10 @@ struct TxOp {
     lr_key: Option<u64>,
 }
 
+/// A medium or runting-read message being assembled, by `msg_id`:
+/// (buffer, bytes in, sender's `send_id`, DC, CQ data, type).
+type Segmented = (OwnedBuf, u64, u32, bool, Option<u64>, PacketType);
+
 /// The libfabric-behaviour peer.
 pub struct LfPeer {
     pub profile: Profile,
@@ -196,7 +200,7 @@ pub struct LfPeer {
     /// Its own operations that ended, by id.
     pub done: HashMap<u32, Outcome>,
     rx: HashMap<u32, RxOp>,
-    medium: HashMap<u32, (OwnedBuf, u64, u32, bool, Option<u64>, PacketType)>,
+    medium: HashMap<u32, Segmented>,
     tx: HashMap<u32, TxOp>,
     regions: Vec<(u64, OwnedBuf)>,
     wr: u64,
