@@ -76,7 +76,7 @@
 #define RDM4_ENOTSUP (-10)
 /** The peer is unreachable: it closed, died, or the device gave up delivering to it. (rdm4_strerror: "peer unreachable") */
 #define RDM4_EPEER (-11)
-/** A wait timed out (`rdm4_wait`), or, as a completion status, a write, read or atomic its target did not serve within `rdm4_ep_attr.timeout_ms`. (rdm4_strerror: "timed out") */
+/** A wait timed out (`rdm4_wait`), or, as a completion status, a write, read or atomic its target did not serve, or a delivery-complete send its receiver did not confirm, within `rdm4_ep_attr.timeout_ms`. (rdm4_strerror: "timed out") */
 #define RDM4_ETIMEDOUT (-12)
 /** The operation was canceled (`rdm4_cancel`, or its address was removed from the address vector). (rdm4_strerror: "operation canceled") */
 #define RDM4_ECANCELED (-13)
@@ -608,8 +608,11 @@ typedef struct rdm4_ep_attr {
    * A write, read or atomic that its target has not served this many
    * milliseconds after its post completes with `RDM4_ETIMEDOUT` (0: the
    * default, 60000; `RDM4_TIMEOUT_NONE`: never). Messages have no
-   * timeout: a send waits for the receiver's application. Read again
-   * from `RDM4_TIMEOUT_MS`, which overrides it.
+   * timeout: a send waits for the receiver's application; except a
+   * delivery-complete send to a peer that cannot report a failed
+   * receive (no PEER_ERROR: libfabric up to 2.6, a baseline peer),
+   * which completes with `RDM4_ETIMEDOUT` when its receipt has not come
+   * within it. Read again from `RDM4_TIMEOUT_MS`, which overrides it.
    */
   uint64_t timeout_ms;
   /**
@@ -851,7 +854,9 @@ int32_t rdm4_tinject(struct rdm4_ep *ep, const void *buf, size_t len, rdm4_addr 
  * (the protocol's DC messages and their RECEIPT); a peer without the
  * feature (a baseline or legacy one) fails it with `RDM4_ENOTSUP` rather
  * than give a weaker guarantee. `RDM4_EP_DELIVERY_COMPLETE` asks it for
- * every send of the endpoint.
+ * every send of the endpoint. A receive that fails at the peer fails the
+ * send with the peer's error (PEER_ERROR); towards a peer that cannot
+ * report one, the send is timed (`rdm4_ep_attr.timeout_ms`).
  *
  * Returns as `rdm4_send`, `RDM4_ENOTSUP` (delivery complete from a legacy
  * endpoint), and `RDM4_EINVAL` (NULL `msg`, unknown flags,

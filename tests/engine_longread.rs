@@ -174,10 +174,12 @@ const READ_NACK_FLAG: u16 = rdm4::wire::req_flags::READ_NACK;
 use rdm4::wire::PacketType;
 
 #[test]
-fn without_the_senders_read_nack_a_failed_read_fails_both_sides() {
+fn without_the_senders_read_nack_a_failed_read_goes_by_emulated_reads() {
     // The sender does not advertise READ_NACK (it reads, though): the
-    // receiver may not nack, so its receive fails, and the PEER_ERROR it
-    // sends fails the send: nothing waits for a nack nobody would answer.
+    // receiver may not nack. Its device's read failed, but the sender's
+    // buffer is registered: the receiver reads it by emulated reads (the
+    // baseline LONGCTS_RTR every peer serves), then sends the EOR, and
+    // both complete with every byte (issue 42 case 3).
     let off = Config { features_off: rdm4::wire::extra::READ_NACK, ..Config::default() };
     for seed in SEEDS {
         let sim = SimConfig { fail_reads: true, ..rdma_sim(seed) };
@@ -190,10 +192,11 @@ fn without_the_senders_read_nack_a_failed_read_fails_both_sides() {
         c.run_until(2_000_000, |c| !c.cqs[0].is_empty() && !c.cqs[1].is_empty());
         c.settle(10_000);
         let (s, r) = (c.take_cq(0), c.take_cq(1));
-        assert_eq!((s.len(), s[0].context, s[0].status), (1, 11, Status::RemoteAccess), "seed {seed}");
-        assert_eq!((r.len(), r[0].context, r[0].status), (1, 22, Status::RemoteAccess), "seed {seed}");
+        assert_eq!((s.len(), s[0].context, s[0].status), (1, 11, Status::Success), "seed {seed}");
+        assert_eq!((r.len(), r[0].context, r[0].status), (1, 22, Status::Success), "seed {seed}");
+        assert!(dst.bytes() == src.bytes(), "seed {seed}: every byte");
         let back = dedup(c.types_between(1, 0));
-        assert_eq!(back, vec!["PEER_ERROR"], "seed {seed}: no READ_NACK to a sender without it");
+        assert_eq!(back, vec!["CTS", "EOR", "LONGCTS_RTR"], "seed {seed}: no READ_NACK to a sender without it");
         assert_eq!(c.eps[0].pending_ops() + c.eps[1].pending_ops(), 0, "seed {seed}");
         assert_eq!(c.net.registrations(0), 0, "seed {seed}: the send's registration is dropped");
     }
@@ -302,7 +305,20 @@ fn a_forged_long_read_rtm_is_dropped_and_touches_nothing() {
     assert_eq!(b.stats().protocol_errors, 1);
     assert_eq!(b.poll_cq(&mut cq, 8), 0);
     assert!(dst.bytes().iter().all(|&x| x == 0xEE), "nothing written from a refused read");
-    let mut nack = false;
-    forger.recv(64, |_, p: &[u8], _| nack |= p.first() == Some(&(PacketType::ReadNack as u8)));
-    assert!(nack, "the receiver answers a failed read with READ_NACK");
+    // Not before the sender's HANDSHAKE says it takes READ_NACK (issue 42).
+    let nacked = |forger: &mut rdm4::device::sim::SimDevice| {
+        let mut nack = false;
+        forger.recv(64, |_, p: &[u8], _| nack |= p.first() == Some(&(PacketType::ReadNack as u8)));
+        nack
+    };
+    assert!(!nacked(&mut forger), "no READ_NACK before the sender's HANDSHAKE");
+    let words = [rdm4::wire::LeU64::new(rdm4::wire::extra::READ_NACK | rdm4::wire::extra::RDMA_READ)];
+    let mut hs = vec![0u8; 256];
+    let n = rdm4::wire::Packet::Handshake(rdm4::wire::Handshake::new(&words)).emit(&mut hs).unwrap();
+    forger.send(to_b, &hs[..n], 0).unwrap();
+    for _ in 0..100 {
+        b.progress(0);
+    }
+    assert!(nacked(&mut forger), "the receiver answers a failed read with READ_NACK");
+    assert_eq!(b.poll_cq(&mut cq, 8), 0, "the receive still waits for the data");
 }

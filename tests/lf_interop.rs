@@ -274,6 +274,9 @@ fn a_failed_read_of_a_longread_rtw_is_nacked_to_a_writer_with_read_nack() {
         assert!(ok, "{profile:?}: the peer's write never ended; rdm4 sent {:?}", p.types_to_peer());
         if profile == Profile::V2_0 {
             assert_eq!(p.peer.done[&id], Outcome::Ok(Vec::new()), "{profile:?}");
+            // A write without delivery complete ends at the writer once its
+            // bytes are out: the target takes them in the steps after.
+            p.settle(100);
             assert!(region.bytes() == data, "{profile:?}: data after the long-CTS fallback");
         }
     }
@@ -281,26 +284,59 @@ fn a_failed_read_of_a_longread_rtw_is_nacked_to_a_writer_with_read_nack() {
 
 /// Issue 42 case 3: a sender with RDMA read but neither READ_NACK nor
 /// PEER_ERROR (1.14–1.19) whose long-read or runting-read message rdm4
-/// fails to read: its send must end (the receive fails at rdm4).
+/// fails to read (its device refuses the RDMA read) waits for an EOR and
+/// would wait for ever. rdm4 reads the bytes by emulated reads instead
+/// (SHORT/LONGCTS_RTR on the sender's `read_iov`, baseline protocol,
+/// served from the sender's registration): every byte arrives, the
+/// receive succeeds and the EOR ends the send.
 #[test]
-fn a_failed_read_of_a_message_from_a_sender_without_nack_or_peer_error_ends_its_send() {
+fn a_failed_read_of_a_message_from_a_sender_without_nack_or_peer_error_goes_by_emulated_reads() {
     for profile in [Profile::V1_14, Profile::V1_17, Profile::V1_19] {
         let mut kinds = vec![T::LongreadMsgRtm];
         if profile >= Profile::V1_17 {
             kinds.push(T::RuntreadMsgRtm);
         }
         for t in kinds {
-            let mut p = Pair::connected(profile, Config::default());
+            let sim = SimConfig { rdma: true, copy_gathered: true, fail_reads: true, ..SimConfig::default() };
+            let mut p = Pair::with_sim(profile, sim, Config::default());
+            p.connect();
             let mut r = OwnedBuf::zeroed(200_000);
             p.ep.recv(r.buf(), RecvOpts::default()).unwrap();
-            let id = p.peer.send_msg(t, &pattern(200_000, 1), None);
-            p.peer.withdraw(id);
+            let data = pattern(200_000, 1);
+            let id = p.peer.send_msg(t, &data, None);
             let ok = p.run_until(5000, |p| !p.cq.is_empty() && p.peer.done.contains_key(&id));
             no_unknown_types(&p);
-            assert!(!p.cq.is_empty(), "{profile:?} {}: the receive never ended", t.name());
-            assert_ne!(p.cq[0].status, Status::Success, "{profile:?} {}", t.name());
-            assert!(ok, "{profile:?} {}: the sender's send never ends; rdm4 sent {:?}", t.name(), p.types_to_peer());
+            let sent = p.types_to_peer();
+            assert!(ok, "{profile:?} {}: not done; rdm4 sent {sent:?}", t.name());
+            assert_eq!(p.cq[0].status, Status::Success, "{profile:?} {}", t.name());
+            assert!(r.bytes() == data, "{profile:?} {}: every byte", t.name());
+            assert_eq!(p.peer.done[&id], Outcome::Ok(Vec::new()), "{profile:?} {}", t.name());
+            assert!(sent.iter().any(|t| t.ends_with("_RTR")), "{profile:?}: emulated reads, sent {sent:?}");
         }
+    }
+}
+
+/// Case 3 when the sender's memory cannot be read at all (its registration
+/// is gone): the emulated reads fail too (such a sender answers nothing;
+/// the reads time out), the receive fails, and nothing tells the sender
+/// its message arrived (no EOR) — it is left waiting, as libfabric leaves
+/// it, rather than told a lost message was delivered.
+#[test]
+fn a_message_whose_sender_memory_is_gone_fails_the_receive_and_never_claims_delivery() {
+    for profile in [Profile::V1_14, Profile::V1_19] {
+        let cfg = Config { request_timeout_ns: 100_000, ..Config::default() };
+        let mut p = Pair::connected(profile, cfg);
+        let mut r = OwnedBuf::zeroed(200_000);
+        p.ep.recv(r.buf(), RecvOpts::default()).unwrap();
+        let id = p.peer.send_msg(T::LongreadMsgRtm, &pattern(200_000, 1), None);
+        p.peer.withdraw(id);
+        let ok = p.run_until(5000, |p| !p.cq.is_empty());
+        no_unknown_types(&p);
+        assert!(ok, "{profile:?}: the receive never ended; rdm4 sent {:?}", p.types_to_peer());
+        assert_ne!(p.cq[0].status, Status::Success, "{profile:?}");
+        p.settle(200);
+        assert!(!p.types_to_peer().contains(&"EOR"), "{profile:?}: an EOR for a message not received");
+        assert!(!p.peer.done.contains_key(&id), "{profile:?}");
     }
 }
 

@@ -181,7 +181,9 @@ fn read_msg(msg: *const rdm4_msg, flags: u64, allowed: u64) -> Result<rdm4_msg, 
 /// (the protocol's DC messages and their RECEIPT); a peer without the
 /// feature (a baseline or legacy one) fails it with `RDM4_ENOTSUP` rather
 /// than give a weaker guarantee. `RDM4_EP_DELIVERY_COMPLETE` asks it for
-/// every send of the endpoint.
+/// every send of the endpoint. A receive that fails at the peer fails the
+/// send with the peer's error (PEER_ERROR); towards a peer that cannot
+/// report one, the send is timed (`rdm4_ep_attr.timeout_ms`).
 ///
 /// Returns as `rdm4_send`, `RDM4_ENOTSUP` (delivery complete from a legacy
 /// endpoint), and `RDM4_EINVAL` (NULL `msg`, unknown flags,

@@ -201,8 +201,11 @@ pub struct rdm4_ep_attr {
     /// A write, read or atomic that its target has not served this many
     /// milliseconds after its post completes with `RDM4_ETIMEDOUT` (0: the
     /// default, 60000; `RDM4_TIMEOUT_NONE`: never). Messages have no
-    /// timeout: a send waits for the receiver's application. Read again
-    /// from `RDM4_TIMEOUT_MS`, which overrides it.
+    /// timeout: a send waits for the receiver's application; except a
+    /// delivery-complete send to a peer that cannot report a failed
+    /// receive (no PEER_ERROR: libfabric up to 2.6, a baseline peer),
+    /// which completes with `RDM4_ETIMEDOUT` when its receipt has not come
+    /// within it. Read again from `RDM4_TIMEOUT_MS`, which overrides it.
     pub timeout_ms: u64,
     /// Reserved for later fields, must be zero.
     pub reserved: [u64; 6],

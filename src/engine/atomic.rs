@@ -148,10 +148,11 @@ impl Core {
         r.fields.send_id = key;
         if a.op == atomic_ops::op::ATOMIC_READ {
             // An atomic read carries count × size operand bytes, which the
-            // target ignores: libfabric sends them (the golden FETCH_RTA
-            // vector, op 10) and its target expects them
-            // (`efa_rdm_pke_handle_fetch_rta_recv` copies the operand
-            // whatever the op). Zeros: the application gives no operand.
+            // target ignores: libfabric sends them
+            // (`efa_rdm_pke_init_rta_common`; the golden FETCH_RTA vector,
+            // op 10) and its target reads operands at the payload's offset
+            // whatever the packet's length (`efa_rdm_pke_proc_fetch_rta`).
+            // Zeros: the application gives no operand.
             let n = r.emit(out).ok()?;
             out.get_mut(n..n + op.len as usize)?.fill(0);
             return Some((n + op.len as usize, op.len));

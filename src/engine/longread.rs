@@ -18,11 +18,32 @@
 //!   sender answers with a LONGCTS_RTM without data (same `msg_id`), and the
 //!   message moves by long-CTS into the same receive. A sender that cannot
 //!   register its buffer uses long-CTS from the start.
+//!
+//! As libfabric's EFA provider behaves on the wire (issue 42; the
+//! functions of `prov/efa/src/rdm/` that show it):
+//! - After a READ_NACK of a runting read, the long-CTS data go on from the
+//!   end of the runt, which the receiver keeps (`efa_rdm_pke_init_longcts_msgrtm`).
+//! - A READ_NACK of a LONGREAD_RTW: the writer writes again by a new
+//!   (DC_)LONGCTS_RTW, with data and without the READ_NACK flag
+//!   (`efa_rdm_pke_handle_read_nack_recv`, 2.0 on); rdm4 does the same,
+//!   and as the target nacks such a write to a writer with READ_NACK.
+//! - READ_NACK and PEER_ERROR go to a peer only once its HANDSHAKE says it
+//!   takes them (libfabric's releases before those types treat an unknown
+//!   type as an error); a failed read waits for the sender's HANDSHAKE.
+//! - A sender with neither (libfabric 1.14–1.19) waits for an EOR only:
+//!   libfabric's own receiver sends it nothing after a failed read and the
+//!   send waits for ever. rdm4 reads the bytes by emulated reads instead
+//!   (SHORT/LONGCTS_RTR on the `read_iov`, which libfabric serves from its
+//!   domain's registrations), then sends the EOR. It never sends an EOR for
+//!   bytes it does not have: should those reads fail too, the receive fails
+//!   and the sender is told nothing it could take for a delivery.
+//!   Long-read send buffers are in the registration table for as long as
+//!   the send lasts, so rdm4 serves such reads of its own sends.
 
 use super::op::{Awaits, Grant, RxVia, State, Via};
 use super::{Core, Proto, Status};
 use crate::device::{Access, DevError, Device};
-use crate::wire::{self, IdsHdr, Packet, PacketType, ReqFamily, Subprotocol};
+use crate::wire::{self, IdsHdr, Packet, PacketType, ReqFamily, RmaIov, Subprotocol};
 
 impl Core {
     /// The long-read RTM type for a send of `len` bytes to `peer`, if the
@@ -214,10 +235,16 @@ impl Core {
                 self.drop_served_write(key);
             }
             State::Recv { msg, via } => {
+                // A runting read's runt is in: the sender goes on from its
+                // end (libfabric's `efa_rdm_pke_init_longcts_msgrtm`).
+                let runt = match *via {
+                    RxVia::LongRead { runt } => runt,
+                    _ => 0,
+                };
                 *via = RxVia::LongCts(Grant::default());
                 let msg_id = msg.msg_id;
                 op.sent = 0;
-                op.received = 0;
+                op.received = runt;
                 self.nacked.insert((peer, msg_id), key);
                 crate::log::log!(
                     crate::log::INFO,
@@ -325,6 +352,11 @@ impl Core {
         if let Some(g) = op.grant_mut() {
             g.credits = r.fields.credit_request;
         }
+        // A DC_LONGCTS RTM: the sender (which may have asked no delivery
+        // complete of its long-read RTM) now waits for a RECEIPT.
+        if let (State::Recv { msg, .. }, Some(info)) = (&mut op.state, r.ptype.req_info()) {
+            msg.dc |= info.dc;
+        }
         self.grant(key);
     }
 
@@ -368,9 +400,15 @@ impl Core {
             }
         };
         crate::log::log!(crate::log::INFO, "peer {peer} could not read: long-CTS");
+        // A runting read's runt is with the receiver: the CTSDATA go on from
+        // its end, as libfabric's receivers expect.
+        let runt = match self.ops.get(key).and_then(|op| op.out()).map(|o| o.via) {
+            Some(Via::LongRead { runt, .. }) => runt,
+            _ => 0,
+        };
         self.release_runt(key);
         let Some(op) = self.ops.get_mut(key) else { return };
-        op.sent = 0;
+        op.sent = runt;
         let len = op.len;
         let Some(out) = op.out_mut() else { return };
         let mr = match out.via {

@@ -223,24 +223,32 @@ impl Core {
     ) -> Result<(), Status> {
         self.reachable_peer(dest)?;
         remote.check(buf.len())?;
-        let len = buf.len() as u64;
-        let rma = RmaIov::new(remote.addr, len, remote.key);
-        let short = buf.len() <= self.caps.mtu - wire::ReadRsp::HDR_LEN;
-        let mut out = Out::new(Some(if short { PacketType::ShortRtr } else { PacketType::LongctsRtr }), Via::Req);
-        out.awaits = Some(Awaits::ReadRsp);
-        let end = if short { len } else { self.first_read_window(len) };
-        let grant = Grant { credits: self.cfg.credit_request, end };
-        let op = Op::new(dest, context, buf, len, State::Read { rma, out, grant, into: None });
+        let rma = RmaIov::new(remote.addr, buf.len() as u64, remote.key);
+        let (op, proto) = self.emulated_read(dest, buf, rma, context, None);
         let key = self.new_op(op)?;
         self.time_request(key);
         if self.caps.rdma_read {
             // Direct read if the peer offers RDMA read: that needs its HANDSHAKE.
             self.start_or_wait_handshake(dest, key);
         } else {
-            self.traffic.op(if short { Proto::ReadShort } else { Proto::ReadLongcts }, buf.len() as u64);
+            self.traffic.op(proto, buf.len() as u64);
             self.enqueue(key);
         }
         Ok(())
+    }
+
+    /// The entry of an emulated read of `rma` on `peer` into `buf` (SHORT
+    /// or LONGCTS_RTR by its length), and what it counts as.
+    fn emulated_read(&self, peer: Addr, buf: UserBuf, rma: RmaIov, context: u64, into: Option<u32>) -> (Op, Proto) {
+        let len = buf.len() as u64;
+        let short = buf.len() <= self.caps.mtu - wire::ReadRsp::HDR_LEN;
+        let (ptype, proto) =
+            if short { (PacketType::ShortRtr, Proto::ReadShort) } else { (PacketType::LongctsRtr, Proto::ReadLongcts) };
+        let mut out = Out::new(Some(ptype), Via::Req);
+        out.awaits = Some(Awaits::ReadRsp);
+        let end = if short { len } else { self.first_read_window(len) };
+        let grant = Grant { credits: self.cfg.credit_request, end };
+        (Op::new(peer, context, buf, len, State::Read { rma, out, grant, into }), proto)
     }
 
     /// The READRSP of served read `key`: its first window's bytes.
@@ -267,17 +275,11 @@ impl Core {
     /// receiver `into` (`Core::read_failed`): SHORT or LONGCTS_RTR
     /// whatever the peer's features (its RDMA read just failed).
     pub(crate) fn post_emulated_read(&mut self, peer: Addr, buf: UserBuf, rma: RmaIov, into: u32) -> Result<(), Status> {
-        let len = buf.len() as u64;
-        let short = buf.len() <= self.caps.mtu - wire::ReadRsp::HDR_LEN;
-        let mut out = Out::new(Some(if short { PacketType::ShortRtr } else { PacketType::LongctsRtr }), Via::Req);
-        out.awaits = Some(Awaits::ReadRsp);
-        let end = if short { len } else { self.first_read_window(len) };
-        let grant = Grant { credits: self.cfg.credit_request, end };
-        let op = Op::new(peer, 0, buf, len, State::Read { rma, out, grant, into: Some(into) });
+        let (op, proto) = self.emulated_read(peer, buf, rma, 0, Some(into));
         // Past `max_ops`: it finishes what the receive holds already.
         let key = self.ops.insert(op).ok_or(Status::Again)?;
         self.time_request(key);
-        self.traffic.op(if short { Proto::ReadShort } else { Proto::ReadLongcts }, len);
+        self.traffic.op(proto, buf.len() as u64);
         self.enqueue(key);
         Ok(())
     }

@@ -105,6 +105,9 @@ impl Core {
         if let Some(p) = self.peers.get_mut(dest) {
             p.tx_bytes += len as u64;
         }
+        if dc {
+            self.time_request(key); // see timeout.rs
+        }
         if parks {
             self.park(dest, key);
             if dc {

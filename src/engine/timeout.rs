@@ -1,15 +1,18 @@
 //! Request timeouts: a one-sided operation (write, read, atomic) that the
-//! target must answer or serve ends with `TimedOut` when it is not done
+//! target must answer or serve (and a delivery-complete send, see below) ends with `TimedOut` when it is not done
 //! within `Config::request_timeout_ns` of its post — a peer that never
 //! answers (a legacy peer that drops a request it cannot serve, a process
 //! that stopped progressing) never leaves its requester waiting forever.
 //!
 //! Decisions:
 //! - Timed: writes, reads and atomics, emulated or waiting for the
-//!   peer's HANDSHAKE. Not timed: messages (a send waits for the
-//!   receiver's application to post a receive, which may rightly take any
-//!   time; a lost peer ends them through the device), and direct RDMA
-//!   once handed to the device (the device ends it: completion or error).
+//!   peer's HANDSHAKE; delivery-complete sends to a peer without
+//!   PEER_ERROR (a receive that fails there sends nothing back, and the
+//!   RECEIPT never comes; a peer with it reports the failure). Not timed:
+//!   other messages (a send waits for the receiver's application to post
+//!   a receive, which may rightly take any time; a lost peer ends them
+//!   through the device), and direct RDMA once handed to the device (the
+//!   device ends it: completion or error).
 //! - The clock is the caller's: the engine reads none. Deadlines are set
 //!   by the first [`Endpoint::expire`] after the post (a post between
 //!   progress calls has no time of its own), so the timeout counts from
@@ -57,7 +60,16 @@ impl Core {
             }
             self.timed.pop_front();
             let Some(op) = live else { continue };
-            let request = matches!(op.state, State::Write { .. } | State::Read { .. } | State::Atomic { .. });
+            let request = match &op.state {
+                State::Write { .. } | State::Read { .. } | State::Atomic { .. } => true,
+                // A DC send waits for its RECEIPT; a peer that cannot
+                // report a failed receive (no PEER_ERROR) would leave it
+                // waiting for ever.
+                State::Send { msg, .. } if msg.dc => {
+                    !self.peers.get(op.peer).is_some_and(|p| self.both(p, crate::wire::extra::PEER_ERROR))
+                }
+                _ => false,
+            };
             let direct_started = op.out().is_some_and(|o| o.via == Via::Direct && o.started);
             if !request || op.closing || direct_started {
                 continue;
@@ -66,7 +78,7 @@ impl Core {
             let waiting = self.peers.get(peer).is_some_and(|p| p.waiting_hs.contains(&key));
             // An atomic whose RTA has not left holds a `msg_id` to withdraw;
             // where the peer cannot be told, it is left to finish.
-            if matches!(op.state, State::Atomic { .. }) && !op.started() && !waiting && !self.abandon(key, Status::TimedOut) {
+            if matches!(op.state, State::Atomic { .. } | State::Send { .. }) && !op.started() && !waiting && !self.abandon(key, Status::TimedOut) {
                 continue;
             }
             self.stats.timeouts += 1;

@@ -321,14 +321,17 @@ impl LfPeer {
     }
 
     /// The peer's own memory that `iovs` name, checked as libfabric's
-    /// `efa_rdm_rma_verified_copy_iov` does (every key, every range).
+    /// `efa_rdm_rma_verified_copy_iov` does (every key, every range). Its
+    /// long-read send buffers count: libfabric registers them in the
+    /// domain's MR map like any other, so an emulated read of one is served.
     fn resolve(&mut self, iovs: &[RmaIov]) -> Option<Vec<UserBuf>> {
         let mut out = Vec::new();
         for v in iovs {
-            let (_, b) = self.regions.iter_mut().find(|(k, _)| *k == v.key())?;
-            let base = b.buf().addr();
-            let off = v.addr().checked_sub(base)?;
-            out.push(b.buf().slice(off as usize, v.len() as usize)?);
+            let region = self.regions.iter_mut().find(|(k, _)| *k == v.key()).map(|(_, b)| b.buf());
+            let sending = || self.tx.values_mut().find(|op| op.lr_key == Some(v.key())).map(|op| op.src.buf());
+            let b = region.or_else(sending)?;
+            let off = v.addr().checked_sub(b.addr())?;
+            out.push(b.slice(off as usize, v.len() as usize)?);
         }
         Some(out)
     }
