@@ -169,3 +169,44 @@ fn a_write_with_cq_data_names_its_writer_at_the_target() {
     let e = c.cqs[1][0];
     assert_eq!((e.src, e.data, e.len), (to0, 77, 100));
 }
+
+/// PEER_ERRORs owed to a sender whose HANDSHAKE has not arrived wait for
+/// it (issue 42), at most `max_ops` of them: a sender that never shakes
+/// hands cannot make the endpoint hold more; the rest are counted.
+#[test]
+fn answers_waiting_for_a_handshake_are_bounded() {
+    let net = SimNet::new(SimConfig::default());
+    let mut b = Endpoint::new(net.device(), Config { max_ops: 4, ..Config::default() });
+    let mut forger = net.device();
+    let to_b = forger.insert(&b.addr()).unwrap();
+    let body = forger.local_addr().to_req_hdr_body();
+    let iov = [RmaIov::new(0x1000, 8, 0x77)]; // no such registration
+    for id in 0..10 {
+        let mut r = Req::new(PacketType::ShortRtr);
+        r.raw_addr = Some(RawAddrHdr::new(&body).unwrap());
+        r.rma_iov = &iov;
+        r.fields.msg_length = 8;
+        r.fields.recv_id = id;
+        r.fields.recv_length = 8;
+        let mut out = vec![0u8; r.buffer_len()];
+        let n = r.emit(&mut out).unwrap();
+        forger.send(to_b, &out[..n], 0).unwrap();
+    }
+    b.progress(0);
+    let count = |forger: &mut rdm4::device::sim::SimDevice| {
+        let mut n = 0;
+        forger.recv(64, |_, p: &[u8], _| n += usize::from(matches!(Packet::parse(p), Ok(Packet::PeerError(_)))));
+        n
+    };
+    assert_eq!(count(&mut forger), 0, "nothing before the HANDSHAKE");
+    let errors = b.stats().protocol_errors;
+    let words = [rdm4::wire::LeU64::new(rdm4::wire::extra::PEER_ERROR)];
+    let mut hs = vec![0u8; 256];
+    let n = Packet::Handshake(rdm4::wire::Handshake::new(&words)).emit(&mut hs).unwrap();
+    forger.send(to_b, &hs[..n], 0).unwrap();
+    for _ in 0..10 {
+        b.progress(0);
+    }
+    assert_eq!(count(&mut forger), 4, "the answers kept, and no more");
+    assert!(errors >= 6, "the others counted: {errors}");
+}

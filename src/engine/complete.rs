@@ -229,6 +229,11 @@ impl Core {
         }
         let Some(p) = self.peers.get(peer) else { return };
         if !p.known() {
+            // Bounded: a sender that never shakes hands cannot grow it.
+            if self.after_hs.len() >= self.cfg.max_ops {
+                self.stats.protocol_errors += 1;
+                return;
+            }
             self.after_hs.push((peer, super::AfterHs::PeerError { op_id, status }));
             self.trigger_handshake(peer);
             return;

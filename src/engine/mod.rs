@@ -194,7 +194,7 @@ pub(crate) struct Core {
     /// waiting for the sender's LONGCTS_RTM.
     nacked: FxHashMap<(u32, u32), u32>,
     /// Answers that wait for a peer's HANDSHAKE, which decides what the
-    /// peer understands (`AfterHs`).
+    /// peer understands (`AfterHs`); at most `Config::max_ops`.
     after_hs: Vec<(u32, AfterHs)>,
     /// Device registrations of finished long-read sends, to drop.
     dereg: Vec<u64>,

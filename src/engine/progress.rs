@@ -348,5 +348,6 @@ impl Core {
             p.waiting_hs.clear();
         }
         self.ctrl.retain(|(p, _, _)| *p != peer);
+        self.after_hs.retain(|(p, _)| *p != peer);
     }
 }
