@@ -313,6 +313,21 @@ pub trait Device {
     /// Adds a peer; inserting the same address twice returns the same handle.
     fn insert(&mut self, addr: &RawAddr) -> Result<Ah, Status>;
 
+    /// What the device can do towards peer `ah`, where it reaches peers by
+    /// different paths (the auto device: shm to peers of its host, udp to
+    /// the rest); the same as [`Self::caps`] on other devices. Its `mtu` is
+    /// [`Self::caps`]'s.
+    fn peer_caps(&self, _ah: Ah) -> Caps {
+        self.caps()
+    }
+
+    /// This endpoint's raw address as peer `ah`'s device knows it: what
+    /// REQs to it carry in their raw address header ([`Self::local_addr`]
+    /// but on a device with several paths).
+    fn local_addr_for(&self, _ah: Ah) -> RawAddr {
+        self.local_addr()
+    }
+
     /// Forgets a peer.
     fn remove(&mut self, ah: Ah);
 

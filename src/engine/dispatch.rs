@@ -226,7 +226,8 @@ impl Core {
         if let Some(&p) = self.by_raw.get(&raw_key(&raw)) {
             return Some(p);
         }
-        let p = self.peers.insert(Peer::new(raw, None, self.cfg.first_msg_id))?;
+        let path = self.path(&self.caps, &self.local);
+        let p = self.peers.insert(Peer::new(raw, None, self.cfg.first_msg_id, path))?;
         self.by_raw.insert(raw_key(&raw), p);
         self.pending_insert.push(p);
         Some(p)

@@ -14,20 +14,21 @@ impl Core {
         self.extra
     }
 
-    /// [`Self::my_extra`] as the settings and the device make it (computed
-    /// once, at the endpoint's opening: neither changes after).
-    pub(crate) fn extra_bits(&self) -> u64 {
+    /// [`Self::my_extra`] as the settings and the device's capabilities
+    /// `caps` (towards every peer, or one: [`super::peer::Path`]) make it
+    /// (computed once per path: neither changes after).
+    pub(crate) fn extra_bits(&self, caps: &crate::device::Caps) -> u64 {
         if self.cfg.legacy {
             return 0;
         }
         let mut bits = wire::extra::DELIVERY_COMPLETE | wire::extra::CONNID_HEADER | wire::extra::PEER_ERROR;
-        if self.caps.rdma_read {
+        if caps.rdma_read {
             // Reading, this endpoint also nacks a read it cannot do and
             // answers a nack of its own long-read sends (spec §4.7), and
             // sends and receives runting reads (§4.5).
             bits |= wire::extra::RDMA_READ | wire::extra::READ_NACK | wire::extra::RUNT;
         }
-        if self.caps.rdma_write && self.caps.rdma_write_imm {
+        if caps.rdma_write && caps.rdma_write_imm {
             // A peer with RDMA write moves a write with CQ data by RDMA
             // write with immediate data: both must be there.
             bits |= wire::extra::RDMA_WRITE;
@@ -41,7 +42,31 @@ impl Core {
     /// Both this endpoint and `peer` (by its HANDSHAKE) have extra
     /// feature `bit`: the protocol it names may run between them.
     pub(crate) fn both(&self, peer: &super::peer::Peer, bit: u64) -> bool {
-        self.my_extra() & bit == bit && peer.has(bit)
+        peer.path.mine & bit == bit && peer.has(bit)
+    }
+
+    /// Our extra bits towards `peer` ([`Self::my_extra`] for one unknown).
+    pub(crate) fn mine(&self, peer: u32) -> u64 {
+        self.peers.get(peer).map_or(self.my_extra(), |p| p.path.mine)
+    }
+
+    /// The path to a peer whose device capabilities are `caps` and which
+    /// knows this endpoint as `local`.
+    pub(crate) fn path(&self, caps: &crate::device::Caps, local: &crate::wire::RawAddr) -> super::peer::Path {
+        super::peer::Path {
+            sync_send: caps.sync_send && !self.cfg.delivery_complete,
+            longread_min: caps.longread_min,
+            max_rdma_size: caps.max_rdma_size,
+            rdma_read: caps.rdma_read,
+            rdma_write_imm: caps.rdma_write_imm,
+            mine: self.extra_bits(caps),
+            raw_body: local.to_req_hdr_body(),
+        }
+    }
+
+    /// The path to a peer the device reaches as `ah`.
+    pub(crate) fn path_of<D: crate::device::Device>(&self, dev: &D, ah: crate::device::Ah) -> super::peer::Path {
+        self.path(&dev.peer_caps(ah), &dev.local_addr_for(ah))
     }
 
     /// Queues our HANDSHAKE for `peer` once.
@@ -53,7 +78,7 @@ impl Core {
             return;
         }
         p.ours = OurHandshake::Sent;
-        let words = [LeU64::new(self.my_extra())];
+        let words = [LeU64::new(p.path.mine)];
         let mut h = wire::Handshake::new(&words);
         h.connid = self.my_connid();
         if !self.cfg.legacy {
@@ -104,7 +129,7 @@ impl Core {
             return;
         }
         p.theirs = TheirHandshake::Asked;
-        let body = self.raw_body;
+        let body = p.path.raw_body;
         let mut r = Req::new(PacketType::EagerRtw);
         r.raw_addr = wire::RawAddrHdr::new(&body).ok();
         self.queue_ctrl(peer, &Packet::Req(r));

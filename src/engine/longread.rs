@@ -51,7 +51,7 @@ impl Core {
     pub(crate) fn longread_type(&self, peer: u32, len: usize, tagged: bool) -> Option<PacketType> {
         let p = self.peers.get(peer)?;
         let usable = self.both(p, wire::extra::RDMA_READ)
-            && len >= self.cfg.longread_min.max(self.caps.longread_min).max(1)
+            && len >= self.cfg.longread_min.max(p.path.longread_min).max(1)
             && len as u64 <= u64::from(u32::MAX);
         usable.then(|| PacketType::req_type(ReqFamily::Rtm, Subprotocol::Longread, tagged, false)).flatten()
     }
@@ -108,7 +108,7 @@ impl Core {
             return true;
         };
         let target = op.len.min(op.room());
-        let max = self.caps.max_rdma_size.max(1);
+        let max = self.peers.get(op.peer).map_or(0, |p| p.path.max_rdma_size).max(1);
         let wr = u64::from(key) + 1;
         let mut sent = op.sent;
         let mut issued = 0u32;

@@ -131,7 +131,6 @@ pub(crate) struct Core {
     /// The extra features this endpoint offers (`extra_bits`).
     extra: u64,
     local: RawAddr,
-    raw_body: [u8; 36],
     peers: Slab<Peer>,
     by_ah: AhTable,
     by_raw: HashMap<[u8; 32], u32>,
@@ -248,7 +247,6 @@ impl<D: Device> Endpoint<D> {
             responder,
             extra: 0,
             local,
-            raw_body: local.to_req_hdr_body(),
             peers: Slab::default(),
             by_ah: AhTable::default(),
             by_raw: HashMap::new(),
@@ -294,7 +292,7 @@ impl<D: Device> Endpoint<D> {
         // says so, and the eager fast path stays off without a test of
         // its own.
         core.caps.sync_send &= !core.cfg.delivery_complete;
-        core.extra = core.extra_bits();
+        core.extra = core.extra_bits(&core.caps);
         for (i, proto) in [Subprotocol::Eager, Subprotocol::Medium, Subprotocol::Longcts].into_iter().enumerate() {
             for tagged in [false, true] {
                 if let Some(t) = PacketType::req_type(ReqFamily::Rtm, proto, tagged, false) {
@@ -405,18 +403,21 @@ impl<D: Device> Endpoint<D> {
     pub fn av_insert(&mut self, raw: &RawAddr) -> Result<Addr, Status> {
         let key = raw_key(raw);
         if let Some(&p) = self.core.by_raw.get(&key) {
-            let peer = self.core.peers.get_mut(p).ok_or(Status::Internal)?;
-            if peer.ah.is_none() {
+            if self.core.peers.get(p).ok_or(Status::Internal)?.ah.is_none() {
                 let ah = self.dev.insert(raw)?;
+                let path = self.core.path_of(&self.dev, ah);
+                let peer = self.core.peers.get_mut(p).ok_or(Status::Internal)?;
                 peer.ah = Some(ah);
+                peer.path = path;
                 self.core.by_ah.insert(ah, p);
             }
-            peer.in_av = true;
+            self.core.peers.get_mut(p).ok_or(Status::Internal)?.in_av = true;
             return Ok(p);
         }
         let ah = self.dev.insert(raw)?;
         crate::log::log!(crate::log::INFO, "peer added: {raw:?}");
-        let mut peer = Peer::new(*raw, Some(ah), self.core.cfg.first_msg_id);
+        let path = self.core.path_of(&self.dev, ah);
+        let mut peer = Peer::new(*raw, Some(ah), self.core.cfg.first_msg_id, path);
         peer.in_av = true;
         let p = self.core.peers.insert(peer).ok_or(Status::NoMem)?;
         self.core.by_ah.insert(ah, p);

@@ -29,10 +29,29 @@ pub(crate) enum TheirHandshake {
     Known { extra: u64, host_id: Option<u64>, device_version: Option<u32> },
 }
 
+/// How the device reaches one peer: the capabilities the engine uses per
+/// peer ([`crate::device::Device::peer_caps`]), our extra feature bits
+/// towards it and our raw address as its device knows it. The same for
+/// every peer but on a device with several paths (auto).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Path {
+    pub sync_send: bool,
+    pub longread_min: usize,
+    pub max_rdma_size: u64,
+    pub rdma_read: bool,
+    pub rdma_write_imm: bool,
+    /// Our extra feature/request bits towards the peer (our HANDSHAKE).
+    pub mine: u64,
+    /// Our raw address header's body for REQs to the peer.
+    pub raw_body: [u8; 36],
+}
+
 /// What the engine knows of one peer.
 #[derive(Debug)]
 pub(crate) struct Peer {
     pub raw: RawAddr,
+    /// How the device reaches it.
+    pub path: Path,
     /// The device handle; `None` until a learnt sender is inserted.
     pub ah: Option<Ah>,
     /// Inserted by the application (not only learnt from a packet).
@@ -67,9 +86,10 @@ pub(crate) struct Peer {
 }
 
 impl Peer {
-    pub fn new(raw: RawAddr, ah: Option<Ah>, first_msg_id: u32) -> Peer {
+    pub fn new(raw: RawAddr, ah: Option<Ah>, first_msg_id: u32, path: Path) -> Peer {
         Peer {
             raw,
+            path,
             ah,
             in_av: false,
             ours: OurHandshake::Unsent,

@@ -68,9 +68,9 @@ impl Core {
     /// immediate data of RDMA write with immediate data.
     pub(crate) fn direct_ok(&self, peer: &Peer, write: bool, len: u64, cq_data: Option<u64>) -> bool {
         let bit = if write { wire::extra::RDMA_WRITE } else { wire::extra::RDMA_READ };
-        let offered = self.my_extra() & bit != 0 && (peer.has(bit) || (self.any_peer && !peer.known()));
-        let imm_ok = cq_data.is_none_or(|d| self.caps.rdma_write_imm && d <= u64::from(u32::MAX));
-        offered && len <= self.caps.max_rdma_size && imm_ok
+        let offered = peer.path.mine & bit != 0 && (peer.has(bit) || (self.any_peer && !peer.known()));
+        let imm_ok = cq_data.is_none_or(|d| peer.path.rdma_write_imm && d <= u64::from(u32::MAX));
+        offered && len <= peer.path.max_rdma_size && imm_ok
     }
 
     /// Parks `key` until `dest`'s HANDSHAKE.
@@ -104,7 +104,7 @@ impl Core {
             // the bytes are in its memory.
             State::Write { .. }
                 if has(wire::extra::RDMA_READ)
-                    && len as usize >= self.cfg.longread_min.max(self.caps.longread_min).max(1)
+                    && len as usize >= self.cfg.longread_min.max(peer.map_or(usize::MAX, |p| p.path.longread_min)).max(1)
                     && len as usize > self.req_data_cap(PacketType::EagerRtw, 1) =>
             {
                 let via = Via::LongRead { mr: None, runt: 0 };
@@ -227,7 +227,7 @@ impl Core {
         let (op, proto) = self.emulated_read(dest, buf, rma, context, None);
         let key = self.new_op(op)?;
         self.time_request(key);
-        if self.caps.rdma_read {
+        if self.peers.get(dest).is_some_and(|p| p.path.rdma_read) {
             // Direct read if the peer offers RDMA read: that needs its HANDSHAKE.
             self.start_or_wait_handshake(dest, key);
         } else {
@@ -285,7 +285,7 @@ impl Core {
     }
 
     /// The REQ of an RMA request `key` on `rma` (`ptype`), without data.
-    fn rma_req<'a>(&'a self, key: u32, ptype: PacketType, len: u64, rma: &'a [RmaIov; 1], peer: &Peer) -> wire::Req<'a> {
+    fn rma_req<'a>(&'a self, key: u32, ptype: PacketType, len: u64, rma: &'a [RmaIov; 1], peer: &'a Peer) -> wire::Req<'a> {
         let (raw_addr, connid) = self.req_opts(peer);
         let mut r = wire::Req::new(ptype);
         r.raw_addr = raw_addr;
@@ -357,7 +357,7 @@ impl Core {
         let total = match info.proto {
             Subprotocol::Eager => r.data.len() as u64,
             Subprotocol::Longcts => r.fields.msg_length,
-            Subprotocol::Longread if self.my_extra() & wire::extra::RDMA_READ != 0 && Core::read_iov_ok(r) => {
+            Subprotocol::Longread if self.mine(peer) & wire::extra::RDMA_READ != 0 && Core::read_iov_ok(r) => {
                 r.fields.msg_length
             }
             _ => {

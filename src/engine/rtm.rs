@@ -338,7 +338,7 @@ impl Core {
             Subprotocol::Eager => r.data.len() as u64,
             Subprotocol::Medium | Subprotocol::Longcts => r.fields.msg_length,
             Subprotocol::Longread if Core::read_iov_ok(r) => r.fields.msg_length,
-            Subprotocol::Runtread if self.my_extra() & wire::extra::RUNT != 0 && Core::runt_ok(r) => {
+            Subprotocol::Runtread if self.mine(peer) & wire::extra::RUNT != 0 && Core::runt_ok(r) => {
                 r.fields.msg_length
             }
             // A malformed long-read or runting RTM (or runting this

@@ -73,7 +73,7 @@ impl Core {
 
     /// The REQ of RTM `a` without data: the fields every RTM type draws
     /// from (each type writes those its layout has).
-    pub(crate) fn rtm_req(&self, a: &RtmArgs, peer: &Peer) -> wire::Req<'_> {
+    pub(crate) fn rtm_req<'a>(&'a self, a: &RtmArgs, peer: &'a Peer) -> wire::Req<'a> {
         let (raw_addr, connid) = self.req_opts(peer);
         let mut r = wire::Req::new(a.ptype);
         r.raw_addr = raw_addr;
@@ -117,11 +117,12 @@ impl Core {
     /// when the fast path could not send it; false: it needs an operation
     /// entry (a device whose sends complete later, or not an eager message).
     pub(crate) fn queue_eager(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<bool, Status> {
-        if !self.caps.sync_send || buf.len() > self.eager_cap[usize::from(opts.tag.is_some())] {
+        if buf.len() > self.eager_cap[usize::from(opts.tag.is_some())] {
             return Ok(false);
         }
-        if !self.reachable_peer(dest)?.waiting_hs.is_empty() {
-            return Ok(false); // behind an operation that waits for the HANDSHAKE
+        let peer = self.reachable_peer(dest)?;
+        if !peer.path.sync_send || !peer.waiting_hs.is_empty() {
+            return Ok(false); // its sends complete later, or behind an operation that waits for the HANDSHAKE
         }
         if self.outstanding() >= self.cfg.max_ops {
             return Err(Status::Again);
@@ -200,14 +201,13 @@ impl Core {
         opts: SendOpts,
     ) -> Option<Result<(), Status>> {
         let tagged = opts.tag.is_some();
-        if !self.caps.sync_send
-            || !self.txq.is_empty()
+        if !self.txq.is_empty()
             || !self.ctrl.is_empty()
             || buf.len() > self.eager_cap[usize::from(tagged)]
         {
             return None;
         }
-        let peer = self.peers.get(dest).filter(|p| p.in_av && !p.lost)?;
+        let peer = self.peers.get(dest).filter(|p| p.in_av && !p.lost && p.path.sync_send)?;
         let ah = peer.ah?;
         let (raw_addr, connid) = self.req_opts(peer);
         if raw_addr.is_some() {

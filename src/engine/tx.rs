@@ -48,9 +48,9 @@ impl Core {
     /// The optional headers a REQ to `peer` carries: the raw address until
     /// the peer's HANDSHAKE (or always, if it asked for a constant header
     /// length), else the connid header if it asked for it (spec §2.2, §4.3, §4.4).
-    pub(crate) fn req_opts(&self, peer: &Peer) -> (Option<RawAddrHdr<'_>>, Option<u32>) {
+    pub(crate) fn req_opts<'a>(&self, peer: &'a Peer) -> (Option<RawAddrHdr<'a>>, Option<u32>) {
         if !peer.known() || peer.has(wire::extra::CONSTANT_HEADER_LENGTH) {
-            (RawAddrHdr::new(&self.raw_body).ok(), None)
+            (RawAddrHdr::new(&peer.path.raw_body).ok(), None)
         } else if peer.has(wire::extra::CONNID_HEADER) && !self.cfg.legacy {
             (None, Some(self.local.connid()))
         } else {
@@ -440,18 +440,19 @@ impl Core {
             return;
         }
         for p in std::mem::take(&mut self.pending_insert) {
-            let Some(peer) = self.peers.get_mut(p) else {
+            let Some(raw) = self.peers.get(p).filter(|peer| peer.ah.is_none()).map(|peer| peer.raw) else {
                 continue;
             };
-            if peer.ah.is_some() {
-                continue;
-            }
-            match dev.insert(&peer.raw) {
-                Ok(ah) => {
+            let inserted = dev.insert(&raw);
+            let path = inserted.as_ref().ok().map(|&ah| self.path_of(dev, ah));
+            let Some(peer) = self.peers.get_mut(p) else { continue };
+            match (inserted, path) {
+                (Ok(ah), Some(path)) => {
                     peer.ah = Some(ah);
+                    peer.path = path;
                     self.by_ah.insert(ah, p);
                 }
-                Err(_) => peer.lost = true,
+                _ => peer.lost = true,
             }
         }
     }
