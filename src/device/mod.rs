@@ -49,6 +49,7 @@
 //! `Device` is not object-safe; a run-time choice of device is an enum,
 //! see `capi::CDevice`).
 
+pub mod auto;
 pub mod ext;
 pub mod shm;
 pub mod sim;

@@ -82,7 +82,9 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use super::DevEvent;
+use crate::device::Access;
 use crate::fxhash::FxHashMap;
+use crate::mem::UserBuf;
 use crate::status::Status;
 use crate::wire::RawAddr;
 use appfd::AppFd;
@@ -228,6 +230,24 @@ fn socket_of(raw: &RawAddr) -> SocketAddr {
 }
 
 impl UdpDevice {
+    /// Registers `buf` under `key`, a key another device chose for the
+    /// same memory (the auto device: one key on both). `Busy` when the key
+    /// is taken here already.
+    pub fn reg_as(&mut self, buf: UserBuf, access: Access, key: u64) -> Result<(), Status> {
+        if key == 0 || self.rdma.regs.contains_key(&key) {
+            return Err(Status::Busy);
+        }
+        self.rdma.regs.insert(key, (buf, access));
+        Ok(())
+    }
+
+    /// Takes `connid` as its own, before any traffic: the auto device
+    /// gives its devices one connid, as packets carry one whichever device
+    /// they take.
+    pub fn take_connid(&mut self, connid: u32) {
+        self.connid = connid;
+    }
+
     /// Opens an endpoint with the settings of the environment.
     pub fn open() -> Result<UdpDevice, Status> {
         UdpDevice::open_with(UdpConfig::from_env()?)

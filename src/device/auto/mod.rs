@@ -1,0 +1,444 @@
+//! The auto device: shm and udp behind one endpoint. Peers of this host go
+//! by shared memory (its single-copy RDMA, mapped allocations and CPU
+//! atomics), all others by udp; the engine above sees one device, one
+//! address vector and one set of completions. See docs/architecture.md.
+//!
+//! - **Name.** [`AutoName`]: 64 bytes, the shm raw address then the udp
+//!   raw address (32 bytes each, spec table 1.5; a part is all zeros when
+//!   its device did not open). MPI libraries exchange names in 64-byte
+//!   slots: it fits one.
+//! - **Same host.** A peer is reached by shm when its name's shm part has
+//!   this host's shm `gid` (the boot ID: processes of one boot share
+//!   memory) and its segment opens here ([`AutoDevice::pick`]); else by
+//!   udp. Two containers that share `/dev/shm` share the boot ID and open
+//!   each other's segments: shm is right for them whatever their networks.
+//!   Two that do not share `/dev/shm` fail to open the segment: udp.
+//! - **Address handles.** A udp peer's handle has bit 31 set ([`UDP`]);
+//!   the engine never looks inside handles.
+//! - **On the wire** nothing changes: each device frames its packets as it
+//!   does alone, and the raw address a REQ carries is the one of the
+//!   device it goes by ([`Device::local_addr_for`]): a peer learns a
+//!   sender from it as it would without auto.
+//! - **One connid** for both devices (shm's; udp takes it): the engine's
+//!   packets carry one whichever device they take.
+//! - **Registrations** have one key on both devices (shm chooses it, udp
+//!   takes it: [`UdpDevice::reg_as`]): a key a peer got works whichever
+//!   device its accesses take.
+//! - **Capabilities** differ per peer ([`Device::peer_caps`]): shm sends
+//!   complete at once, udp's when acknowledged; long-read only by shm. The
+//!   packet size is the smaller of the two devices' (one engine).
+//! - **A device that cannot open** (no room in `/dev/shm`, no usable IP
+//!   address) leaves the endpoint working with the other;
+//!   [`AutoDevice::devices`] says which it has.
+
+mod ext;
+
+use crate::device::shm::{ShmConfig, ShmDevice};
+use crate::device::udp::{UdpConfig, UdpDevice};
+use crate::device::{Access, Ah, Caps, DevError, DevEvent, Device, Flow, Sent};
+use crate::mem::UserBuf;
+use crate::status::Status;
+use crate::wire::RawAddr;
+
+/// The bit of a udp peer's address handle.
+pub const UDP: Ah = 1 << 31;
+
+/// The name of an auto endpoint: its shm raw address, then its udp raw
+/// address (zeros for a device it does not have).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AutoName(pub [u8; AutoName::LEN]);
+
+impl AutoName {
+    /// Its length: fixed.
+    pub const LEN: usize = 64;
+
+    /// The name of the two parts.
+    pub fn new(shm: Option<RawAddr>, udp: Option<RawAddr>) -> AutoName {
+        let mut b = [0u8; Self::LEN];
+        if let Some(a) = shm {
+            b[..RawAddr::LEN].copy_from_slice(&a.to_bytes());
+        }
+        if let Some(a) = udp {
+            b[RawAddr::LEN..].copy_from_slice(&a.to_bytes());
+        }
+        AutoName(b)
+    }
+
+    /// Its shm part, if any.
+    pub fn shm(&self) -> Option<RawAddr> {
+        part(&self.0[..RawAddr::LEN])
+    }
+
+    /// Its udp part, if any.
+    pub fn udp(&self) -> Option<RawAddr> {
+        part(&self.0[RawAddr::LEN..])
+    }
+}
+
+fn part(b: &[u8]) -> Option<RawAddr> {
+    if b.iter().all(|&x| x == 0) {
+        return None;
+    }
+    RawAddr::from_bytes(b)
+}
+
+/// What to open: each device's settings, `None` for one not wanted.
+#[derive(Debug, Clone, Default)]
+pub struct AutoConfig {
+    pub shm: Option<ShmConfig>,
+    pub udp: Option<UdpConfig>,
+}
+
+impl AutoConfig {
+    /// Both devices, with the settings of the environment.
+    pub fn from_env() -> Result<AutoConfig, Status> {
+        Ok(AutoConfig { shm: Some(ShmConfig::from_env()?), udp: Some(UdpConfig::from_env()?) })
+    }
+}
+
+/// Shm and udp behind one endpoint (module docs).
+pub struct AutoDevice {
+    shm: Option<ShmDevice>,
+    udp: Option<UdpDevice>,
+    caps: Caps,
+    sleep: ext::SleepSet,
+}
+
+/// Which device a handle names, and the device's own handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Via {
+    Shm(Ah),
+    Udp(Ah),
+}
+
+fn via(ah: Ah) -> Via {
+    if ah & UDP != 0 {
+        Via::Udp(ah & !UDP)
+    } else {
+        Via::Shm(ah)
+    }
+}
+
+/// The engine's handle of a device's handle.
+fn shm_ah(ah: Ah) -> Ah {
+    ah
+}
+
+fn udp_ah(ah: Ah) -> Ah {
+    ah | UDP
+}
+
+/// Runs `$e` on the device `$ah` names, with `$d` the device and `$a` its
+/// handle; an error when that device is not open.
+macro_rules! on {
+    ($self:expr, $ah:expr, $d:ident, $a:ident => $e:expr) => {
+        match via($ah) {
+            Via::Shm($a) => match $self.shm.as_mut() {
+                Some($d) => $e,
+                None => Err(DevError::Failed(Status::NoAddr)),
+            },
+            Via::Udp($a) => match $self.udp.as_mut() {
+                Some($d) => $e,
+                None => Err(DevError::Failed(Status::NoAddr)),
+            },
+        }
+    };
+}
+
+impl AutoDevice {
+    /// Opens both devices with the settings of the environment.
+    pub fn open() -> Result<AutoDevice, Status> {
+        AutoDevice::open_with(AutoConfig::from_env()?)
+    }
+
+    /// Opens the devices `cfg` asks for; one that fails to open is left
+    /// out (logged). `NoAddr` when neither opens.
+    pub fn open_with(cfg: AutoConfig) -> Result<AutoDevice, Status> {
+        let shm = cfg.shm.map(ShmDevice::open_with).and_then(|r| {
+            r.inspect_err(|e| crate::log::log!(crate::log::WARN, "auto: shm did not open ({e:?}): udp only"))
+                .ok()
+        });
+        let udp = cfg.udp.map(UdpDevice::open_with).and_then(|r| {
+            r.inspect_err(|e| crate::log::log!(crate::log::WARN, "auto: udp did not open ({e:?}): shm only"))
+                .ok()
+        });
+        if shm.is_none() && udp.is_none() {
+            return Err(Status::NoAddr);
+        }
+        // One connid: packets carry it whichever device they take.
+        let mut udp = udp;
+        if let (Some(s), Some(u)) = (&shm, udp.as_mut()) {
+            u.take_connid(s.local_addr().connid());
+        }
+        let caps = merged(shm.as_ref().map(Device::caps), udp.as_ref().map(Device::caps));
+        Ok(AutoDevice { shm, udp, caps, sleep: ext::SleepSet::default() })
+    }
+
+    /// The devices it has: (shm, udp).
+    pub fn devices(&self) -> (bool, bool) {
+        (self.shm.is_some(), self.udp.is_some())
+    }
+
+    /// Its name (module docs).
+    pub fn name(&self) -> AutoName {
+        AutoName::new(self.shm.as_ref().map(Device::local_addr), self.udp.as_ref().map(Device::local_addr))
+    }
+
+    /// The raw address of `name` that this endpoint reaches it by: its shm
+    /// part when that is of this host and its segment opens here, else its
+    /// udp part. `NoAddr` when neither is reachable.
+    pub fn pick(&mut self, name: &AutoName) -> Result<RawAddr, Status> {
+        if let (Some(shm), Some(theirs)) = (self.shm.as_mut(), name.shm()) {
+            if theirs.gid == shm.local_addr().gid && shm.insert(&theirs).is_ok() {
+                return Ok(theirs);
+            }
+        }
+        match (&self.udp, name.udp()) {
+            (Some(_), Some(theirs)) => Ok(theirs),
+            _ => Err(Status::NoAddr),
+        }
+    }
+
+    /// The shm device, if open.
+    pub fn shm(&mut self) -> Option<&mut ShmDevice> {
+        self.shm.as_mut()
+    }
+
+    /// The udp device, if open.
+    pub fn udp(&mut self) -> Option<&mut UdpDevice> {
+        self.udp.as_mut()
+    }
+
+    /// Whether `ah` names a udp peer.
+    pub fn is_udp(ah: Ah) -> bool {
+        ah & UDP != 0
+    }
+}
+
+/// The engine's view of both devices: the smaller packet, RDMA where either
+/// has it (each peer's own in [`Device::peer_caps`]).
+fn merged(shm: Option<Caps>, udp: Option<Caps>) -> Caps {
+    match (shm, udp) {
+        (Some(s), None) => s,
+        (None, Some(u)) => u,
+        (Some(s), Some(u)) => Caps {
+            mtu: s.mtu.min(u.mtu),
+            max_rdma_size: s.max_rdma_size.max(u.max_rdma_size),
+            rdma_read: s.rdma_read || u.rdma_read,
+            rdma_write: s.rdma_write || u.rdma_write,
+            rdma_write_imm: s.rdma_write_imm || u.rdma_write_imm,
+            sync_send: s.sync_send && u.sync_send,
+            gather_in_place: s.gather_in_place && u.gather_in_place,
+            longread_min: s.longread_min.min(u.longread_min),
+        },
+        (None, None) => unreachable!("an auto device has one device at least"),
+    }
+}
+
+impl Device for AutoDevice {
+    type Sleep = Self;
+    type Responder = Self;
+    type MoreFollows = Self;
+    type Doorbell = Self;
+    type Mapped = Self;
+    type InCall = Self;
+
+    fn caps(&self) -> Caps {
+        self.caps
+    }
+
+    fn peer_caps(&self, ah: Ah) -> Caps {
+        let own = match via(ah) {
+            Via::Shm(_) => self.shm.as_ref().map(Device::caps),
+            Via::Udp(_) => self.udp.as_ref().map(Device::caps),
+        };
+        own.map_or(self.caps, |c| Caps { mtu: self.caps.mtu, ..c })
+    }
+
+    fn local_addr(&self) -> RawAddr {
+        match (&self.udp, &self.shm) {
+            (Some(u), _) => u.local_addr(),
+            (None, Some(s)) => s.local_addr(),
+            (None, None) => unreachable!("an auto device has one device at least"),
+        }
+    }
+
+    fn local_addr_for(&self, ah: Ah) -> RawAddr {
+        match (via(ah), &self.shm) {
+            (Via::Shm(_), Some(s)) => s.local_addr(),
+            _ => self.local_addr(),
+        }
+    }
+
+    fn insert(&mut self, addr: &RawAddr) -> Result<Ah, Status> {
+        if let Some(shm) = self.shm.as_mut() {
+            if addr.gid == shm.local_addr().gid {
+                return shm.insert(addr).map(shm_ah);
+            }
+        }
+        self.udp.as_mut().ok_or(Status::NoAddr)?.insert(addr).map(udp_ah)
+    }
+
+    fn remove(&mut self, ah: Ah) {
+        let _ = on!(self, ah, d, a => {
+            d.remove(a);
+            Ok(())
+        });
+    }
+
+    #[inline(always)]
+    fn send_with(
+        &mut self,
+        ah: Ah,
+        wr_id: u64,
+        max_len: usize,
+        build: impl FnMut(&mut [u8]) -> usize,
+    ) -> Result<Sent, DevError> {
+        on!(self, ah, d, a => d.send_with(a, wr_id, max_len, build))
+    }
+
+    fn send_gather(
+        &mut self,
+        ah: Ah,
+        wr_id: u64,
+        hdr_max: usize,
+        build: impl FnMut(&mut [u8]) -> usize,
+        payload: UserBuf,
+    ) -> Result<Sent, DevError> {
+        on!(self, ah, d, a => d.send_gather(a, wr_id, hdr_max, build, payload))
+    }
+
+    fn control_next(&mut self) {
+        if let Some(s) = self.shm.as_mut() {
+            s.control_next();
+        }
+        if let Some(u) = self.udp.as_mut() {
+            u.control_next();
+        }
+    }
+
+    #[inline(always)]
+    fn recv<R: Flow>(&mut self, max: usize, mut f: impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R) -> usize {
+        let mut n = 0;
+        if let Some(s) = self.shm.as_mut() {
+            n = s.recv(max, |ah, p, g| f(ah.map(shm_ah), p, g));
+        }
+        if let Some(u) = self.udp.as_mut().filter(|_| n < max) {
+            n += u.recv(max - n, |ah, p, g| f(ah.map(udp_ah), p, g));
+        }
+        n
+    }
+
+    fn redeliver(&mut self) {
+        if let Some(s) = self.shm.as_mut() {
+            s.redeliver();
+        }
+        if let Some(u) = self.udp.as_mut() {
+            u.redeliver();
+        }
+    }
+
+    fn events(&mut self, out: &mut Vec<DevEvent>) {
+        if let Some(s) = self.shm.as_mut() {
+            s.events(out);
+        }
+        let from = out.len();
+        if let Some(u) = self.udp.as_mut() {
+            u.events(out);
+        }
+        for e in &mut out[from..] {
+            match e {
+                DevEvent::SendDone { ah, .. } | DevEvent::PeerLost { ah } => *ah = udp_ah(*ah),
+                DevEvent::WriteImm { ah, .. } => *ah = ah.map(udp_ah),
+            }
+        }
+    }
+
+    fn awaiting(&mut self, ah: Ah) {
+        let _ = on!(self, ah, d, a => {
+            d.awaiting(a);
+            Ok(())
+        });
+    }
+
+    fn reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {
+        match (self.shm.as_mut(), self.udp.as_mut()) {
+            (Some(s), udp) => {
+                let key = s.reg(buf, access)?;
+                if let Some(u) = udp {
+                    if let Err(e) = u.reg_as(buf, access, key) {
+                        let _ = s.dereg(key);
+                        return Err(e);
+                    }
+                }
+                Ok(key)
+            }
+            (None, Some(u)) => u.reg(buf, access),
+            (None, None) => Err(Status::NoAddr),
+        }
+    }
+
+    fn dereg(&mut self, key: u64) -> Result<(), Status> {
+        let s = self.shm.as_mut().map(|s| s.dereg(key));
+        let u = self.udp.as_mut().map(|u| u.dereg(key));
+        match (s, u) {
+            (Some(Ok(())), _) | (None, Some(Ok(()))) => Ok(()),
+            (Some(Err(e)), _) | (None, Some(Err(e))) => Err(e),
+            (None, None) => Err(Status::Inval),
+        }
+    }
+
+    fn rdma_read(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
+        on!(self, ah, d, a => d.rdma_read(a, local, remote_addr, key, wr_id))
+    }
+
+    fn rdma_write(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
+        on!(self, ah, d, a => d.rdma_write(a, local, remote_addr, key, wr_id))
+    }
+
+    fn rdma_write_imm(
+        &mut self,
+        ah: Ah,
+        local: UserBuf,
+        remote_addr: u64,
+        key: u64,
+        imm: u32,
+        wr_id: u64,
+    ) -> Result<(), DevError> {
+        on!(self, ah, d, a => d.rdma_write_imm(a, local, remote_addr, key, imm, wr_id))
+    }
+
+    fn as_sleep(&mut self) -> Option<&mut Self> {
+        Some(self)
+    }
+
+    fn as_sleeper(&self) -> Option<&Self> {
+        Some(self)
+    }
+
+    fn as_responder(&mut self) -> Option<&mut Self> {
+        self.udp.is_some().then_some(self)
+    }
+
+    fn as_more_follows(&mut self) -> Option<&mut Self> {
+        self.shm.is_some().then_some(self)
+    }
+
+    fn as_doorbell(&mut self) -> Option<&mut Self> {
+        self.udp.is_some().then_some(self)
+    }
+
+    fn as_mapped(&mut self) -> Option<&mut Self> {
+        self.shm.is_some().then_some(self)
+    }
+
+    #[inline(always)]
+    fn as_in_call(&mut self) -> Option<&mut Self> {
+        self.shm.is_some().then_some(self)
+    }
+
+    fn as_in_call_ref(&self) -> Option<&Self> {
+        self.shm.is_some().then_some(self)
+    }
+}
+

@@ -1,0 +1,223 @@
+//! The engine over the auto device (issue 39): three endpoints of one
+//! process, A and B with shm and udp, C with udp only (as a process of
+//! another host, or one whose shared memory could not open). Local pairs go
+//! by shm, the others by udp, behind one address vector and one set of
+//! completions; registrations have one key on both devices.
+
+mod common;
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+
+use common::pattern;
+use rdm4::atomic_ops;
+use rdm4::device::auto::{AutoConfig, AutoDevice, AutoName};
+use rdm4::device::shm::ShmConfig;
+use rdm4::device::udp::UdpConfig;
+use rdm4::device::Access;
+use rdm4::engine::{Config, Cqe, Endpoint, RecvOpts, RemoteBuf, SendOpts};
+use rdm4::mem::{OwnedBuf, UserBuf};
+use rdm4::Status;
+
+type Ep = Endpoint<AutoDevice>;
+
+fn udp() -> UdpConfig {
+    UdpConfig { addr: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)), ..UdpConfig::default() }
+}
+
+fn shm(tag: &str) -> ShmConfig {
+    ShmConfig { prefix: format!("rdm4-auto-{tag}-{}", std::process::id()), ..ShmConfig::default() }
+}
+
+fn open(cfg: AutoConfig) -> Ep {
+    Endpoint::new(AutoDevice::open_with(cfg).unwrap(), Config::default())
+}
+
+struct Trio {
+    eps: Vec<Ep>,
+    names: Vec<AutoName>,
+    cqs: Vec<Vec<Cqe>>,
+}
+
+impl Trio {
+    /// A and B: shm and udp; C: udp only.
+    fn new(tag: &str) -> Trio {
+        let eps = vec![
+            open(AutoConfig { shm: Some(shm(tag)), udp: Some(udp()) }),
+            open(AutoConfig { shm: Some(shm(tag)), udp: Some(udp()) }),
+            open(AutoConfig { shm: None, udp: Some(udp()) }),
+        ];
+        let names = eps.iter().map(|e| e.device().name()).collect();
+        Trio { eps, names, cqs: vec![Vec::new(); 3] }
+    }
+
+    /// `from`'s handle of `to`, by the device `from` reaches it by.
+    fn addr(&mut self, from: usize, to: usize) -> u32 {
+        let name = self.names[to];
+        let raw = self.eps[from].device_mut().pick(&name).unwrap();
+        self.eps[from].av_insert(&raw).unwrap()
+    }
+
+    /// Progresses all until `done` holds (at most 60 s).
+    fn run(&mut self, mut done: impl FnMut(&[Vec<Cqe>]) -> bool) {
+        let t = Instant::now();
+        while !done(&self.cqs) {
+            assert!(t.elapsed() < Duration::from_secs(60), "stuck: {:?}", self.cqs.iter().map(Vec::len).collect::<Vec<_>>());
+            for (e, cq) in self.eps.iter_mut().zip(&mut self.cqs) {
+                e.progress(0);
+                e.poll_cq(cq, 64);
+            }
+        }
+    }
+
+    fn udp_sent(&mut self, i: usize) -> u64 {
+        self.eps[i].device_mut().udp().map_or(0, |u| u.stats().datagrams_sent)
+    }
+}
+
+/// Sends `len` bytes from `from` to `to` and checks every byte and both completions.
+fn exchange(t: &mut Trio, from: usize, to: usize, len: usize, seed: u64) {
+    let dest = t.addr(from, to);
+    let mut src = OwnedBuf::from_slice(&pattern(len, seed));
+    let mut dst = OwnedBuf::zeroed(len);
+    t.cqs[from].clear();
+    t.cqs[to].clear();
+    t.eps[to].recv(dst.buf(), RecvOpts { context: 2, ..RecvOpts::default() }).unwrap();
+    t.eps[from].send(dest, src.buf(), SendOpts { context: 1, ..SendOpts::default() }).unwrap();
+    t.run(|c| !c[from].is_empty() && !c[to].is_empty());
+    assert_eq!(t.cqs[from][0].status, Status::Success, "{from}->{to} {len} B: send");
+    assert_eq!((t.cqs[to][0].status, t.cqs[to][0].len), (Status::Success, len as u64), "{from}->{to} {len} B");
+    assert!(dst.bytes() == src.bytes(), "{from}->{to} {len} B: every byte");
+}
+
+const SIZES: [usize; 6] = [0, 8, 4000, 70_000, 1 << 20, 8 << 20];
+
+#[test]
+fn local_peers_go_by_shm_and_remote_ones_by_udp() {
+    let mut t = Trio::new("paths");
+    assert_eq!(t.eps[0].device().devices(), (true, true));
+    assert_eq!(t.eps[2].device().devices(), (false, true));
+    assert_eq!(t.names[2].shm(), None, "C's name has no shm part");
+    for (i, &len) in SIZES.iter().enumerate() {
+        exchange(&mut t, 0, 1, len, i as u64);
+        exchange(&mut t, 1, 0, len, i as u64 + 10);
+    }
+    assert_eq!((t.udp_sent(0), t.udp_sent(1)), (0, 0), "A and B talk by shm only");
+    for (i, &len) in SIZES.iter().enumerate() {
+        exchange(&mut t, 0, 2, len, i as u64 + 20);
+        exchange(&mut t, 2, 1, len, i as u64 + 30);
+    }
+    assert!(t.udp_sent(0) > 0 && t.udp_sent(1) > 0 && t.udp_sent(2) > 0, "C's traffic went by udp");
+    // A's local traffic still by shm: its udp count moves with C only.
+    let before = t.udp_sent(0);
+    exchange(&mut t, 0, 1, 1 << 20, 99);
+    assert_eq!(t.udp_sent(0), before, "A to B stays on shm");
+}
+
+#[test]
+fn one_key_serves_local_and_remote_accessors() {
+    let mut t = Trio::new("keys");
+    // B's region: A writes the first half (by shm), C the second (by udp);
+    // both read it back; a counter hit by atomics from both.
+    let mut region = OwnedBuf::zeroed(1 << 20);
+    let key = t.eps[1].mr_reg(region.buf(), Access::REMOTE_WRITE | Access::REMOTE_READ).unwrap();
+    let mut counter = OwnedBuf::zeroed(8);
+    let ckey = t.eps[1].mr_reg(counter.buf(), Access::REMOTE_WRITE | Access::REMOTE_READ).unwrap();
+    let (ab, cb) = (t.addr(0, 1), t.addr(2, 1));
+    let half = 1 << 19;
+    let (mut pa, mut pc) = (OwnedBuf::from_slice(&pattern(half, 1)), OwnedBuf::from_slice(&pattern(half, 2)));
+    let base = region.buf().addr();
+    let at = |off: usize| RemoteBuf { addr: base + off as u64, key };
+    t.eps[0].write(ab, pa.buf(), at(0), None, 1).unwrap();
+    t.eps[2].write(cb, pc.buf(), at(half), None, 2).unwrap();
+    t.run(|c| !c[0].is_empty() && !c[2].is_empty());
+    assert_eq!((t.cqs[0][0].status, t.cqs[2][0].status), (Status::Success, Status::Success));
+    assert!(region.bytes()[..half] == pa.bytes()[..] && region.bytes()[half..] == pc.bytes()[..]);
+    for c in &mut t.cqs {
+        c.clear();
+    }
+    let (mut ra, mut rc) = (OwnedBuf::zeroed(half), OwnedBuf::zeroed(half));
+    t.eps[0].read(ab, ra.buf(), at(half), 3).unwrap();
+    t.eps[2].read(cb, rc.buf(), at(0), 4).unwrap();
+    t.run(|c| !c[0].is_empty() && !c[2].is_empty());
+    assert!(ra.bytes() == pc.bytes() && rc.bytes() == pa.bytes(), "each read what the other wrote");
+    let mut one = OwnedBuf::from_slice(&1u64.to_le_bytes());
+    let ctr = RemoteBuf { addr: counter.buf().addr(), key: ckey };
+    let counted = |c: &OwnedBuf| u64::from_le_bytes(c.bytes().try_into().unwrap());
+    let (u64t, sum) = (atomic_ops::datatype::UINT64, atomic_ops::op::SUM);
+    let none = UserBuf::empty();
+    for round in 0..50 {
+        for c in &mut t.cqs {
+            c.clear();
+        }
+        t.eps[0].atomic(ab, u64t, sum, one.buf(), none, none, ctr, round).unwrap();
+        t.eps[2].atomic(cb, u64t, sum, one.buf(), none, none, ctr, round).unwrap();
+        t.run(|c| !c[0].is_empty() && !c[2].is_empty());
+        assert_eq!((t.cqs[0][0].status, t.cqs[2][0].status), (Status::Success, Status::Success));
+    }
+    // A write atomic completes when sent: the last ones may still be on
+    // their way.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while counted(&counter) < 100 && Instant::now() < deadline {
+        t.run(|_| true);
+        for e in &mut t.eps {
+            e.progress(0);
+        }
+    }
+    assert_eq!(counted(&counter), 100, "exact total");
+}
+
+#[test]
+fn allocated_memory_is_reached_by_local_and_remote_peers() {
+    let mut t = Trio::new("alloc");
+    let (buf, key) = t.eps[1].mr_alloc(4096, Access::REMOTE_WRITE | Access::REMOTE_READ).unwrap();
+    let (ab, cb) = (t.addr(0, 1), t.addr(2, 1));
+    let (mut pa, mut pc) = (OwnedBuf::from_slice(&[0xA1; 2048]), OwnedBuf::from_slice(&[0xC3; 2048]));
+    t.eps[0].write(ab, pa.buf(), RemoteBuf { addr: buf.addr(), key }, None, 1).unwrap();
+    t.eps[2].write(cb, pc.buf(), RemoteBuf { addr: buf.addr() + 2048, key }, None, 2).unwrap();
+    t.run(|c| !c[0].is_empty() && !c[2].is_empty());
+    assert_eq!((t.cqs[0][0].status, t.cqs[2][0].status), (Status::Success, Status::Success));
+    let mut got = vec![0u8; 4096];
+    buf.read_at(0, &mut got);
+    assert!(got[..2048].iter().all(|&b| b == 0xA1) && got[2048..].iter().all(|&b| b == 0xC3));
+    t.eps[1].mr_free(key).unwrap();
+}
+
+#[test]
+fn an_endpoint_whose_shm_does_not_open_talks_by_udp() {
+    // An invalid shm setting (as no room in /dev/shm would): udp only.
+    let bad = ShmConfig { mtu: 1, ..shm("bad") };
+    let d = AutoDevice::open_with(AutoConfig { shm: Some(bad), udp: Some(udp()) }).unwrap();
+    assert_eq!(d.devices(), (false, true));
+    let mut t = Trio::new("noshm");
+    t.eps[2] = Endpoint::new(d, Config::default());
+    t.names[2] = t.eps[2].device().name();
+    for (i, &len) in SIZES.iter().enumerate() {
+        exchange(&mut t, 2, 0, len, i as u64);
+        exchange(&mut t, 0, 2, len, i as u64 + 5);
+    }
+    assert!(t.udp_sent(2) > 0);
+    // Neither device: refused.
+    let none = AutoDevice::open_with(AutoConfig { shm: None, udp: None });
+    assert_eq!(none.err(), Some(Status::NoAddr));
+}
+
+
+#[test]
+fn losing_a_remote_peer_leaves_local_traffic_alone() {
+    let mut t = Trio::new("loss");
+    exchange(&mut t, 0, 2, 8, 1);
+    let ac = t.addr(0, 2);
+    // C closes (its udp device tells its peers): A's sends to it fail,
+    // while A and B go on by shm.
+    drop(t.eps.pop());
+    t.cqs.pop();
+    t.cqs[0].clear();
+    let mut src = OwnedBuf::from_slice(&pattern(100_000, 7));
+    t.eps[0].send(ac, src.buf(), SendOpts { context: 9, ..SendOpts::default() }).unwrap();
+    t.run(|c| !c[0].is_empty());
+    assert_eq!((t.cqs[0][0].context, t.cqs[0][0].status), (9, Status::PeerUnreachable));
+    for (i, &len) in SIZES.iter().enumerate() {
+        exchange(&mut t, 0, 1, len, i as u64 + 40);
+    }
+}
