@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::pattern;
 use rdm4::atomic_ops;
-use rdm4::device::auto::{AutoConfig, AutoDevice, AutoName};
+use rdm4::device::auto::{AutoConfig, AutoDevice};
+use rdm4::wire::RawAddr;
 use rdm4::device::shm::ShmConfig;
 use rdm4::device::udp::UdpConfig;
 use rdm4::device::Access;
@@ -35,7 +36,7 @@ fn open(cfg: AutoConfig) -> Ep {
 
 struct Trio {
     eps: Vec<Ep>,
-    names: Vec<AutoName>,
+    names: Vec<RawAddr>,
     cqs: Vec<Vec<Cqe>>,
 }
 
@@ -97,7 +98,9 @@ fn local_peers_go_by_shm_and_remote_ones_by_udp() {
     let mut t = Trio::new("paths");
     assert_eq!(t.eps[0].device().devices(), (true, true));
     assert_eq!(t.eps[2].device().devices(), (false, true));
-    assert_eq!(t.names[2].shm(), None, "C's name has no shm part");
+    assert_eq!(t.names[2].reserved(), 0, "C's name has no shm locator");
+    assert_ne!(t.names[0].reserved(), 0, "A's name has one");
+    assert_eq!(t.eps[0].device().name().to_bytes().len(), 32, "names keep the raw address's length");
     for (i, &len) in SIZES.iter().enumerate() {
         exchange(&mut t, 0, 1, len, i as u64);
         exchange(&mut t, 1, 0, len, i as u64 + 10);

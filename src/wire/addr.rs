@@ -53,6 +53,12 @@ impl RawAddr {
         self.reserved.get()
     }
 
+    /// The address with `reserved` in its trailing 8 bytes (the auto
+    /// device's names carry a shm locator there; never on the wire).
+    pub fn with_reserved(self, reserved: u64) -> RawAddr {
+        RawAddr { reserved: U64::new(reserved), ..self }
+    }
+
     /// The 32 bytes of the address.
     pub fn to_bytes(&self) -> [u8; 32] {
         let mut out = [0u8; 32];

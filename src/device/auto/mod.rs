@@ -3,16 +3,23 @@
 //! atomics), all others by udp; the engine above sees one device, one
 //! address vector and one set of completions. See docs/architecture.md.
 //!
-//! - **Name.** [`AutoName`]: 64 bytes, the shm raw address then the udp
-//!   raw address (32 bytes each, spec table 1.5; a part is all zeros when
-//!   its device did not open). MPI libraries exchange names in 64-byte
-//!   slots: it fits one.
-//! - **Same host.** A peer is reached by shm when its name's shm part has
-//!   this host's shm `gid` (the boot ID: processes of one boot share
-//!   memory) and its segment opens here ([`AutoDevice::pick`]); else by
-//!   udp. Two containers that share `/dev/shm` share the boot ID and open
-//!   each other's segments: shm is right for them whatever their networks.
-//!   Two that do not share `/dev/shm` fail to open the segment: udp.
+//! - **Name.** 32 bytes, a raw address as every device's (spec table 1.5),
+//!   so that names keep one length whatever the device (MPI libraries
+//!   exchange names in fixed slots, at most 64 bytes): the udp address,
+//!   with a shm locator in its reserved trailing 8 bytes: a 48-bit hash of
+//!   the host's boot ID, then the shm endpoint number (16 bits). The
+//!   devices share the connid, so the locator and the udp address give
+//!   the whole shm address on the same host. Without udp the name is the
+//!   shm address; without shm, the udp address (reserved bytes zero).
+//!   Names of shm and udp endpoints are inserted as they are.
+//! - **Same host.** A peer is reached by shm when its name is a shm address
+//!   of this host's boot ID, or carries the locator of this host, and its
+//!   segment opens here ([`AutoDevice::pick`]); else by udp. Processes of
+//!   one boot share memory: two containers that share `/dev/shm` share the
+//!   boot ID and open each other's segments, and go by shm whatever their
+//!   networks; two that do not share `/dev/shm` fail to open the segment
+//!   and go by udp. The HANDSHAKE's `host_id` is this hash too, so a capture
+//!   shows which peers are on one host.
 //! - **Address handles.** A udp peer's handle has bit 31 set ([`UDP`]);
 //!   the engine never looks inside handles.
 //! - **On the wire** nothing changes: each device frames its packets as it
@@ -43,43 +50,16 @@ use crate::wire::RawAddr;
 /// The bit of a udp peer's address handle.
 pub const UDP: Ah = 1 << 31;
 
-/// The name of an auto endpoint: its shm raw address, then its udp raw
-/// address (zeros for a device it does not have).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AutoName(pub [u8; AutoName::LEN]);
-
-impl AutoName {
-    /// Its length: fixed.
-    pub const LEN: usize = 64;
-
-    /// The name of the two parts.
-    pub fn new(shm: Option<RawAddr>, udp: Option<RawAddr>) -> AutoName {
-        let mut b = [0u8; Self::LEN];
-        if let Some(a) = shm {
-            b[..RawAddr::LEN].copy_from_slice(&a.to_bytes());
-        }
-        if let Some(a) = udp {
-            b[RawAddr::LEN..].copy_from_slice(&a.to_bytes());
-        }
-        AutoName(b)
-    }
-
-    /// Its shm part, if any.
-    pub fn shm(&self) -> Option<RawAddr> {
-        part(&self.0[..RawAddr::LEN])
-    }
-
-    /// Its udp part, if any.
-    pub fn udp(&self) -> Option<RawAddr> {
-        part(&self.0[RawAddr::LEN..])
-    }
+/// The locator of shm endpoint `epid` on the host of boot ID `gid` (the
+/// name's reserved bytes).
+fn locator(gid: &[u8; 16], epid: u16) -> u64 {
+    (host_hash(gid) << 16) | u64::from(epid)
 }
 
-fn part(b: &[u8]) -> Option<RawAddr> {
-    if b.iter().all(|&x| x == 0) {
-        return None;
-    }
-    RawAddr::from_bytes(b)
+/// A 48-bit hash of a boot ID (FNV-1a, never 0).
+pub fn host_hash(gid: &[u8; 16]) -> u64 {
+    let h = gid.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    (h >> 16).max(1)
 }
 
 /// What to open: each device's settings, `None` for one not wanted.
@@ -180,23 +160,47 @@ impl AutoDevice {
     }
 
     /// Its name (module docs).
-    pub fn name(&self) -> AutoName {
-        AutoName::new(self.shm.as_ref().map(Device::local_addr), self.udp.as_ref().map(Device::local_addr))
+    pub fn name(&self) -> RawAddr {
+        match (&self.shm, &self.udp) {
+            (Some(s), Some(u)) => {
+                let sa = s.local_addr();
+                u.local_addr().with_reserved(locator(&sa.gid, sa.qpn()))
+            }
+            (Some(s), None) => s.local_addr(),
+            (None, Some(u)) => u.local_addr(),
+            (None, None) => unreachable!("an auto device has one device at least"),
+        }
     }
 
-    /// The raw address of `name` that this endpoint reaches it by: its shm
-    /// part when that is of this host and its segment opens here, else its
-    /// udp part. `NoAddr` when neither is reachable.
-    pub fn pick(&mut self, name: &AutoName) -> Result<RawAddr, Status> {
-        if let (Some(shm), Some(theirs)) = (self.shm.as_mut(), name.shm()) {
-            if theirs.gid == shm.local_addr().gid && shm.insert(&theirs).is_ok() {
-                return Ok(theirs);
+    /// The raw address of peer `name` (an auto, shm or udp endpoint's)
+    /// that this endpoint reaches it by: a shm address when the peer is on
+    /// this host and its segment opens here, else its udp address. `NoAddr`
+    /// when neither device reaches it.
+    pub fn pick(&mut self, name: &RawAddr) -> Result<RawAddr, Status> {
+        let own = self.shm.as_ref().map(|s| s.local_addr().gid);
+        if let (Some(shm), Some(own)) = (self.shm.as_mut(), own) {
+            let r = name.reserved();
+            let local = if name.gid == own {
+                Some(*name)
+            } else {
+                (r != 0 && r >> 16 == host_hash(&own)).then(|| RawAddr::new(own, r as u16, name.connid()))
+            };
+            if let Some(raw) = local.filter(|raw| shm.insert(raw).is_ok()) {
+                return Ok(raw);
             }
         }
-        match (&self.udp, name.udp()) {
-            (Some(_), Some(theirs)) => Ok(theirs),
-            _ => Err(Status::NoAddr),
+        // A shm address of this host whose segment did not open holds no
+        // udp address.
+        if self.udp.is_none() || (name.reserved() == 0 && Some(name.gid) == own) {
+            return Err(Status::NoAddr);
         }
+        Ok(name.with_reserved(0))
+    }
+
+    /// The hash of this host's boot ID (the HANDSHAKE's `host_id`), when
+    /// shm is open.
+    pub fn host_id(&self) -> Option<u64> {
+        self.shm.as_ref().map(|s| host_hash(&s.local_addr().gid))
     }
 
     /// The shm device, if open.
