@@ -121,7 +121,8 @@ PIN_FIELD(rdm4_ep_info, max_credits, 80, 8, uint64_t);
 PIN_FIELD(rdm4_ep_info, timeout_ms, 88, 8, uint64_t);
 PIN_FIELD(rdm4_ep_info, longread_min, 96, 8, uint64_t);
 PIN_FIELD(rdm4_ep_info, runt_size, 104, 8, uint64_t);
-PIN_ARRAY(rdm4_ep_info, reserved, 112, 40, uint64_t, 5);
+PIN_FIELD(rdm4_ep_info, devices, 112, 8, uint64_t);
+PIN_ARRAY(rdm4_ep_info, reserved, 120, 32, uint64_t, 4);
 
 /* rdm4_addr is a 64-bit unsigned integer. */
 _Static_assert(sizeof(rdm4_addr) == 8, "sizeof(rdm4_addr) == 8");
@@ -275,6 +276,7 @@ static const struct constant constants[] = {
     K(RDM4_DEVICE_DEFAULT, 0),
     K(RDM4_DEVICE_SHM, 1),
     K(RDM4_DEVICE_UDP, 2),
+    K(RDM4_DEVICE_AUTO, 3),
 
     K(RDM4_PROGRESS_MANUAL, 0),
     K(RDM4_PROGRESS_AUTO, 1),
@@ -371,7 +373,8 @@ static const struct constant constants[] = {
 _Static_assert(RDM4_ADDR_LEN == 32, "RDM4_ADDR_LEN");
 _Static_assert(RDM4_ADDR_UNSPEC == 0xffffffffffffffffULL, "RDM4_ADDR_UNSPEC");
 _Static_assert(RDM4_MSG_MAX == 1ULL << 47, "RDM4_MSG_MAX");
-_Static_assert(RDM4_DEVICE_DEFAULT == 0 && RDM4_DEVICE_SHM == 1 && RDM4_DEVICE_UDP == 2, "RDM4_DEVICE_*");
+_Static_assert(RDM4_DEVICE_DEFAULT == 0 && RDM4_DEVICE_SHM == 1 && RDM4_DEVICE_UDP == 2 && RDM4_DEVICE_AUTO == 3,
+               "RDM4_DEVICE_*");
 _Static_assert(RDM4_PROGRESS_MANUAL == 0 && RDM4_PROGRESS_AUTO == 1, "RDM4_PROGRESS_*");
 _Static_assert(RDM4_ACCESS_LOCAL == 1 && RDM4_ACCESS_REMOTE_READ == 2 && RDM4_ACCESS_REMOTE_WRITE == 4,
                "RDM4_ACCESS_*");

@@ -695,7 +695,8 @@ static void check_av(rdm4_ep *a, rdm4_ep *b, rdm4_addr a_to_b, const uint8_t add
     rdm4_addr out[3] = { 0x1111, 0x2222, 0x3333 };
     uint8_t other_host[RDM4_ADDR_LEN];
     memcpy(other_host, addr_b, RDM4_ADDR_LEN);
-    other_host[0] ^= 0xff; /* another boot ID: another host */
+    other_host[0] ^= 0xff;              /* another boot ID: another host */
+    memset(other_host + 24, 0, 8);      /* and no shm locator (an auto name's) */
     uint8_t zeros[RDM4_ADDR_LEN] = { 0 };
 
     EXPECT(rdm4_av_insert(a, NULL, 1, out), RDM4_EINVAL);

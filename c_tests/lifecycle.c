@@ -24,7 +24,7 @@
 #include "test_util.h"
 
 static char prefix[64];
-/* The device of the environment (RDM4_DEVICE_SHM or RDM4_DEVICE_UDP). */
+/* The device of the environment (RDM4_DEVICE_SHM, _UDP or _AUTO). */
 static uint32_t device;
 
 /* Runs rdm4_ep_open with stderr captured into `log` (NUL-terminated). */
@@ -74,8 +74,9 @@ static void bad_settings_are_refused_by_name(void)
         { "RDM4_UDP_SOCKBUF", "4095" },        { "RDM4_UDP_RDMA", "yes" },
         { "RDM4_DEVICE", "tcp" },
     };
-    const char *const(*bad)[2] = device == RDM4_DEVICE_SHM ? bad_shm : bad_udp;
-    size_t nbad = device == RDM4_DEVICE_SHM ? sizeof bad_shm / sizeof bad_shm[0] : sizeof bad_udp / sizeof bad_udp[0];
+    /* Auto opens shm too: its settings are checked as shm's. */
+    const char *const(*bad)[2] = device != RDM4_DEVICE_UDP ? bad_shm : bad_udp;
+    size_t nbad = device != RDM4_DEVICE_UDP ? sizeof bad_shm / sizeof bad_shm[0] : sizeof bad_udp / sizeof bad_udp[0];
     for (size_t i = 0; i < nbad; i++) {
         /* The harness's own value (RDM4_DEVICE, RDM4_UDP_ADDR) comes back after. */
         const char *had = getenv(bad[i][0]);
@@ -116,9 +117,9 @@ static void bad_settings_are_refused_by_name(void)
         { "RDM4_UDP_SOCKBUF", "4096" },
         { "RDM4_UDP_RDMA", "0" },
     };
-    const char *const(*good)[2] = device == RDM4_DEVICE_SHM ? good_shm : good_udp;
+    const char *const(*good)[2] = device != RDM4_DEVICE_UDP ? good_shm : good_udp;
     size_t ngood =
-        device == RDM4_DEVICE_SHM ? sizeof good_shm / sizeof good_shm[0] : sizeof good_udp / sizeof good_udp[0];
+        device != RDM4_DEVICE_UDP ? sizeof good_shm / sizeof good_shm[0] : sizeof good_udp / sizeof good_udp[0];
     for (size_t i = 0; i < ngood; i++) {
         setenv(good[i][0], good[i][1], 1);
     }
@@ -184,7 +185,7 @@ static void dead_segments_go_at_the_next_open(void)
         waitpid(kids[k], &st, 0);
         CHECK(k == 0 ? WIFSIGNALED(st) : (WIFEXITED(st) && WEXITSTATUS(st) == 0), "child %d opened and ended", k);
     }
-    const int shm = device == RDM4_DEVICE_SHM;
+    const int shm = device != RDM4_DEVICE_UDP; /* auto has segments too */
     int left = tu_shm_files(prefix, 0, !shm);
     CHECK(left == (shm ? 6 : 0), "the three dead endpoints left %s (%d files)",
           shm ? "a segment and a FIFO each" : "nothing in /dev/shm (udp)", left);

@@ -52,7 +52,11 @@ int main(void)
     tu_fatal_cleanup = cleanup_segments;
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *dev = getenv("RDM4_DEVICE");
-    uint32_t want_dev = dev && strcmp(dev, "udp") == 0 ? RDM4_DEVICE_UDP : RDM4_DEVICE_SHM;
+    uint32_t want_dev = !dev                       ? RDM4_DEVICE_SHM
+                        : strcmp(dev, "udp") == 0  ? RDM4_DEVICE_UDP
+                        : strcmp(dev, "auto") == 0 ? RDM4_DEVICE_AUTO
+                                                   : RDM4_DEVICE_SHM;
+    const uint64_t want_devices = want_dev == RDM4_DEVICE_AUTO ? 3 : want_dev == RDM4_DEVICE_UDP ? 2 : 1;
 
     /* Defaults. */
     rdm4_ep *a, *b;
@@ -76,6 +80,8 @@ int main(void)
           "default settings: medium %llu, unexpected %llu, credits %llu", (unsigned long long)in.medium_max,
           (unsigned long long)in.unexpected_limit, (unsigned long long)in.max_credits);
     CHECK(want_dev != RDM4_DEVICE_UDP || in.rdma == 3, "udp offers RDMA read and write (%u)", in.rdma);
+    CHECK(in.devices == want_devices, "devices %llu (want %llu)", (unsigned long long)in.devices,
+          (unsigned long long)want_devices);
     CHECK(in.timeout_ms == 60000 && in.longread_min == UINT64_MAX && in.runt_size == 262144,
           "timeout %llu ms, long-read from %llu, runt %llu", (unsigned long long)in.timeout_ms,
           (unsigned long long)in.longread_min, (unsigned long long)in.runt_size);

@@ -388,10 +388,10 @@ static inline uint32_t tu_device(rdm4_ep *ep)
     return info.device;
 }
 
-/* A device's name ("shm", "udp"). */
+/* A device's name ("shm", "udp", "auto"). */
 static inline const char *tu_device_name(uint32_t device)
 {
-    return device == RDM4_DEVICE_SHM ? "shm" : device == RDM4_DEVICE_UDP ? "udp" : "?";
+    return device == RDM4_DEVICE_SHM ? "shm" : device == RDM4_DEVICE_UDP ? "udp" : device == RDM4_DEVICE_AUTO ? "auto" : "?";
 }
 
 /* Writes all `len` bytes to a pipe; FATAL when that fails. */

@@ -118,6 +118,17 @@
 #define RDM4_DEVICE_UDP 2
 
 /**
+ * Device: both, behind one endpoint: shared memory to the peers of this
+ * host, udp to the others (one address vector, one completion queue, one
+ * descriptor). Its name has `RDM4_ADDR_LEN` bytes as every endpoint's: the
+ * udp address with a locator of its shared memory; names of shm and udp
+ * endpoints are inserted as they are. A device that cannot open leaves it
+ * working with the other (`rdm4_ep_query` says which it has). Not with
+ * `RDM4_PCAP` (which records one device: `RDM4_ENOTSUP`).
+ */
+#define RDM4_DEVICE_AUTO 3
+
+/**
  * The largest message, RMA transfer, atomic payload or registration, in
  * bytes: 2^47 (128 TiB, the user address space of x86_64 and aarch64
  * Linux, so no real buffer is larger). Longer lengths give
@@ -698,9 +709,14 @@ typedef struct rdm4_ep_info {
    */
   uint64_t runt_size;
   /**
+   * The devices it has: 1 shared memory, 2 udp (auto: both, or the one
+   * that opened).
+   */
+  uint64_t devices;
+  /**
    * Reserved for later fields (written as zero).
    */
-  uint64_t reserved[5];
+  uint64_t reserved[4];
 } rdm4_ep_info;
 
 /**

@@ -8,7 +8,7 @@
 //! - shared: `-L<lib> -lrdm4 -Wl,-rpath,<lib>` against `librdm4.so`;
 //! - static: against `librdm4.a` plus the Rust standard library's native libraries.
 //!
-//! Each binary runs once over every device of [`DEVICES`] (shm and udp on
+//! Each binary runs once over every device of [`DEVICES`] (shm, udp and auto on
 //! loopback), with `RDM4_DEVICE` naming it: the programs are device-agnostic
 //! (they use the device of the environment), and where a check belongs to one
 //! device they ask which one they run on (`rdm4_ep_query`).
@@ -52,6 +52,7 @@ struct Device {
 const DEVICES: &[Device] = &[
     Device { name: "shm", env: &[("RDM4_DEVICE", "shm")] },
     Device { name: "udp", env: &[("RDM4_DEVICE", "udp"), ("RDM4_UDP_ADDR", "127.0.0.1")] },
+    Device { name: "auto", env: &[("RDM4_DEVICE", "auto"), ("RDM4_UDP_ADDR", "127.0.0.1")] },
 ];
 
 #[test]

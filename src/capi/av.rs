@@ -33,7 +33,17 @@ pub extern "C" fn rdm4_av_insert(ep: *mut rdm4_ep, addrs: *const c_void, count: 
         let mut done: Vec<u32> = Vec::with_capacity(count);
         let mut fresh: Vec<u32> = Vec::new();
         for chunk in bytes.chunks(RDM4_ADDR_LEN) {
-            let raw = RawAddr::from_bytes(chunk).ok_or(Status::Inval)?;
+            let name = RawAddr::from_bytes(chunk).ok_or(Status::Inval)?;
+            // Auto: the device the peer is reached by (shm or udp).
+            let raw = match g.ep.reach(&name) {
+                Ok(r) => r,
+                Err(e) => {
+                    for a in fresh {
+                        let _ = g.ep.av_remove(a);
+                    }
+                    return Err(e);
+                }
+            };
             let known = g.ep.av_contains(&raw);
             match g.ep.av_insert(&raw) {
                 Ok(a) => {

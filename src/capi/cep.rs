@@ -15,6 +15,7 @@
 
 use std::os::fd::RawFd;
 
+use crate::device::auto::AutoDevice;
 use crate::device::shm::ShmDevice;
 use crate::device::udp::{UdpDevice, UdpStats};
 use crate::device::Access;
@@ -36,6 +37,8 @@ pub(crate) enum CEp {
     Shm(Endpoint<ShmDevice>),
     /// Hosts on an IP network.
     Udp(Endpoint<UdpDevice>),
+    /// Both: shm to peers of this host, udp to the rest.
+    Auto(Endpoint<AutoDevice>),
     /// Either, with its packets captured (`RDM4_PCAP`).
     Captured(Box<CapEp>),
 }
@@ -57,6 +60,7 @@ macro_rules! each {
         match $self {
             CEp::Shm($e) => $body,
             CEp::Udp($e) => $body,
+            CEp::Auto($e) => $body,
             CEp::Captured($c) => $cap,
         }
     };
@@ -169,11 +173,52 @@ impl CEp {
         }
     }
 
+    /// The engine over the auto device (not captured: `RDM4_PCAP` records
+    /// one device, shm or udp).
+    pub(crate) fn open_auto(dev: AutoDevice, mut cfg: Config) -> CEp {
+        if cfg.host_id == 0 {
+            // Peers see which of them share this host (module docs of auto).
+            cfg.host_id = dev.host_id().unwrap_or(0);
+        }
+        CEp::Auto(Endpoint::new(dev, cfg))
+    }
+
+    /// The name peers insert: the engine's address, but for auto (its
+    /// name with the shm locator).
+    pub(crate) fn name(&self) -> RawAddr {
+        match self {
+            CEp::Auto(e) => e.device().name(),
+            _ => self.addr(),
+        }
+    }
+
+    /// The address by which the engine reaches the endpoint named `name`
+    /// (the auto device picks shm or udp; the others take it as it is).
+    pub(crate) fn reach(&mut self, name: &RawAddr) -> Result<RawAddr, Status> {
+        match self {
+            CEp::Auto(e) => e.device_mut().pick(name),
+            _ => Ok(*name),
+        }
+    }
+
+    /// The devices an auto endpoint has (shm, udp); the one of the others.
+    pub(crate) fn devices(&self) -> (bool, bool) {
+        match self.device_kind() {
+            super::RDM4_DEVICE_SHM => (true, false),
+            super::RDM4_DEVICE_UDP => (false, true),
+            _ => match self {
+                CEp::Auto(e) => e.device().devices(),
+                _ => (false, false),
+            },
+        }
+    }
+
     /// The device's `RDM4_DEVICE_*` number.
     pub(crate) fn device_kind(&self) -> u32 {
         match self {
             CEp::Shm(_) => super::RDM4_DEVICE_SHM,
             CEp::Udp(_) => super::RDM4_DEVICE_UDP,
+            CEp::Auto(_) => super::RDM4_DEVICE_AUTO,
             CEp::Captured(c) => match &**c {
                 CapEp::Shm(_) => super::RDM4_DEVICE_SHM,
                 CapEp::Udp(_) => super::RDM4_DEVICE_UDP,
@@ -185,6 +230,7 @@ impl CEp {
     pub(crate) fn udp_stats(&self) -> UdpStats {
         match self {
             CEp::Udp(e) => e.device().stats(),
+            CEp::Auto(e) => e.device().udp_ref().map(UdpDevice::stats).unwrap_or_default(),
             CEp::Captured(c) => match &**c {
                 CapEp::Udp(e) => e.device().inner().stats(),
                 CapEp::Shm(_) => UdpStats::default(),

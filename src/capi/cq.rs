@@ -71,6 +71,7 @@ pub extern "C" fn rdm4_poll(ep: *mut rdm4_ep, entries: *mut rdm4_cqe, max: usize
         let done = match &mut g.ep {
             super::CEp::Shm(e) => poll_engine(e, entries, max, pass),
             super::CEp::Udp(e) => poll_engine(e, entries, max, pass),
+            super::CEp::Auto(e) => poll_engine(e, entries, max, pass),
             super::CEp::Captured(c) => poll_captured(c, entries, max, pass),
         };
         let n = match done {

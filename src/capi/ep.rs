@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::types::*;
 use super::{boundary, ep_call, read_sized, required, write_sized, EpInner};
+use crate::device::auto::AutoDevice;
 use crate::device::shm::ShmDevice;
 use crate::device::udp::UdpDevice;
 use crate::engine::Config;
@@ -71,17 +72,23 @@ fn read_attr(attr: *const rdm4_ep_attr) -> Result<rdm4_ep_attr, Status> {
 /// The variable overrides a valid attribute; an invalid attribute is
 /// refused whatever the variable says.
 fn open_endpoint(attr: &rdm4_ep_attr, cfg: Config) -> Result<super::CEp, Status> {
-    if !matches!(attr.device, RDM4_DEVICE_DEFAULT | RDM4_DEVICE_SHM | RDM4_DEVICE_UDP) {
+    if !matches!(attr.device, RDM4_DEVICE_DEFAULT | RDM4_DEVICE_SHM | RDM4_DEVICE_UDP | RDM4_DEVICE_AUTO) {
         return Err(Status::Inval);
     }
-    let kind = match crate::env::word("RDM4_DEVICE", &["shm", "udp"])? {
+    let kind = match crate::env::word("RDM4_DEVICE", &["shm", "udp", "auto"])? {
         Some(0) => RDM4_DEVICE_SHM,
-        Some(_) => RDM4_DEVICE_UDP,
+        Some(1) => RDM4_DEVICE_UDP,
+        Some(_) => RDM4_DEVICE_AUTO,
         None => attr.device,
     };
     let pcap = PcapFile::from_env()?;
     Ok(match kind {
         RDM4_DEVICE_UDP => super::CEp::open_udp(UdpDevice::open()?, cfg, pcap),
+        RDM4_DEVICE_AUTO if pcap.is_some() => {
+            crate::log::log!(crate::log::WARN, "RDM4_PCAP records one device: RDM4_DEVICE=shm or udp");
+            return Err(Status::NotSup);
+        }
+        RDM4_DEVICE_AUTO => super::CEp::open_auto(AutoDevice::open()?, cfg),
         _ => super::CEp::open_shm(ShmDevice::open()?, cfg, pcap),
     })
 }
@@ -162,7 +169,11 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
         cfg.constant_header = crate::env::word("RDM4_CONSTANT_HEADER", &["0", "1"])? == Some(1);
         let mut inner = EpInner::new(open_endpoint(&a, cfg)?);
         inner.modes = (a.progress, a.threading);
-        let device = if inner.ep.device_kind() == RDM4_DEVICE_UDP { "udp" } else { "shm" };
+        let device = match inner.ep.device_kind() {
+            RDM4_DEVICE_UDP => "udp",
+            RDM4_DEVICE_AUTO => "auto",
+            _ => "shm",
+        };
         crate::log::log!(crate::log::INFO, "endpoint opened on {device}: {:?}", inner.ep.addr());
         let responder = a.progress == RDM4_PROGRESS_MANUAL && inner.ep.wants_responder();
         if inner.ep.wants_responder() {
@@ -321,7 +332,7 @@ pub extern "C" fn rdm4_ep_close(ep: *mut rdm4_ep) -> i32 {
 pub extern "C" fn rdm4_ep_getname(ep: *mut rdm4_ep, addr: *mut c_void, len: *mut usize) -> i32 {
     ep_call(ep, |g| {
         let len = required(len)?;
-        let raw = g.ep.addr().to_bytes();
+        let raw = g.ep.name().to_bytes();
         // SAFETY: `len` is non-NULL; `addr`, when non-NULL, has `*len` bytes.
         unsafe {
             let have = len.read();
@@ -367,7 +378,11 @@ pub extern "C" fn rdm4_ep_query(ep: *mut rdm4_ep, info: *mut rdm4_ep_info) -> i3
             timeout_ms: cfg.request_timeout_ns / 1_000_000,
             longread_min: cfg.longread_min.max(caps.longread_min).max(1) as u64,
             runt_size: cfg.runt_size as u64,
-            reserved: [0; 5],
+            devices: {
+                let (s, u) = g.ep.devices();
+                u64::from(s) | u64::from(u) << 1
+            },
+            reserved: [0; 4],
         };
         write_sized(info, full)?;
         Ok(0)

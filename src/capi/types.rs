@@ -20,6 +20,14 @@ pub const RDM4_DEVICE_SHM: u32 = 1;
 /// Device: UDP between hosts on any IP network (reliable datagrams and RDMA
 /// over UDP, in the device).
 pub const RDM4_DEVICE_UDP: u32 = 2;
+/// Device: both, behind one endpoint: shared memory to the peers of this
+/// host, udp to the others (one address vector, one completion queue, one
+/// descriptor). Its name has `RDM4_ADDR_LEN` bytes as every endpoint's: the
+/// udp address with a locator of its shared memory; names of shm and udp
+/// endpoints are inserted as they are. A device that cannot open leaves it
+/// working with the other (`rdm4_ep_query` says which it has). Not with
+/// `RDM4_PCAP` (which records one device: `RDM4_ENOTSUP`).
+pub const RDM4_DEVICE_AUTO: u32 = 3;
 
 /// The largest message, RMA transfer, atomic payload or registration, in
 /// bytes: 2^47 (128 TiB, the user address space of x86_64 and aarch64
@@ -272,8 +280,11 @@ pub struct rdm4_ep_info {
     /// peer in flight travel in packets, the rest is read (0: never;
     /// `RDM4_RUNT_SIZE`).
     pub runt_size: u64,
+    /// The devices it has: 1 shared memory, 2 udp (auto: both, or the one
+    /// that opened).
+    pub devices: u64,
     /// Reserved for later fields (written as zero).
-    pub reserved: [u64; 5],
+    pub reserved: [u64; 4],
 }
 
 /// One completion (`rdm4_poll`).

@@ -213,6 +213,11 @@ impl AutoDevice {
         self.udp.as_mut()
     }
 
+    /// [`Self::udp`], shared.
+    pub fn udp_ref(&self) -> Option<&UdpDevice> {
+        self.udp.as_ref()
+    }
+
     /// Whether `ah` names a udp peer.
     pub fn is_udp(ah: Ah) -> bool {
         ah & UDP != 0
