@@ -158,7 +158,7 @@ fn number<T: std::str::FromStr>(name: &str, value: &str) -> std::result::Result<
 
 #[rustfmt::skip]
 const OPTIONS: &[Opt] = &[
-    Opt { name: "--device", arg: "shm|udp", default: Shown::Value("shm"),
+    Opt { name: "--device", arg: "shm|udp|auto", default: Shown::Value("shm"),
         help: "the device of both endpoints",
         set: |o, v| { o.device = v.to_string(); Ok(()) } },
     Opt { name: "--test", arg: "NAME[,NAME...]", default: Shown::Words("all, in the order below"),
@@ -264,7 +264,7 @@ fn parse<I: IntoIterator<Item = String>>(args: I) -> std::result::Result<Option<
     if o.window == 0 || o.sizes.is_empty() {
         return Err("--window and --sizes must not be empty".into());
     }
-    if !["shm", "udp"].contains(&o.device.as_str()) {
+    if !["shm", "udp", "auto"].contains(&o.device.as_str()) {
         return Err(format!("unknown device {}", o.device));
     }
     Ok(Some(o))

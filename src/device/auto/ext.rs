@@ -234,7 +234,14 @@ impl InCall for AutoDevice {
             // go by the general receive: "more may wait" while it is open.
             Some(s) => {
                 let (n, more) = s.recv_express(max, f);
-                (n, more || self.udp.is_some())
+                if more || self.udp.is_none() {
+                    return (n, more);
+                }
+                // Shm seen empty: the general receive, which polls udp,
+                // runs while udp is busy, else once in `UDP_EVERY`.
+                self.skipped += 1;
+                let due = self.udp_idle < super::UDP_IDLE || self.skipped >= super::UDP_EVERY;
+                (n, due)
             }
             None => (0, true),
         }
