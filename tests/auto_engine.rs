@@ -224,3 +224,54 @@ fn losing_a_remote_peer_leaves_local_traffic_alone() {
         exchange(&mut t, 0, 1, len, i as u64 + 40);
     }
 }
+
+/// Matching across the two devices: any-source receives take messages of
+/// a shm peer and a udp peer, each naming its source; directed receives
+/// take only their peer's; per-peer order holds; delivery complete works
+/// on both.
+#[test]
+fn matching_order_and_delivery_complete_span_both_devices() {
+    use rdm4::engine::SendFlags;
+    let mut t = Trio::new("match");
+    let (ab, cb) = (t.addr(0, 1), t.addr(2, 1));
+    let (ba, bc) = (t.addr(1, 0), t.addr(1, 2));
+    // Directed receives first (a udp peer's, then a shm peer's), then
+    // any-source ones; each sender sends 3 tagged messages in order.
+    let mut bufs: Vec<OwnedBuf> = (0..8).map(|_| OwnedBuf::zeroed(64)).collect();
+    let tag = Some((7u64, 0u64));
+    let posts = [(Some(bc), 10), (Some(ba), 11), (None, 12), (None, 13), (None, 14), (None, 15)];
+    for (i, &(src, ctx)) in posts.iter().enumerate() {
+        t.eps[1].recv(bufs[i].buf(), RecvOpts { tag, src, context: ctx }).unwrap();
+    }
+    let mut srcs: Vec<OwnedBuf> = Vec::new();
+    for k in 0..3u8 {
+        for (from, dest) in [(0, ab), (2, cb)] {
+            let mut b = OwnedBuf::from_slice(&[from as u8 * 16 + k; 64]);
+            let flags = SendFlags { more: false, dc: k == 2 };
+            let opts = SendOpts { tag: Some(7), cq_data: None, context: u64::from(k) };
+            t.eps[from].send_flagged(dest, b.buf(), opts, flags).unwrap();
+            srcs.push(b);
+        }
+    }
+    t.run(|c| c[1].len() == 6 && c[0].len() == 3 && c[2].len() == 3);
+    for c in [&t.cqs[0], &t.cqs[2]] {
+        assert!(c.iter().all(|e| e.status == Status::Success), "sends (DC included): {c:?}");
+    }
+    let by_ctx = |ctx: u64| t.cqs[1].iter().find(|e| e.context == ctx).unwrap();
+    assert_eq!((by_ctx(10).src, by_ctx(11).src), (bc, ba), "directed receives named their peers");
+    assert!(bufs[0].bytes()[0] == 32 && bufs[1].bytes()[0] == 0, "each directed receive got its peer's first message");
+    // The any-source receives got the rest, each peer's in its order.
+    let mut from_a: Vec<u8> = Vec::new();
+    let mut from_c: Vec<u8> = Vec::new();
+    for (i, ctx) in (12..16).enumerate() {
+        let e = by_ctx(ctx);
+        let first = bufs[i + 2].bytes()[0];
+        if e.src == ba {
+            from_a.push(first);
+        } else {
+            assert_eq!(e.src, bc);
+            from_c.push(first);
+        }
+    }
+    assert_eq!((from_a, from_c), (vec![1, 2], vec![33, 34]), "per-peer order over each device");
+}
