@@ -150,8 +150,10 @@ impl MoreFollows for AutoDevice {
 impl Doorbell for AutoDevice {
     #[inline(always)]
     fn doorbell(&mut self) {
-        if let Some(u) = self.udp.as_mut() {
-            u.doorbell();
+        if std::mem::take(&mut self.udp_rung) {
+            if let Some(u) = self.udp.as_mut() {
+                u.doorbell();
+            }
         }
     }
 }

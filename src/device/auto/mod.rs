@@ -88,6 +88,9 @@ pub struct AutoDevice {
     udp_idle: u32,
     /// `recv` polled udp since the last `events`.
     udp_polled: bool,
+    /// Something went to udp since the last doorbell: only then does the
+    /// doorbell flush udp (the engine rings after every send, shm's too).
+    udp_rung: bool,
 }
 
 /// After this many udp polls in a row without a packet, udp counts as
@@ -167,7 +170,7 @@ impl AutoDevice {
             u.take_connid(s.local_addr().connid());
         }
         let caps = merged(shm.as_ref().map(Device::caps), udp.as_ref().map(Device::caps));
-        Ok(AutoDevice { shm, udp, caps, sleep: ext::SleepSet::default(), skipped: 0, udp_idle: 0, udp_polled: false })
+        Ok(AutoDevice { shm, udp, caps, sleep: ext::SleepSet::default(), skipped: 0, udp_idle: 0, udp_polled: false, udp_rung: false })
     }
 
     /// The devices it has: (shm, udp).
@@ -319,7 +322,19 @@ impl Device for AutoDevice {
         max_len: usize,
         build: impl FnMut(&mut [u8]) -> usize,
     ) -> Result<Sent, DevError> {
-        on!(self, ah, d, a => d.send_with(a, wr_id, max_len, build))
+        match via(ah) {
+            Via::Shm(a) => match self.shm.as_mut() {
+                Some(d) => d.send_with_inline(a, wr_id, max_len, build),
+                None => Err(DevError::Failed(Status::NoAddr)),
+            },
+            Via::Udp(a) => {
+                self.udp_rung = true;
+                match self.udp.as_mut() {
+                    Some(d) => d.send_with(a, wr_id, max_len, build),
+                    None => Err(DevError::Failed(Status::NoAddr)),
+                }
+            }
+        }
     }
 
     fn send_gather(
@@ -330,6 +345,7 @@ impl Device for AutoDevice {
         build: impl FnMut(&mut [u8]) -> usize,
         payload: UserBuf,
     ) -> Result<Sent, DevError> {
+        self.udp_rung |= ah & UDP != 0;
         on!(self, ah, d, a => d.send_gather(a, wr_id, hdr_max, build, payload))
     }
 
@@ -424,10 +440,12 @@ impl Device for AutoDevice {
     }
 
     fn rdma_read(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
+        self.udp_rung |= ah & UDP != 0;
         on!(self, ah, d, a => d.rdma_read(a, local, remote_addr, key, wr_id))
     }
 
     fn rdma_write(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
+        self.udp_rung |= ah & UDP != 0;
         on!(self, ah, d, a => d.rdma_write(a, local, remote_addr, key, wr_id))
     }
 
@@ -440,6 +458,7 @@ impl Device for AutoDevice {
         imm: u32,
         wr_id: u64,
     ) -> Result<(), DevError> {
+        self.udp_rung |= ah & UDP != 0;
         on!(self, ah, d, a => d.rdma_write_imm(a, local, remote_addr, key, imm, wr_id))
     }
 

@@ -87,48 +87,11 @@ impl Device for ShmDevice {
     fn send_with(
         &mut self,
         ah: Ah,
-        _wr_id: u64,
+        wr_id: u64,
         max_len: usize,
-        mut build: impl FnMut(&mut [u8]) -> usize,
+        build: impl FnMut(&mut [u8]) -> usize,
     ) -> Result<Sent, DevError> {
-        let (me, connid) = (self.epid, self.connid);
-        // The peer's MTU is at least ours (checked at insert).
-        let cap = max_len.min(self.shape.mtu);
-        let need = entry_len(cap);
-        let streaming = std::mem::replace(&mut self.streaming, true);
-        let more = std::mem::take(&mut self.more);
-        let control = self.control;
-        self.control = false;
-        let p = peer_of(&mut self.peers, ah)?;
-        let ids = (me, connid);
-        let note = self.map.hdr_u64::<{ off::NOTE }>();
-        let pos = match claim_entry(p, need, control, ids, note) {
-            Ok(pos) => pos,
-            Err(e) => return Err(self.claim_failed(ah, e)),
-        };
-        // SAFETY: in bounds (see `claim`).
-        let entry = unsafe { p.map.ptr_at(HDR_LEN + p.shape.at(pos)) };
-        // SAFETY: the claimed entry's packet bytes (`SLOT_HDR + cap <=
-        // need`), in bounds as above and ours until published.
-        let slot = unsafe { std::slice::from_raw_parts_mut(entry.add(SLOT_HDR), cap) };
-        let len = build(slot).min(cap);
-        publish(&p.shape, entry, pos, ids, len, need as u32 | if more { segment::MORE } else { 0 });
-        unnote(note);
-        // In a stream of sends the next entry most likely starts where this
-        // one ends: ask for its first line in exclusive state now, so that
-        // the next send does not wait for it. Not after a receive: in a
-        // ping-pong the owner reads that line right after this entry, to
-        // see whether more came, and taking it away then puts a cross-core
-        // transfer into every round trip (docs/performance.md, "Other
-        // prefetches").
-        if streaming {
-            prefetch_pos::<true>(&p.map, &p.shape, pos + need as u64);
-        }
-        producer_fence();
-        if p.map.hdr_u32::<{ off::SLEEPING }>().load(Ordering::SeqCst) != 0 {
-            Self::wake(p);
-        }
-        Ok(Sent::Done)
+        self.send_with_inline(ah, wr_id, max_len, build)
     }
 
     #[inline]
@@ -217,6 +180,58 @@ impl Device for ShmDevice {
     }
 
     crate::has_extensions!(as_sleep, as_sleeper, as_more_follows, as_mapped, as_in_call, as_in_call_ref);
+}
+
+impl ShmDevice {
+    /// [`Device::send_with`], always inlined: the auto device calls it
+    /// behind its dispatch, where the optimiser would keep a call.
+    #[inline(always)]
+    pub(crate) fn send_with_inline(
+        &mut self,
+        ah: Ah,
+        _wr_id: u64,
+        max_len: usize,
+        mut build: impl FnMut(&mut [u8]) -> usize,
+    ) -> Result<Sent, DevError> {
+        let (me, connid) = (self.epid, self.connid);
+        // The peer's MTU is at least ours (checked at insert).
+        let cap = max_len.min(self.shape.mtu);
+        let need = entry_len(cap);
+        let streaming = std::mem::replace(&mut self.streaming, true);
+        let more = std::mem::take(&mut self.more);
+        let control = self.control;
+        self.control = false;
+        let p = peer_of(&mut self.peers, ah)?;
+        let ids = (me, connid);
+        let note = self.map.hdr_u64::<{ off::NOTE }>();
+        let pos = match claim_entry(p, need, control, ids, note) {
+            Ok(pos) => pos,
+            Err(e) => return Err(self.claim_failed(ah, e)),
+        };
+        // SAFETY: in bounds (see `claim`).
+        let entry = unsafe { p.map.ptr_at(HDR_LEN + p.shape.at(pos)) };
+        // SAFETY: the claimed entry's packet bytes (`SLOT_HDR + cap <=
+        // need`), in bounds as above and ours until published.
+        let slot = unsafe { std::slice::from_raw_parts_mut(entry.add(SLOT_HDR), cap) };
+        let len = build(slot).min(cap);
+        publish(&p.shape, entry, pos, ids, len, need as u32 | if more { segment::MORE } else { 0 });
+        unnote(note);
+        // In a stream of sends the next entry most likely starts where this
+        // one ends: ask for its first line in exclusive state now, so that
+        // the next send does not wait for it. Not after a receive: in a
+        // ping-pong the owner reads that line right after this entry, to
+        // see whether more came, and taking it away then puts a cross-core
+        // transfer into every round trip (docs/performance.md, "Other
+        // prefetches").
+        if streaming {
+            prefetch_pos::<true>(&p.map, &p.shape, pos + need as u64);
+        }
+        producer_fence();
+        if p.map.hdr_u32::<{ off::SLEEPING }>().load(Ordering::SeqCst) != 0 {
+            Self::wake(p);
+        }
+        Ok(Sent::Done)
+    }
 }
 
 impl ShmDevice {
