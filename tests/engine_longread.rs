@@ -312,10 +312,8 @@ fn a_forged_long_read_rtm_is_dropped_and_touches_nothing() {
         nack
     };
     assert!(!nacked(&mut forger), "no READ_NACK before the sender's HANDSHAKE");
-    let words = [rdm4::wire::LeU64::new(rdm4::wire::extra::READ_NACK | rdm4::wire::extra::RDMA_READ)];
-    let mut hs = vec![0u8; 256];
-    let n = rdm4::wire::Packet::Handshake(rdm4::wire::Handshake::new(&words)).emit(&mut hs).unwrap();
-    forger.send(to_b, &hs[..n], 0).unwrap();
+    let hs = common::handshake(rdm4::wire::extra::READ_NACK | rdm4::wire::extra::RDMA_READ);
+    forger.send(to_b, &hs, 0).unwrap();
     for _ in 0..100 {
         b.progress(0);
     }

@@ -82,10 +82,7 @@ fn a_forged_request_whose_range_wraps_is_answered_with_an_error() {
     b.progress(0); // the requests introduce the forger
     // PEER_ERROR goes only to a peer whose HANDSHAKE says it takes it
     // (issue 42): the forger's, once its requests introduced it.
-    let words = [rdm4::wire::LeU64::new(rdm4::wire::extra::PEER_ERROR)];
-    let mut hs = vec![0u8; 256];
-    let n = Packet::Handshake(rdm4::wire::Handshake::new(&words)).emit(&mut hs).unwrap();
-    forger.send(to_b, &hs[..n], 0).unwrap();
+    forger.send(to_b, &common::handshake(rdm4::wire::extra::PEER_ERROR), 0).unwrap();
     for _ in 0..10 {
         b.progress(0);
     }
@@ -200,10 +197,7 @@ fn answers_waiting_for_a_handshake_are_bounded() {
     };
     assert_eq!(count(&mut forger), 0, "nothing before the HANDSHAKE");
     let errors = b.stats().protocol_errors;
-    let words = [rdm4::wire::LeU64::new(rdm4::wire::extra::PEER_ERROR)];
-    let mut hs = vec![0u8; 256];
-    let n = Packet::Handshake(rdm4::wire::Handshake::new(&words)).emit(&mut hs).unwrap();
-    forger.send(to_b, &hs[..n], 0).unwrap();
+    forger.send(to_b, &common::handshake(rdm4::wire::extra::PEER_ERROR), 0).unwrap();
     for _ in 0..10 {
         b.progress(0);
     }

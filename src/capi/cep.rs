@@ -203,13 +203,9 @@ impl CEp {
 
     /// The devices an auto endpoint has (shm, udp); the one of the others.
     pub(crate) fn devices(&self) -> (bool, bool) {
-        match self.device_kind() {
-            super::RDM4_DEVICE_SHM => (true, false),
-            super::RDM4_DEVICE_UDP => (false, true),
-            _ => match self {
-                CEp::Auto(e) => e.device().devices(),
-                _ => (false, false),
-            },
+        match self {
+            CEp::Auto(e) => e.device().devices(),
+            _ => (self.device_kind() == super::RDM4_DEVICE_SHM, self.device_kind() == super::RDM4_DEVICE_UDP),
         }
     }
 
@@ -230,7 +226,7 @@ impl CEp {
     pub(crate) fn udp_stats(&self) -> UdpStats {
         match self {
             CEp::Udp(e) => e.device().stats(),
-            CEp::Auto(e) => e.device().udp_ref().map(UdpDevice::stats).unwrap_or_default(),
+            CEp::Auto(e) => e.device().udp().map(UdpDevice::stats).unwrap_or_default(),
             CEp::Captured(c) => match &**c {
                 CapEp::Udp(e) => e.device().inner().stats(),
                 CapEp::Shm(_) => UdpStats::default(),

@@ -182,7 +182,7 @@ impl Core {
         }
         op.received = op.len;
         let (peer, send_id) = (op.peer, op.remote_id);
-        let eor = IdsHdr { flags: 0, send_id, recv_id: key, connid: self.my_connid(), padding: 0 };
+        let eor = self.ids_hdr(send_id, key);
         self.lr_iovs.remove(&key);
         self.queue_ctrl(peer, &Packet::Eor(eor));
         self.check_done(key);
@@ -226,7 +226,7 @@ impl Core {
             self.read_emulated(key, &iovs);
             return;
         }
-        let nack = IdsHdr { flags: 0, send_id, recv_id: key, connid: self.my_connid(), padding: 0 };
+        let nack = self.ids_hdr(send_id, key);
         let Some(op) = self.ops.get_mut(key) else { return };
         match &mut op.state {
             State::ServeWrite { .. } => {
@@ -330,7 +330,7 @@ impl Core {
             return self.complete(key, status);
         }
         op.received = op.len;
-        let eor = IdsHdr { flags: 0, send_id, recv_id: key, connid: self.my_connid(), padding: 0 };
+        let eor = self.ids_hdr(send_id, key);
         self.queue_ctrl(peer, &Packet::Eor(eor));
         self.check_done(key);
     }
@@ -430,6 +430,12 @@ impl Core {
     /// A long-read sender or writer whose REQ is out and whose peer reads.
     fn reads_pending(out: &super::op::Out) -> bool {
         matches!(out.via, Via::LongRead { mr: Some(_), .. }) && out.awaits == Some(Awaits::Eor)
+    }
+
+    /// The header of an EOR or READ_NACK from receiver `recv_id` to the
+    /// sender's operation `send_id`.
+    fn ids_hdr(&self, send_id: u32, recv_id: u32) -> IdsHdr {
+        IdsHdr { flags: 0, send_id, recv_id, connid: self.my_connid(), padding: 0 }
     }
 
     /// The long-read registration `mr` of a send or write that ended (or

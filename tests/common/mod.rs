@@ -166,3 +166,14 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
 mod rng;
 #[allow(unused_imports)]
 pub use rng::Rng;
+
+/// A HANDSHAKE advertising extra feature bits `extra`, as a forger sends
+/// it (READ_NACK and PEER_ERROR go only to a peer whose HANDSHAKE has them).
+#[allow(dead_code)]
+pub fn handshake(extra: u64) -> Vec<u8> {
+    let words = [rdm4::wire::LeU64::new(extra)];
+    let mut b = vec![0u8; 256];
+    let n = rdm4::wire::Packet::Handshake(rdm4::wire::Handshake::new(&words)).emit(&mut b).unwrap();
+    b.truncate(n);
+    b
+}

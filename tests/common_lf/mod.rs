@@ -171,6 +171,26 @@ struct TxOp {
     lr_key: Option<u64>,
 }
 
+impl TxOp {
+    /// An operation of `kind` sending `src` (`len` bytes) by `ptype`, nothing sent yet.
+    fn new(kind: TxKind, ptype: PacketType, src: OwnedBuf, len: u64) -> TxOp {
+        TxOp {
+            kind,
+            ptype,
+            src,
+            len,
+            sent: 0,
+            window_end: 0,
+            their_id: 0,
+            msg_id: 0,
+            dc: false,
+            tag: None,
+            rma: Vec::new(),
+            lr_key: None,
+        }
+    }
+}
+
 /// A medium or runting-read message being assembled, by `msg_id`:
 /// (buffer, bytes in, sender's `send_id`, DC, CQ data, type).
 type Segmented = (OwnedBuf, u64, u32, bool, Option<u64>, PacketType);
@@ -467,18 +487,10 @@ impl LfPeer {
         let id = self.id();
         let msg_id = self.next_msg_id();
         let mut op = TxOp {
-            kind: TxKind::Msg,
-            ptype,
-            src: OwnedBuf::from_slice(data),
-            len: data.len() as u64,
-            sent: 0,
-            window_end: 0,
-            their_id: 0,
             msg_id,
             dc,
             tag,
-            rma: Vec::new(),
-            lr_key: None,
+            ..TxOp::new(TxKind::Msg, ptype, OwnedBuf::from_slice(data), data.len() as u64)
         };
         let mut r = Req::new(ptype);
         r.fields.msg_id = msg_id;
@@ -541,18 +553,9 @@ impl LfPeer {
         let info = ptype.req_info().expect("an RTW type");
         let id = self.id();
         let mut op = TxOp {
-            kind: TxKind::Write,
-            ptype,
-            src: OwnedBuf::from_slice(data),
-            len: data.len() as u64,
-            sent: 0,
-            window_end: 0,
-            their_id: 0,
-            msg_id: 0,
             dc: info.dc,
-            tag: None,
             rma: rma.to_vec(),
-            lr_key: None,
+            ..TxOp::new(TxKind::Write, ptype, OwnedBuf::from_slice(data), data.len() as u64)
         };
         self.start_write(id, &mut op, ptype, cq_data);
         let ends_now = !info.dc && info.proto == Subprotocol::Eager;
@@ -655,18 +658,10 @@ impl LfPeer {
             self.done.insert(id, Outcome::Ok(Vec::new()));
         } else {
             let t = TxOp {
-                kind: TxKind::Atomic,
-                ptype,
-                src: OwnedBuf::zeroed(0),
-                len: 0,
-                sent: 0,
-                window_end: 0,
-                their_id: 0,
                 msg_id,
                 dc: ptype == PacketType::DcWriteRta,
-                tag: None,
                 rma: rma.to_vec(),
-                lr_key: None,
+                ..TxOp::new(TxKind::Atomic, ptype, OwnedBuf::zeroed(0), 0)
             };
             self.tx.insert(id, t);
         }
@@ -1141,18 +1136,9 @@ impl LfPeer {
         self.send_pkt(&Packet::ReadRsp(rsp));
         if r.ptype == PacketType::LongctsRtr && first < data.len() {
             let op = TxOp {
-                kind: TxKind::ReadResponder,
-                ptype: r.ptype,
-                src: OwnedBuf::from_slice(&data),
-                len: f.msg_length,
                 sent: first as u64,
-                window_end: 0,
                 their_id: f.recv_id,
-                msg_id: 0,
-                dc: false,
-                tag: None,
-                rma: Vec::new(),
-                lr_key: None,
+                ..TxOp::new(TxKind::ReadResponder, r.ptype, OwnedBuf::from_slice(&data), f.msg_length)
             };
             self.tx.insert(id, op);
             let rest = u64::from(f.recv_length).saturating_sub(first as u64);

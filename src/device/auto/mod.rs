@@ -222,24 +222,9 @@ impl AutoDevice {
         self.shm.as_ref().map(|s| host_hash(&s.local_addr().gid))
     }
 
-    /// The shm device, if open.
-    pub fn shm(&mut self) -> Option<&mut ShmDevice> {
-        self.shm.as_mut()
-    }
-
-    /// The udp device, if open.
-    pub fn udp(&mut self) -> Option<&mut UdpDevice> {
-        self.udp.as_mut()
-    }
-
-    /// [`Self::udp`], shared.
-    pub fn udp_ref(&self) -> Option<&UdpDevice> {
+    /// The udp device, if open (its counters).
+    pub fn udp(&self) -> Option<&UdpDevice> {
         self.udp.as_ref()
-    }
-
-    /// Whether `ah` names a udp peer.
-    pub fn is_udp(ah: Ah) -> bool {
-        ah & UDP != 0
     }
 }
 
