@@ -72,7 +72,7 @@ impl Trio {
     }
 
     fn udp_sent(&mut self, i: usize) -> u64 {
-        self.eps[i].device_mut().udp().map_or(0, |u| u.stats().datagrams_sent)
+        self.eps[i].device().udp().map_or(0, |u| u.stats().datagrams_sent)
     }
 }
 
@@ -274,4 +274,107 @@ fn matching_order_and_delivery_complete_span_both_devices() {
         }
     }
     assert_eq!((from_a, from_c), (vec![1, 2], vec![33, 34]), "per-peer order over each device");
+}
+
+/// Progresses endpoints `which` of `t` until `done` holds (at most 30 s).
+fn run_only(t: &mut Trio, which: &[usize], mut done: impl FnMut(&Trio) -> bool) {
+    let start = Instant::now();
+    while !done(t) {
+        assert!(start.elapsed() < Duration::from_secs(30), "stuck");
+        for &i in which {
+            t.eps[i].progress(0);
+            t.eps[i].poll_cq(&mut t.cqs[i], 64);
+        }
+    }
+}
+
+/// Waits until `fd` is readable (at most `ms`); whether it is.
+fn readable(fd: i32, ms: i32) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, ms) > 0 }
+}
+
+/// A receiver that sleeps on the endpoint's descriptor (both devices
+/// behind one): a shm peer's message wakes it, and so does a udp peer's.
+#[test]
+fn one_descriptor_wakes_for_shm_and_udp_peers() {
+    let mut t = Trio::new("fd");
+    let (ba, ca) = (t.addr(1, 0), t.addr(2, 0));
+    t.addr(0, 1);
+    t.addr(0, 2);
+    for (from, dest, seed) in [(1, ba, 1u64), (2, ca, 2)] {
+        let mut dst = OwnedBuf::zeroed(64);
+        t.eps[0].recv(dst.buf(), RecvOpts { context: seed, ..RecvOpts::default() }).unwrap();
+        let fd = t.eps[0].wait_fd().expect("auto has a descriptor");
+        let mut may_sleep = false;
+        for _ in 0..1000 {
+            t.eps[0].progress(0);
+            if t.eps[0].trywait() {
+                may_sleep = true;
+                break;
+            }
+        }
+        assert!(may_sleep, "an idle endpoint may sleep");
+        assert!(!readable(fd, 0), "nothing to wake for yet");
+        let mut src = OwnedBuf::from_slice(&pattern(64, seed));
+        t.eps[from].send(dest, src.buf(), SendOpts::default()).unwrap();
+        assert!(readable(fd, 5000), "device {from}'s message woke the sleeper");
+        t.eps[0].sleep_end();
+        run_only(&mut t, &[0, from], |t| t.cqs[0].iter().any(|e| e.context == seed));
+        assert!(dst.bytes() == src.bytes());
+        t.cqs[0].clear();
+    }
+}
+
+/// A receiver that computes (no call for a while) in the middle of a
+/// shm and a udp transfer of 1 MiB each, then goes on: both complete, no
+/// peer is given up; then it receives once more and closes at once, and
+/// the senders' sends of that last message still complete as delivered.
+#[test]
+fn a_receiver_that_computes_then_exits_after_its_last_receive() {
+    let mut t = Trio::new("away");
+    let (ba, ca) = (t.addr(1, 0), t.addr(2, 0));
+    let (ab, ac) = (t.addr(0, 1), t.addr(0, 2));
+    let len = 1 << 20;
+    let (mut d1, mut d2) = (OwnedBuf::zeroed(len), OwnedBuf::zeroed(len));
+    t.eps[0].recv(d1.buf(), RecvOpts { src: Some(ab), context: 1, ..RecvOpts::default() }).unwrap();
+    t.eps[0].recv(d2.buf(), RecvOpts { src: Some(ac), context: 2, ..RecvOpts::default() }).unwrap();
+    let (mut s1, mut s2) = (OwnedBuf::from_slice(&pattern(len, 5)), OwnedBuf::from_slice(&pattern(len, 6)));
+    t.eps[1].send(ba, s1.buf(), SendOpts { context: 11, ..SendOpts::default() }).unwrap();
+    t.eps[2].send(ca, s2.buf(), SendOpts { context: 12, ..SendOpts::default() }).unwrap();
+    // A takes the first packets, then computes for 300 ms while its
+    // peers go on calling their own endpoints.
+    for _ in 0..3 {
+        for i in 0..3 {
+            t.eps[i].progress(0);
+        }
+    }
+    let away = Instant::now();
+    while away.elapsed() < Duration::from_millis(300) {
+        for i in [1, 2] {
+            t.eps[i].progress(0);
+            t.eps[i].poll_cq(&mut t.cqs[i], 64);
+        }
+    }
+    assert!(t.cqs[0].is_empty(), "A made no call: nothing of its completed");
+    t.run(|c| c[0].len() == 2 && !c[1].is_empty() && !c[2].is_empty());
+    assert!(t.cqs.iter().flatten().all(|e| e.status == Status::Success), "{:?}", t.cqs);
+    assert!(d1.bytes() == s1.bytes() && d2.bytes() == s2.bytes());
+    // The last receive, then A closes at once.
+    for c in &mut t.cqs {
+        c.clear();
+    }
+    let (mut l1, mut l2) = (OwnedBuf::zeroed(100), OwnedBuf::zeroed(100));
+    t.eps[0].recv(l1.buf(), RecvOpts { context: 3, ..RecvOpts::default() }).unwrap();
+    t.eps[0].recv(l2.buf(), RecvOpts { context: 4, ..RecvOpts::default() }).unwrap();
+    let (mut m1, mut m2) = (OwnedBuf::from_slice(&[7; 100]), OwnedBuf::from_slice(&[8; 100]));
+    t.eps[1].send(ba, m1.buf(), SendOpts { context: 13, ..SendOpts::default() }).unwrap();
+    t.eps[2].send(ca, m2.buf(), SendOpts { context: 14, ..SendOpts::default() }).unwrap();
+    run_only(&mut t, &[0, 1, 2], |t| t.cqs[0].len() == 2);
+    drop(t.eps.remove(0));
+    t.cqs.remove(0);
+    run_only(&mut t, &[0, 1], |t| !t.cqs[0].is_empty() && !t.cqs[1].is_empty());
+    assert_eq!((t.cqs[0][0].status, t.cqs[1][0].status), (Status::Success, Status::Success), "delivered, then closed");
+    assert!(l1.bytes().iter().chain(l2.bytes()).all(|&b| b == 7 || b == 8));
 }
