@@ -3,14 +3,16 @@
 
 usage: scripts/compare_peers.py [--sizes 8,4096,65536,1048576] [--repeats 3]
                                 [--quick] [--json PATH] [--timeout SECONDS]
-                                [--no-pin] [--rdm4-device shm|udp]
+                                [--no-pin] [--rdm4-device shm|udp|auto]
 
 Every tool moves tagged messages between two processes on this machine over
 shared memory:
 
   rdm4       target/release/rdm4-perf (or $RDM4_PERF) --test tag_lat,tag_bw
-             --sizes ... --json; it spawns its own peer and pins the two
-             processes to CPUs 0 and 1 itself.
+             --sizes ... --json over rdm4's default device (auto: shared
+             memory between processes of one host) unless --rdm4-device;
+             it spawns its own peer and pins the two processes to CPUs 0
+             and 1 itself.
   UCX        ucx_perftest (package ucx-utils), default transports (shared
              memory between two local processes), tests tag_lat and tag_bw.
   libfabric  fi_pingpong (package libfabric-bin), -p shm -e rdm -m tagged:

@@ -39,10 +39,14 @@
 //!
 //! ```text
 //! 0..4  "RDM4"            4 version 1        5 direction: 0 sent, 1 received
-//! 6     device: 0 shm, 1 udp, 2 sim          7 flags: bit 0 the payload starts with the udp device header
+//! 6     device: 0 shm, 1 udp, 2 sim, 3 auto   7 flags: bit 0 the payload starts with the udp device header
 //! 8..12 the peer's address handle, u32 LE (0xffffffff: unknown sender)
 //! 12..16 reserved, zero
 //! ```
+//!
+//! An endpoint over the auto device records each packet with the device
+//! it took (shm or udp, by its peer's handle); byte 6 is 3 only for a
+//! received packet whose sender is not in the address vector.
 //!
 //! # Files, errors, buffering
 //!
@@ -110,6 +114,22 @@ pub enum DeviceKind {
     Udp = 1,
     /// The in-process test device.
     Sim = 2,
+    /// The auto device: each record says shm or udp by its peer's handle
+    /// (bit 31: udp); 3 only for a received packet whose sender is not in
+    /// the address vector (either device may have brought it).
+    Auto = 3,
+}
+
+impl DeviceKind {
+    /// The device a record of `peer` names: for auto, the one its handle
+    /// says.
+    fn of(self, peer: Option<Ah>) -> DeviceKind {
+        match (self, peer) {
+            (DeviceKind::Auto, Some(ah)) if ah & crate::device::auto::UDP != 0 => DeviceKind::Udp,
+            (DeviceKind::Auto, Some(_)) => DeviceKind::Shm,
+            (k, _) => k,
+        }
+    }
 }
 
 /// The file header of a classic pcap file.
@@ -163,7 +183,7 @@ impl Sink {
         b.extend_from_slice(&(incl as u32).to_le_bytes());
         b.extend_from_slice(&(orig.min(u32::MAX as usize) as u32).to_le_bytes());
         b.extend_from_slice(b"RDM4");
-        b.extend_from_slice(&[1, dir as u8, device as u8, 0]);
+        b.extend_from_slice(&[1, dir as u8, device.of(peer) as u8, 0]);
         b.extend_from_slice(&peer.unwrap_or(UNKNOWN_PEER).to_le_bytes());
         b.extend_from_slice(&[0; 4]);
         let mut room = incl - PSEUDO_LEN;

@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 use common::pattern;
 use rdm4::atomic_ops;
 use rdm4::device::auto::{AutoConfig, AutoDevice};
-use rdm4::wire::RawAddr;
 use rdm4::device::shm::ShmConfig;
 use rdm4::device::udp::UdpConfig;
 use rdm4::device::Access;
 use rdm4::engine::{Config, Cqe, Endpoint, RecvOpts, RemoteBuf, SendOpts};
 use rdm4::mem::{OwnedBuf, UserBuf};
+use rdm4::wire::RawAddr;
 use rdm4::Status;
 
 type Ep = Endpoint<AutoDevice>;
@@ -63,7 +63,11 @@ impl Trio {
     fn run(&mut self, mut done: impl FnMut(&[Vec<Cqe>]) -> bool) {
         let t = Instant::now();
         while !done(&self.cqs) {
-            assert!(t.elapsed() < Duration::from_secs(60), "stuck: {:?}", self.cqs.iter().map(Vec::len).collect::<Vec<_>>());
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "stuck: {:?}",
+                self.cqs.iter().map(Vec::len).collect::<Vec<_>>()
+            );
             for (e, cq) in self.eps.iter_mut().zip(&mut self.cqs) {
                 e.progress(0);
                 e.poll_cq(cq, 64);
@@ -204,7 +208,6 @@ fn an_endpoint_whose_shm_does_not_open_talks_by_udp() {
     let none = AutoDevice::open_with(AutoConfig { shm: None, udp: None });
     assert_eq!(none.err(), Some(Status::NoAddr));
 }
-
 
 #[test]
 fn losing_a_remote_peer_leaves_local_traffic_alone() {

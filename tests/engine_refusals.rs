@@ -80,8 +80,8 @@ fn a_forged_request_whose_range_wraps_is_answered_with_an_error() {
         forger.send(to_b, &forge(ptype, id, data), 0).unwrap();
     }
     b.progress(0); // the requests introduce the forger
-    // PEER_ERROR goes only to a peer whose HANDSHAKE says it takes it
-    // (issue 42): the forger's, once its requests introduced it.
+                   // PEER_ERROR goes only to a peer whose HANDSHAKE says it takes it
+                   // (issue 42): the forger's, once its requests introduced it.
     forger.send(to_b, &common::handshake(rdm4::wire::extra::PEER_ERROR), 0).unwrap();
     for _ in 0..10 {
         b.progress(0);

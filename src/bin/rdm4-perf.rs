@@ -92,7 +92,8 @@ impl Opts {
     /// The settings without options.
     fn defaults() -> Opts {
         Opts {
-            device: "shm".into(),
+            // The library's default device, unless the environment pins one.
+            device: std::env::var("RDM4_DEVICE").ok().filter(|d| !d.is_empty()).unwrap_or_else(|| "auto".into()),
             tests: TESTS.iter().map(|s| s.to_string()).collect(),
             sizes: DEFAULT_SIZES.to_vec(),
             iters: 0,
@@ -158,7 +159,7 @@ fn number<T: std::str::FromStr>(name: &str, value: &str) -> std::result::Result<
 
 #[rustfmt::skip]
 const OPTIONS: &[Opt] = &[
-    Opt { name: "--device", arg: "shm|udp|auto", default: Shown::Value("shm"),
+    Opt { name: "--device", arg: "shm|udp|auto", default: Shown::Words("auto, the library's default (RDM4_DEVICE when set)"),
         help: "the device of both endpoints",
         set: |o, v| { o.device = v.to_string(); Ok(()) } },
     Opt { name: "--test", arg: "NAME[,NAME...]", default: Shown::Words("all, in the order below"),

@@ -51,6 +51,8 @@ pub(crate) enum CapEp {
     Shm(Endpoint<Capture<ShmDevice>>),
     /// Udp, captured.
     Udp(Endpoint<Capture<UdpDevice>>),
+    /// Auto, captured (each record names the device its packet took).
+    Auto(Endpoint<Capture<AutoDevice>>),
 }
 
 /// Runs `$body` with `$e` bound to the engine inside `$self`, for the bare
@@ -72,6 +74,7 @@ macro_rules! each_cap {
         match $self {
             CapEp::Shm($e) => $body,
             CapEp::Udp($e) => $body,
+            CapEp::Auto($e) => $body,
         }
     };
 }
@@ -173,23 +176,34 @@ impl CEp {
         }
     }
 
-    /// The engine over the auto device (not captured: `RDM4_PCAP` records
-    /// one device, shm or udp).
-    pub(crate) fn open_auto(dev: AutoDevice, mut cfg: Config) -> CEp {
+    /// [`CEp::open_shm`] for the auto device.
+    pub(crate) fn open_auto(dev: AutoDevice, mut cfg: Config, pcap: Option<PcapFile>) -> CEp {
         if cfg.host_id == 0 {
             // Peers see which of them share this host (module docs of auto).
             cfg.host_id = dev.host_id().unwrap_or(0);
         }
-        CEp::Auto(Endpoint::new(dev, cfg))
+        match pcap {
+            None => CEp::Auto(Endpoint::new(dev, cfg)),
+            Some(f) => CEp::Captured(Box::new(CapEp::Auto(Endpoint::new(Capture::new(dev, f, DeviceKind::Auto), cfg)))),
+        }
+    }
+
+    /// The auto device under the engine, captured or not.
+    fn auto(&self) -> Option<&AutoDevice> {
+        match self {
+            CEp::Auto(e) => Some(e.device()),
+            CEp::Captured(c) => match &**c {
+                CapEp::Auto(e) => Some(e.device().inner()),
+                _ => None,
+            },
+            _ => None,
+        }
     }
 
     /// The name peers insert: the engine's address, but for auto (its
     /// name with the shm locator).
     pub(crate) fn name(&self) -> RawAddr {
-        match self {
-            CEp::Auto(e) => e.device().name(),
-            _ => self.addr(),
-        }
+        self.auto().map_or_else(|| self.addr(), AutoDevice::name)
     }
 
     /// The address by which the engine reaches the endpoint named `name`
@@ -197,16 +211,20 @@ impl CEp {
     pub(crate) fn reach(&mut self, name: &RawAddr) -> Result<RawAddr, Status> {
         match self {
             CEp::Auto(e) => e.device_mut().pick(name),
+            CEp::Captured(c) => match &mut **c {
+                CapEp::Auto(e) => e.device_mut().inner_mut().pick(name),
+                _ => Ok(*name),
+            },
             _ => Ok(*name),
         }
     }
 
     /// The devices an auto endpoint has (shm, udp); the one of the others.
     pub(crate) fn devices(&self) -> (bool, bool) {
-        match self {
-            CEp::Auto(e) => e.device().devices(),
-            _ => (self.device_kind() == super::RDM4_DEVICE_SHM, self.device_kind() == super::RDM4_DEVICE_UDP),
-        }
+        self.auto().map_or_else(
+            || (self.device_kind() == super::RDM4_DEVICE_SHM, self.device_kind() == super::RDM4_DEVICE_UDP),
+            AutoDevice::devices,
+        )
     }
 
     /// The device's `RDM4_DEVICE_*` number.
@@ -218,6 +236,7 @@ impl CEp {
             CEp::Captured(c) => match &**c {
                 CapEp::Shm(_) => super::RDM4_DEVICE_SHM,
                 CapEp::Udp(_) => super::RDM4_DEVICE_UDP,
+                CapEp::Auto(_) => super::RDM4_DEVICE_AUTO,
             },
         }
     }
@@ -226,12 +245,11 @@ impl CEp {
     pub(crate) fn udp_stats(&self) -> UdpStats {
         match self {
             CEp::Udp(e) => e.device().stats(),
-            CEp::Auto(e) => e.device().udp().map(UdpDevice::stats).unwrap_or_default(),
-            CEp::Captured(c) => match &**c {
+            CEp::Captured(c) if matches!(**c, CapEp::Udp(_)) => match &**c {
                 CapEp::Udp(e) => e.device().inner().stats(),
-                CapEp::Shm(_) => UdpStats::default(),
+                _ => UdpStats::default(),
             },
-            CEp::Shm(_) => UdpStats::default(),
+            _ => self.auto().and_then(AutoDevice::udp).map(UdpDevice::stats).unwrap_or_default(),
         }
     }
 

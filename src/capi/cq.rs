@@ -98,6 +98,7 @@ fn poll_captured(c: &mut super::CapEp, entries: *mut rdm4_cqe, max: usize, pass:
     match c {
         super::CapEp::Shm(e) => poll_engine(e, entries, max, pass),
         super::CapEp::Udp(e) => poll_engine(e, entries, max, pass),
+        super::CapEp::Auto(e) => poll_engine(e, entries, max, pass),
     }
 }
 

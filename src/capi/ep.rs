@@ -84,19 +84,15 @@ fn open_endpoint(attr: &rdm4_ep_attr, cfg: Config) -> Result<super::CEp, Status>
     let pcap = PcapFile::from_env()?;
     Ok(match kind {
         RDM4_DEVICE_UDP => super::CEp::open_udp(UdpDevice::open()?, cfg, pcap),
-        RDM4_DEVICE_AUTO if pcap.is_some() => {
-            crate::log::log!(crate::log::WARN, "RDM4_PCAP records one device: RDM4_DEVICE=shm or udp");
-            return Err(Status::NotSup);
-        }
-        RDM4_DEVICE_AUTO => super::CEp::open_auto(AutoDevice::open()?, cfg),
-        _ => super::CEp::open_shm(ShmDevice::open()?, cfg, pcap),
+        RDM4_DEVICE_SHM => super::CEp::open_shm(ShmDevice::open()?, cfg, pcap),
+        _ => super::CEp::open_auto(AutoDevice::open()?, cfg, pcap),
     })
 }
 
 /// Opens an endpoint.
 ///
 /// `attr` may be NULL for the defaults; its device may be overridden with
-/// `RDM4_DEVICE=shm|udp` and the device's own `RDM4_SHM_*` / `RDM4_UDP_*`
+/// `RDM4_DEVICE=shm|udp|auto` and the device's own `RDM4_SHM_*` / `RDM4_UDP_*`
 /// variables. On success `*ep` is the new endpoint, owned by the caller
 /// until `rdm4_ep_close`.
 ///

@@ -13,7 +13,7 @@ pub const RDM4_ADDR_UNSPEC: rdm4_addr = u64::MAX;
 /// Length of a raw endpoint address (`rdm4_ep_getname`).
 pub const RDM4_ADDR_LEN: usize = 32;
 
-/// Device: the default (shared memory today; `RDM4_DEVICE` overrides).
+/// Device: the default, auto (`RDM4_DEVICE` overrides).
 pub const RDM4_DEVICE_DEFAULT: u32 = 0;
 /// Device: shared memory between processes of one host.
 pub const RDM4_DEVICE_SHM: u32 = 1;
@@ -25,8 +25,8 @@ pub const RDM4_DEVICE_UDP: u32 = 2;
 /// descriptor). Its name has `RDM4_ADDR_LEN` bytes as every endpoint's: the
 /// udp address with a locator of its shared memory; names of shm and udp
 /// endpoints are inserted as they are. A device that cannot open leaves it
-/// working with the other (`rdm4_ep_query` says which it has). Not with
-/// `RDM4_PCAP` (which records one device: `RDM4_ENOTSUP`).
+/// working with the other (`rdm4_ep_query` says which it has). The
+/// default device.
 pub const RDM4_DEVICE_AUTO: u32 = 3;
 
 /// The largest message, RMA transfer, atomic payload or registration, in

@@ -54,13 +54,14 @@ impl Core {
     pub(crate) fn check_done(&mut self, key: u32) {
         let Some(op) = self.ops.get(key) else { return };
         let done = match &op.state {
-            State::Send { out, .. } | State::Write { out, .. } | State::Atomic { out, .. } | State::ServeRead { out, .. } => {
+            State::Send { out, .. }
+            | State::Write { out, .. }
+            | State::Atomic { out, .. }
+            | State::ServeRead { out, .. } => {
                 out.started && op.sent >= op.len && op.inflight == 0 && out.awaits.is_none()
             }
             State::Recv { .. } | State::ServeWrite { .. } => op.received >= op.len,
-            State::Read { out, .. } => {
-                out.started && op.inflight == 0 && out.awaits.is_none() && op.received >= op.len
-            }
+            State::Read { out, .. } => out.started && op.inflight == 0 && out.awaits.is_none() && op.received >= op.len,
             State::Unexpected { .. } => false,
         };
         if done {
@@ -76,7 +77,8 @@ impl Core {
         let src = self.src_of(src);
         let e = self.ops.remove_with(key, |op| {
             let m = op.msg().copied().unwrap_or_default();
-            RecvDone { tagged: m.tagged, len: op.len, buf: op.buf, tag: m.tag, cq_data: m.cq_data }.entry(op.context, src)
+            RecvDone { tagged: m.tagged, len: op.len, buf: op.buf, tag: m.tag, cq_data: m.cq_data }
+                .entry(op.context, src)
         });
         if !self.discarding.is_empty() && self.discarding.remove(&key).is_some() {
             return; // a probe discarded the message
@@ -154,7 +156,8 @@ impl Core {
             }
             Ended::Recv { unexpected: Some(_), .. } => return,
             Ended::Recv { msg, .. } => {
-                let done = RecvDone { tagged: msg.tagged, len: op.len, buf: op.buf, tag: msg.tag, cq_data: msg.cq_data };
+                let done =
+                    RecvDone { tagged: msg.tagged, len: op.len, buf: op.buf, tag: msg.tag, cq_data: msg.cq_data };
                 done.fill(&mut e, src);
                 if msg.dc && status == Status::Success {
                     self.send_receipt(op.peer, op.remote_id, msg.msg_id);

@@ -109,7 +109,8 @@ impl Core {
         }
         for key in waiting {
             // A plain send parked only behind another keeps its protocol.
-            let plain = self.ops.get(key).is_some_and(|op| matches!(op.state, super::op::State::Send { msg, .. } if !msg.dc));
+            let plain =
+                self.ops.get(key).is_some_and(|op| matches!(op.state, super::op::State::Send { msg, .. } if !msg.dc));
             if !plain {
                 self.choose_rma_protocol(key);
             }

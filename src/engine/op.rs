@@ -473,15 +473,35 @@ pub(crate) struct Finished {
 pub(crate) enum Ended {
     /// A send: `runt` to give back to its peer's budget, `mr` its
     /// long-read registration to drop.
-    Send { msg: Msg, runt: u64, mr: Option<u64> },
-    Write { mr: Option<u64> },
-    Read { into: Option<u32> },
-    Atomic { fetches: bool },
+    Send {
+        msg: Msg,
+        runt: u64,
+        mr: Option<u64>,
+    },
+    Write {
+        mr: Option<u64>,
+    },
+    Read {
+        into: Option<u32>,
+    },
+    Atomic {
+        fetches: bool,
+    },
     /// A received message; `unexpected`: no receive had taken it (its
     /// bounce buffer held `bounce_len` bytes).
-    Recv { msg: Msg, via: RxVia, unexpected: Option<usize> },
-    ServeWrite { cq_data: Option<u64>, dc: bool, keys: Box<[u64]> },
-    ServeRead { keys: Box<[u64]> },
+    Recv {
+        msg: Msg,
+        via: RxVia,
+        unexpected: Option<usize>,
+    },
+    ServeWrite {
+        cq_data: Option<u64>,
+        dc: bool,
+        keys: Box<[u64]>,
+    },
+    ServeRead {
+        keys: Box<[u64]>,
+    },
 }
 
 impl From<&mut Op> for Finished {

@@ -3,6 +3,7 @@
 //! short and long-CTS read; requester and responder sides, RECEIPT and
 //! PEER_ERROR answers.
 
+use super::op::RxVia;
 use super::op::{Awaits, Grant, Op, Out, State, Via};
 use super::peer::Peer;
 use super::{Addr, Core, Proto, RemoteBuf};
@@ -10,7 +11,6 @@ use crate::device::{Access, InCall};
 use crate::mem::UserBuf;
 use crate::status::Status;
 use crate::wire::{self, Packet, PacketType, ReqFamily, ReqInfo, RmaIov, Subprotocol};
-use super::op::RxVia;
 
 impl Core {
     /// Queues a write; it waits for the peer's HANDSHAKE when that decides
@@ -104,7 +104,8 @@ impl Core {
             // the bytes are in its memory.
             State::Write { .. }
                 if has(wire::extra::RDMA_READ)
-                    && len as usize >= self.cfg.longread_min.max(peer.map_or(usize::MAX, |p| p.path.longread_min)).max(1)
+                    && len as usize
+                        >= self.cfg.longread_min.max(peer.map_or(usize::MAX, |p| p.path.longread_min)).max(1)
                     && len as usize > self.req_data_cap(PacketType::EagerRtw, 1) =>
             {
                 let via = Via::LongRead { mr: None, runt: 0 };
@@ -122,7 +123,8 @@ impl Core {
             }
             State::Read { .. } if direct(false, None) => (None, Via::Direct, Some(Proto::ReadDirect)),
             State::Read { out, .. } => {
-                let counted = if out.ptype == Some(PacketType::ShortRtr) { Proto::ReadShort } else { Proto::ReadLongcts };
+                let counted =
+                    if out.ptype == Some(PacketType::ShortRtr) { Proto::ReadShort } else { Proto::ReadLongcts };
                 (out.ptype, Via::Req, Some(counted))
             }
             // Atomics count at their post.
@@ -130,14 +132,18 @@ impl Core {
                 Some(PacketType::WriteRta) if dc => (Some(PacketType::DcWriteRta), Via::Req, None),
                 other => (other, Via::Req, None),
             },
-            State::Recv { .. } | State::Unexpected { .. } | State::ServeWrite { .. } | State::ServeRead { .. } => return,
+            State::Recv { .. } | State::Unexpected { .. } | State::ServeWrite { .. } | State::ServeRead { .. } => {
+                return
+            }
         };
         let awaits = match (&op.state, via) {
             (_, Via::Direct) => None,
             (State::Read { .. }, _) => Some(Awaits::ReadRsp),
             // It ends with the target's EOR.
             (_, Via::LongRead { .. }) => Some(Awaits::Eor),
-            (State::Atomic { .. }, _) if ptype != Some(PacketType::WriteRta) && ptype != Some(PacketType::DcWriteRta) => {
+            (State::Atomic { .. }, _)
+                if ptype != Some(PacketType::WriteRta) && ptype != Some(PacketType::DcWriteRta) =>
+            {
                 Some(Awaits::AtomRsp)
             }
             _ => dc.then_some(Awaits::Receipt),
@@ -274,7 +280,13 @@ impl Core {
     /// An emulated read of `rma` on `peer` into `buf` for long-read
     /// receiver `into` (`Core::read_failed`): SHORT or LONGCTS_RTR
     /// whatever the peer's features (its RDMA read just failed).
-    pub(crate) fn post_emulated_read(&mut self, peer: Addr, buf: UserBuf, rma: RmaIov, into: u32) -> Result<(), Status> {
+    pub(crate) fn post_emulated_read(
+        &mut self,
+        peer: Addr,
+        buf: UserBuf,
+        rma: RmaIov,
+        into: u32,
+    ) -> Result<(), Status> {
         let (op, proto) = self.emulated_read(peer, buf, rma, 0, Some(into));
         // Past `max_ops`: it finishes what the receive holds already.
         let key = self.ops.insert(op).ok_or(Status::Again)?;
@@ -285,7 +297,14 @@ impl Core {
     }
 
     /// The REQ of an RMA request `key` on `rma` (`ptype`), without data.
-    fn rma_req<'a>(&'a self, key: u32, ptype: PacketType, len: u64, rma: &'a [RmaIov; 1], peer: &'a Peer) -> wire::Req<'a> {
+    fn rma_req<'a>(
+        &'a self,
+        key: u32,
+        ptype: PacketType,
+        len: u64,
+        rma: &'a [RmaIov; 1],
+        peer: &'a Peer,
+    ) -> wire::Req<'a> {
         let (raw_addr, connid) = self.req_opts(peer);
         let mut r = wire::Req::new(ptype);
         r.raw_addr = raw_addr;

@@ -70,11 +70,7 @@ impl Core {
         let mut out = Out::new(Some(ptype), via);
         // A long-read send ends with the receiver's EOR; delivery complete
         // (the DC type once the peer's features are known) with its RECEIPT.
-        out.awaits = if longread.is_some() {
-            Some(Awaits::Eor)
-        } else {
-            dc.then_some(Awaits::Receipt)
-        };
+        out.awaits = if longread.is_some() { Some(Awaits::Eor) } else { dc.then_some(Awaits::Receipt) };
         let msg = Msg { tagged, tag: opts.tag.unwrap_or(0), msg_id: 0, cq_data: opts.cq_data, dc };
         let op = Op::new(dest, opts.context, buf, len as u64, State::Send { msg, out, backlog: true });
         // `parks`: behind an operation that waits for the peer's HANDSHAKE,

@@ -113,8 +113,8 @@ impl Core {
     /// is in and the receive is matched, the reads start.
     pub(crate) fn runt_progress(&mut self, key: u32) {
         let Some(op) = self.ops.get(key) else { return };
-        let (State::Recv { msg, via: RxVia::LongRead { runt } } | State::Unexpected { msg, via: RxVia::LongRead { runt }, .. }) =
-            &op.state
+        let (State::Recv { msg, via: RxVia::LongRead { runt } }
+        | State::Unexpected { msg, via: RxVia::LongRead { runt }, .. }) = &op.state
         else {
             return;
         };

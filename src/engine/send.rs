@@ -201,10 +201,7 @@ impl Core {
         opts: SendOpts,
     ) -> Option<Result<(), Status>> {
         let tagged = opts.tag.is_some();
-        if !self.txq.is_empty()
-            || !self.ctrl.is_empty()
-            || buf.len() > self.eager_cap[usize::from(tagged)]
-        {
+        if !self.txq.is_empty() || !self.ctrl.is_empty() || buf.len() > self.eager_cap[usize::from(tagged)] {
             return None;
         }
         let peer = self.peers.get(dest).filter(|p| p.in_av && !p.lost && p.path.sync_send)?;

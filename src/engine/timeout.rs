@@ -78,7 +78,11 @@ impl Core {
             let waiting = self.peers.get(peer).is_some_and(|p| p.waiting_hs.contains(&key));
             // An atomic whose RTA has not left holds a `msg_id` to withdraw;
             // where the peer cannot be told, it is left to finish.
-            if matches!(op.state, State::Atomic { .. } | State::Send { .. }) && !op.started() && !waiting && !self.abandon(key, Status::TimedOut) {
+            if matches!(op.state, State::Atomic { .. } | State::Send { .. })
+                && !op.started()
+                && !waiting
+                && !self.abandon(key, Status::TimedOut)
+            {
                 continue;
             }
             self.stats.timeouts += 1;

@@ -231,8 +231,7 @@ impl Core {
             let sent = if step == Step::CtsData {
                 // CTSDATA: the headers in the device's buffer, the bytes
                 // gathered by the device from the operation's buffer.
-                let seg =
-                    Core::ctsdata_segment(op, cap).and_then(|(off, n)| Some((off, op.span(off, n)?)));
+                let seg = Core::ctsdata_segment(op, cap).and_then(|(off, n)| Some((off, op.span(off, n)?)));
                 let Some((off, payload)) = seg else {
                     op.queued = false; // window used up: the next CTS re-queues it
                     return true;

@@ -486,12 +486,8 @@ impl LfPeer {
         let info = ptype.req_info().expect("an RTM type");
         let id = self.id();
         let msg_id = self.next_msg_id();
-        let mut op = TxOp {
-            msg_id,
-            dc,
-            tag,
-            ..TxOp::new(TxKind::Msg, ptype, OwnedBuf::from_slice(data), data.len() as u64)
-        };
+        let mut op =
+            TxOp { msg_id, dc, tag, ..TxOp::new(TxKind::Msg, ptype, OwnedBuf::from_slice(data), data.len() as u64) };
         let mut r = Req::new(ptype);
         r.fields.msg_id = msg_id;
         r.fields.tag = tag.unwrap_or(0);

@@ -104,7 +104,7 @@ local REQ_LAYOUT = {
 }
 
 local DIRECTIONS = { [0] = "sent", [1] = "received" }
-local DEVICES = { [0] = "shm", [1] = "udp", [2] = "sim" }
+local DEVICES = { [0] = "shm", [1] = "udp", [2] = "sim", [3] = "auto (sender not in the address vector)" }
 local UDP_KINDS = { [1] = "DATA", [2] = "ACK", [3] = "CLOSE", [4] = "WRITE", [5] = "READ_REQ",
     [6] = "READ_RSP", [7] = "RDMA_DONE", [8] = "WRITE_IMM", [9] = "PROBE" }
 local REF_KINDS = { [0] = "OPE_INDEX", [1] = "MSG_ID", [2] = "MSG_ID_SKIP" }

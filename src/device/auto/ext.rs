@@ -54,13 +54,10 @@ fn readable(fd: RawFd, timeout_ms: i32) -> bool {
 
 impl Sleep for AutoDevice {
     fn wait_fd(&mut self) -> Option<RawFd> {
-        let fds: Vec<RawFd> = [
-            self.shm.as_mut().and_then(Sleep::wait_fd),
-            self.udp.as_mut().and_then(Sleep::wait_fd),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
+        let fds: Vec<RawFd> = [self.shm.as_mut().and_then(Sleep::wait_fd), self.udp.as_mut().and_then(Sleep::wait_fd)]
+            .into_iter()
+            .flatten()
+            .collect();
         watch(&mut self.sleep.app, &fds)
     }
 
@@ -80,7 +77,15 @@ impl Sleep for AutoDevice {
     fn sleep_begin(&mut self) -> Option<(RawFd, i32)> {
         let mut fds = Vec::new();
         let mut ms = -1i32;
-        let mut min = |t: i32| ms = if ms < 0 { t } else if t < 0 { ms } else { ms.min(t) };
+        let mut min = |t: i32| {
+            ms = if ms < 0 {
+                t
+            } else if t < 0 {
+                ms
+            } else {
+                ms.min(t)
+            }
+        };
         if let Some(s) = self.shm.as_mut() {
             let (fd, t) = s.sleep_begin()?;
             fds.push(fd);

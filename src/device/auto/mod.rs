@@ -154,12 +154,10 @@ impl AutoDevice {
     /// out (logged). `NoAddr` when neither opens.
     pub fn open_with(cfg: AutoConfig) -> Result<AutoDevice, Status> {
         let shm = cfg.shm.map(ShmDevice::open_with).and_then(|r| {
-            r.inspect_err(|e| crate::log::log!(crate::log::WARN, "auto: shm did not open ({e:?}): udp only"))
-                .ok()
+            r.inspect_err(|e| crate::log::log!(crate::log::WARN, "auto: shm did not open ({e:?}): udp only")).ok()
         });
         let udp = cfg.udp.map(UdpDevice::open_with).and_then(|r| {
-            r.inspect_err(|e| crate::log::log!(crate::log::WARN, "auto: udp did not open ({e:?}): shm only"))
-                .ok()
+            r.inspect_err(|e| crate::log::log!(crate::log::WARN, "auto: udp did not open ({e:?}): shm only")).ok()
         });
         if shm.is_none() && udp.is_none() {
             return Err(Status::NoAddr);
@@ -170,7 +168,16 @@ impl AutoDevice {
             u.take_connid(s.local_addr().connid());
         }
         let caps = merged(shm.as_ref().map(Device::caps), udp.as_ref().map(Device::caps));
-        Ok(AutoDevice { shm, udp, caps, sleep: ext::SleepSet::default(), skipped: 0, udp_idle: 0, udp_polled: false, udp_rung: false })
+        Ok(AutoDevice {
+            shm,
+            udp,
+            caps,
+            sleep: ext::SleepSet::default(),
+            skipped: 0,
+            udp_idle: 0,
+            udp_polled: false,
+            udp_rung: false,
+        })
     }
 
     /// The devices it has: (shm, udp).
@@ -480,4 +487,3 @@ impl Device for AutoDevice {
         self.shm.is_some().then_some(self)
     }
 }
-

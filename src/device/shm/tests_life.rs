@@ -375,7 +375,7 @@ fn over_shm_without_cma_a_request_whose_range_wraps_is_answered_with_an_error() 
     let n = r.emit(&mut pkt).unwrap();
     forger.send(ah, &pkt[..n], 0).unwrap();
     target.progress(0); // the request introduces the forger
-    // PEER_ERROR goes only to a peer whose HANDSHAKE says it takes it.
+                        // PEER_ERROR goes only to a peer whose HANDSHAKE says it takes it.
     let words = [crate::wire::LeU64::new(crate::wire::extra::PEER_ERROR)];
     let mut hs = vec![0u8; 256];
     let n = Packet::Handshake(crate::wire::Handshake::new(&words)).emit(&mut hs).unwrap();
