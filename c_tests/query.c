@@ -52,7 +52,7 @@ int main(void)
     tu_fatal_cleanup = cleanup_segments;
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *dev = getenv("RDM4_DEVICE");
-    uint32_t want_dev = !dev                       ? RDM4_DEVICE_SHM
+    uint32_t want_dev = !dev                       ? RDM4_DEVICE_AUTO
                         : strcmp(dev, "udp") == 0  ? RDM4_DEVICE_UDP
                         : strcmp(dev, "auto") == 0 ? RDM4_DEVICE_AUTO
                                                    : RDM4_DEVICE_SHM;

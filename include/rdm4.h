@@ -102,7 +102,7 @@
 #define RDM4_ADDR_LEN 32
 
 /**
- * Device: the default (shared memory today; `RDM4_DEVICE` overrides).
+ * Device: the default, auto (`RDM4_DEVICE` overrides).
  */
 #define RDM4_DEVICE_DEFAULT 0
 
@@ -123,8 +123,8 @@
  * descriptor). Its name has `RDM4_ADDR_LEN` bytes as every endpoint's: the
  * udp address with a locator of its shared memory; names of shm and udp
  * endpoints are inserted as they are. A device that cannot open leaves it
- * working with the other (`rdm4_ep_query` says which it has). Not with
- * `RDM4_PCAP` (which records one device: `RDM4_ENOTSUP`).
+ * working with the other (`rdm4_ep_query` says which it has). The
+ * default device.
  */
 #define RDM4_DEVICE_AUTO 3
 
@@ -669,12 +669,14 @@ typedef struct rdm4_ep_info {
    */
   uint64_t inject_size;
   /**
-   * The largest packet of the device.
+   * The largest packet of the device (auto: the one every peer takes,
+   * the smaller of its devices'; peers of this host get shm's).
    */
   uint64_t mtu;
   /**
    * Tagged messages up to this length go in one packet (eager);
-   * untagged ones up to `eager_max_untagged`.
+   * untagged ones up to `eager_max_untagged` (auto: to every peer; to
+   * peers of this host, up to shm's).
    */
   uint64_t eager_max;
   uint64_t eager_max_untagged;
@@ -1232,7 +1234,7 @@ int32_t rdm4_ep_attr_init(struct rdm4_ep_attr *attr);
  * Opens an endpoint.
  *
  * `attr` may be NULL for the defaults; its device may be overridden with
- * `RDM4_DEVICE=shm|udp` and the device's own `RDM4_SHM_*` / `RDM4_UDP_*`
+ * `RDM4_DEVICE=shm|udp|auto` and the device's own `RDM4_SHM_*` / `RDM4_UDP_*`
  * variables. On success `*ep` is the new endpoint, owned by the caller
  * until `rdm4_ep_close`.
  *

@@ -15,8 +15,9 @@ use rdm4::device::auto::{AutoConfig, AutoDevice};
 use rdm4::device::shm::ShmConfig;
 use rdm4::device::udp::UdpConfig;
 use rdm4::device::Access;
-use rdm4::engine::{Config, Cqe, Endpoint, RecvOpts, RemoteBuf, SendOpts};
+use rdm4::engine::{Config, Cqe, Endpoint, Proto, RecvOpts, RemoteBuf, SendOpts};
 use rdm4::mem::{OwnedBuf, UserBuf};
+use rdm4::wire::PacketType;
 use rdm4::wire::RawAddr;
 use rdm4::Status;
 
@@ -119,6 +120,52 @@ fn local_peers_go_by_shm_and_remote_ones_by_udp() {
     let before = t.udp_sent(0);
     exchange(&mut t, 0, 1, 1 << 20, 99);
     assert_eq!(t.udp_sent(0), before, "A to B stays on shm");
+}
+
+/// Each peer gets its own device's packet size: with udp's MTU far below
+/// shm's, a 12 KB message to a local peer still goes as one eager packet
+/// by shm, while the same message to a remote peer is cut into medium
+/// packets that fit udp's MTU.
+#[test]
+fn each_peer_gets_its_own_devices_packet_size() {
+    let small = || UdpConfig { mtu: Some(1400), ..udp() };
+    let mut t = Trio {
+        eps: vec![
+            open(AutoConfig { shm: Some(shm("mtu")), udp: Some(small()) }),
+            open(AutoConfig { shm: Some(shm("mtu")), udp: Some(small()) }),
+            open(AutoConfig { shm: None, udp: Some(small()) }),
+        ],
+        names: Vec::new(),
+        cqs: vec![Vec::new(); 3],
+    };
+    t.names = t.eps.iter().map(|e| e.device().name()).collect();
+    assert!(t.eps[0].caps().mtu <= 1400, "the endpoint's MTU is the smaller device's");
+    let proto = |t: &Trio, p: Proto| t.eps[0].traffic().ops(p);
+    let len = 12_000;
+    exchange(&mut t, 0, 1, len, 1);
+    assert_eq!((proto(&t, Proto::Eager), proto(&t, Proto::Medium)), (1, 0), "to B by shm: one eager packet");
+    exchange(&mut t, 0, 2, len, 2);
+    assert_eq!((proto(&t, Proto::Eager), proto(&t, Proto::Medium)), (1, 1), "to C by udp: medium");
+    let to_c = t.eps[0].traffic().tx[PacketType::MediumMsgRtm as usize];
+    assert!(to_c >= (len / 1400) as u64, "{to_c} medium packets of at most udp's MTU");
+    // Reads and writes take the peer's size too.
+    for to in [1, 2] {
+        let mut target = OwnedBuf::zeroed(len);
+        let key = t.eps[to].mr_reg(target.buf(), Access::REMOTE_WRITE | Access::REMOTE_READ).unwrap();
+        let dest = t.addr(0, to);
+        let mut src = OwnedBuf::from_slice(&pattern(len, 3 + to as u64));
+        t.cqs[0].clear();
+        let remote = RemoteBuf { addr: target.buf().addr(), key };
+        t.eps[0].write(dest, src.buf(), remote, None, 7).unwrap();
+        t.run(|c| !c[0].is_empty());
+        assert_eq!(t.cqs[0][0].status, Status::Success);
+        let mut back = OwnedBuf::zeroed(len);
+        t.cqs[0].clear();
+        t.eps[0].read(dest, back.buf(), remote, 8).unwrap();
+        t.run(|c| !c[0].is_empty());
+        assert_eq!(t.cqs[0][0].status, Status::Success);
+        assert!(target.bytes() == src.bytes() && back.bytes() == src.bytes(), "to {to}: every byte");
+    }
 }
 
 #[test]

@@ -36,8 +36,9 @@ fn info_logs_each_endpoint_and_peer_in_whole_lines() {
     let (ok, err) = run(Some("info"));
     assert!(ok, "{err}");
     let lines = log_lines(&err);
-    // Two processes: each opens, adds the other, closes.
-    for (what, n) in [("info: endpoint opened on shm", 2), ("info: peer added", 2), ("info: endpoint closed", 2)] {
+    // Two processes on the default device (auto): each opens, adds the
+    // other, closes.
+    for (what, n) in [("info: endpoint opened on auto", 2), ("info: peer added", 2), ("info: endpoint closed", 2)] {
         let got = lines.iter().filter(|l| l.contains(what)).count();
         assert_eq!(got, n, "{what}: {lines:#?}");
     }

@@ -256,10 +256,12 @@ pub struct rdm4_ep_info {
     pub max_msg_size: u64,
     /// The longest message `rdm4_inject` takes.
     pub inject_size: u64,
-    /// The largest packet of the device.
+    /// The largest packet of the device (auto: the one every peer takes,
+    /// the smaller of its devices'; peers of this host get shm's).
     pub mtu: u64,
     /// Tagged messages up to this length go in one packet (eager);
-    /// untagged ones up to `eager_max_untagged`.
+    /// untagged ones up to `eager_max_untagged` (auto: to every peer; to
+    /// peers of this host, up to shm's).
     pub eager_max: u64,
     pub eager_max_untagged: u64,
     /// Longer messages up to this length use the medium protocol, longer

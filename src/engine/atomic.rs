@@ -67,7 +67,7 @@ impl Core {
         }
         remote.check(len)?;
         let payload = if class == AtomicClass::Compare { 2 * len } else { len };
-        if payload > self.req_data_cap(Self::rta_type(class), 1) {
+        if payload > super::tx::req_room(self.caps.mtu, Self::rta_type(class), 1) {
             return Err(Status::Overflow);
         }
         Ok((class, len))

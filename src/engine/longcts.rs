@@ -16,7 +16,8 @@ fn window_bytes(requested: u32, max: u32, cap: usize) -> u64 {
 impl Core {
     /// Sends a CTS for operation `key` when its current window is used up.
     pub(crate) fn grant(&mut self, key: u32) {
-        let (max, cap) = (self.cfg.max_credits, self.ctsdata_cap());
+        let max = self.cfg.max_credits;
+        let cap = self.ops.get(key).map_or(0, |op| self.ctsdata_cap(op.peer));
         let window = match self.ops.get_mut(key) {
             Some(op) if op.received < op.len => {
                 let (received, len) = (op.received, op.len);
@@ -48,8 +49,10 @@ impl Core {
     }
 
     /// The first window of a long read, carried in the LONGCTS_RTR.
-    pub(crate) fn first_read_window(&self, len: u64) -> u64 {
-        window_bytes(self.cfg.credit_request, self.cfg.max_credits, self.ctsdata_cap()).min(len).min(u32::MAX.into())
+    pub(crate) fn first_read_window(&self, peer: u32, len: u64) -> u64 {
+        window_bytes(self.cfg.credit_request, self.cfg.max_credits, self.ctsdata_cap(peer))
+            .min(len)
+            .min(u32::MAX.into())
     }
 
     /// A CTS: the sender may send `recv_length` more bytes.

@@ -185,8 +185,6 @@ pub(crate) struct Core {
     stats: Stats,
     /// RTM type by [protocol: eager, medium, long-CTS][tagged].
     rtm_types: [[PacketType; 2]; 3],
-    /// Largest eager message, [untagged, tagged].
-    eager_cap: [usize; 2],
     /// Long-read receives: the sender's buffers still to read.
     lr_iovs: FxHashMap<u32, Vec<wire::RmaIov>>,
     /// Long-read receives whose read failed: (peer, msg_id) → receive,
@@ -276,7 +274,6 @@ impl<D: Device> Endpoint<D> {
             events: Vec::new(),
             stats: Stats::default(),
             rtm_types: [[PacketType::EagerMsgRtm; 2]; 3],
-            eager_cap: [0; 2],
             lr_iovs: FxHashMap::default(),
             nacked: FxHashMap::default(),
             after_hs: Vec::new(),
@@ -299,10 +296,6 @@ impl<D: Device> Endpoint<D> {
                     core.rtm_types[i][usize::from(tagged)] = t;
                 }
             }
-        }
-        for tagged in [false, true] {
-            let t = core.rtm_types[0][usize::from(tagged)];
-            core.eager_cap[usize::from(tagged)] = core.req_data_cap(t, 0).min(core.cfg.eager_max);
         }
         Endpoint { dev, core }
     }
@@ -376,7 +369,7 @@ impl<D: Device> Endpoint<D> {
     /// The largest message sent with the eager protocol.
     pub fn eager_max(&self, tagged: bool) -> usize {
         let t = if tagged { PacketType::EagerTagRtm } else { PacketType::EagerMsgRtm };
-        self.core.req_data_cap(t, 0).min(self.core.cfg.eager_max)
+        tx::req_room(self.core.caps.mtu, t, 0).min(self.core.cfg.eager_max)
     }
 
     /// Bytes held for unexpected messages.

@@ -35,6 +35,12 @@ pub(crate) enum TheirHandshake {
 /// every peer but on a device with several paths (auto).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Path {
+    /// The largest packet to the peer (auto: its device's, where the
+    /// endpoint's `Caps::mtu` is the smaller of both).
+    pub mtu: usize,
+    /// The largest eager message to the peer, untagged and tagged (by its
+    /// MTU and `Config::eager_max`).
+    pub eager_cap: [usize; 2],
     pub sync_send: bool,
     pub longread_min: usize,
     pub max_rdma_size: u64,

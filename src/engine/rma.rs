@@ -106,14 +106,14 @@ impl Core {
                 if has(wire::extra::RDMA_READ)
                     && len as usize
                         >= self.cfg.longread_min.max(peer.map_or(usize::MAX, |p| p.path.longread_min)).max(1)
-                    && len as usize > self.req_data_cap(PacketType::EagerRtw, 1) =>
+                    && len as usize > self.req_data_cap(op.peer, PacketType::EagerRtw, 1) =>
             {
                 let via = Via::LongRead { mr: None, runt: 0 };
                 (Some(PacketType::LongreadRtw), via, Some(Proto::WriteLongread))
             }
             State::Write { .. } => {
                 let eager = if dc { PacketType::DcEagerRtw } else { PacketType::EagerRtw };
-                let (proto, via, counted) = if len as usize <= self.req_data_cap(eager, 1) {
+                let (proto, via, counted) = if len as usize <= self.req_data_cap(op.peer, eager, 1) {
                     (Subprotocol::Eager, Via::Req, Proto::WriteEager)
                 } else {
                     let via = Via::LongCts { window_end: 0, nodata: false, nacked: false };
@@ -247,12 +247,12 @@ impl Core {
     /// or LONGCTS_RTR by its length), and what it counts as.
     fn emulated_read(&self, peer: Addr, buf: UserBuf, rma: RmaIov, context: u64, into: Option<u32>) -> (Op, Proto) {
         let len = buf.len() as u64;
-        let short = buf.len() <= self.caps.mtu - wire::ReadRsp::HDR_LEN;
+        let short = buf.len() <= self.mtu(peer) - wire::ReadRsp::HDR_LEN;
         let (ptype, proto) =
             if short { (PacketType::ShortRtr, Proto::ReadShort) } else { (PacketType::LongctsRtr, Proto::ReadLongcts) };
         let mut out = Out::new(Some(ptype), Via::Req);
         out.awaits = Some(Awaits::ReadRsp);
-        let end = if short { len } else { self.first_read_window(len) };
+        let end = if short { len } else { self.first_read_window(peer, len) };
         let grant = Grant { credits: self.cfg.credit_request, end };
         (Op::new(peer, context, buf, len, State::Read { rma, out, grant, into }), proto)
     }
@@ -260,7 +260,7 @@ impl Core {
     /// The READRSP of served read `key`: its first window's bytes.
     pub(crate) fn readrsp_packet(&self, key: u32, op: &Op, o: &Out, out: &mut [u8]) -> Option<(usize, u64)> {
         let Via::LongCts { window_end, .. } = o.via else { return None };
-        let chunk = window_end.min((self.caps.mtu - wire::ReadRsp::HDR_LEN) as u64) as usize;
+        let chunk = window_end.min((self.mtu(op.peer) - wire::ReadRsp::HDR_LEN) as u64) as usize;
         // Within the first region (the CTSDATA carry on from there).
         let first = op.span(0, chunk)?;
         let chunk = first.len();
@@ -360,7 +360,7 @@ impl Core {
                 r.emit(out).ok().map(|n| (n, op.len))
             }
             Via::Req | Via::LongCts { .. } => {
-                let room = self.caps.mtu.saturating_sub(r.hdr_len() + r.opt_hdr_len()) as u64;
+                let room = peer.path.mtu.saturating_sub(r.hdr_len() + r.opt_hdr_len()) as u64;
                 let chunk = op.len.min(room) as usize;
                 op.buf.with_slice(|s| wire::Req { data: &s[..chunk], ..r }.emit(out).ok().map(|n| (n, chunk as u64)))
             }
@@ -463,7 +463,7 @@ impl Core {
             Err(s) => return self.send_peer_error(peer, id, s),
         };
         if r.ptype == PacketType::ShortRtr {
-            if total as usize > self.caps.mtu - wire::ReadRsp::HDR_LEN {
+            if total as usize > self.mtu(peer) - wire::ReadRsp::HDR_LEN {
                 self.stats.protocol_errors += 1;
                 return self.send_peer_error(peer, id, Status::Proto);
             }

@@ -47,7 +47,7 @@ impl Core {
         }
         let tagged = opts.tag.is_some();
         let len = buf.len();
-        let proto = if len <= self.eager_cap[usize::from(tagged)] {
+        let proto = if len <= peer.path.eager_cap[usize::from(tagged)] {
             0
         } else if len <= self.cfg.medium_max {
             1

@@ -88,7 +88,7 @@ impl Core {
         let mut r = self.rtm_req(&args, peer);
         r.read_iov = &iov;
         r.fields.runt_length = runt;
-        let room = self.caps.mtu.saturating_sub(r.hdr_len() + r.opt_hdr_len() + RmaIov::LEN) as u64;
+        let room = peer.path.mtu.saturating_sub(r.hdr_len() + r.opt_hdr_len() + RmaIov::LEN) as u64;
         let chunk = runt.saturating_sub(op.sent).min(room);
         let last = op.sent + chunk >= runt;
         let counted = if last { op.len - op.sent } else { chunk };

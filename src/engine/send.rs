@@ -17,10 +17,10 @@ impl Core {
         if raw_addr.is_none()
             && matches!(a.ptype.req_info(), Some(i) if i.family == ReqFamily::Rtm && !i.dc && matches!(i.proto, Subprotocol::Eager | Subprotocol::Medium))
         {
-            return self.data_rtm_packet(a, connid, out);
+            return self.data_rtm_packet(a, connid, peer.path.mtu, out);
         }
         let r = self.rtm_req(a, peer);
-        let room = self.caps.mtu.saturating_sub(r.hdr_len() + r.opt_hdr_len()) as u64;
+        let room = peer.path.mtu.saturating_sub(r.hdr_len() + r.opt_hdr_len()) as u64;
         let chunk = if a.nodata { 0 } else { a.chunk().min(room) as usize };
         a.buf.with_slice(|s| {
             let data = s.get(a.sent as usize..a.sent as usize + chunk)?;
@@ -54,7 +54,7 @@ impl Core {
         let peer = self.peers.get(op.peer)?;
         let r = self.rtm_req(&a, peer);
         let hdr = r.hdr_len() + r.opt_hdr_len();
-        let chunk = a.chunk().min(self.caps.mtu.saturating_sub(hdr) as u64) as usize;
+        let chunk = a.chunk().min(peer.path.mtu.saturating_sub(hdr) as u64) as usize;
         let payload = op.buf.slice(a.sent as usize, chunk).filter(|p| !p.is_empty())?;
         Some((RtmArgs { nodata: true, ..a }, peer, hdr, payload))
     }
@@ -68,7 +68,7 @@ impl Core {
             + a.cq_data.map_or(0, |_| 8)
             + connid.map_or(0, |_| 4);
         let data = if a.nodata { 0 } else { a.chunk() };
-        (hdr as u64).saturating_add(data).min(self.caps.mtu as u64) as usize
+        (hdr as u64).saturating_add(data).min(peer.path.mtu as u64) as usize
     }
 
     /// The REQ of RTM `a` without data: the fields every RTM type draws
@@ -93,7 +93,7 @@ impl Core {
 
     /// [`Self::rtm_packet`] for an eager or medium RTM after the handshake:
     /// the fixed-offset header writer.
-    fn data_rtm_packet(&self, a: &RtmArgs, connid: Option<u32>, out: &mut [u8]) -> Option<(usize, u64)> {
+    fn data_rtm_packet(&self, a: &RtmArgs, connid: Option<u32>, mtu: usize, out: &mut [u8]) -> Option<(usize, u64)> {
         let d = wire::DataRtm {
             ptype: a.ptype,
             flags: a.ptype.default_req_flags(),
@@ -105,7 +105,7 @@ impl Core {
             connid,
             data: &[],
         };
-        let room = self.caps.mtu.saturating_sub(d.buffer_len()) as u64;
+        let room = mtu.saturating_sub(d.buffer_len()) as u64;
         let chunk = a.chunk().min(room) as usize;
         a.buf.with_slice(|s| {
             let data = s.get(a.sent as usize..a.sent as usize + chunk)?;
@@ -117,10 +117,10 @@ impl Core {
     /// when the fast path could not send it; false: it needs an operation
     /// entry (a device whose sends complete later, or not an eager message).
     pub(crate) fn queue_eager(&mut self, dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<bool, Status> {
-        if buf.len() > self.eager_cap[usize::from(opts.tag.is_some())] {
+        let peer = self.reachable_peer(dest)?;
+        if buf.len() > peer.path.eager_cap[usize::from(opts.tag.is_some())] {
             return Ok(false);
         }
-        let peer = self.reachable_peer(dest)?;
         if !peer.path.sync_send || !peer.waiting_hs.is_empty() {
             return Ok(false); // its sends complete later, or behind an operation that waits for the HANDSHAKE
         }
@@ -201,10 +201,13 @@ impl Core {
         opts: SendOpts,
     ) -> Option<Result<(), Status>> {
         let tagged = opts.tag.is_some();
-        if !self.txq.is_empty() || !self.ctrl.is_empty() || buf.len() > self.eager_cap[usize::from(tagged)] {
+        if !self.txq.is_empty() || !self.ctrl.is_empty() {
             return None;
         }
         let peer = self.peers.get(dest).filter(|p| p.in_av && !p.lost && p.path.sync_send)?;
+        if buf.len() > peer.path.eager_cap[usize::from(tagged)] {
+            return None;
+        }
         let ah = peer.ah?;
         let (raw_addr, connid) = self.req_opts(peer);
         if raw_addr.is_some() {

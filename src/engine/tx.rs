@@ -58,16 +58,22 @@ impl Core {
         }
     }
 
-    /// The most application bytes a REQ of `ptype` can carry in any state
-    /// (raw address and CQ data headers both present).
-    pub(crate) fn req_data_cap(&self, ptype: PacketType, rma_count: usize) -> usize {
-        let fixed = wire::Req::new(ptype).hdr_len();
-        self.caps.mtu.saturating_sub(fixed + rma_count * wire::RmaIov::LEN + 40 + 8 + 4)
+    /// The largest packet to `peer` (its path's; the device's for a peer
+    /// not in the table).
+    #[inline]
+    pub(crate) fn mtu(&self, peer: u32) -> usize {
+        self.peers.get(peer).map_or(self.caps.mtu, |p| p.path.mtu)
     }
 
-    /// Application bytes one CTSDATA carries.
-    pub(crate) fn ctsdata_cap(&self) -> usize {
-        self.caps.mtu - wire::CtsData::HDR_LEN - 8
+    /// The most application bytes a REQ of `ptype` to `peer` can carry in
+    /// any state (raw address and CQ data headers both present).
+    pub(crate) fn req_data_cap(&self, peer: u32, ptype: PacketType, rma_count: usize) -> usize {
+        req_room(self.mtu(peer), ptype, rma_count)
+    }
+
+    /// Application bytes one CTSDATA to or from `peer` carries.
+    pub(crate) fn ctsdata_cap(&self, peer: u32) -> usize {
+        self.mtu(peer) - wire::CtsData::HDR_LEN - 8
     }
 
     /// Sends queued control packets, then operations' packets, until the
@@ -184,7 +190,8 @@ impl Core {
 
     /// Sends the packets `key` may send now. False when the device pushed back.
     pub(crate) fn pump<D: Device>(&mut self, dev: &mut D, key: u32) -> bool {
-        let (cap, my_connid) = (self.ctsdata_cap(), self.my_connid());
+        let my_connid = self.my_connid();
+        let cap = self.ops.get(key).map_or(0, |op| self.ctsdata_cap(op.peer));
         loop {
             let Some(op) = self.ops.get_mut(key) else {
                 return true;
@@ -414,8 +421,8 @@ impl Core {
     /// of eager and medium sends (a device packs packets by their size), the
     /// MTU otherwise.
     pub(crate) fn packet_bound(&self, key: u32) -> usize {
-        let mtu = self.caps.mtu;
-        let Some(op) = self.ops.get(key) else { return mtu };
+        let Some(op) = self.ops.get(key) else { return self.caps.mtu };
+        let mtu = self.mtu(op.peer);
         let exact = |t: &PacketType| {
             t.req_info().is_some_and(|i| {
                 i.family == ReqFamily::Rtm && matches!(i.proto, Subprotocol::Eager | Subprotocol::Medium)
@@ -472,4 +479,11 @@ enum Step {
     CtsData,
     /// The next REQ or response, built by `Core::next_packet`.
     Packet,
+}
+
+/// The most application bytes a REQ of `ptype` in packets of `mtu` bytes
+/// can carry in any state (raw address and CQ data headers both present).
+pub(crate) fn req_room(mtu: usize, ptype: PacketType, rma_count: usize) -> usize {
+    let fixed = wire::Req::new(ptype).hdr_len();
+    mtu.saturating_sub(fixed + rma_count * wire::RmaIov::LEN + 40 + 8 + 4)
 }

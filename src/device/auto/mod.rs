@@ -32,8 +32,10 @@
 //!   takes it: [`UdpDevice::reg_as`]): a key a peer got works whichever
 //!   device its accesses take.
 //! - **Capabilities** differ per peer ([`Device::peer_caps`]): shm sends
-//!   complete at once, udp's when acknowledged; long-read only by shm. The
-//!   packet size is the smaller of the two devices' (one engine).
+//!   complete at once, udp's when acknowledged; long-read only by shm;
+//!   each peer its device's packet size. The endpoint's own `Caps::mtu`
+//!   (what it reports, and its bound for a peer not yet placed) is the
+//!   smaller of the two.
 //! - **A device that cannot open** (no room in `/dev/shm`, no usable IP
 //!   address) leaves the endpoint working with the other;
 //!   [`AutoDevice::devices`] says which it has.
@@ -272,7 +274,7 @@ impl Device for AutoDevice {
             Via::Shm(_) => self.shm.as_ref().map(Device::caps),
             Via::Udp(_) => self.udp.as_ref().map(Device::caps),
         };
-        own.map_or(self.caps, |c| Caps { mtu: self.caps.mtu, ..c })
+        own.unwrap_or(self.caps)
     }
 
     fn local_addr(&self) -> RawAddr {
