@@ -45,26 +45,39 @@ fn barrier() {
     fence(Ordering::SeqCst);
 }
 
-/// The application enters a call on the shared endpoint of `slot`, whose
-/// tagged word is `way`; returns the endpoint.
-///
-/// # Safety
-/// `way` is the word `install` published for the slot's open endpoint,
-/// whose handle the caller checked.
+/// The application enters a call on the shared endpoint of `slot` (inlined
+/// into every call: two plain stores and a load when the responder is out).
+#[inline(always)]
+pub(crate) fn enter(slot: &EpSlot) {
+    let c = slot.calls.load(Ordering::Relaxed);
+    slot.calls.store(c | 1, Ordering::Relaxed);
+    compiler_fence(Ordering::SeqCst);
+    if slot.responding.load(Ordering::Acquire) {
+        enter_after_responder(slot, c);
+    }
+    // The responder is out and the application's calls do not overlap.
+}
+
+/// [`enter`] when it met the responder: steps back, waits until it is out,
+/// and enters again.
+#[cold]
 #[inline(never)]
-pub(crate) unsafe fn enter(slot: &EpSlot, way: usize) -> *mut EpInner {
+fn enter_after_responder(slot: &EpSlot, mut c: u64) {
     loop {
-        let c = slot.calls.load(Ordering::Relaxed);
+        slot.calls.store((c | 1) + 1, Ordering::Release);
+        wait_out(&slot.responding);
+        c = slot.calls.load(Ordering::Relaxed);
         slot.calls.store(c | 1, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
         if !slot.responding.load(Ordering::Acquire) {
-            // The responder is out (above) and the application's calls do
-            // not overlap.
-            return (way & !SHARED) as *mut EpInner;
+            return;
         }
-        slot.calls.store((c | 1) + 1, Ordering::Release);
-        wait_out(&slot.responding);
     }
+}
+
+/// The endpoint of the tagged word `way` of a shared slot.
+pub(crate) fn endpoint_of(way: usize) -> *mut EpInner {
+    (way & !SHARED) as *mut EpInner
 }
 
 #[cold]
@@ -136,7 +149,7 @@ impl EpSlot {
             self.responding.store(false, Ordering::Release);
             return None;
         }
-        let inner = (way & !SHARED) as *mut EpInner;
+        let inner = endpoint_of(way);
         // SAFETY: the endpoint is open (handle and word unchanged, and a
         // close enters as a call does before it takes the endpoint), and no
         // call of the application runs or can start until `responding` is

@@ -179,7 +179,9 @@ impl Drop for Exit {
 impl Exit {
     #[inline(never)]
     fn leave(&mut self) {
-        if let Exit::Locked(g) = self {
+        if let Exit::Shared(slot) = self {
+            shared::leave(slot);
+        } else if let Exit::Locked(g) = self {
             // Before the lock goes: a packet arriving wakes the thread
             // anyway, work only progress does would not.
             if let Some(inner) = g.as_deref().filter(|i| i.parked > 0) {
@@ -187,8 +189,6 @@ impl Exit {
             }
             // SAFETY: dropped once, here; the variant is not used again.
             unsafe { ManuallyDrop::drop(g) };
-        } else if let Exit::Shared(slot) = self {
-            shared::leave(slot);
         }
     }
 }
@@ -221,17 +221,21 @@ pub(crate) fn on_ep<R>(ep: *mut rdm4_ep, f: impl FnOnce(&mut EpInner) -> Result<
             return Err(Status::BadHandle);
         }
         (inner, Exit::Plain)
+    } else if w & SHARED != 0 {
+        let inner = shared::endpoint_of(w);
+        // SAFETY: as for `PLAIN` above (the responder never closes it).
+        if unsafe { (*inner).handle } != v {
+            return Err(Status::BadHandle);
+        }
+        // Keeps the responder out until `_exit` drops.
+        shared::enter(slot);
+        (inner, Exit::Shared(slot))
     } else {
         // NULL names slot 0, which holds handle 0 until it is first filled.
         if v == 0 || slot.handle.load(Ordering::Acquire) != v {
             return Err(Status::BadHandle);
         }
-        if w & SHARED != 0 {
-            // SAFETY: as below; `enter` keeps the responder out.
-            (unsafe { shared::enter(slot, w) }, Exit::Shared(slot))
-        } else {
-            slot.enter_locked(v).ok_or(Status::BadHandle)?
-        }
+        slot.enter_locked(v).ok_or(Status::BadHandle)?
     };
     // SAFETY: without the lock, `install` published the address of the
     // endpoint that the slot owns until `uninstall` clears it; the handle
@@ -287,11 +291,10 @@ pub(crate) fn install(inner: EpInner, single: bool, shared: bool) -> Option<(&'s
 pub(crate) fn uninstall(ep: *mut rdm4_ep) -> Result<(Box<EpInner>, Option<JoinHandle<()>>), Status> {
     let v = ep as usize as u64;
     let slot = slot_of(v);
-    if let Some(w) = slot.shared_way().filter(|_| slot.handle() == v) {
+    if slot.shared_way().is_some() && slot.handle() == v {
         // Kept out of the endpoint as a call keeps it out, for good: the
         // call never leaves (the slot's next open starts afresh).
-        // SAFETY: the slot's published word, its handle checked.
-        unsafe { shared::enter(slot, w) };
+        shared::enter(slot);
     }
     let inner = {
         let mut g = slot.inner.lock().unwrap_or_else(|e| e.into_inner());

@@ -114,6 +114,8 @@ impl Sleep for AutoDevice {
         }
         if let Some(u) = self.udp.as_mut() {
             u.sleep_end();
+            // What woke it may be udp's: the next receive looks.
+            self.udp_pending = true;
         }
     }
 
@@ -245,10 +247,8 @@ impl InCall for AutoDevice {
                     return (n, more);
                 }
                 // Shm seen empty: the general receive, which polls udp,
-                // runs while udp is busy, else once in `UDP_EVERY`.
-                self.skipped += 1;
-                let due = self.udp_idle < super::UDP_IDLE || self.skipped >= super::UDP_EVERY;
-                (n, due)
+                // runs while udp is busy, else once per idle period.
+                (n, self.udp_due())
             }
             None => (0, true),
         }

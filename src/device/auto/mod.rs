@@ -42,6 +42,8 @@
 
 mod ext;
 
+use std::time::{Duration, Instant};
+
 use crate::device::shm::{ShmConfig, ShmDevice};
 use crate::device::udp::{UdpConfig, UdpDevice};
 use crate::device::{Access, Ah, Caps, DevError, DevEvent, Device, Flow, Sent};
@@ -84,10 +86,15 @@ pub struct AutoDevice {
     udp: Option<UdpDevice>,
     caps: Caps,
     sleep: ext::SleepSet,
-    /// Express receives since udp was last polled (`InCall::recv_express`).
+    /// Receives that left an idle udp alone since the clock was last read.
     skipped: u32,
-    /// General receives in a row that found nothing on udp.
+    /// Polls of udp in a row that found nothing.
     udp_idle: u32,
+    /// When an idle udp was last polled.
+    udp_last: Instant,
+    /// The next receive polls udp (its idle period is over, or the
+    /// endpoint slept).
+    udp_pending: bool,
     /// `recv` polled udp since the last `events`.
     udp_polled: bool,
     /// Something went to udp since the last doorbell: only then does the
@@ -96,14 +103,20 @@ pub struct AutoDevice {
 }
 
 /// After this many udp polls in a row without a packet, udp counts as
-/// idle and is polled once in [`UDP_EVERY`] receives only: a udp poll is a
+/// idle and is polled once per [`UDP_IDLE_PERIOD`] only: a udp poll is a
 /// system call, which a process whose traffic is local would otherwise pay
 /// on each of its polls (its latency is a fraction of one). While udp
 /// brings packets it is polled on every receive.
 const UDP_IDLE: u32 = 1024;
 
-/// Receives between two polls of an idle udp.
-const UDP_EVERY: u32 = 256;
+/// How long an idle udp is left unpolled while the application polls: the
+/// most its first packet after a quiet spell waits (a sleep on the
+/// endpoint's descriptor ends it at once).
+const UDP_IDLE_PERIOD: Duration = Duration::from_micros(100);
+
+/// Receives between two readings of the clock while udp is idle (one
+/// reading costs about what a receive that finds nothing does).
+const UDP_CLOCK_EVERY: u32 = 16;
 
 /// Which device a handle names, and the device's own handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,6 +190,8 @@ impl AutoDevice {
             sleep: ext::SleepSet::default(),
             skipped: 0,
             udp_idle: 0,
+            udp_last: Instant::now(),
+            udp_pending: false,
             udp_polled: false,
             udp_rung: false,
         })
@@ -229,6 +244,25 @@ impl AutoDevice {
     /// shm is open.
     pub fn host_id(&self) -> Option<u64> {
         self.shm.as_ref().map(|s| host_hash(&s.local_addr().gid))
+    }
+
+    /// Whether this receive polls udp: while it is busy, else once per
+    /// [`UDP_IDLE_PERIOD`] (the clock read once in [`UDP_CLOCK_EVERY`]).
+    #[inline(always)]
+    fn udp_due(&mut self) -> bool {
+        if self.udp_idle < UDP_IDLE || self.udp_pending {
+            return true;
+        }
+        self.skipped = self.skipped.wrapping_add(1);
+        self.skipped % UDP_CLOCK_EVERY == 0 && self.idle_period_over()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn idle_period_over(&mut self) -> bool {
+        let now = Instant::now();
+        self.udp_pending = now.duration_since(self.udp_last) >= UDP_IDLE_PERIOD;
+        self.udp_pending
     }
 
     /// The udp device, if open (its counters).
@@ -323,6 +357,9 @@ impl Device for AutoDevice {
             },
             Via::Udp(a) => {
                 self.udp_rung = true;
+                // By reference: one direct call of `build` (shm's) is left.
+                let mut build = build;
+                let build: &mut dyn FnMut(&mut [u8]) -> usize = &mut build;
                 match self.udp.as_mut() {
                     Some(d) => d.send_with(a, wr_id, max_len, build),
                     None => Err(DevError::Failed(Status::NoAddr)),
@@ -358,15 +395,18 @@ impl Device for AutoDevice {
         if let Some(s) = self.shm.as_mut() {
             n = s.recv(max, |ah, p, g| f(ah.map(shm_ah), p, g));
         }
-        // While udp is busy, else once in `UDP_EVERY` calls (`UDP_IDLE`).
-        self.skipped += 1;
-        let due = self.udp_idle < UDP_IDLE || self.skipped >= UDP_EVERY;
-        if let Some(u) = self.udp.as_mut().filter(|_| n < max && due) {
-            let m = u.recv(max - n, |ah, p, g| f(ah.map(udp_ah), p, g));
-            self.udp_idle = if m > 0 { 0 } else { self.udp_idle.saturating_add(1) };
-            self.skipped = 0;
-            self.udp_polled = true;
-            n += m;
+        // While udp is busy, else once per `UDP_IDLE_PERIOD`.
+        if self.udp.is_some() && n < max && self.udp_due() {
+            if let Some(u) = self.udp.as_mut() {
+                let m = u.recv(max - n, |ah, p, g| f(ah.map(udp_ah), p, g));
+                self.udp_idle = if m > 0 { 0 } else { self.udp_idle.saturating_add(1) };
+                if self.udp_idle >= UDP_IDLE {
+                    self.udp_last = Instant::now();
+                }
+                self.udp_pending = false;
+                self.udp_polled = true;
+                n += m;
+            }
         }
         n
     }
@@ -387,7 +427,7 @@ impl Device for AutoDevice {
         let from = out.len();
         // Udp's events (and its timers, which `recv` ran if it polled it)
         // as often as `recv` polls it.
-        let due = std::mem::take(&mut self.udp_polled) || self.skipped >= UDP_EVERY;
+        let due = std::mem::take(&mut self.udp_polled);
         if let Some(u) = self.udp.as_mut().filter(|_| due) {
             u.events(out);
         }
