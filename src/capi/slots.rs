@@ -6,10 +6,10 @@
 //! it is never NULL, never repeats (a slot's generation only grows) and
 //! looks as opaque as a pointer. A call reaches the endpoint the way its
 //! slot says ([`EpSlot::way`]): directly (single-threaded: the handle is
-//! compared whole with the one the endpoint holds), or, after comparing
-//! it with the one the slot holds, keeping the responder out
-//! (single-threaded and shared with it: `shared`) or under the slot's
-//! lock, where the handle is compared again. Closing clears the slot's
+//! compared whole with the one the endpoint holds), the same way and then
+//! keeping the responder out (single-threaded and shared with it:
+//! `shared`), or, after comparing it with the one the slot holds, under
+//! the slot's lock, where the handle is compared again. Closing clears the slot's
 //! handle and way under the lock before the endpoint goes, so every later
 //! use of the old handle fails.
 
