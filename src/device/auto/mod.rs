@@ -18,8 +18,16 @@
 //!   one boot share memory: two containers that share `/dev/shm` share the
 //!   boot ID and open each other's segments, and go by shm whatever their
 //!   networks; two that do not share `/dev/shm` fail to open the segment
-//!   and go by udp. The HANDSHAKE's `host_id` is this hash too, so a capture
-//!   shows which peers are on one host.
+//!   and go by udp. The segment confirms the peer itself, not only its
+//!   host: it must hold the name's connid (32 random bits), so an endpoint
+//!   number that another container's `/dev/shm` gives to another process
+//!   is never taken for the peer. The HANDSHAKE's `host_id` is the boot-ID
+//!   hash too: a peer's `host_id` equal to this endpoint's means one
+//!   kernel (one machine, or containers of it), and with a segment that
+//!   opened, one `/dev/shm`; a capture shows which peers share a host.
+//!   The choice is made when the name is inserted (the first packet must
+//!   go somewhere) and kept: a HANDSHAKE never moves a peer between
+//!   devices, which would reorder its messages.
 //! - **Address handles.** A udp peer's handle has bit 31 set ([`UDP`]);
 //!   the engine never looks inside handles.
 //! - **On the wire** nothing changes: each device frames its packets as it
