@@ -125,14 +125,17 @@ fn local_peers_go_by_shm_and_remote_ones_by_udp() {
 /// Each peer gets its own device's packet size: with udp's MTU far below
 /// shm's, a 12 KB message to a local peer still goes as one eager packet
 /// by shm, while the same message to a remote peer is cut into medium
-/// packets that fit udp's MTU.
+/// packets that fit udp's MTU. Reads and writes too, emulated (no
+/// cross-memory attach): a 12 KB read of a local peer's memory is one
+/// READRSP larger than udp's MTU (udp's reads are its own RDMA).
 #[test]
 fn each_peer_gets_its_own_devices_packet_size() {
     let small = || UdpConfig { mtu: Some(1400), ..udp() };
+    let no_cma = || ShmConfig { cma: false, ..shm("mtu") };
     let mut t = Trio {
         eps: vec![
-            open(AutoConfig { shm: Some(shm("mtu")), udp: Some(small()) }),
-            open(AutoConfig { shm: Some(shm("mtu")), udp: Some(small()) }),
+            open(AutoConfig { shm: Some(no_cma()), udp: Some(small()) }),
+            open(AutoConfig { shm: Some(no_cma()), udp: Some(small()) }),
             open(AutoConfig { shm: None, udp: Some(small()) }),
         ],
         names: Vec::new(),
@@ -165,6 +168,10 @@ fn each_peer_gets_its_own_devices_packet_size() {
         t.run(|c| !c[0].is_empty());
         assert_eq!(t.cqs[0][0].status, Status::Success);
         assert!(target.bytes() == src.bytes() && back.bytes() == src.bytes(), "to {to}: every byte");
+        if to == 1 {
+            let rsp = t.eps[to].traffic().tx[PacketType::ReadRsp as usize];
+            assert_eq!(rsp, 1, "to B: the read was emulated, one READRSP");
+        }
     }
 }
 

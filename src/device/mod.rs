@@ -348,9 +348,9 @@ pub trait Device {
         build: impl FnMut(&mut [u8]) -> usize,
     ) -> Result<Sent, DevError>;
 
-    /// Queues `pkt` (at most `mtu` bytes) for `ah`: [`Device::send_with`] with a copy.
+    /// Queues `pkt` (at most the peer's `mtu` bytes: [`Device::peer_caps`]) for `ah`: [`Device::send_with`] with a copy.
     fn send(&mut self, ah: Ah, pkt: &[u8], wr_id: u64) -> Result<Sent, DevError> {
-        if pkt.len() > self.caps().mtu {
+        if pkt.len() > self.peer_caps(ah).mtu {
             return Err(DevError::Failed(Status::Inval));
         }
         self.send_with(ah, wr_id, pkt.len(), |buf: &mut [u8]| {

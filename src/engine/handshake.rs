@@ -66,9 +66,12 @@ impl Core {
         }
     }
 
-    /// The path to a peer the device reaches as `ah`.
-    pub(crate) fn path_of<D: crate::device::Device>(&self, dev: &D, ah: crate::device::Ah) -> super::peer::Path {
-        self.path(&dev.peer_caps(ah), &dev.local_addr_for(ah))
+    /// The path to a peer the device reaches as `ah` (packet buffers grow
+    /// to its MTU: [`Core::mtu_max`]).
+    pub(crate) fn path_of<D: crate::device::Device>(&mut self, dev: &D, ah: crate::device::Ah) -> super::peer::Path {
+        let path = self.path(&dev.peer_caps(ah), &dev.local_addr_for(ah));
+        self.mtu_max = self.mtu_max.max(path.mtu);
+        path
     }
 
     /// Queues our HANDSHAKE for `peer` once.

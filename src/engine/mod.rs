@@ -183,6 +183,10 @@ pub(crate) struct Core {
     pending_insert: Vec<u32>,
     events: Vec<DevEvent>,
     stats: Stats,
+    /// The largest packet to any peer (the device's MTU, or a peer's path's
+    /// where larger: auto's local peers): the size of pooled packet
+    /// buffers.
+    mtu_max: usize,
     /// RTM type by [protocol: eager, medium, long-CTS][tagged].
     rtm_types: [[PacketType; 2]; 3],
     /// Long-read receives: the sender's buffers still to read.
@@ -273,6 +277,7 @@ impl<D: Device> Endpoint<D> {
             pending_insert: Vec::new(),
             events: Vec::new(),
             stats: Stats::default(),
+            mtu_max: caps.mtu,
             rtm_types: [[PacketType::EagerMsgRtm; 2]; 3],
             lr_iovs: FxHashMap::default(),
             nacked: FxHashMap::default(),
@@ -555,7 +560,7 @@ impl Core {
     /// Keeps the buffer of an unexpected message for the next one (up to
     /// 256 buffers of at most an MTU).
     pub(crate) fn recycle_bounce(&mut self, b: Vec<u8>) {
-        if b.capacity() <= self.caps.mtu && self.rx_pool.len() < 256 {
+        if b.capacity() <= self.mtu_max && self.rx_pool.len() < 256 {
             self.rx_pool.push(b);
         }
     }

@@ -23,7 +23,7 @@ impl Core {
     /// A pooled packet buffer for a control packet.
     pub(crate) fn take_buf(&mut self) -> Vec<u8> {
         let mut b = self.pool.pop().unwrap_or_default();
-        b.resize(self.caps.mtu, 0); // pooled buffers keep their length: no clearing
+        b.resize(self.mtu_max, 0); // pooled buffers keep their length: no clearing
         b
     }
 

@@ -254,6 +254,18 @@ impl AutoDevice {
         self.shm.as_ref().map(|s| host_hash(&s.local_addr().gid))
     }
 
+    /// Something goes to the peer of `ah`: for a udp peer, the doorbell
+    /// flushes udp, and udp counts as busy again (its acknowledgements and
+    /// answers come soon: polled on every receive until it has been
+    /// [`UDP_IDLE`] polls without a packet).
+    #[inline(always)]
+    fn going(&mut self, ah: Ah) {
+        if ah & UDP != 0 {
+            self.udp_rung = true;
+            self.udp_idle = 0;
+        }
+    }
+
     /// Whether this receive polls udp: while it is busy, else once per
     /// [`UDP_IDLE_PERIOD`] (the clock read once in [`UDP_CLOCK_EVERY`]).
     #[inline(always)]
@@ -364,7 +376,7 @@ impl Device for AutoDevice {
                 None => Err(DevError::Failed(Status::NoAddr)),
             },
             Via::Udp(a) => {
-                self.udp_rung = true;
+                self.going(ah);
                 // By reference: one direct call of `build` (shm's) is left.
                 let mut build = build;
                 let build: &mut dyn FnMut(&mut [u8]) -> usize = &mut build;
@@ -384,7 +396,7 @@ impl Device for AutoDevice {
         build: impl FnMut(&mut [u8]) -> usize,
         payload: UserBuf,
     ) -> Result<Sent, DevError> {
-        self.udp_rung |= ah & UDP != 0;
+        self.going(ah);
         on!(self, ah, d, a => d.send_gather(a, wr_id, hdr_max, build, payload))
     }
 
@@ -482,12 +494,12 @@ impl Device for AutoDevice {
     }
 
     fn rdma_read(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
-        self.udp_rung |= ah & UDP != 0;
+        self.going(ah);
         on!(self, ah, d, a => d.rdma_read(a, local, remote_addr, key, wr_id))
     }
 
     fn rdma_write(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, wr_id: u64) -> Result<(), DevError> {
-        self.udp_rung |= ah & UDP != 0;
+        self.going(ah);
         on!(self, ah, d, a => d.rdma_write(a, local, remote_addr, key, wr_id))
     }
 
@@ -500,7 +512,7 @@ impl Device for AutoDevice {
         imm: u32,
         wr_id: u64,
     ) -> Result<(), DevError> {
-        self.udp_rung |= ah & UDP != 0;
+        self.going(ah);
         on!(self, ah, d, a => d.rdma_write_imm(a, local, remote_addr, key, imm, wr_id))
     }
 
