@@ -31,6 +31,11 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
     (0..len).map(|i| (i as u64).wrapping_mul(31).wrapping_add(seed * 7) as u8).collect()
 }
 
+/// An operation's context: a number.
+fn ctx(n: usize) -> *mut c_void {
+    n as *mut c_void
+}
+
 fn ok(what: &str, rc: i32) {
     assert_eq!(rc, 0, "{what}: {rc}");
 }
@@ -127,20 +132,20 @@ fn child_without_shm() {
     // Messages both ways.
     for (i, &len) in SIZES.iter().enumerate() {
         let out = pattern(len, i as u64);
-        ok("rdm4_tsend", rdm4_tsend(ep, out.as_ptr().cast(), len, parent, i as u64, 1 as *mut c_void));
+        ok("rdm4_tsend", rdm4_tsend(ep, out.as_ptr().cast(), len, parent, i as u64, ctx(1)));
         assert_eq!(wait(ep, 1).0, 0, "send of {len} B");
         let mut back = vec![0u8; len];
-        let ctx = 2 as *mut c_void;
-        ok("rdm4_trecv", rdm4_trecv(ep, back.as_mut_ptr().cast(), len, parent, 100 + i as u64, 0, ctx));
+        let c = ctx(2);
+        ok("rdm4_trecv", rdm4_trecv(ep, back.as_mut_ptr().cast(), len, parent, 100 + i as u64, 0, c));
         assert_eq!(wait(ep, 2), (0, len as u64), "receive of {len} B");
         assert!(back == pattern(len, 100 + i as u64), "{len} B back: every byte");
     }
     // RMA into the parent's registered region, and back.
     let data = pattern(REGION - 8, 7);
-    ok("rdm4_write", rdm4_write(ep, data.as_ptr().cast(), data.len(), parent, raddr + 8, key, 3 as *mut c_void));
+    ok("rdm4_write", rdm4_write(ep, data.as_ptr().cast(), data.len(), parent, raddr + 8, key, ctx(3)));
     assert_eq!(wait(ep, 3).0, 0, "write");
     let mut read = vec![0u8; data.len()];
-    ok("rdm4_read", rdm4_read(ep, read.as_mut_ptr().cast(), read.len(), parent, raddr + 8, key, 4 as *mut c_void));
+    ok("rdm4_read", rdm4_read(ep, read.as_mut_ptr().cast(), read.len(), parent, raddr + 8, key, ctx(4)));
     assert_eq!(wait(ep, 4).0, 0, "read");
     assert!(read == data, "read back: every byte");
     // Fetch-adds on the counter at the region's start: old values 0..ADDS.
@@ -156,7 +161,7 @@ fn child_without_shm() {
             parent,
             raddr,
             key,
-            5 as *mut c_void,
+            ctx(5),
         );
         ok("rdm4_fetch_atomic", rc);
         assert_eq!(wait(ep, 5).0, 0, "fetch-add {k}");
@@ -207,12 +212,12 @@ fn a_process_whose_shm_cannot_open_talks_to_everyone_by_udp() {
     let peer = insert(ep, &read_card(&dir, "child"));
     for (i, &len) in SIZES.iter().enumerate() {
         let mut got = vec![0u8; len];
-        let ctx = 1 as *mut c_void;
-        ok("rdm4_trecv", rdm4_trecv(ep, got.as_mut_ptr().cast(), len, peer, i as u64, 0, ctx));
+        let c = ctx(1);
+        ok("rdm4_trecv", rdm4_trecv(ep, got.as_mut_ptr().cast(), len, peer, i as u64, 0, c));
         assert_eq!(wait(ep, 1), (0, len as u64), "receive of {len} B");
         assert!(got == pattern(len, i as u64), "{len} B: every byte");
         let out = pattern(len, 100 + i as u64);
-        ok("rdm4_tsend", rdm4_tsend(ep, out.as_ptr().cast(), len, peer, 100 + i as u64, 2 as *mut c_void));
+        ok("rdm4_tsend", rdm4_tsend(ep, out.as_ptr().cast(), len, peer, 100 + i as u64, ctx(2)));
         assert_eq!(wait(ep, 2).0, 0, "send of {len} B");
     }
     // The child's RMA and atomics need this endpoint's progress.
