@@ -182,17 +182,19 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
         let fds = inner.ep.responder_fds();
         let (slot, handle) = super::install(inner, single, responder).ok_or(Status::NoMem)?;
         if a.progress == RDM4_PROGRESS_AUTO || responder {
-            let b = std::thread::Builder::new();
+            use super::thread::{EpThread, Job, MAX_FDS};
             let spawned = if responder {
-                b.name("rdm4-responder".into())
-                    .stack_size(256 << 10)
-                    .spawn(move || super::responder::run(slot, handle, fds))
+                let mut keep = [-1; MAX_FDS];
+                let nfds = fds.len().min(MAX_FDS);
+                keep[..nfds].copy_from_slice(&fds[..nfds]);
+                let job = Job::Responder { handle, fds: keep, nfds };
+                EpThread::spawn(slot, job, 256 << 10, c"rdm4-responder")
             } else {
-                b.name("rdm4-progress".into()).spawn(move || progress_thread(slot, handle))
+                EpThread::spawn(slot, Job::Progress { handle }, 0, c"rdm4-progress")
             };
             match spawned {
-                Ok(t) => *slot.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(t),
-                Err(_) => {
+                Some(t) => *slot.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(t),
+                None => {
                     let handle = handle as usize as *mut rdm4_ep;
                     let _ = super::uninstall(handle);
                     super::release_slot(handle);
@@ -234,7 +236,7 @@ const SPIN_MAX: Duration = Duration::from_millis(2);
 /// call wakes it (`EpInner::parked`) or the device's periodic work is due
 /// (the shm peer check: `RDM4_SHM_PEER_CHECK_MS`). An idle endpoint so
 /// costs a wake-up per peer check, not a core.
-fn progress_thread(slot: &'static super::EpSlot, handle: u64) {
+pub(crate) fn progress_thread(slot: &'static super::EpSlot, handle: u64) {
     let mut spin = SPIN_MIN;
     let mut idle_since: Option<Instant> = None;
     let mut next_scan = Instant::now();
@@ -306,7 +308,7 @@ pub extern "C" fn rdm4_ep_close(ep: *mut rdm4_ep) -> i32 {
         if let Some(t) = thread {
             // It may sleep: wake it to see the endpoint gone.
             inner.ep.wake_sleeper();
-            let _ = t.join();
+            t.join();
         }
         let addr = inner.ep.addr();
         drop(inner);

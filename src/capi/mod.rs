@@ -34,6 +34,7 @@ mod cq;
 mod responder;
 mod shared;
 mod slots;
+mod thread;
 mod types;
 
 pub(crate) use boundary::{addr, array, boundary, c_buf, ep_call, read_sized, required, write_sized};

@@ -60,8 +60,8 @@ pub(crate) const SCAN_EVERY: Duration = Duration::from_millis(100);
 const GRACE: Duration = Duration::from_micros(200);
 
 /// The responder of the endpoint in `slot`, until it is closed.
-pub(crate) fn run(slot: &'static EpSlot, handle: u64, fds: Vec<RawFd>) {
-    if !private_fd_table(&fds) {
+pub(crate) fn run(slot: &'static EpSlot, handle: u64, fds: &[RawFd]) {
+    if !private_fd_table(fds) {
         crate::log::log!(crate::log::INFO, "responder: shares the process's descriptor table");
     }
     let mut seen = slot.calls.load(Ordering::Relaxed);

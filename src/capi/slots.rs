@@ -16,7 +16,6 @@
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use std::thread::JoinHandle;
 
 use super::{rdm4_ep, shared, EpInner};
 use crate::status::Status;
@@ -59,7 +58,9 @@ pub(crate) struct EpSlot {
     pub(crate) calls: AtomicU64,
     inner: Mutex<Option<Box<EpInner>>>,
     /// The endpoint's thread (automatic progress, or the responder).
-    pub(crate) thread: Mutex<Option<JoinHandle<()>>>,
+    pub(crate) thread: Mutex<Option<super::thread::EpThread>>,
+    /// What that thread is to do, until it starts.
+    pub(crate) job: Mutex<Option<super::thread::Job>>,
 }
 
 impl EpSlot {
@@ -73,6 +74,7 @@ impl EpSlot {
             calls: AtomicU64::new(0),
             inner: Mutex::new(None),
             thread: Mutex::new(None),
+            job: Mutex::new(None),
         }
     }
 
@@ -288,7 +290,7 @@ pub(crate) fn install(inner: EpInner, single: bool, shared: bool) -> Option<(&'s
 
 /// Empties the slot of `ep`: later uses of the handle fail. Returns the
 /// endpoint and the slot's progress thread (to join before dropping it).
-pub(crate) fn uninstall(ep: *mut rdm4_ep) -> Result<(Box<EpInner>, Option<JoinHandle<()>>), Status> {
+pub(crate) fn uninstall(ep: *mut rdm4_ep) -> Result<(Box<EpInner>, Option<super::thread::EpThread>), Status> {
     let v = ep as usize as u64;
     let slot = slot_of(v);
     if slot.shared_way().is_some() && slot.handle() == v {
