@@ -2,7 +2,8 @@
 //! process, A and B with shm and udp, C with udp only (as a process of
 //! another host, or one whose shared memory could not open). Local pairs go
 //! by shm, the others by udp, behind one address vector and one set of
-//! completions; registrations have one key on both devices.
+//! completions; registrations have one key on both devices; probe and
+//! cancel see both.
 
 mod common;
 
@@ -15,7 +16,7 @@ use rdm4::device::auto::{AutoConfig, AutoDevice};
 use rdm4::device::shm::ShmConfig;
 use rdm4::device::udp::UdpConfig;
 use rdm4::device::Access;
-use rdm4::engine::{Config, Cqe, Endpoint, Proto, RecvOpts, RemoteBuf, SendOpts};
+use rdm4::engine::{Config, Cqe, Endpoint, ProbeMode, Proto, RecvOpts, RemoteBuf, SendOpts};
 use rdm4::mem::{OwnedBuf, UserBuf};
 use rdm4::wire::PacketType;
 use rdm4::wire::RawAddr;
@@ -434,4 +435,61 @@ fn a_receiver_that_computes_then_exits_after_its_last_receive() {
     run_only(&mut t, &[0, 1], |t| !t.cqs[0].is_empty() && !t.cqs[1].is_empty());
     assert_eq!((t.cqs[0][0].status, t.cqs[1][0].status), (Status::Success, Status::Success), "delivered, then closed");
     assert!(l1.bytes().iter().chain(l2.bytes()).all(|&b| b == 7 || b == 8));
+}
+
+/// Probe and cancel across both devices: B receives a tagged message from
+/// A (shm) and one from C (udp). A peek finds each by its tag and names its
+/// source; a claim takes C's out of matching and `recv_claimed` delivers
+/// it; a discard drops A's; a receive canceled before anything matches it
+/// ends `Canceled`, and the next message goes to the receive posted after.
+#[test]
+fn probe_claim_discard_and_cancel_span_both_devices() {
+    let mut t = Trio::new("probe");
+    let (ab, cb) = (t.addr(0, 1), t.addr(2, 1));
+    let (ba, bc) = (t.addr(1, 0), t.addr(1, 2));
+    let (mut from_a, mut from_c) = (OwnedBuf::from_slice(&pattern(3000, 1)), OwnedBuf::from_slice(&pattern(70_000, 2)));
+    t.eps[0].send(ab, from_a.buf(), SendOpts { tag: Some(0xA), context: 1, ..SendOpts::default() }).unwrap();
+    t.eps[2].send(cb, from_c.buf(), SendOpts { tag: Some(0xC), context: 3, ..SendOpts::default() }).unwrap();
+    let peek = |t: &mut Trio, tag: u64, mode: ProbeMode, context: u64| {
+        let opts = RecvOpts { tag: Some((tag, 0)), context, ..RecvOpts::default() };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(p) = t.eps[1].probe(opts, mode).unwrap() {
+                return p;
+            }
+            assert!(Instant::now() < deadline, "probe of tag {tag:#x}: nothing");
+            for e in &mut t.eps {
+                e.progress(0);
+            }
+        }
+    };
+    let pa = peek(&mut t, 0xA, ProbeMode::Peek, 0);
+    let pc = peek(&mut t, 0xC, ProbeMode::Peek, 0);
+    assert_eq!((pa.src, pa.len, pc.src, pc.len), (ba, 3000, bc, 70_000), "peeks name source and length");
+    let claimed = peek(&mut t, 0xC, ProbeMode::Claim, 77);
+    assert_eq!(claimed.claim, 77);
+    let mut got = OwnedBuf::zeroed(70_000);
+    t.eps[1].recv_claimed(77, got.buf(), 78).unwrap();
+    t.run(|c| c[1].iter().any(|e| e.context == 78));
+    let e = t.cqs[1].iter().find(|e| e.context == 78).unwrap();
+    assert_eq!((e.status, e.len, e.src), (Status::Success, 70_000, bc));
+    assert!(got.bytes() == from_c.bytes(), "claimed message: every byte");
+    peek(&mut t, 0xA, ProbeMode::Discard, 0);
+    let opts = RecvOpts { tag: Some((0xA, 0)), ..RecvOpts::default() };
+    assert_eq!(t.eps[1].probe(opts, ProbeMode::Peek).unwrap(), None, "discarded: gone");
+    // Cancel: a receive for tag 0xD from either device, canceled; the next
+    // one takes C's message.
+    let mut first = OwnedBuf::zeroed(100);
+    let mut second = OwnedBuf::zeroed(100);
+    t.cqs[1].clear();
+    t.eps[1].recv(first.buf(), RecvOpts { tag: Some((0xD, 0)), context: 90, ..RecvOpts::default() }).unwrap();
+    t.eps[1].cancel(90).unwrap();
+    t.eps[1].recv(second.buf(), RecvOpts { tag: Some((0xD, 0)), context: 91, ..RecvOpts::default() }).unwrap();
+    let mut d = OwnedBuf::from_slice(&pattern(100, 3));
+    t.eps[2].send(cb, d.buf(), SendOpts { tag: Some(0xD), context: 4, ..SendOpts::default() }).unwrap();
+    t.run(|c| c[1].iter().any(|e| e.context == 91));
+    let canceled = t.cqs[1].iter().find(|e| e.context == 90).map(|e| e.status);
+    assert_eq!(canceled, Some(Status::Canceled), "the canceled receive ends so");
+    assert!(second.bytes() == d.bytes() && first.bytes().iter().all(|&b| b == 0), "the next receive took it");
+    t.run(|c| c[0].iter().any(|e| e.context == 1) && c[2].iter().filter(|e| [3, 4].contains(&e.context)).count() == 2);
 }
