@@ -493,3 +493,59 @@ fn probe_claim_discard_and_cancel_span_both_devices() {
     assert!(second.bytes() == d.bytes() && first.bytes().iter().all(|&b| b == 0), "the next receive took it");
     t.run(|c| c[0].iter().any(|e| e.context == 1) && c[2].iter().filter(|e| [3, 4].contains(&e.context)).count() == 2);
 }
+
+/// A capture of an auto endpoint (`RDM4_PCAP`) names, in each record, the
+/// device its packet took: A's records of B are shm's (0), of C udp's (1).
+#[test]
+fn a_capture_names_the_device_of_each_packet() {
+    use rdm4::pcap::{Capture, DeviceKind, PcapFile, PSEUDO_LEN};
+    let path = std::env::temp_dir().join(format!("rdm4-auto-cap-{}.pcap", std::process::id()));
+    let file = PcapFile::open(path.to_str().unwrap()).unwrap();
+    let dev = |tag: &str| AutoDevice::open_with(AutoConfig { shm: Some(shm(tag)), udp: Some(udp()) }).unwrap();
+    let mut a = Endpoint::new(Capture::new(dev("cap"), file, DeviceKind::Auto), Config::default());
+    let mut b = open(AutoConfig { shm: Some(shm("cap")), udp: Some(udp()) });
+    let mut c = open(AutoConfig { shm: None, udp: Some(udp()) });
+    let to_b = a.device_mut().inner_mut().pick(&b.device().name()).unwrap();
+    let to_c = a.device_mut().inner_mut().pick(&c.device().name()).unwrap();
+    let (ab, ac) = (a.av_insert(&to_b).unwrap(), a.av_insert(&to_c).unwrap());
+    let (mut rb, mut rc) = (OwnedBuf::zeroed(8), OwnedBuf::zeroed(8));
+    b.recv(rb.buf(), RecvOpts::default()).unwrap();
+    c.recv(rc.buf(), RecvOpts::default()).unwrap();
+    let mut m = OwnedBuf::from_slice(&[7; 8]);
+    a.send(ab, m.buf(), SendOpts { context: 1, ..SendOpts::default() }).unwrap();
+    a.send(ac, m.buf(), SendOpts { context: 2, ..SendOpts::default() }).unwrap();
+    let (mut qa, mut qb, mut qc) = (Vec::new(), Vec::new(), Vec::new());
+    let t = Instant::now();
+    while qa.len() < 2 || qb.is_empty() || qc.is_empty() {
+        assert!(t.elapsed() < Duration::from_secs(30), "stuck");
+        a.progress(0);
+        b.progress(0);
+        c.progress(0);
+        a.poll_cq(&mut qa, 8);
+        b.poll_cq(&mut qb, 8);
+        c.poll_cq(&mut qc, 8);
+    }
+    drop(a); // writes the file out
+    let bytes = std::fs::read(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    // Records after the 24-byte file header: 16-byte record header, then
+    // the pseudo-header (device at 6, peer handle at 8..12).
+    let (mut at, mut devices) = (24, std::collections::BTreeSet::new());
+    while at + 16 <= bytes.len() {
+        let incl = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+        let r = &bytes[at + 16..at + 16 + incl];
+        assert!(r.len() >= PSEUDO_LEN && &r[..4] == b"RDM4");
+        let peer = u32::from_le_bytes(r[8..12].try_into().unwrap());
+        let want = if peer == u32::MAX {
+            3
+        } else if peer & rdm4::device::auto::UDP != 0 {
+            1
+        } else {
+            0
+        };
+        assert_eq!(r[6], want, "record of peer {peer:#x}");
+        devices.insert(r[6]);
+        at += 16 + incl;
+    }
+    assert!(devices.contains(&0) && devices.contains(&1), "records of both devices: {devices:?}");
+}

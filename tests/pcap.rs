@@ -1,6 +1,7 @@
 //! `RDM4_PCAP` and the Wireshark dissector `tools/wireshark/rdm4.lua`:
 //! runs every test of `rdm4-perf` over shm (with and without cross-memory
-//! attach, and with long-read) and over udp with capture on, checks that
+//! attach, and with long-read), over udp and over auto (two local processes:
+//! records of shm) with capture on, checks that
 //! each of the two processes wrote its own file (`%p`), parses every record
 //! with the crate's wire parser, and checks that `tshark` with the
 //! dissector decodes every packet with the same type and fields and no
@@ -70,7 +71,7 @@ fn read_pcap(path: &Path) -> Vec<Record> {
         assert_eq!(incl, orig, "{}", at("a record cut to the snaplen (the runs send none that long)"));
         let r = &b[pos + 16..pos + 16 + incl];
         assert_eq!(&r[..5], b"RDM4\x01", "{}", at("pseudo-header magic and version"));
-        assert!(r[5] <= 1 && r[6] <= 2 && r[12..16] == [0; 4], "{}", at("pseudo-header fields"));
+        assert!(r[5] <= 1 && r[6] <= 3 && r[12..16] == [0; 4], "{}", at("pseudo-header fields"));
         out.push(Record { dir: r[5], device: r[6], flags: r[7], peer: u32_at(r, 8), pkt: r[PSEUDO_LEN..].to_vec() });
         pos += 16 + incl;
     }
@@ -248,11 +249,13 @@ fn capture_run(name: &str, env: Env, device: &str) -> Vec<PathBuf> {
 #[test]
 fn every_packet_of_every_perf_test_decodes_with_its_type_and_fields() {
     assert!(perf_tests().len() >= 9, "{:?}", perf_tests());
-    let runs: [(&str, Env, &str, u8); 4] = [
+    // Auto between two processes of this host: every record says shm.
+    let runs: [(&str, Env, &str, u8); 5] = [
         ("shm", &[("RDM4_SHM_CMA", "1")], "shm", 0),
         ("shm-emulated", &[("RDM4_SHM_CMA", "0")], "shm", 0),
         ("shm-longread", &[("RDM4_SHM_LONGREAD_MIN", "65536")], "shm", 0),
         ("udp", &[("RDM4_UDP_ADDR", "127.0.0.1")], "udp", 1),
+        ("auto", &[("RDM4_UDP_ADDR", "127.0.0.1")], "auto", 0),
     ];
     let mut seen = BTreeSet::new();
     for (name, env, device, code) in runs {
