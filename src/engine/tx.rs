@@ -140,7 +140,12 @@ impl Core {
                 self.ctrl.push_back((peer, pkt, len));
                 continue;
             }
-            self.traffic.tx[usize::from(pkt[0])] += u64::from(ah.is_some());
+            if let Err(DevError::Failed(s)) = sent {
+                // Never expected (the packet fits the peer's MTU): said, not
+                // counted as sent; the peer's operation ends by its timeout.
+                crate::log::log!(crate::log::WARN, "control packet type {} to peer {peer} refused: {s:?}", pkt[0]);
+            }
+            self.traffic.tx[usize::from(pkt[0])] += u64::from(ah.is_some() && sent.is_ok());
             self.pool.push(pkt);
         }
         let mut n = self.txq.len();
