@@ -13,7 +13,7 @@
 //! by udp, which their counters show.
 //!
 //! Skipped, with a message saying why, where the mount namespace cannot be
-//! made (not root, no `unshare`).
+//! made (not root, no `unshare` or `mount`).
 
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
@@ -178,8 +178,9 @@ fn a_process_whose_shm_cannot_open_talks_to_everyone_by_udp() {
         return; // the child's run of this binary
     }
     // SAFETY: no arguments.
-    if unsafe { libc::geteuid() } != 0 || Command::new("unshare").arg("--version").output().is_err() {
-        eprintln!("skipped: needs root and unshare(1) for a mount namespace with a full /dev/shm");
+    let have = |tool: &str| Command::new(tool).arg("--version").output().is_ok();
+    if unsafe { libc::geteuid() } != 0 || !have("unshare") || !have("mount") {
+        eprintln!("skipped: needs root, unshare(1) and mount(8) for a mount namespace with a full /dev/shm");
         return;
     }
     let dir = std::env::temp_dir().join(format!("rdm4-noshm-{}", std::process::id()));
