@@ -1257,6 +1257,11 @@ int32_t rdm4_ep_attr_init(struct rdm4_ep_attr *attr);
  * take no lock, and the application must never let two of them overlap
  * (see `RDM4_THREAD_SINGLE`).
  *
+ * A child made by `fork()` inherits no endpoint: in it, every handle of
+ * the parent gives `RDM4_EBADHANDLE` (`rdm4_ep_close` too), nothing of
+ * the parent's endpoints is touched, and the parent's go on undisturbed.
+ * The child may open endpoints of its own.
+ *
  * Returns `RDM4_SUCCESS`; `RDM4_EINVAL` (NULL `ep`, bad attributes —
  * unknown progress or threading mode, `RDM4_THREAD_SINGLE` with
  * `RDM4_PROGRESS_AUTO`, unknown flags, non-zero reserved fields — or bad

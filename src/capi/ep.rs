@@ -115,6 +115,11 @@ fn open_endpoint(attr: &rdm4_ep_attr, cfg: Config) -> Result<super::CEp, Status>
 /// take no lock, and the application must never let two of them overlap
 /// (see `RDM4_THREAD_SINGLE`).
 ///
+/// A child made by `fork()` inherits no endpoint: in it, every handle of
+/// the parent gives `RDM4_EBADHANDLE` (`rdm4_ep_close` too), nothing of
+/// the parent's endpoints is touched, and the parent's go on undisturbed.
+/// The child may open endpoints of its own.
+///
 /// Returns `RDM4_SUCCESS`; `RDM4_EINVAL` (NULL `ep`, bad attributes —
 /// unknown progress or threading mode, `RDM4_THREAD_SINGLE` with
 /// `RDM4_PROGRESS_AUTO`, unknown flags, non-zero reserved fields — or bad
@@ -163,6 +168,7 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
         }
         cfg.features_off = crate::env::bits("RDM4_FEATURES_OFF", &FEATURE_NAMES)?.unwrap_or(0);
         cfg.constant_header = crate::env::word("RDM4_CONSTANT_HEADER", &["0", "1"])? == Some(1);
+        super::slots::forget_endpoints_in_forked_children();
         let mut inner = EpInner::new(open_endpoint(&a, cfg)?);
         inner.modes = (a.progress, a.threading);
         let device = match inner.ep.device_kind() {

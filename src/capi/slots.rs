@@ -249,6 +249,29 @@ pub(crate) fn on_ep<R>(ep: *mut rdm4_ep, f: impl FnOnce(&mut EpInner) -> Result<
     f(unsafe { &mut *inner })
 }
 
+/// Has a child process made by `fork()` inherit no endpoint (registered
+/// once, at the first open): in the child, every handle of the parent
+/// gives `BadHandle`, and nothing of the parent's endpoints is closed or
+/// freed there (their segments and sockets are the parent's; closing them
+/// would tell the parent's peers that it left). The endpoints stay in
+/// their slots, reachable, until the child exits; the child may open its
+/// own. Only atomic stores, as a child of a threaded process may do.
+pub(crate) fn forget_endpoints_in_forked_children() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        extern "C" fn child() {
+            for s in &SLOTS {
+                s.handle.store(0, Ordering::Relaxed);
+                s.way.store(0, Ordering::Relaxed);
+                s.stop.store(true, Ordering::Relaxed);
+            }
+        }
+        // SAFETY: registers a handler without arguments that only stores
+        // to atomics of the static table.
+        unsafe { libc::pthread_atfork(None, None, Some(child)) };
+    });
+}
+
 /// Fills a free slot with `inner`; returns the slot and the handle. `None`:
 /// the table is full.
 /// With `single`, calls use the endpoint without the slot's lock; with
