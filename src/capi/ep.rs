@@ -176,7 +176,13 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
             RDM4_DEVICE_AUTO => "auto",
             _ => "shm",
         };
-        crate::log::log!(crate::log::INFO, "endpoint opened on {device}: {:?}", inner.ep.addr());
+        let name = inner.ep.name();
+        let (shm, udp) = inner.ep.devices();
+        crate::log::log!(
+            crate::log::INFO,
+            "endpoint opened on {device} (shm {shm}, udp {udp}): {name:?}, locator {:#x}",
+            name.reserved()
+        );
         let responder = a.progress == RDM4_PROGRESS_MANUAL && inner.ep.wants_responder();
         if inner.ep.wants_responder() {
             super::responder::register_at_exit();
