@@ -218,11 +218,23 @@ impl Core {
         let (msg_id, tag, cq_data) = (peer.tx_msg_id, opts.tag.unwrap_or(0), opts.cq_data);
         let max_len = wire::DataRtm::eager_hdr_len(tagged, cq_data.is_some(), connid.is_some()) + buf.len();
         let mut built = false;
-        let sent = dev.send_with(ah, 0, max_len, |slot: &mut [u8]| {
-            let n = buf.with_slice(|data| wire::DataRtm::emit_eager(slot, tagged, msg_id, tag, cq_data, connid, data));
-            built = n > 0;
-            n
-        });
+        let sent = dev.send_with(
+            ah,
+            0,
+            max_len,
+            // Both closures always inlined: behind the auto device's
+            // dispatch the optimiser otherwise keeps them calls
+            // (docs/performance.md, 2026-11-28).
+            #[inline(always)]
+            |slot: &mut [u8]| {
+                let n = buf.with_slice(
+                    #[inline(always)]
+                    |data| wire::DataRtm::emit_eager(slot, tagged, msg_id, tag, cq_data, connid, data),
+                );
+                built = n > 0;
+                n
+            },
+        );
         if !(built && sent == Ok(Sent::Done)) {
             return None; // nothing went out: queue it
         }
