@@ -243,14 +243,15 @@ impl CEp {
 
     /// The udp device's counters (zero for another device).
     pub(crate) fn udp_stats(&self) -> UdpStats {
-        match self {
-            CEp::Udp(e) => e.device().stats(),
-            CEp::Captured(c) if matches!(**c, CapEp::Udp(_)) => match &**c {
-                CapEp::Udp(e) => e.device().inner().stats(),
-                _ => UdpStats::default(),
+        let udp = match self {
+            CEp::Udp(e) => Some(e.device()),
+            CEp::Captured(c) => match &**c {
+                CapEp::Udp(e) => Some(e.device().inner()),
+                _ => self.auto().and_then(AutoDevice::udp),
             },
-            _ => self.auto().and_then(AutoDevice::udp).map(UdpDevice::stats).unwrap_or_default(),
-        }
+            _ => self.auto().and_then(AutoDevice::udp),
+        };
+        udp.map(UdpDevice::stats).unwrap_or_default()
     }
 
     /// See [`Endpoint::atomic`].

@@ -49,13 +49,24 @@ fn barrier() {
 /// into every call: two plain stores and a load when the responder is out).
 #[inline(always)]
 pub(crate) fn enter(slot: &EpSlot) {
+    if let Err(c) = try_enter(slot) {
+        enter_after_responder(slot, c);
+    }
+    // The responder is out and the application's calls do not overlap.
+}
+
+/// Makes the count odd, then looks for the responder: `Err` with the count
+/// before when it is in.
+#[inline(always)]
+fn try_enter(slot: &EpSlot) -> Result<(), u64> {
     let c = slot.calls.load(Ordering::Relaxed);
     slot.calls.store(c | 1, Ordering::Relaxed);
     compiler_fence(Ordering::SeqCst);
     if slot.responding.load(Ordering::Acquire) {
-        enter_after_responder(slot, c);
+        Err(c)
+    } else {
+        Ok(())
     }
-    // The responder is out and the application's calls do not overlap.
 }
 
 /// [`enter`] when it met the responder: steps back, waits until it is out,
@@ -66,11 +77,9 @@ fn enter_after_responder(slot: &EpSlot, mut c: u64) {
     loop {
         slot.calls.store((c | 1) + 1, Ordering::Release);
         wait_out(&slot.responding);
-        c = slot.calls.load(Ordering::Relaxed);
-        slot.calls.store(c | 1, Ordering::Relaxed);
-        compiler_fence(Ordering::SeqCst);
-        if !slot.responding.load(Ordering::Acquire) {
-            return;
+        match try_enter(slot) {
+            Ok(()) => return,
+            Err(again) => c = again,
         }
     }
 }

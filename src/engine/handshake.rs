@@ -55,7 +55,7 @@ impl Core {
     pub(crate) fn path(&self, caps: &crate::device::Caps, local: &crate::wire::RawAddr) -> super::peer::Path {
         super::peer::Path {
             mtu: caps.mtu,
-            eager_cap: self.rtm_types[0].map(|t| super::tx::req_room(caps.mtu, t, 0).min(self.cfg.eager_max)),
+            eager_cap: self.eager_caps(caps.mtu),
             sync_send: caps.sync_send && !self.cfg.delivery_complete,
             longread_min: caps.longread_min,
             max_rdma_size: caps.max_rdma_size,

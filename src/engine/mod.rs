@@ -373,8 +373,7 @@ impl<D: Device> Endpoint<D> {
 
     /// The largest message sent with the eager protocol.
     pub fn eager_max(&self, tagged: bool) -> usize {
-        let t = if tagged { PacketType::EagerTagRtm } else { PacketType::EagerMsgRtm };
-        tx::req_room(self.core.caps.mtu, t, 0).min(self.core.cfg.eager_max)
+        self.core.eager_caps(self.core.caps.mtu)[usize::from(tagged)]
     }
 
     /// Bytes held for unexpected messages.

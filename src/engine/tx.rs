@@ -71,6 +71,12 @@ impl Core {
         req_room(self.mtu(peer), ptype, rma_count)
     }
 
+    /// The largest eager message, [untagged, tagged], in packets of `mtu`
+    /// bytes (at most `Config::eager_max`).
+    pub(crate) fn eager_caps(&self, mtu: usize) -> [usize; 2] {
+        self.rtm_types[0].map(|t| req_room(mtu, t, 0).min(self.cfg.eager_max))
+    }
+
     /// Application bytes one CTSDATA to or from `peer` carries.
     pub(crate) fn ctsdata_cap(&self, peer: u32) -> usize {
         self.mtu(peer) - wire::CtsData::HDR_LEN - 8

@@ -5,6 +5,7 @@
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use super::{via, AutoDevice, Via};
+use crate::device::shm::ShmDevice;
 use crate::device::{Access, Ah, DevError, Device, Doorbell, InCall, Mapped, MoreFollows, Responder, Sleep};
 use crate::mem::UserBuf;
 use crate::status::Status;
@@ -200,9 +201,18 @@ impl Mapped for AutoDevice {
     }
 
     fn atomic(&mut self, ah: Ah, remote_addr: u64, key: u64, a: &crate::device::RemoteAtomic) -> Result<(), DevError> {
+        // A remote peer's memory: `NotSup`, the emulated protocol.
+        let (s, ah) = self.shm_peer(ah)?;
+        s.atomic(ah, remote_addr, key, a)
+    }
+}
+
+impl AutoDevice {
+    /// Shm and its handle of a peer it reaches; `NotSup` for a udp peer
+    /// (whose memory the engine reaches by the emulated protocol).
+    fn shm_peer(&mut self, ah: Ah) -> Result<(&mut ShmDevice, Ah), DevError> {
         match (via(ah), self.shm.as_mut()) {
-            (Via::Shm(a_), Some(s)) => s.atomic(a_, remote_addr, key, a),
-            // A remote peer's memory: the emulated protocol.
+            (Via::Shm(a), Some(s)) => Ok((s, a)),
             _ => Err(DevError::Failed(Status::NotSup)),
         }
     }
@@ -216,10 +226,8 @@ impl InCall for AutoDevice {
     }
 
     fn rdma_now(&mut self, ah: Ah, local: UserBuf, remote_addr: u64, key: u64, write: bool) -> Result<(), DevError> {
-        match (via(ah), self.shm.as_mut()) {
-            (Via::Shm(a), Some(s)) => s.rdma_now(a, local, remote_addr, key, write),
-            _ => Err(DevError::Failed(Status::NotSup)),
-        }
+        let (s, ah) = self.shm_peer(ah)?;
+        s.rdma_now(ah, local, remote_addr, key, write)
     }
 
     fn rdma_in_call(
@@ -230,10 +238,8 @@ impl InCall for AutoDevice {
         key: u64,
         write: bool,
     ) -> Result<(), DevError> {
-        match (via(ah), self.shm.as_mut()) {
-            (Via::Shm(a), Some(s)) => s.rdma_in_call(a, local, remote_addr, key, write),
-            _ => Err(DevError::Failed(Status::NotSup)),
-        }
+        let (s, ah) = self.shm_peer(ah)?;
+        s.rdma_in_call(ah, local, remote_addr, key, write)
     }
 
     #[inline(always)]
