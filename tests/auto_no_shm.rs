@@ -7,8 +7,10 @@
 //! auto endpoint opens with udp alone, as on a host whose `/dev/shm` is
 //! full. The two exchange names through files, then the child sends
 //! messages of 8 B to 4 MiB, receives them back, writes and reads the
-//! parent's registered memory and adds to a counter in it with 100
-//! fetch-adds; every byte and every old value is checked. The parent's
+//! parent's registered memory while the parent sleeps without calling the
+//! library (its responder serves them), and adds to a counter in it with
+//! 100 fetch-adds while the parent polls; every byte and every old value
+//! is checked. The parent's
 //! name carries its shm locator, which the child cannot use: both sides go
 //! by udp, which their counters show.
 //!
@@ -148,6 +150,7 @@ fn child_without_shm() {
     ok("rdm4_read", rdm4_read(ep, read.as_mut_ptr().cast(), read.len(), parent, raddr + 8, key, ctx(4)));
     assert_eq!(wait(ep, 4).0, 0, "read");
     assert!(read == data, "read back: every byte");
+    publish(&dir, "rma", b"1");
     // Fetch-adds on the counter at the region's start: old values 0..ADDS.
     for k in 0..ADDS {
         let (one, mut old) = (1u64, u64::MAX);
@@ -221,8 +224,17 @@ fn a_process_whose_shm_cannot_open_talks_to_everyone_by_udp() {
         ok("rdm4_tsend", rdm4_tsend(ep, out.as_ptr().cast(), len, peer, 100 + i as u64, ctx(2)));
         assert_eq!(wait(ep, 2).0, 0, "send of {len} B");
     }
-    // The child's RMA and atomics need this endpoint's progress.
+    // The child's writes and reads of this process's memory go by udp's
+    // RDMA, which this endpoint's responder serves while the process makes
+    // no call at all (it sleeps, as a program computing or waiting
+    // elsewhere would).
     let t = Instant::now();
+    while !dir.join("rma").exists() {
+        assert!(t.elapsed() < BOUND, "the child's RMA did not complete while this process was away");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // Its atomics are the emulated protocol: they need this endpoint's
+    // own progress.
     while !dir.join("done").exists() {
         // SAFETY: plain data.
         let mut cqe: [rdm4_cqe; 8] = unsafe { std::mem::zeroed() };
