@@ -299,6 +299,7 @@ static const struct constant constants[] = {
     K(RDM4_MSG_TAGGED, 0x1),
     K(RDM4_MSG_REMOTE_CQ_DATA, 0x2),
     K(RDM4_MSG_MORE, 0x4),
+    K(RDM4_MSG_INJECT, 0x10),
     K(RDM4_PROBE_CLAIM, 0x100),
     K(RDM4_PROBE_DISCARD, 0x200),
     K(RDM4_EP_LEGACY, 0x1),

@@ -268,6 +268,13 @@
 #define RDM4_MSG_DELIVERY_COMPLETE (1 << 3)
 
 /**
+ * `rdm4_sendmsg` flag: inject (as `rdm4_inject`): the buffers are the
+ * caller's again when the call returns and no completion is written; at
+ * most 64 KiB in all (see `rdm4_sendmsg`).
+ */
+#define RDM4_MSG_INJECT (1 << 4)
+
+/**
  * Atomic datatypes: libfabric's `enum fi_datatype` values.
  */
 #define RDM4_INT8 0
@@ -867,6 +874,13 @@ int32_t rdm4_tinject(struct rdm4_ep *ep, const void *buf, size_t len, rdm4_addr 
  * before sleeping on `rdm4_ep_fd`. Devices that send at once (shm) ignore
  * the flag.
  *
+ * `RDM4_MSG_INJECT` makes it an inject (as `rdm4_inject`, and as
+ * libfabric's `fi_tinjectdata` with the other flags): the buffers are
+ * the caller's again when the call returns, no completion is written
+ * (`context` is not used) and a failure of the transfer is not
+ * reported; at most 64 KiB in all, and not with
+ * `RDM4_MSG_DELIVERY_COMPLETE`.
+ *
  * `RDM4_MSG_DELIVERY_COMPLETE` (as `FI_DELIVERY_COMPLETE`): the send
  * completes once the receiver has the whole message, not once it left
  * (the protocol's DC messages and their RECEIPT); a peer without the
@@ -879,7 +893,8 @@ int32_t rdm4_tinject(struct rdm4_ep *ep, const void *buf, size_t len, rdm4_addr 
  * Returns as `rdm4_send`, `RDM4_ENOTSUP` (delivery complete from a legacy
  * endpoint), and `RDM4_EINVAL` (NULL `msg`, unknown flags,
  * NULL `iov` with `iov_count` > 0, more than 1024 buffers, a NULL buffer
- * with a non-zero length), `RDM4_EOVERFLOW` (total length too large).
+ * with a non-zero length; an inject of more than 64 KiB or with
+ * delivery complete), `RDM4_EOVERFLOW` (total length too large).
  */
 int32_t rdm4_sendmsg(struct rdm4_ep *ep, const struct rdm4_msg *msg, uint64_t flags);
 

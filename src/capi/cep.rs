@@ -120,7 +120,7 @@ forward! {
     mut fn mr_free(key: u64) -> Result<(), Status>;
     mut fn send(dest: Addr, buf: UserBuf, opts: SendOpts) -> Result<(), Status>;
     mut fn send_flagged(dest: Addr, buf: UserBuf, opts: SendOpts, flags: SendFlags) -> Result<(), Status>;
-    mut fn inject_now(dest: Addr, buf: UserBuf, tag: Option<u64>) -> bool;
+    mut fn inject_now(dest: Addr, buf: UserBuf, tag: Option<u64>, cq_data: Option<u64>) -> bool;
     mut fn recv(buf: UserBuf, opts: RecvOpts) -> Result<(), Status>;
     mut fn cancel(context: u64) -> Result<(), Status>;
     mut fn probe(opts: RecvOpts, mode: ProbeMode) -> Result<Option<Probed>, Status>;

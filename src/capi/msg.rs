@@ -9,7 +9,7 @@
 use std::ffi::c_void;
 
 use super::types::*;
-use super::{addr, array, c_buf, ep_call, rdm4_ep, required};
+use super::{addr, array, c_buf, ep_call, rdm4_ep, required, EpInner};
 use crate::engine::{Addr, ProbeMode, RecvOpts, SendFlags, SendOpts, ADDR_UNSPEC};
 use crate::mem::UserBuf;
 use crate::status::Status;
@@ -114,21 +114,36 @@ fn inject_common(ep: *mut rdm4_ep, buf: *const c_void, len: usize, dest: rdm4_ad
             return Err(Status::Inval);
         }
         let src = c_buf(buf as *mut c_void, len)?;
-        let dest = addr(dest)?;
-        // Straight from the caller's buffer when it goes out now: no copy
-        // to keep and no completion to drop, so polls keep passing the
-        // engine's completions through (`EpInner::passes_through`).
-        if g.ep.inject_now(dest, src, tag) {
+        inject_bufs(g, addr(dest)?, &[src], tag, None)
+    })
+}
+
+/// Sends a copy of `bufs` (at most `INJECT_MAX` bytes in all, checked by
+/// the caller) with no completion.
+fn inject_bufs(g: &mut EpInner, dest: Addr, bufs: &[UserBuf], tag: Option<u64>, cq_data: Option<u64>) -> Result<i32, Status> {
+    // Straight from the caller's buffer when it goes out now: no copy
+    // to keep and no completion to drop, so polls keep passing the
+    // engine's completions through (`EpInner::passes_through`).
+    let single = match bufs {
+        [] => Some(UserBuf::empty()),
+        [one] => Some(*one),
+        _ => None,
+    };
+    if let Some(one) = single {
+        if g.ep.inject_now(dest, one, tag, cq_data) {
             return Ok(0);
         }
-        let bytes = src.with_slice(|s| s.to_vec());
-        let (copy, ctx) = g.inject_copy(&bytes);
-        if let Err(e) = g.ep.send(dest, copy, SendOpts { tag, cq_data: None, context: ctx }) {
-            g.take_injected(ctx);
-            return Err(e);
-        }
-        Ok(0)
-    })
+    }
+    let mut bytes = Vec::new();
+    for b in bufs {
+        b.with_slice(|s| bytes.extend_from_slice(s));
+    }
+    let (copy, ctx) = g.inject_copy(&bytes);
+    if let Err(e) = g.ep.send(dest, copy, SendOpts { tag, cq_data, context: ctx }) {
+        g.take_injected(ctx);
+        return Err(e);
+    }
+    Ok(0)
 }
 
 /// The buffers of an `rdm4_msg`, checked.
@@ -176,6 +191,13 @@ fn read_msg(msg: *const rdm4_msg, flags: u64, allowed: u64) -> Result<rdm4_msg, 
 /// before sleeping on `rdm4_ep_fd`. Devices that send at once (shm) ignore
 /// the flag.
 ///
+/// `RDM4_MSG_INJECT` makes it an inject (as `rdm4_inject`, and as
+/// libfabric's `fi_tinjectdata` with the other flags): the buffers are
+/// the caller's again when the call returns, no completion is written
+/// (`context` is not used) and a failure of the transfer is not
+/// reported; at most 64 KiB in all, and not with
+/// `RDM4_MSG_DELIVERY_COMPLETE`.
+///
 /// `RDM4_MSG_DELIVERY_COMPLETE` (as `FI_DELIVERY_COMPLETE`): the send
 /// completes once the receiver has the whole message, not once it left
 /// (the protocol's DC messages and their RECEIPT); a peer without the
@@ -188,14 +210,25 @@ fn read_msg(msg: *const rdm4_msg, flags: u64, allowed: u64) -> Result<rdm4_msg, 
 /// Returns as `rdm4_send`, `RDM4_ENOTSUP` (delivery complete from a legacy
 /// endpoint), and `RDM4_EINVAL` (NULL `msg`, unknown flags,
 /// NULL `iov` with `iov_count` > 0, more than 1024 buffers, a NULL buffer
-/// with a non-zero length), `RDM4_EOVERFLOW` (total length too large).
+/// with a non-zero length; an inject of more than 64 KiB or with
+/// delivery complete), `RDM4_EOVERFLOW` (total length too large).
 #[no_mangle]
 pub extern "C" fn rdm4_sendmsg(ep: *mut rdm4_ep, msg: *const rdm4_msg, flags: u64) -> i32 {
     ep_call(ep, |g| {
-        let known = RDM4_MSG_TAGGED | RDM4_MSG_REMOTE_CQ_DATA | RDM4_MSG_MORE | RDM4_MSG_DELIVERY_COMPLETE;
+        let known =
+            RDM4_MSG_TAGGED | RDM4_MSG_REMOTE_CQ_DATA | RDM4_MSG_MORE | RDM4_MSG_DELIVERY_COMPLETE | RDM4_MSG_INJECT;
         let m = read_msg(msg, flags, known)?;
         let iovs = msg_iovs(&m)?;
+        let inject = flags & RDM4_MSG_INJECT != 0;
+        if inject && (flags & RDM4_MSG_DELIVERY_COMPLETE != 0 || iovs.iter().map(|b| b.len()).sum::<usize>() > INJECT_MAX) {
+            return Err(Status::Inval);
+        }
         let dest = addr(m.addr)?;
+        if inject {
+            let tag = (flags & RDM4_MSG_TAGGED != 0).then_some(m.tag);
+            let cq_data = (flags & RDM4_MSG_REMOTE_CQ_DATA != 0).then_some(m.data);
+            return inject_bufs(g, dest, &iovs, tag, cq_data);
+        }
         let mut opts = SendOpts {
             tag: (flags & RDM4_MSG_TAGGED != 0).then_some(m.tag),
             cq_data: (flags & RDM4_MSG_REMOTE_CQ_DATA != 0).then_some(m.data),

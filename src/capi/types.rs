@@ -101,6 +101,10 @@ pub const RDM4_PROBE_DISCARD: u64 = 1 << 9;
 pub const RDM4_MSG_MORE: u64 = 1 << 2;
 /// `rdm4_sendmsg` flag: delivery complete (see `rdm4_sendmsg`).
 pub const RDM4_MSG_DELIVERY_COMPLETE: u64 = 1 << 3;
+/// `rdm4_sendmsg` flag: inject (as `rdm4_inject`): the buffers are the
+/// caller's again when the call returns and no completion is written; at
+/// most 64 KiB in all (see `rdm4_sendmsg`).
+pub const RDM4_MSG_INJECT: u64 = 1 << 4;
 
 /// Atomic datatypes: libfabric's `enum fi_datatype` values.
 pub const RDM4_INT8: u32 = 0;

@@ -535,8 +535,8 @@ impl<D: Device> Endpoint<D> {
     /// was sent, and the caller sends a copy the usual way (which keeps
     /// messages to one peer in order: this path is taken only when nothing
     /// is queued). `tag`: a tagged message.
-    pub fn inject_now(&mut self, dest: Addr, buf: UserBuf, tag: Option<u64>) -> bool {
-        let opts = SendOpts { tag, cq_data: None, context: 0 };
+    pub fn inject_now(&mut self, dest: Addr, buf: UserBuf, tag: Option<u64>, cq_data: Option<u64>) -> bool {
+        let opts = SendOpts { tag, cq_data, context: 0 };
         self.core.send_now::<D, false>(&mut self.dev, dest, buf, opts) == Some(Ok(()))
     }
 
