@@ -1,0 +1,1390 @@
+/*
+ * Domains (one rdm4 endpoint each), memory registration, address vectors,
+ * completion queues, counters, event queues and progress.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rdm4_fi.h"
+
+void rf_apply_settings(void);
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* Operation records. */
+
+struct rf_op *rf_op_get(struct rf_domain *d)
+{
+    rf_lock(d->locked, &d->op_lock);
+    struct rf_op *op = d->free_ops;
+    if (op) {
+        d->free_ops = op->next_free;
+    }
+    rf_unlock(d->locked, &d->op_lock);
+    if (op) {
+        memset(op, 0, sizeof *op);
+    }
+    return op;
+}
+
+void rf_op_put(struct rf_domain *d, struct rf_op *op)
+{
+    free(op->bounce);
+    free(op->iov);
+    op->bounce = NULL;
+    op->iov = NULL;
+    rf_lock(d->locked, &d->op_lock);
+    op->next_free = d->free_ops;
+    d->free_ops = op;
+    rf_unlock(d->locked, &d->op_lock);
+}
+
+/* Domains. */
+
+static int domain_close(struct fid *fid)
+{
+    struct rf_domain *d = (struct rf_domain *)fid;
+    if (atomic_load(&d->ref) > 0) {
+        return -FI_EBUSY;
+    }
+    rdm4_ep_close(d->ep);
+    for (size_t i = 0; i < RF_OPS; i++) {
+        free(d->ops[i].bounce);
+        free(d->ops[i].iov);
+    }
+    pthread_mutex_destroy(&d->op_lock);
+    atomic_fetch_sub(&d->fabric->ref, 1);
+    free(d);
+    return 0;
+}
+
+static struct fi_ops domain_fi_ops = {
+    .size = sizeof(struct fi_ops),
+    .close = domain_close,
+    .bind = (void *)rf_nosys_int,
+    .control = (void *)rf_nosys_int,
+    .ops_open = (void *)rf_nosys_int,
+    .tostr = (void *)rf_nosys_int,
+    .ops_set = (void *)rf_nosys_int,
+};
+
+static int domain_endpoint2(struct fid_domain *domain, struct fi_info *info, struct fid_ep **ep, uint64_t flags,
+                            void *context)
+{
+    return flags ? -FI_EBADFLAGS : rf_ep_open(domain, info, ep, context);
+}
+
+static struct fi_ops_domain domain_ops = {
+    .size = sizeof(struct fi_ops_domain),
+    .av_open = rf_av_open,
+    .cq_open = rf_cq_open,
+    .endpoint = rf_ep_open,
+    .scalable_ep = (void *)rf_nosys_int,
+    .cntr_open = rf_cntr_open,
+    .poll_open = (void *)rf_nosys_int,
+    .stx_ctx = (void *)rf_nosys_int,
+    .srx_ctx = (void *)rf_nosys_int,
+    .query_atomic = rf_query_atomic,
+    .query_collective = (void *)rf_nosys_int,
+    .endpoint2 = domain_endpoint2,
+};
+
+static struct fi_ops_mr domain_mr_ops = {
+    .size = sizeof(struct fi_ops_mr),
+    .reg = rf_mr_reg,
+    .regv = rf_mr_regv,
+    .regattr = rf_mr_regattr,
+};
+
+int rf_domain_open(struct fid_fabric *fabric, struct fi_info *info, struct fid_domain **dom, void *context)
+{
+    if (!fabric || !info || !dom || !info->domain_attr) {
+        return -FI_EINVAL;
+    }
+    int device = info->domain_attr->name ? rf_device_of(info->domain_attr->name) : RDM4_DEVICE_AUTO;
+    if (device < 0) {
+        return -FI_EINVAL;
+    }
+    struct rf_domain *d = calloc(1, sizeof *d);
+    if (!d) {
+        return -FI_ENOMEM;
+    }
+    d->threading = info->domain_attr->threading == FI_THREAD_UNSPEC ? FI_THREAD_SAFE : info->domain_attr->threading;
+    int auto_progress = info->domain_attr->data_progress == FI_PROGRESS_AUTO ||
+                        info->domain_attr->control_progress == FI_PROGRESS_AUTO;
+    d->locked = d->threading != FI_THREAD_DOMAIN;
+    d->mr_mode = (uint64_t)info->domain_attr->mr_mode;
+    d->av_type = info->domain_attr->av_type;
+
+    rf_apply_settings();
+    rdm4_ep_attr attr;
+    rdm4_ep_attr_init(&attr);
+    attr.device = (uint32_t)device;
+    attr.progress = auto_progress ? RDM4_PROGRESS_AUTO : RDM4_PROGRESS_MANUAL;
+    attr.threading = d->threading == FI_THREAD_DOMAIN && !auto_progress ? RDM4_THREAD_SINGLE : RDM4_THREAD_SAFE;
+    if (info->tx_attr && (info->tx_attr->op_flags & FI_DELIVERY_COMPLETE)) {
+        attr.flags |= RDM4_EP_DELIVERY_COMPLETE;
+    }
+    int32_t r = rdm4_ep_open(&attr, &d->ep);
+    if (r != RDM4_SUCCESS) {
+        FI_WARN(&rf_prov, FI_LOG_DOMAIN, "rdm4_ep_open on %s: %s\n", rf_device_name((uint32_t)device),
+                rdm4_strerror(r));
+        free(d);
+        return r == RDM4_ENOMEM ? -FI_ENOMEM : -FI_ENODEV;
+    }
+    d->info.size = sizeof d->info;
+    rdm4_ep_query(d->ep, &d->info);
+    d->device = (uint32_t)device;
+    pthread_mutex_init(&d->op_lock, NULL);
+    for (size_t i = 0; i < RF_OPS; i++) {
+        d->ops[i].next_free = i + 1 < RF_OPS ? &d->ops[i + 1] : NULL;
+    }
+    d->free_ops = &d->ops[0];
+    d->fabric = (struct rf_fabric *)fabric;
+    atomic_fetch_add(&d->fabric->ref, 1);
+    d->fid.fid.fclass = FI_CLASS_DOMAIN;
+    d->fid.fid.context = context;
+    d->fid.fid.ops = &domain_fi_ops;
+    d->fid.ops = &domain_ops;
+    d->fid.mr = &domain_mr_ops;
+    *dom = &d->fid;
+    return 0;
+}
+
+/* Memory registration. */
+
+struct rf_mr {
+    struct fid_mr fid;
+    struct rf_domain *domain;
+};
+
+static int mr_close(struct fid *fid)
+{
+    struct rf_mr *m = (struct rf_mr *)fid;
+    int32_t r = rdm4_mr_close(m->domain->ep, m->fid.key);
+    if (r != RDM4_SUCCESS) {
+        return -rf_errno(r);
+    }
+    atomic_fetch_sub(&m->domain->ref, 1);
+    free(m);
+    return 0;
+}
+
+static struct fi_ops mr_fi_ops = {
+    .size = sizeof(struct fi_ops),
+    .close = mr_close,
+    .bind = (void *)rf_nosys_int,
+    .control = (void *)rf_nosys_int,
+    .ops_open = (void *)rf_nosys_int,
+    .tostr = (void *)rf_nosys_int,
+    .ops_set = (void *)rf_nosys_int,
+};
+
+int rf_mr_reg(struct fid *fid, const void *buf, size_t len, uint64_t access, uint64_t offset, uint64_t requested_key,
+              uint64_t flags, struct fid_mr **mr, void *context)
+{
+    (void)requested_key; /* FI_MR_PROV_KEY: the key is rdm4's */
+    if (!fid || fid->fclass != FI_CLASS_DOMAIN || !mr || (!buf && len) || offset || flags) {
+        return fid && fid->fclass == FI_CLASS_DOMAIN && flags ? -FI_EBADFLAGS : -FI_EINVAL;
+    }
+    const uint64_t known = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+    if (access & ~known) {
+        return -FI_EINVAL;
+    }
+    struct rf_domain *d = (struct rf_domain *)fid;
+    uint64_t a = RDM4_ACCESS_LOCAL;
+    a |= access & FI_REMOTE_READ ? RDM4_ACCESS_REMOTE_READ : 0;
+    a |= access & FI_REMOTE_WRITE ? RDM4_ACCESS_REMOTE_WRITE : 0;
+    struct rf_mr *m = calloc(1, sizeof *m);
+    if (!m) {
+        return -FI_ENOMEM;
+    }
+    uint64_t key;
+    int32_t r = rdm4_mr_reg(d->ep, (void *)buf, len, a, &key);
+    if (r != RDM4_SUCCESS) {
+        free(m);
+        return r == RDM4_EOVERFLOW ? -FI_EINVAL : -rf_errno(r);
+    }
+    m->domain = d;
+    m->fid.fid.fclass = FI_CLASS_MR;
+    m->fid.fid.context = context;
+    m->fid.fid.ops = &mr_fi_ops;
+    m->fid.mem_desc = m;
+    m->fid.key = key;
+    atomic_fetch_add(&d->ref, 1);
+    *mr = &m->fid;
+    return 0;
+}
+
+int rf_mr_regv(struct fid *fid, const struct iovec *iov, size_t count, uint64_t access, uint64_t offset,
+               uint64_t requested_key, uint64_t flags, struct fid_mr **mr, void *context)
+{
+    if (count != 1 || !iov) {
+        return -FI_EINVAL; /* mr_iov_limit 1 */
+    }
+    return rf_mr_reg(fid, iov->iov_base, iov->iov_len, access, offset, requested_key, flags, mr, context);
+}
+
+int rf_mr_regattr(struct fid *fid, const struct fi_mr_attr *attr, uint64_t flags, struct fid_mr **mr)
+{
+    if (!attr || attr->iface != FI_HMEM_SYSTEM) {
+        return -FI_EINVAL;
+    }
+    return rf_mr_regv(fid, attr->mr_iov, attr->iov_count, attr->access, attr->offset, attr->requested_key, flags,
+                      mr, attr->context);
+}
+
+/* Atomics that rdm4 applies. */
+
+static int is_int(enum fi_datatype t)
+{
+    return t <= FI_UINT64 || t == FI_INT128 || t == FI_UINT128;
+}
+
+static int is_complex(enum fi_datatype t)
+{
+    return t == FI_FLOAT_COMPLEX || t == FI_DOUBLE_COMPLEX;
+}
+
+static size_t datatype_size(enum fi_datatype t)
+{
+    static const size_t sizes[] = {
+        [FI_INT8] = 1,   [FI_UINT8] = 1,          [FI_INT16] = 2,          [FI_UINT16] = 2,
+        [FI_INT32] = 4,  [FI_UINT32] = 4,         [FI_INT64] = 8,          [FI_UINT64] = 8,
+        [FI_FLOAT] = 4,  [FI_DOUBLE] = 8,         [FI_FLOAT_COMPLEX] = 8,  [FI_DOUBLE_COMPLEX] = 16,
+        [FI_INT128] = 16, [FI_UINT128] = 16,
+    };
+    return (size_t)t < sizeof sizes / sizeof sizes[0] ? sizes[t] : 0;
+}
+
+int rf_atomic_valid(struct rf_domain *d, enum fi_datatype t, enum fi_op op, int kind, size_t *count);
+/* `kind`: 0 write, 1 fetch, 2 compare. The count is what one packet of
+ * the device holds (the smallest packet, towards any peer). */
+int rf_atomic_valid(struct rf_domain *d, enum fi_datatype t, enum fi_op op, int kind, size_t *count)
+{
+    size_t size = datatype_size(t);
+    if (!size) {
+        return -FI_EOPNOTSUPP; /* long double and unknown types */
+    }
+    int ok;
+    switch (op) {
+    case FI_MIN:
+    case FI_MAX:
+        ok = kind != 2 && !is_complex(t);
+        break;
+    case FI_SUM:
+    case FI_PROD:
+        ok = kind != 2;
+        break;
+    case FI_LOR:
+    case FI_LAND:
+    case FI_BOR:
+    case FI_BAND:
+    case FI_LXOR:
+    case FI_BXOR:
+        ok = kind != 2 && is_int(t);
+        break;
+    case FI_ATOMIC_WRITE:
+        ok = kind != 2;
+        break;
+    case FI_ATOMIC_READ:
+        ok = kind == 1;
+        break;
+    case FI_CSWAP:
+    case FI_CSWAP_NE:
+        ok = kind == 2;
+        break;
+    case FI_CSWAP_LE:
+    case FI_CSWAP_LT:
+    case FI_CSWAP_GE:
+    case FI_CSWAP_GT:
+        ok = kind == 2 && !is_complex(t);
+        break;
+    case FI_MSWAP:
+        ok = kind == 2 && is_int(t);
+        break;
+    default:
+        ok = 0;
+    }
+    if (!ok) {
+        return -FI_EOPNOTSUPP;
+    }
+    if (count) {
+        /* Room for the operands after the request's headers. */
+        size_t room = d->info.mtu > 256 ? d->info.mtu - 256 : 0;
+        *count = room / size / (kind == 2 ? 2 : 1);
+    }
+    return 0;
+}
+
+int rf_query_atomic(struct fid_domain *domain, enum fi_datatype datatype, enum fi_op op, struct fi_atomic_attr *attr,
+                    uint64_t flags)
+{
+    if (!domain || !attr) {
+        return -FI_EINVAL;
+    }
+    if (flags & ~(uint64_t)(FI_FETCH_ATOMIC | FI_COMPARE_ATOMIC | FI_TAGGED)) {
+        return -FI_EBADFLAGS;
+    }
+    int kind = flags & FI_COMPARE_ATOMIC ? 2 : flags & FI_FETCH_ATOMIC ? 1 : 0;
+    size_t count;
+    int r = rf_atomic_valid((struct rf_domain *)domain, datatype, op, kind, &count);
+    if (r == 0) {
+        attr->size = datatype_size(datatype);
+        attr->count = count;
+    }
+    return r;
+}
+
+/* Address vectors. */
+
+rdm4_addr rf_av_handle(struct rf_av *av, fi_addr_t fi_addr)
+{
+    if (av->type == FI_AV_MAP) {
+        return fi_addr; /* the handle itself */
+    }
+    return fi_addr < av->n ? av->handle[fi_addr] : RDM4_ADDR_UNSPEC;
+}
+
+fi_addr_t rf_av_fi_addr(struct rf_av *av, rdm4_addr handle)
+{
+    if (handle == RDM4_ADDR_UNSPEC || !av) {
+        return FI_ADDR_NOTAVAIL;
+    }
+    if (av->type == FI_AV_MAP) {
+        return handle;
+    }
+    fi_addr_t found = FI_ADDR_NOTAVAIL;
+    rf_lock(av->domain->locked, &av->lock);
+    for (size_t i = 0; i < av->n; i++) {
+        if (av->handle[i] == handle) {
+            found = i;
+            break;
+        }
+    }
+    rf_unlock(av->domain->locked, &av->lock);
+    return found;
+}
+
+static int av_grow(struct rf_av *av, size_t more)
+{
+    if (av->n + more <= av->cap) {
+        return 0;
+    }
+    size_t cap = av->cap ? av->cap : 64;
+    while (cap < av->n + more) {
+        cap *= 2;
+    }
+    rdm4_addr *h = realloc(av->handle, cap * sizeof *h);
+    if (!h) {
+        return -FI_ENOMEM;
+    }
+    av->handle = h;
+    uint8_t(*raw)[RF_ADDR_LEN] = realloc(av->raw, cap * sizeof *raw);
+    if (!raw) {
+        return -FI_ENOMEM;
+    }
+    av->raw = raw;
+    av->cap = cap;
+    return 0;
+}
+
+static int av_insert(struct fid_av *fid, const void *addr, size_t count, fi_addr_t *fi_addr, uint64_t flags,
+                     void *context)
+{
+    struct rf_av *av = (struct rf_av *)fid;
+    if (!addr && count) {
+        return -FI_EINVAL;
+    }
+    if (flags & ~(uint64_t)(FI_EVENT | FI_SYNC_ERR | FI_MORE)) {
+        return -FI_EBADFLAGS;
+    }
+    if ((flags & FI_EVENT) && !av->eq) {
+        return -FI_ENOEQ;
+    }
+    int *errs = flags & FI_SYNC_ERR ? context : NULL;
+    rf_lock(av->domain->locked, &av->lock);
+    int r = av_grow(av, count);
+    if (r) {
+        rf_unlock(av->domain->locked, &av->lock);
+        return r;
+    }
+    size_t done = 0;
+    for (size_t i = 0; i < count; i++) {
+        const uint8_t *a = (const uint8_t *)addr + i * RF_ADDR_LEN;
+        rdm4_addr h;
+        int32_t s = rdm4_av_insert(av->domain->ep, a, 1, &h);
+        fi_addr_t out = FI_ADDR_NOTAVAIL;
+        if (s == 1) {
+            out = av->type == FI_AV_MAP ? h : av->n;
+            av->handle[av->n] = h;
+            memcpy(av->raw[av->n], a, RF_ADDR_LEN);
+            av->n++;
+            done++;
+        }
+        if (fi_addr) {
+            fi_addr[i] = out;
+        }
+        if (errs) {
+            errs[i] = s == 1 ? 0 : rf_errno(s);
+        }
+    }
+    rf_unlock(av->domain->locked, &av->lock);
+    if (flags & FI_EVENT) {
+        struct fi_eq_entry e = { .fid = &av->fid.fid, .context = context, .data = done };
+        rf_eq_post(av->eq, FI_AV_COMPLETE, &e, sizeof e, 0);
+        return 0;
+    }
+    return (int)done;
+}
+
+static int av_insertsvc(struct fid_av *av, const char *node, const char *service, fi_addr_t *fi_addr,
+                        uint64_t flags, void *context)
+{
+    (void)av, (void)node, (void)service, (void)fi_addr, (void)flags, (void)context;
+    return -FI_ENOSYS; /* rdm4 names are not derived from host names */
+}
+
+static int av_insertsym(struct fid_av *av, const char *node, size_t nodecnt, const char *service, size_t svccnt,
+                        fi_addr_t *fi_addr, uint64_t flags, void *context)
+{
+    (void)av, (void)node, (void)nodecnt, (void)service, (void)svccnt, (void)fi_addr, (void)flags, (void)context;
+    return -FI_ENOSYS;
+}
+
+/* The entry of `fi_addr`, or -1. Called with the lock held. */
+static ssize_t av_entry(struct rf_av *av, fi_addr_t fi_addr)
+{
+    if (av->type == FI_AV_TABLE) {
+        return fi_addr < av->n && av->handle[fi_addr] != RDM4_ADDR_UNSPEC ? (ssize_t)fi_addr : -1;
+    }
+    for (size_t i = 0; i < av->n; i++) {
+        if (av->handle[i] == fi_addr) {
+            return (ssize_t)i;
+        }
+    }
+    return -1;
+}
+
+static int av_remove(struct fid_av *fid, fi_addr_t *fi_addr, size_t count, uint64_t flags)
+{
+    struct rf_av *av = (struct rf_av *)fid;
+    if (flags) {
+        return -FI_EBADFLAGS;
+    }
+    if (!fi_addr && count) {
+        return -FI_EINVAL;
+    }
+    rf_lock(av->domain->locked, &av->lock);
+    int r = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (av_entry(av, fi_addr[i]) < 0) {
+            r = -FI_EINVAL;
+        }
+    }
+    for (size_t i = 0; i < count && r == 0; i++) {
+        ssize_t k = av_entry(av, fi_addr[i]);
+        rdm4_addr h = av->handle[k];
+        /* The same address inserted twice has one handle: remove it from
+         * rdm4 with its last entry. */
+        av->handle[k] = RDM4_ADDR_UNSPEC;
+        int last = 1;
+        for (size_t j = 0; j < av->n; j++) {
+            last &= av->handle[j] != h;
+        }
+        if (last) {
+            rdm4_av_remove(av->domain->ep, &h, 1);
+        }
+        if (av->type == FI_AV_MAP) {
+            av->handle[k] = av->handle[av->n - 1];
+            memcpy(av->raw[k], av->raw[av->n - 1], RF_ADDR_LEN);
+            av->n--;
+        }
+    }
+    rf_unlock(av->domain->locked, &av->lock);
+    return r;
+}
+
+static int av_lookup(struct fid_av *fid, fi_addr_t fi_addr, void *addr, size_t *addrlen)
+{
+    struct rf_av *av = (struct rf_av *)fid;
+    if (!addrlen) {
+        return -FI_EINVAL;
+    }
+    rf_lock(av->domain->locked, &av->lock);
+    ssize_t k = av_entry(av, fi_addr);
+    int r = 0;
+    if (k < 0) {
+        r = -FI_EINVAL;
+    } else {
+        if (addr) {
+            memcpy(addr, av->raw[k], *addrlen < RF_ADDR_LEN ? *addrlen : RF_ADDR_LEN);
+        }
+        r = addr && *addrlen >= RF_ADDR_LEN ? 0 : -FI_ETOOSMALL;
+        *addrlen = RF_ADDR_LEN;
+    }
+    rf_unlock(av->domain->locked, &av->lock);
+    return r;
+}
+
+static const char *av_straddr(struct fid_av *av, const void *addr, char *buf, size_t *len)
+{
+    (void)av;
+    if (!addr || !buf || !len) {
+        return NULL;
+    }
+    char tmp[256];
+    size_t n = sizeof tmp;
+    if (rdm4_av_straddr(addr, tmp, &n) != RDM4_SUCCESS) {
+        return NULL;
+    }
+    if (*len) {
+        snprintf(buf, *len, "%s", tmp);
+    }
+    *len = n;
+    return buf;
+}
+
+static int av_bind(struct fid *fid, struct fid *bfid, uint64_t flags)
+{
+    struct rf_av *av = (struct rf_av *)fid;
+    if (!bfid || bfid->fclass != FI_CLASS_EQ || flags) {
+        return -FI_EINVAL;
+    }
+    av->eq = (struct rf_eq *)bfid;
+    atomic_fetch_add(&av->eq->ref, 1);
+    return 0;
+}
+
+static int av_close(struct fid *fid)
+{
+    struct rf_av *av = (struct rf_av *)fid;
+    if (atomic_load(&av->ref) > 0) {
+        return -FI_EBUSY;
+    }
+    if (av->eq) {
+        atomic_fetch_sub(&av->eq->ref, 1);
+    }
+    atomic_fetch_sub(&av->domain->ref, 1);
+    pthread_mutex_destroy(&av->lock);
+    free(av->handle);
+    free(av->raw);
+    free(av);
+    return 0;
+}
+
+static struct fi_ops av_fi_ops = {
+    .size = sizeof(struct fi_ops),
+    .close = av_close,
+    .bind = av_bind,
+    .control = (void *)rf_nosys_int,
+    .ops_open = (void *)rf_nosys_int,
+    .tostr = (void *)rf_nosys_int,
+    .ops_set = (void *)rf_nosys_int,
+};
+
+static struct fi_ops_av av_ops = {
+    .size = sizeof(struct fi_ops_av),
+    .insert = av_insert,
+    .insertsvc = av_insertsvc,
+    .insertsym = av_insertsym,
+    .remove = av_remove,
+    .lookup = av_lookup,
+    .straddr = av_straddr,
+    .av_set = (void *)rf_nosys_int,
+};
+
+int rf_av_open(struct fid_domain *domain, struct fi_av_attr *attr, struct fid_av **avp, void *context)
+{
+    if (!domain || !attr || !avp) {
+        return -FI_EINVAL;
+    }
+    struct rf_domain *d = (struct rf_domain *)domain;
+    enum fi_av_type type = attr->type == FI_AV_UNSPEC ? (d->av_type ? d->av_type : FI_AV_MAP) : attr->type;
+    if ((type != FI_AV_MAP && type != FI_AV_TABLE) || attr->rx_ctx_bits || attr->name ||
+        (attr->flags & ~(uint64_t)(FI_EVENT | FI_SYMMETRIC))) {
+        return attr->flags & ~(uint64_t)(FI_EVENT | FI_SYMMETRIC) ? -FI_EBADFLAGS : -FI_EINVAL;
+    }
+    struct rf_av *av = calloc(1, sizeof *av);
+    if (!av) {
+        return -FI_ENOMEM;
+    }
+    av->domain = d;
+    av->type = type;
+    pthread_mutex_init(&av->lock, NULL);
+    if (attr->count && av_grow(av, attr->count) != 0) {
+        free(av);
+        return -FI_ENOMEM;
+    }
+    attr->type = type;
+    av->fid.fid.fclass = FI_CLASS_AV;
+    av->fid.fid.context = context;
+    av->fid.fid.ops = &av_fi_ops;
+    av->fid.ops = &av_ops;
+    atomic_fetch_add(&d->ref, 1);
+    *avp = &av->fid;
+    return 0;
+}
+
+/* Completion queues. */
+
+void rf_cq_push(struct rf_cq *cq, const struct rf_cqe *e)
+{
+    rf_lock(cq->domain->locked, &cq->lock);
+    if (cq->count == cq->cap) {
+        size_t cap = cq->cap * 2;
+        struct rf_cqe *ring = malloc(cap * sizeof *ring);
+        if (!ring) {
+            /* Never drop a completion: wait for memory. */
+            rf_unlock(cq->domain->locked, &cq->lock);
+            FI_WARN(&rf_prov, FI_LOG_CQ, "no memory for a completion queue of %zu entries\n", cap);
+            abort();
+        }
+        for (size_t i = 0; i < cq->count; i++) {
+            ring[i] = cq->ring[(cq->head + i) % cq->cap];
+        }
+        free(cq->ring);
+        cq->ring = ring;
+        cq->cap = cap;
+        cq->head = 0;
+    }
+    cq->ring[(cq->head + cq->count) % cq->cap] = *e;
+    cq->count++;
+    rf_unlock(cq->domain->locked, &cq->lock);
+}
+
+static uint64_t fi_flags_of(uint64_t f)
+{
+    uint64_t o = 0;
+    o |= f & RDM4_CQ_SEND ? FI_SEND : 0;
+    o |= f & RDM4_CQ_RECV ? FI_RECV : 0;
+    o |= f & RDM4_CQ_MSG ? FI_MSG : 0;
+    o |= f & RDM4_CQ_TAGGED ? FI_TAGGED : 0;
+    o |= f & RDM4_CQ_RMA ? FI_RMA : 0;
+    o |= f & RDM4_CQ_READ ? FI_READ : 0;
+    o |= f & RDM4_CQ_WRITE ? FI_WRITE : 0;
+    o |= f & RDM4_CQ_ATOMIC ? FI_ATOMIC : 0;
+    o |= f & RDM4_CQ_REMOTE_CQ_DATA ? FI_REMOTE_CQ_DATA : 0;
+    o |= f & RDM4_CQ_REMOTE_WRITE ? FI_REMOTE_WRITE | FI_RMA : 0;
+    return o;
+}
+
+/* One rdm4 completion: to its queue and counter. */
+static void dispatch(struct rf_domain *d, struct rf_ep *ep, const rdm4_cqe *c)
+{
+    int report = 1;
+    void *context = c->context;
+    int32_t status = c->status;
+    uint64_t len = c->len;
+    struct rf_op *op = NULL;
+    if (context == &d->silent) {
+        report = 0;
+        context = NULL;
+    } else if (rf_is_op(d, context)) {
+        op = context;
+        report = op->report;
+        context = op->context;
+        if (op->kind == RF_OP_SCATTER && status == RDM4_SUCCESS) {
+            const char *from = (const char *)op->bounce + op->scatter_off;
+            for (size_t i = 0; i < op->iov_count; i++) {
+                memcpy(op->iov[i].iov_base, from, op->iov[i].iov_len);
+                from += op->iov[i].iov_len;
+            }
+        }
+        rf_op_put(d, op);
+    }
+    if (status == RDM4_ETRUNC && rf_discard_done(ep, context)) {
+        status = RDM4_SUCCESS; /* a claimed message received into nothing */
+        len = 0;
+    }
+    int rx = (c->flags & (RDM4_CQ_RECV | RDM4_CQ_REMOTE_WRITE)) != 0;
+    enum rf_cntr_slot slot = rx ? RF_CNTR_RECV
+                             : c->flags & RDM4_CQ_SEND ? RF_CNTR_SEND
+                             : (c->flags & RDM4_CQ_READ) ? RF_CNTR_READ
+                                                         : RF_CNTR_WRITE;
+    if (c->flags & RDM4_CQ_REMOTE_WRITE) {
+        slot = RF_CNTR_SLOTS; /* no remote counters (FI_RMA_EVENT) */
+    }
+    if (slot < RF_CNTR_SLOTS && ep->cntr[slot]) {
+        atomic_fetch_add(status == RDM4_SUCCESS ? &ep->cntr[slot]->value : &ep->cntr[slot]->err, 1);
+    }
+    struct rf_cq *cq = rx ? ep->rx_cq : ep->tx_cq;
+    if (!cq || (!report && status == RDM4_SUCCESS)) {
+        return;
+    }
+    struct rf_cqe e = { 0 };
+    e.e.op_context = report ? context : NULL;
+    e.e.flags = fi_flags_of(c->flags);
+    e.e.len = len;
+    e.e.buf = c->buf;
+    e.e.data = c->data;
+    e.e.tag = c->tag;
+    e.src = rx ? rf_av_fi_addr(ep->av, c->src) : FI_ADDR_NOTAVAIL;
+    if (status != RDM4_SUCCESS) {
+        e.err = rf_errno(status);
+        e.prov_errno = status;
+        e.olen = c->status == RDM4_ETRUNC ? c->olen - len : 0;
+    }
+    rf_cq_push(cq, &e);
+}
+
+int rf_progress(struct rf_domain *d)
+{
+    struct rf_ep *ep = d->endpoint;
+    if (!ep || !ep->enabled) {
+        return 0;
+    }
+    rdm4_cqe c[32];
+    int total = 0;
+    for (;;) {
+        int32_t n = rdm4_poll(d->ep, c, 32);
+        if (n < 0) {
+            return -rf_errno(n);
+        }
+        for (int32_t i = 0; i < n; i++) {
+            dispatch(d, ep, &c[i]);
+        }
+        total += n;
+        if (n < 32) {
+            return total;
+        }
+    }
+}
+
+/* Copies up to `count` successes from the head of `cq`; -FI_EAVAIL when
+ * an error is first; -FI_EAGAIN when empty. */
+static ssize_t cq_take(struct rf_cq *cq, void *buf, size_t count, fi_addr_t *src)
+{
+    ssize_t n = 0;
+    rf_lock(cq->domain->locked, &cq->lock);
+    while ((size_t)n < count && cq->count) {
+        struct rf_cqe *e = &cq->ring[cq->head];
+        if (e->err) {
+            break;
+        }
+        memcpy((char *)buf + (size_t)n * cq->entry_size, &e->e, cq->entry_size);
+        if (src) {
+            src[n] = e->src;
+        }
+        cq->head = (cq->head + 1) % cq->cap;
+        cq->count--;
+        n++;
+    }
+    int err_first = n == 0 && cq->count && cq->ring[cq->head].err;
+    rf_unlock(cq->domain->locked, &cq->lock);
+    return n ? n : err_first ? -FI_EAVAIL : -FI_EAGAIN;
+}
+
+static ssize_t cq_readfrom(struct fid_cq *fid, void *buf, size_t count, fi_addr_t *src)
+{
+    struct rf_cq *cq = (struct rf_cq *)fid;
+    if (!buf && count) {
+        return -FI_EINVAL;
+    }
+    if (!cq->count) {
+        rf_progress(cq->domain);
+    }
+    return cq_take(cq, buf, count, src);
+}
+
+static ssize_t cq_read(struct fid_cq *fid, void *buf, size_t count)
+{
+    return cq_readfrom(fid, buf, count, NULL);
+}
+
+static ssize_t cq_readerr(struct fid_cq *fid, struct fi_cq_err_entry *buf, uint64_t flags)
+{
+    struct rf_cq *cq = (struct rf_cq *)fid;
+    if (!buf || flags) {
+        return flags ? -FI_EBADFLAGS : -FI_EINVAL;
+    }
+    if (!cq->count) {
+        rf_progress(cq->domain);
+    }
+    ssize_t r = -FI_EAGAIN;
+    rf_lock(cq->domain->locked, &cq->lock);
+    if (cq->count && cq->ring[cq->head].err) {
+        struct rf_cqe *e = &cq->ring[cq->head];
+        /* err_data_size on input is the application's buffer (API 1.5 on). */
+        void *err_data = buf->err_data;
+        size_t err_data_size = buf->err_data_size;
+        (void)err_data;
+        (void)err_data_size;
+        buf->op_context = e->e.op_context;
+        buf->flags = e->e.flags;
+        buf->len = e->e.len;
+        buf->buf = e->e.buf;
+        buf->data = e->e.data;
+        buf->tag = e->e.tag;
+        buf->olen = e->olen;
+        buf->err = e->err;
+        buf->prov_errno = e->prov_errno;
+        buf->err_data = NULL;
+        buf->err_data_size = 0;
+        cq->head = (cq->head + 1) % cq->cap;
+        cq->count--;
+        r = 1;
+    }
+    rf_unlock(cq->domain->locked, &cq->lock);
+    return r;
+}
+
+static ssize_t cq_sreadfrom(struct fid_cq *fid, void *buf, size_t count, fi_addr_t *src, const void *cond,
+                            int timeout)
+{
+    struct rf_cq *cq = (struct rf_cq *)fid;
+    (void)cond;
+    if (cq->wait_obj == FI_WAIT_NONE) {
+        return -FI_EINVAL;
+    }
+    double end = timeout < 0 ? 0 : now_ms() + timeout;
+    for (;;) {
+        ssize_t r = cq_readfrom(fid, buf, count, src);
+        if (r != -FI_EAGAIN) {
+            return r;
+        }
+        if (atomic_exchange(&cq->signaled, 0)) {
+            return -FI_EAGAIN;
+        }
+        double left = timeout < 0 ? 100 : end - now_ms();
+        if (left <= 0) {
+            return -FI_EAGAIN;
+        }
+        /* Sleep in slices, so that fi_cq_signal is noticed. */
+        rdm4_wait(cq->domain->ep, left < 100 ? (int)left + 1 : 100);
+    }
+}
+
+static ssize_t cq_sread(struct fid_cq *fid, void *buf, size_t count, const void *cond, int timeout)
+{
+    return cq_sreadfrom(fid, buf, count, NULL, cond, timeout);
+}
+
+static int cq_signal(struct fid_cq *fid)
+{
+    atomic_store(&((struct rf_cq *)fid)->signaled, 1);
+    return 0;
+}
+
+static const char *cq_strerror(struct fid_cq *fid, int prov_errno, const void *err_data, char *buf, size_t len)
+{
+    (void)fid, (void)err_data;
+    const char *s = rdm4_strerror(prov_errno);
+    if (buf && len) {
+        snprintf(buf, len, "%s", s);
+        return buf;
+    }
+    return s;
+}
+
+static int cq_control(struct fid *fid, int command, void *arg)
+{
+    struct rf_cq *cq = (struct rf_cq *)fid;
+    if (command != FI_GETWAIT) {
+        return -FI_ENOSYS;
+    }
+    if (cq->wait_obj != FI_WAIT_FD || !arg) {
+        return -FI_EINVAL;
+    }
+    int32_t fd = rdm4_ep_fd(cq->domain->ep);
+    if (fd < 0) {
+        return -rf_errno(fd);
+    }
+    *(int *)arg = fd;
+    return 0;
+}
+
+static int cq_close(struct fid *fid)
+{
+    struct rf_cq *cq = (struct rf_cq *)fid;
+    if (atomic_load(&cq->ref) > 0) {
+        return -FI_EBUSY;
+    }
+    atomic_fetch_sub(&cq->domain->ref, 1);
+    pthread_mutex_destroy(&cq->lock);
+    free(cq->ring);
+    free(cq);
+    return 0;
+}
+
+static struct fi_ops cq_fi_ops = {
+    .size = sizeof(struct fi_ops),
+    .close = cq_close,
+    .bind = (void *)rf_nosys_int,
+    .control = cq_control,
+    .ops_open = (void *)rf_nosys_int,
+    .tostr = (void *)rf_nosys_int,
+    .ops_set = (void *)rf_nosys_int,
+};
+
+static struct fi_ops_cq cq_ops = {
+    .size = sizeof(struct fi_ops_cq),
+    .read = cq_read,
+    .readfrom = cq_readfrom,
+    .readerr = cq_readerr,
+    .sread = cq_sread,
+    .sreadfrom = cq_sreadfrom,
+    .signal = cq_signal,
+    .strerror = cq_strerror,
+};
+
+int rf_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr, struct fid_cq **cqp, void *context)
+{
+    if (!domain || !attr || !cqp) {
+        return -FI_EINVAL;
+    }
+    static const size_t sizes[] = {
+        [FI_CQ_FORMAT_UNSPEC] = sizeof(struct fi_cq_entry),
+        [FI_CQ_FORMAT_CONTEXT] = sizeof(struct fi_cq_entry),
+        [FI_CQ_FORMAT_MSG] = sizeof(struct fi_cq_msg_entry),
+        [FI_CQ_FORMAT_DATA] = sizeof(struct fi_cq_data_entry),
+        [FI_CQ_FORMAT_TAGGED] = sizeof(struct fi_cq_tagged_entry),
+    };
+    if ((size_t)attr->format >= sizeof sizes / sizeof sizes[0]) {
+        return -FI_EINVAL;
+    }
+    switch (attr->wait_obj) {
+    case FI_WAIT_NONE:
+    case FI_WAIT_UNSPEC:
+    case FI_WAIT_FD:
+        break;
+    default:
+        return -FI_EINVAL;
+    }
+    if (attr->flags & ~(uint64_t)FI_AFFINITY || attr->wait_cond != FI_CQ_COND_NONE) {
+        return -FI_EINVAL;
+    }
+    struct rf_cq *cq = calloc(1, sizeof *cq);
+    if (!cq) {
+        return -FI_ENOMEM;
+    }
+    cq->cap = attr->size ? attr->size : 1024;
+    cq->ring = malloc(cq->cap * sizeof *cq->ring);
+    if (!cq->ring) {
+        free(cq);
+        return -FI_ENOMEM;
+    }
+    cq->domain = (struct rf_domain *)domain;
+    cq->format = attr->format == FI_CQ_FORMAT_UNSPEC ? FI_CQ_FORMAT_CONTEXT : attr->format;
+    attr->format = cq->format;
+    cq->entry_size = sizes[cq->format];
+    cq->wait_obj = attr->wait_obj == FI_WAIT_UNSPEC ? FI_WAIT_FD : attr->wait_obj;
+    pthread_mutex_init(&cq->lock, NULL);
+    cq->fid.fid.fclass = FI_CLASS_CQ;
+    cq->fid.fid.context = context;
+    cq->fid.fid.ops = &cq_fi_ops;
+    cq->fid.ops = &cq_ops;
+    atomic_fetch_add(&cq->domain->ref, 1);
+    *cqp = &cq->fid;
+    return 0;
+}
+
+/* Counters. */
+
+static uint64_t cntr_read(struct fid_cntr *fid)
+{
+    struct rf_cntr *c = (struct rf_cntr *)fid;
+    rf_progress(c->domain);
+    return atomic_load(&c->value);
+}
+
+static uint64_t cntr_readerr(struct fid_cntr *fid)
+{
+    struct rf_cntr *c = (struct rf_cntr *)fid;
+    rf_progress(c->domain);
+    return atomic_load(&c->err);
+}
+
+static int cntr_add(struct fid_cntr *fid, uint64_t value)
+{
+    atomic_fetch_add(&((struct rf_cntr *)fid)->value, value);
+    return 0;
+}
+
+static int cntr_set(struct fid_cntr *fid, uint64_t value)
+{
+    atomic_store(&((struct rf_cntr *)fid)->value, value);
+    return 0;
+}
+
+static int cntr_adderr(struct fid_cntr *fid, uint64_t value)
+{
+    atomic_fetch_add(&((struct rf_cntr *)fid)->err, value);
+    return 0;
+}
+
+static int cntr_seterr(struct fid_cntr *fid, uint64_t value)
+{
+    atomic_store(&((struct rf_cntr *)fid)->err, value);
+    return 0;
+}
+
+static int cntr_wait(struct fid_cntr *fid, uint64_t threshold, int timeout)
+{
+    struct rf_cntr *c = (struct rf_cntr *)fid;
+    double end = now_ms() + timeout;
+    uint64_t errs = atomic_load(&c->err);
+    for (;;) {
+        if (cntr_read(fid) >= threshold) {
+            return 0;
+        }
+        if (atomic_load(&c->err) != errs) {
+            return -FI_EAVAIL;
+        }
+        double left = timeout < 0 ? 100 : end - now_ms();
+        if (left <= 0) {
+            return -FI_ETIMEDOUT;
+        }
+        rdm4_wait(c->domain->ep, left < 100 ? (int)left + 1 : 100);
+    }
+}
+
+static int cntr_control(struct fid *fid, int command, void *arg)
+{
+    struct rf_cntr *c = (struct rf_cntr *)fid;
+    if (command != FI_GETWAIT || !arg) {
+        return command != FI_GETWAIT ? -FI_ENOSYS : -FI_EINVAL;
+    }
+    int32_t fd = rdm4_ep_fd(c->domain->ep);
+    if (fd < 0) {
+        return -rf_errno(fd);
+    }
+    *(int *)arg = fd;
+    return 0;
+}
+
+static int cntr_close(struct fid *fid)
+{
+    struct rf_cntr *c = (struct rf_cntr *)fid;
+    if (atomic_load(&c->ref) > 0) {
+        return -FI_EBUSY;
+    }
+    atomic_fetch_sub(&c->domain->ref, 1);
+    free(c);
+    return 0;
+}
+
+static struct fi_ops cntr_fi_ops = {
+    .size = sizeof(struct fi_ops),
+    .close = cntr_close,
+    .bind = (void *)rf_nosys_int,
+    .control = cntr_control,
+    .ops_open = (void *)rf_nosys_int,
+    .tostr = (void *)rf_nosys_int,
+    .ops_set = (void *)rf_nosys_int,
+};
+
+static struct fi_ops_cntr cntr_ops = {
+    .size = sizeof(struct fi_ops_cntr),
+    .read = cntr_read,
+    .readerr = cntr_readerr,
+    .add = cntr_add,
+    .set = cntr_set,
+    .wait = cntr_wait,
+    .adderr = cntr_adderr,
+    .seterr = cntr_seterr,
+};
+
+int rf_cntr_open(struct fid_domain *domain, struct fi_cntr_attr *attr, struct fid_cntr **cntrp, void *context)
+{
+    if (!domain || !cntrp) {
+        return -FI_EINVAL;
+    }
+    if (attr && ((attr->events != FI_CNTR_EVENTS_COMP) || attr->flags ||
+                 (attr->wait_obj != FI_WAIT_NONE && attr->wait_obj != FI_WAIT_UNSPEC &&
+                  attr->wait_obj != FI_WAIT_FD))) {
+        return attr->flags ? -FI_EBADFLAGS : -FI_EINVAL;
+    }
+    struct rf_cntr *c = calloc(1, sizeof *c);
+    if (!c) {
+        return -FI_ENOMEM;
+    }
+    c->domain = (struct rf_domain *)domain;
+    c->fid.fid.fclass = FI_CLASS_CNTR;
+    c->fid.fid.context = context;
+    c->fid.fid.ops = &cntr_fi_ops;
+    c->fid.ops = &cntr_ops;
+    atomic_fetch_add(&c->domain->ref, 1);
+    *cntrp = &c->fid;
+    return 0;
+}
+
+/* Event queues: events an application or the provider writes (AV
+ * inserts with FI_EVENT); an RDM endpoint has no connection events. */
+
+int rf_eq_post(struct rf_eq *eq, uint32_t event, const void *buf, size_t len, int is_err)
+{
+    if (len > sizeof(((struct rf_eq_event *)0)->u)) {
+        return -FI_EINVAL;
+    }
+    pthread_mutex_lock(&eq->lock);
+    if (eq->count == eq->cap) {
+        size_t cap = eq->cap ? eq->cap * 2 : 16;
+        struct rf_eq_event *q = malloc(cap * sizeof *q);
+        if (!q) {
+            pthread_mutex_unlock(&eq->lock);
+            return -FI_ENOMEM;
+        }
+        for (size_t i = 0; i < eq->count; i++) {
+            q[i] = eq->q[(eq->head + i) % eq->cap];
+        }
+        free(eq->q);
+        eq->q = q;
+        eq->cap = cap;
+        eq->head = 0;
+    }
+    struct rf_eq_event *e = &eq->q[(eq->head + eq->count) % eq->cap];
+    e->event = event;
+    e->is_err = is_err;
+    e->len = len;
+    memcpy(e->u.bytes, buf, len);
+    eq->count++;
+    pthread_cond_broadcast(&eq->cond);
+    if (eq->fd >= 0) {
+        uint64_t one = 1;
+        ssize_t w = write(eq->fd, &one, sizeof one);
+        (void)w;
+    }
+    pthread_mutex_unlock(&eq->lock);
+    return 0;
+}
+
+/* Takes the head event into `buf` (unless FI_PEEK); called locked. */
+static ssize_t eq_take(struct rf_eq *eq, uint32_t *event, void *buf, size_t len, uint64_t flags)
+{
+    if (!eq->count) {
+        return -FI_EAGAIN;
+    }
+    struct rf_eq_event *e = &eq->q[eq->head];
+    if (e->is_err) {
+        return -FI_EAVAIL;
+    }
+    if (len < e->len) {
+        return -FI_ETOOSMALL;
+    }
+    if (event) {
+        *event = e->event;
+    }
+    memcpy(buf, e->u.bytes, e->len);
+    ssize_t n = (ssize_t)e->len;
+    if (!(flags & FI_PEEK)) {
+        eq->head = (eq->head + 1) % eq->cap;
+        eq->count--;
+        if (eq->fd >= 0 && !eq->count) {
+            uint64_t v;
+            ssize_t r = read(eq->fd, &v, sizeof v);
+            (void)r;
+        }
+    }
+    return n;
+}
+
+static ssize_t eq_read(struct fid_eq *fid, uint32_t *event, void *buf, size_t len, uint64_t flags)
+{
+    struct rf_eq *eq = (struct rf_eq *)fid;
+    if (!buf && len) {
+        return -FI_EINVAL;
+    }
+    pthread_mutex_lock(&eq->lock);
+    ssize_t r = eq_take(eq, event, buf, len, flags);
+    pthread_mutex_unlock(&eq->lock);
+    return r;
+}
+
+static ssize_t eq_sread(struct fid_eq *fid, uint32_t *event, void *buf, size_t len, int timeout, uint64_t flags)
+{
+    struct rf_eq *eq = (struct rf_eq *)fid;
+    if (eq->wait_obj == FI_WAIT_NONE) {
+        return -FI_EINVAL;
+    }
+    struct timespec end;
+    clock_gettime(CLOCK_REALTIME, &end);
+    end.tv_sec += timeout / 1000;
+    end.tv_nsec += (long)(timeout % 1000) * 1000000L;
+    if (end.tv_nsec >= 1000000000L) {
+        end.tv_sec++;
+        end.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&eq->lock);
+    while (!eq->count) {
+        int r = timeout < 0 ? pthread_cond_wait(&eq->cond, &eq->lock)
+                            : pthread_cond_timedwait(&eq->cond, &eq->lock, &end);
+        if (r == ETIMEDOUT) {
+            break;
+        }
+    }
+    ssize_t r = eq_take(eq, event, buf, len, flags);
+    pthread_mutex_unlock(&eq->lock);
+    return r;
+}
+
+static ssize_t eq_readerr(struct fid_eq *fid, struct fi_eq_err_entry *buf, uint64_t flags)
+{
+    struct rf_eq *eq = (struct rf_eq *)fid;
+    if (!buf) {
+        return -FI_EINVAL;
+    }
+    pthread_mutex_lock(&eq->lock);
+    ssize_t r = -FI_EAGAIN;
+    if (eq->count && eq->q[eq->head].is_err) {
+        memcpy(buf, &eq->q[eq->head].u.err, sizeof *buf);
+        if (!(flags & FI_PEEK)) {
+            eq->head = (eq->head + 1) % eq->cap;
+            eq->count--;
+        }
+        r = sizeof *buf;
+    }
+    pthread_mutex_unlock(&eq->lock);
+    return r;
+}
+
+static ssize_t eq_write(struct fid_eq *fid, uint32_t event, const void *buf, size_t len, uint64_t flags)
+{
+    if (!buf && len) {
+        return -FI_EINVAL;
+    }
+    (void)flags;
+    int r = rf_eq_post((struct rf_eq *)fid, event, buf, len, 0);
+    return r ? r : (ssize_t)len;
+}
+
+static const char *eq_strerror(struct fid_eq *fid, int prov_errno, const void *err_data, char *buf, size_t len)
+{
+    (void)fid, (void)err_data;
+    const char *s = rdm4_strerror(prov_errno);
+    if (buf && len) {
+        snprintf(buf, len, "%s", s);
+        return buf;
+    }
+    return s;
+}
+
+static int eq_control(struct fid *fid, int command, void *arg)
+{
+    struct rf_eq *eq = (struct rf_eq *)fid;
+    if (command != FI_GETWAIT) {
+        return -FI_ENOSYS;
+    }
+    if (eq->fd < 0 || !arg) {
+        return -FI_EINVAL;
+    }
+    *(int *)arg = eq->fd;
+    return 0;
+}
+
+static int eq_close(struct fid *fid)
+{
+    struct rf_eq *eq = (struct rf_eq *)fid;
+    if (atomic_load(&eq->ref) > 0) {
+        return -FI_EBUSY;
+    }
+    if (eq->fd >= 0) {
+        close(eq->fd);
+    }
+    pthread_mutex_destroy(&eq->lock);
+    pthread_cond_destroy(&eq->cond);
+    atomic_fetch_sub(&eq->fabric->ref, 1);
+    free(eq->q);
+    free(eq);
+    return 0;
+}
+
+static struct fi_ops eq_fi_ops = {
+    .size = sizeof(struct fi_ops),
+    .close = eq_close,
+    .bind = (void *)rf_nosys_int,
+    .control = eq_control,
+    .ops_open = (void *)rf_nosys_int,
+    .tostr = (void *)rf_nosys_int,
+    .ops_set = (void *)rf_nosys_int,
+};
+
+static struct fi_ops_eq eq_ops = {
+    .size = sizeof(struct fi_ops_eq),
+    .read = eq_read,
+    .readerr = eq_readerr,
+    .write = eq_write,
+    .sread = eq_sread,
+    .strerror = eq_strerror,
+};
+
+int rf_eq_open(struct fid_fabric *fabric, struct fi_eq_attr *attr, struct fid_eq **eqp, void *context)
+{
+    if (!fabric || !attr || !eqp) {
+        return -FI_EINVAL;
+    }
+    if (attr->flags & ~(uint64_t)FI_WRITE) {
+        return -FI_EBADFLAGS;
+    }
+    if (attr->wait_obj != FI_WAIT_NONE && attr->wait_obj != FI_WAIT_UNSPEC && attr->wait_obj != FI_WAIT_FD) {
+        return -FI_EINVAL;
+    }
+    struct rf_eq *eq = calloc(1, sizeof *eq);
+    if (!eq) {
+        return -FI_ENOMEM;
+    }
+    eq->wait_obj = attr->wait_obj == FI_WAIT_UNSPEC ? FI_WAIT_FD : attr->wait_obj;
+    eq->fd = -1;
+    if (eq->wait_obj == FI_WAIT_FD) {
+        eq->fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (eq->fd < 0) {
+            free(eq);
+            return -FI_ENOMEM;
+        }
+    }
+    pthread_mutex_init(&eq->lock, NULL);
+    pthread_cond_init(&eq->cond, NULL);
+    eq->fabric = (struct rf_fabric *)fabric;
+    atomic_fetch_add(&eq->fabric->ref, 1);
+    eq->fid.fid.fclass = FI_CLASS_EQ;
+    eq->fid.fid.context = context;
+    eq->fid.fid.ops = &eq_fi_ops;
+    eq->fid.ops = &eq_ops;
+    *eqp = &eq->fid;
+    return 0;
+}
+
+/* fi_trywait: nothing waits in a queue and rdm4 may sleep. */
+int rf_trywait(struct fid_fabric *fabric, struct fid **fids, int count)
+{
+    (void)fabric;
+    for (int i = 0; i < count; i++) {
+        struct rf_domain *d;
+        switch (fids[i]->fclass) {
+        case FI_CLASS_CQ: {
+            struct rf_cq *cq = (struct rf_cq *)fids[i];
+            if (cq->count) {
+                return -FI_EAGAIN;
+            }
+            d = cq->domain;
+            break;
+        }
+        case FI_CLASS_CNTR:
+            d = ((struct rf_cntr *)fids[i])->domain;
+            break;
+        case FI_CLASS_EQ:
+            if (((struct rf_eq *)fids[i])->count) {
+                return -FI_EAGAIN;
+            }
+            continue;
+        default:
+            return -FI_EINVAL;
+        }
+        int32_t r = rdm4_trywait(d->ep);
+        if (r != RDM4_SUCCESS) {
+            return -rf_errno(r);
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,268 @@
+/*
+ * The libfabric provider `rdm4`: libfabric's objects mapped onto rdm4's C API.
+ *
+ * One domain is one rdm4 endpoint (`rdm4_ep`) on one device: the domain's
+ * memory registrations and address vectors live in it, and the domain has
+ * at most one libfabric endpoint (`domain_attr->ep_cnt` 1), which sends and
+ * receives through it. Completion queues and counters hold what the
+ * endpoint's completions become; reading them makes progress on the
+ * domains of the endpoints bound to them.
+ *
+ * Locking: under FI_THREAD_DOMAIN the application serialises every call on
+ * a domain and its objects, and the provider takes no lock of its own (the
+ * rdm4 endpoint runs with RDM4_THREAD_SINGLE). Under the other levels each
+ * completion queue, counter, address vector and event queue has a mutex,
+ * and the rdm4 endpoint is thread safe.
+ */
+#ifndef RDM4_FI_H
+#define RDM4_FI_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_atomic.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_collective.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
+#include <rdma/providers/fi_log.h>
+#include <rdma/providers/fi_prov.h>
+
+#include "rdm4.h"
+
+#define RF_NAME "rdm4"
+#define RF_FI_VERSION FI_VERSION(1, 17)
+#define RF_ADDR_LEN RDM4_ADDR_LEN
+
+/* What every domain offers. */
+#define RF_PRIMARY_CAPS (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_DIRECTED_RECV)
+#define RF_SECONDARY_CAPS                                                                                      \
+    (FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SOURCE | FI_LOCAL_COMM | \
+     FI_REMOTE_COMM)
+#define RF_CAPS (RF_PRIMARY_CAPS | RF_SECONDARY_CAPS)
+/* Memory registration modes rdm4 needs for remote access: its keys are
+ * its own and remote addresses are virtual addresses. */
+#define RF_MR_REMOTE_MODES (FI_MR_PROV_KEY | FI_MR_VIRT_ADDR)
+#define RF_TX_OP_FLAGS                                                                                   \
+    (FI_COMPLETION | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_INJECT | \
+     FI_MORE | FI_REMOTE_CQ_DATA)
+#define RF_RX_OP_FLAGS (FI_COMPLETION)
+#define RF_IOV_LIMIT 1024
+#define RF_QUEUE_SIZE 8192
+#define RF_INJECT_SIZE 65536
+#define RF_CQ_DATA_SIZE 8
+#define RF_TAG_FORMAT 0xAAAAAAAAAAAAAAAAull
+/* Provider-side records of operations that need work at completion (a
+ * copy to free, a result to scatter): so many per domain at once. */
+#define RF_OPS 1024
+
+extern struct fi_provider rf_prov;
+
+/* Returned by operations on objects that do not offer them. */
+int rf_nosys_int(void);
+
+/* The -FI_E* code of an rdm4 status returned by a call, and the positive
+ * FI_E* error number of one in a completion. */
+int rf_errno(int32_t status);
+
+/* A name of the device (`RDM4_DEVICE_*`), or NULL. */
+const char *rf_device_name(uint32_t device);
+/* The device a domain name names, or -1. */
+int rf_device_of(const char *name);
+
+/* Allocation of records for operations: see `struct rf_op`. */
+enum rf_op_kind {
+    RF_OP_SILENT,  /* no completion wanted: nothing to do */
+    RF_OP_BOUNCE,  /* free `bounce` at completion (an inject with a completion) */
+    RF_OP_SCATTER, /* copy `bounce` into `iov` at completion, then free both */
+};
+
+struct rf_op {
+    enum rf_op_kind kind;
+    int report;        /* write a completion */
+    void *context;     /* the application's */
+    void *bounce;      /* malloc'd */
+    struct iovec *iov; /* malloc'd (RF_OP_SCATTER) */
+    size_t iov_count;
+    size_t scatter_off; /* where in `bounce` the bytes for `iov` start */
+    struct rf_op *next_free;
+};
+
+struct rf_fabric {
+    struct fid_fabric fid;
+    atomic_int ref;
+};
+
+struct rf_ep;
+
+struct rf_domain {
+    struct fid_domain fid;
+    struct rf_fabric *fabric;
+    rdm4_ep *ep;
+    rdm4_ep_info info;
+    uint32_t device;
+    enum fi_threading threading;
+    int locked; /* the provider's objects take their mutexes */
+    uint64_t mr_mode;
+    enum fi_av_type av_type;
+    atomic_int ref;
+    struct rf_ep *endpoint; /* the one endpoint, or NULL */
+    pthread_mutex_t op_lock;
+    struct rf_op ops[RF_OPS];
+    struct rf_op *free_ops;
+    char silent; /* its address: the context of operations without a completion */
+};
+
+/* An entry of a completion queue: the tagged format (the others are its
+ * prefixes) and the source; or an error. */
+struct rf_cqe {
+    struct fi_cq_tagged_entry e;
+    fi_addr_t src;
+    int err;          /* positive FI_E*, 0 for a success */
+    int prov_errno;   /* the rdm4 status */
+    uint64_t olen;
+};
+
+struct rf_cq {
+    struct fid_cq fid;
+    struct rf_domain *domain;
+    enum fi_cq_format format;
+    size_t entry_size;
+    enum fi_wait_obj wait_obj;
+    atomic_int ref; /* endpoints bound */
+    atomic_int signaled;
+    pthread_mutex_t lock;
+    struct rf_cqe *ring;
+    size_t cap, head, count;
+};
+
+struct rf_cntr {
+    struct fid_cntr fid;
+    struct rf_domain *domain;
+    atomic_uint_least64_t value, err;
+    atomic_int ref;
+};
+
+struct rf_av {
+    struct fid_av fid;
+    struct rf_domain *domain;
+    enum fi_av_type type;
+    atomic_int ref;
+    struct rf_eq *eq;
+    pthread_mutex_t lock;
+    /* Every address inserted: its rdm4 handle and raw address. For
+     * FI_AV_TABLE the index is the fi_addr; removed entries have handle
+     * RDM4_ADDR_UNSPEC. */
+    size_t n, cap;
+    rdm4_addr *handle;
+    uint8_t (*raw)[RF_ADDR_LEN];
+};
+
+struct rf_eq_event {
+    uint32_t event;
+    int is_err;
+    size_t len;
+    union {
+        struct fi_eq_entry entry;
+        struct fi_eq_err_entry err;
+        uint8_t bytes[256];
+    } u;
+};
+
+struct rf_eq {
+    struct fid_eq fid;
+    struct rf_fabric *fabric;
+    enum fi_wait_obj wait_obj;
+    int fd; /* eventfd, -1 without a wait object */
+    atomic_int ref;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    struct rf_eq_event *q;
+    size_t cap, head, count;
+};
+
+enum rf_cntr_slot { RF_CNTR_SEND, RF_CNTR_RECV, RF_CNTR_READ, RF_CNTR_WRITE, RF_CNTR_SLOTS };
+
+struct rf_ep {
+    struct fid_ep fid;
+    struct rf_domain *domain;
+    struct rf_av *av;
+    struct rf_cq *tx_cq, *rx_cq;
+    struct rf_eq *eq;
+    struct rf_cntr *cntr[RF_CNTR_SLOTS];
+    uint64_t caps;
+    uint64_t tx_op_flags, rx_op_flags;
+    int tx_selective, rx_selective; /* bound with FI_SELECTIVE_COMPLETION */
+    int directed;                   /* FI_DIRECTED_RECV */
+    int enabled;
+    /* Contexts of claimed messages being discarded (FI_CLAIM | FI_DISCARD):
+     * their truncation is the success they report. */
+    pthread_mutex_t discard_lock;
+    void *discarding[64];
+};
+
+/* Whether `context` was being discarded (and forgets it). */
+int rf_discard_done(struct rf_ep *ep, void *context);
+
+/* Objects. */
+int rf_fabric_open(struct fi_fabric_attr *attr, struct fid_fabric **fabric, void *context);
+int rf_domain_open(struct fid_fabric *fabric, struct fi_info *info, struct fid_domain **dom, void *context);
+int rf_eq_open(struct fid_fabric *fabric, struct fi_eq_attr *attr, struct fid_eq **eq, void *context);
+int rf_eq_post(struct rf_eq *eq, uint32_t event, const void *buf, size_t len, int is_err);
+int rf_av_open(struct fid_domain *domain, struct fi_av_attr *attr, struct fid_av **av, void *context);
+int rf_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr, struct fid_cq **cq, void *context);
+int rf_cntr_open(struct fid_domain *domain, struct fi_cntr_attr *attr, struct fid_cntr **cntr, void *context);
+int rf_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep **ep, void *context);
+int rf_mr_reg(struct fid *fid, const void *buf, size_t len, uint64_t access, uint64_t offset, uint64_t requested_key,
+              uint64_t flags, struct fid_mr **mr, void *context);
+int rf_mr_regv(struct fid *fid, const struct iovec *iov, size_t count, uint64_t access, uint64_t offset,
+               uint64_t requested_key, uint64_t flags, struct fid_mr **mr, void *context);
+int rf_mr_regattr(struct fid *fid, const struct fi_mr_attr *attr, uint64_t flags, struct fid_mr **mr);
+int rf_query_atomic(struct fid_domain *domain, enum fi_datatype datatype, enum fi_op op, struct fi_atomic_attr *attr,
+                    uint64_t flags);
+int rf_trywait(struct fid_fabric *fabric, struct fid **fids, int count);
+
+/* The rdm4 handle of `fi_addr` through the endpoint's address vector, or
+ * RDM4_ADDR_UNSPEC when it names none. */
+rdm4_addr rf_av_handle(struct rf_av *av, fi_addr_t fi_addr);
+/* The fi_addr of an rdm4 handle (the source of a completion), or
+ * FI_ADDR_NOTAVAIL. */
+fi_addr_t rf_av_fi_addr(struct rf_av *av, rdm4_addr handle);
+
+/* Makes progress on the domain's endpoint: its completions go to the
+ * completion queues and counters bound to it. Returns how many it moved
+ * or a -FI_E* code. */
+int rf_progress(struct rf_domain *domain);
+/* Appends an entry to `cq` (the caller holds no lock). */
+void rf_cq_push(struct rf_cq *cq, const struct rf_cqe *e);
+
+/* Operation records. */
+struct rf_op *rf_op_get(struct rf_domain *d);
+void rf_op_put(struct rf_domain *d, struct rf_op *op);
+static inline int rf_is_op(const struct rf_domain *d, const void *ctx)
+{
+    return (const char *)ctx >= (const char *)d->ops && (const char *)ctx < (const char *)(d->ops + RF_OPS);
+}
+
+static inline void rf_lock(int locked, pthread_mutex_t *m)
+{
+    if (locked) {
+        pthread_mutex_lock(m);
+    }
+}
+
+static inline void rf_unlock(int locked, pthread_mutex_t *m)
+{
+    if (locked) {
+        pthread_mutex_unlock(m);
+    }
+}
+
+#endif /* RDM4_FI_H */
