@@ -168,14 +168,18 @@ fn interface_addr(name: &str) -> Option<IpAddr> {
 }
 
 /// The host's primary address: the source the kernel picks towards a
-/// documentation address (no datagram is sent), else loopback.
+/// documentation address (no datagram is sent); on a host with no default
+/// route (compute nodes of isolated clusters often have none) the first
+/// IPv4 address of an interface other than loopback; else loopback.
 pub(crate) fn primary_addr() -> IpAddr {
     let probe = || -> Option<IpAddr> {
         let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).ok()?;
         s.connect((Ipv4Addr::new(192, 0, 2, 1), 9)).ok()?;
         Some(s.local_addr().ok()?.ip()).filter(|ip| !ip.is_unspecified())
     };
-    probe().unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+    let first_interface =
+        || interfaces().into_iter().map(|(_, ip)| ip).find(|ip| ip.is_ipv4() && !ip.is_loopback() && !ip.is_unspecified());
+    probe().or_else(first_interface).unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
 }
 
 /// The MTU of the interface that holds `ip` (from sysfs), if known.
