@@ -272,3 +272,60 @@ fn fi_pingpong_across_two_namespaces() {
         }
     }
 }
+
+/// `fi/tests/mpi_check.c` built with `mpicc` (once).
+fn mpi_check() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        let exe = env().out.join("fi").join("mpi_check");
+        std::fs::create_dir_all(exe.parent().unwrap()).unwrap();
+        let status = Command::new("mpicc")
+            .args(["-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(&exe)
+            .arg(Path::new(MANIFEST_DIR).join("fi/tests/mpi_check.c"))
+            .status()
+            .expect("run mpicc");
+        assert!(status.success(), "mpicc fi/tests/mpi_check.c failed");
+        exe
+    })
+}
+
+/// Open MPI's options for the cm pml over `mtl ofi` on rdm4 (the ofi btl,
+/// which opens at MPI_Init whatever pml runs, is left out; one-sided
+/// communication over osc pt2pt).
+const MTL_RDM4: &[&str] = &[
+    "--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "rdm4", "--mca", "btl",
+    "^ofi", "--mca", "osc", "pt2pt",
+];
+
+fn expect_all_checks(o: &Output, what: &str) {
+    let t = text(o);
+    assert!(
+        o.status.success() && t.contains("mpi_check: all") && !t.contains("FAIL"),
+        "{what}: mpi_check failed ({}):\n{t}",
+        o.status
+    );
+    eprintln!("{what}:\n{t}");
+}
+
+#[test]
+fn open_mpi_over_mtl_ofi_on_one_host() {
+    if !needs(&["mpirun", "mpicc", "make", "cc"], true) {
+        return;
+    }
+    let mut c = fi_cmd("mpirun");
+    c.args(["--allow-run-as-root", "--oversubscribe", "-np", "4"]).args(MTL_RDM4).arg(mpi_check());
+    let o = run(c, Duration::from_secs(300), "mpirun -np 4 mpi_check");
+    expect_all_checks(&o, "Open MPI, mtl ofi on rdm4, one host");
+}
+
+#[test]
+fn open_mpi_over_mtl_ofi_across_two_namespaces() {
+    if !needs(&["mpirun", "mpicc", "make", "cc", "ip", "unshare"], true) {
+        return;
+    }
+    let mut c = fi_cmd(&format!("{MANIFEST_DIR}/scripts/mpi_netns.sh"));
+    c.args(MTL_RDM4).arg("--").arg(mpi_check()).env("MPI_NETNS_TIMEOUT", "240");
+    let o = run(c, Duration::from_secs(300), "scripts/mpi_netns.sh mpi_check");
+    expect_all_checks(&o, "Open MPI, mtl ofi on rdm4, two ranks on each of two hosts");
+}
