@@ -18,6 +18,12 @@
 #   DIR/share/man/man7/rdm4.7                    from man/rdm4.7 (overview, environment)
 #   DIR/share/man/man3/rdm4.3                    from man/rdm4.3 (the C API)
 #   DIR/share/man/man1/rdm4-perf.1               from man/rdm4-perf.1 (the benchmark tool)
+#   DIR/lib/libfabric/librdm4-fi.so             the libfabric provider rdm4 (fi/), built
+#                                                by `make -C fi` where libfabric's headers
+#                                                are installed (Debian: libfabric-dev);
+#                                                load it with
+#                                                FI_PROVIDER_PATH=DIR/lib/libfabric
+#   DIR/share/man/man7/fi_rdm4.7                 from man/fi_rdm4.7 (the provider)
 #   DIR/share/rdm4/wireshark/rdm4.lua            from tools/wireshark/rdm4.lua (the Wireshark
 #                                                dissector of RDM4_PCAP captures: tshark -X
 #                                                lua_script:FILE, or link it into
@@ -29,6 +35,9 @@
 #                      from the current directory.
 #   --no-build         do not run `cargo build --release --lib`; install the
 #                      libraries already in cargo's target/release/.
+#   --no-provider      do not build and install the libfabric provider
+#                      (it is skipped, with a note, where libfabric's
+#                      headers are missing).
 #   --libdir-from DIR  take librdm4.so and librdm4.a from DIR instead of
 #                      target/release/ (implies --no-build). `cargo test`
 #                      leaves fresh libraries only in target/<profile>/deps/
@@ -57,12 +66,14 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 prefix=
 build=1
 libs_from=
+provider=1
 
 while [ $# -gt 0 ]; do
     case "$1" in
         --prefix) [ $# -ge 2 ] || die "--prefix needs a directory"; prefix=$2; shift 2 ;;
         --prefix=*) prefix=${1#--prefix=}; shift ;;
         --no-build) build=0; shift ;;
+        --no-provider) provider=0; shift ;;
         --libdir-from) [ $# -ge 2 ] || die "--libdir-from needs a directory"; libs_from=$2; build=0; shift 2 ;;
         --libdir-from=*) libs_from=${1#--libdir-from=}; build=0; shift ;;
         -h|--help) usage 0 ;;
@@ -121,7 +132,7 @@ done
 header_src=$root/include/rdm4.h
 [ -f "$header_src" ] || die "$header_src not found"
 # The man pages, each with the section it is installed in (its suffix).
-man_pages=(rdm4.7 rdm4.3 rdm4-perf.1)
+man_pages=(rdm4.7 rdm4.3 rdm4-perf.1 fi_rdm4.7)
 for page in "${man_pages[@]}"; do
     [ -f "$root/man/$page" ] || die "$root/man/$page not found"
 done
@@ -203,6 +214,18 @@ for page in "${man_pages[@]}"; do
     install -d "$mandir/man$section"
     fill "$root/man/$page" "$mandir/man$section/$page" RDM4_T_VERSION="$version"
 done
+
+if [ "$provider" = 1 ]; then
+    if [ -e /usr/include/rdma/fabric.h ] || pkg-config --exists libfabric 2>/dev/null; then
+        fi_out=$(mktemp -d)
+        make -s -C "$root/fi" RDM4_A="$a_src" OUT="$fi_out" >&2 || { rm -rf "$fi_out"; die "make -C fi failed"; }
+        install -d "$libdir/libfabric"
+        install -m 755 "$fi_out/librdm4-fi.so" "$libdir/libfabric/librdm4-fi.so"
+        rm -rf "$fi_out"
+    else
+        echo "install.sh: libfabric's headers are not installed: the provider (fi/) is not built" >&2
+    fi
+fi
 
 install -d "$dest/share/rdm4/wireshark"
 install -m 644 "$root/tools/wireshark/rdm4.lua" "$dest/share/rdm4/wireshark/rdm4.lua"

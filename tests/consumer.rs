@@ -446,3 +446,26 @@ fn cmake_version_rules_for_0_x_and_later_majors() {
         ("2.4...<3", false),
     ]);
 }
+
+/// Where libfabric's headers are installed, the prefix holds the provider
+/// `lib/libfabric/librdm4-fi.so`, and libfabric loads it from there.
+#[test]
+fn the_installed_libfabric_provider_loads() {
+    let env = installed();
+    let provider = env.prefix.join("lib/libfabric/librdm4-fi.so");
+    if !Path::new("/usr/include/rdma/fabric.h").exists() {
+        assert!(!provider.exists(), "a provider was built without libfabric's headers");
+        eprintln!("SKIPPED: libfabric's headers are not installed");
+        return;
+    }
+    assert!(provider.exists(), "{} is not installed", provider.display());
+    if !common_tool::installed("fi_info") {
+        eprintln!("SKIPPED the load: fi_info is not installed");
+        return;
+    }
+    let out = run_ok(
+        Command::new("fi_info").arg("-l").env("FI_PROVIDER_PATH", provider.parent().unwrap()),
+        "fi_info -l",
+    );
+    assert!(out.contains("rdm4:"), "fi_info -l does not list rdm4 from the prefix:\n{out}");
+}

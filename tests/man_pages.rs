@@ -368,7 +368,7 @@ fn install_sh_installs_every_page_under_destdir_with_the_version() {
 
     let mut cmd = Command::new("bash");
     cmd.arg(root().join("scripts/install.sh"))
-        .args(["--prefix", "/usr/local", "--libdir-from"])
+        .args(["--prefix", "/usr/local", "--no-provider", "--libdir-from"])
         .arg(&libs)
         .env("DESTDIR", &stage);
     let out = cmd.output().expect("run bash scripts/install.sh");
