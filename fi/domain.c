@@ -680,8 +680,18 @@ static uint64_t fi_flags_of(uint64_t f)
     return o;
 }
 
+/* Where a reader of a completion queue takes entries straight from rdm4:
+ * successes for `cq` go to `buf` (up to `count`, sources to `src`) rather
+ * than through its ring. */
+struct direct {
+    struct rf_cq *cq;
+    void *buf;
+    size_t count, n;
+    fi_addr_t *src;
+};
+
 /* One rdm4 completion: to its queue and counter. */
-static void dispatch(struct rf_domain *d, struct rf_ep *ep, const rdm4_cqe *c)
+static void dispatch(struct rf_domain *d, struct rf_ep *ep, const rdm4_cqe *c, struct direct *to)
 {
     int report = 1;
     void *context = c->context;
@@ -723,6 +733,15 @@ static void dispatch(struct rf_domain *d, struct rf_ep *ep, const rdm4_cqe *c)
     if (!cq || (!report && status == RDM4_SUCCESS)) {
         return;
     }
+    if (to && cq == to->cq && status == RDM4_SUCCESS && to->n < to->count) {
+        struct fi_cq_tagged_entry t = { context, fi_flags_of(c->flags), len, c->buf, c->data, c->tag };
+        memcpy((char *)to->buf + to->n * cq->entry_size, &t, cq->entry_size);
+        if (to->src) {
+            to->src[to->n] = rx ? rf_av_fi_addr(ep->av, c->src) : FI_ADDR_NOTAVAIL;
+        }
+        to->n++;
+        return;
+    }
     struct rf_cqe e = { 0 };
     e.e.op_context = report ? context : NULL;
     e.e.flags = fi_flags_of(c->flags);
@@ -739,7 +758,7 @@ static void dispatch(struct rf_domain *d, struct rf_ep *ep, const rdm4_cqe *c)
     rf_cq_push(cq, &e);
 }
 
-int rf_progress(struct rf_domain *d)
+static int progress(struct rf_domain *d, struct direct *to)
 {
     struct rf_ep *ep = d->endpoint;
     if (!ep || !ep->enabled) {
@@ -753,13 +772,18 @@ int rf_progress(struct rf_domain *d)
             return -rf_errno(n);
         }
         for (int32_t i = 0; i < n; i++) {
-            dispatch(d, ep, &c[i]);
+            dispatch(d, ep, &c[i], to);
         }
         total += n;
-        if (n < 32) {
+        if (n < 32 || (to && to->n == to->count)) {
             return total;
         }
     }
+}
+
+int rf_progress(struct rf_domain *d)
+{
+    return progress(d, NULL);
 }
 
 /* Copies up to `count` successes from the head of `cq`; -FI_EAVAIL when
@@ -792,8 +816,19 @@ static ssize_t cq_readfrom(struct fid_cq *fid, void *buf, size_t count, fi_addr_
     if (!buf && count) {
         return -FI_EINVAL;
     }
-    if (!cq->count) {
-        rf_progress(cq->domain);
+    if (!cq->count && count) {
+        /* Nothing waits in the ring: entries go straight to the caller. */
+        struct direct to = { cq, buf, count, 0, src };
+        int r = progress(cq->domain, &to);
+        if (to.n) {
+            return (ssize_t)to.n;
+        }
+        if (r < 0) {
+            return r;
+        }
+        if (!cq->count) {
+            return -FI_EAGAIN;
+        }
     }
     return cq_take(cq, buf, count, src);
 }
