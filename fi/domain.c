@@ -334,8 +334,11 @@ int rf_query_atomic(struct fid_domain *domain, enum fi_datatype datatype, enum f
     if (!domain || !attr) {
         return -FI_EINVAL;
     }
-    if (flags & ~(uint64_t)(FI_FETCH_ATOMIC | FI_COMPARE_ATOMIC | FI_TAGGED)) {
-        return -FI_EBADFLAGS;
+    if (flags & ~(uint64_t)(FI_FETCH_ATOMIC | FI_COMPARE_ATOMIC)) {
+        return -FI_EBADFLAGS; /* FI_TAGGED too: no atomics on tagged buffers */
+    }
+    if ((flags & FI_FETCH_ATOMIC) && (flags & FI_COMPARE_ATOMIC)) {
+        return -FI_EINVAL;
     }
     int kind = flags & FI_COMPARE_ATOMIC ? 2 : flags & FI_FETCH_ATOMIC ? 1 : 0;
     size_t count;
@@ -357,19 +360,68 @@ rdm4_addr rf_av_handle(struct rf_av *av, fi_addr_t fi_addr)
     return fi_addr < av->n ? av->handle[fi_addr] : RDM4_ADDR_UNSPEC;
 }
 
+static size_t hash_of(rdm4_addr h, size_t hcap)
+{
+    return (size_t)((h * 0x9E3779B97F4A7C15ull) >> 17) & (hcap - 1);
+}
+
+/* Rebuilds the hash of handles for the entries (called locked). */
+static int av_rehash(struct rf_av *av)
+{
+    size_t hcap = 64;
+    while (hcap < 2 * av->n) {
+        hcap *= 2;
+    }
+    size_t *hash = calloc(hcap, sizeof *hash);
+    if (!hash) {
+        return -FI_ENOMEM;
+    }
+    for (size_t i = 0; i < av->n; i++) {
+        if (av->handle[i] == RDM4_ADDR_UNSPEC) {
+            continue;
+        }
+        size_t k = hash_of(av->handle[i], hcap);
+        while (hash[k]) {
+            k = (k + 1) & (hcap - 1);
+        }
+        hash[k] = i + 1;
+    }
+    free(av->hash);
+    av->hash = hash;
+    av->hcap = hcap;
+    return 0;
+}
+
+/* Adds the last `added` entries to the hash, or rebuilds it when it would
+ * be over half full (called locked). */
+static int av_index(struct rf_av *av, size_t added)
+{
+    if (2 * av->n > av->hcap) {
+        return av_rehash(av);
+    }
+    for (size_t i = av->n - added; i < av->n; i++) {
+        size_t k = hash_of(av->handle[i], av->hcap);
+        while (av->hash[k]) {
+            k = (k + 1) & (av->hcap - 1);
+        }
+        av->hash[k] = i + 1;
+    }
+    return 0;
+}
+
+/* A source for the application: its entry's fi_addr when it has one; a
+ * sender never inserted (or removed) has none (FI_ADDR_NOTAVAIL). */
 fi_addr_t rf_av_fi_addr(struct rf_av *av, rdm4_addr handle)
 {
     if (handle == RDM4_ADDR_UNSPEC || !av) {
         return FI_ADDR_NOTAVAIL;
     }
-    if (av->type == FI_AV_MAP) {
-        return handle;
-    }
     fi_addr_t found = FI_ADDR_NOTAVAIL;
     rf_lock(av->domain->locked, &av->lock);
-    for (size_t i = 0; i < av->n; i++) {
+    for (size_t k = av->hcap ? hash_of(handle, av->hcap) : 0; av->hcap && av->hash[k]; k = (k + 1) & (av->hcap - 1)) {
+        size_t i = av->hash[k] - 1;
         if (av->handle[i] == handle) {
-            found = i;
+            found = av->type == FI_AV_MAP ? handle : i;
             break;
         }
     }
@@ -439,6 +491,9 @@ static int av_insert(struct fid_av *fid, const void *addr, size_t count, fi_addr
         if (errs) {
             errs[i] = s == 1 ? 0 : rf_errno(s);
         }
+    }
+    if (done && av_index(av, done) != 0) {
+        FI_WARN(&rf_prov, FI_LOG_AV, "no memory for the address vector's index: sources unknown\n");
     }
     rf_unlock(av->domain->locked, &av->lock);
     if (flags & FI_EVENT) {
@@ -512,6 +567,9 @@ static int av_remove(struct fid_av *fid, fi_addr_t *fi_addr, size_t count, uint6
             av->n--;
         }
     }
+    if (r == 0 && count) {
+        av_rehash(av);
+    }
     rf_unlock(av->domain->locked, &av->lock);
     return r;
 }
@@ -580,6 +638,7 @@ static int av_close(struct fid *fid)
     pthread_mutex_destroy(&av->lock);
     free(av->handle);
     free(av->raw);
+    free(av->hash);
     free(av);
     return 0;
 }
@@ -714,7 +773,8 @@ static void dispatch(struct rf_domain *d, struct rf_ep *ep, const rdm4_cqe *c, s
         }
         rf_op_put(d, op);
     }
-    if (status == RDM4_ETRUNC && rf_discard_done(ep, context)) {
+    if (atomic_load(&ep->ndiscarding) && (status == RDM4_ETRUNC || (status == RDM4_SUCCESS && len == 0)) &&
+        rf_discard_done(ep, context)) {
         status = RDM4_SUCCESS; /* a claimed message received into nothing */
         len = 0;
     }
@@ -749,7 +809,7 @@ static void dispatch(struct rf_domain *d, struct rf_ep *ep, const rdm4_cqe *c, s
     e.e.buf = c->buf;
     e.e.data = c->data;
     e.e.tag = c->tag;
-    e.src = rx ? rf_av_fi_addr(ep->av, c->src) : FI_ADDR_NOTAVAIL;
+    e.src = rx ? c->src : RDM4_ADDR_UNSPEC;
     if (status != RDM4_SUCCESS) {
         e.err = rf_errno(status);
         e.prov_errno = status;
@@ -799,7 +859,7 @@ static ssize_t cq_take(struct rf_cq *cq, void *buf, size_t count, fi_addr_t *src
         }
         memcpy((char *)buf + (size_t)n * cq->entry_size, &e->e, cq->entry_size);
         if (src) {
-            src[n] = e->src;
+            src[n] = rf_av_fi_addr(cq->domain->endpoint ? cq->domain->endpoint->av : NULL, e->src);
         }
         cq->head = (cq->head + 1) % cq->cap;
         cq->count--;

@@ -65,6 +65,17 @@ static inline void count_inject(struct rf_ep *ep)
     }
 }
 
+/* Whether every buffer of `iov` with bytes has an address. */
+static int iov_valid(const struct iovec *iov, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        if (!iov[i].iov_base && iov[i].iov_len) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static size_t iov_total(const struct iovec *iov, size_t count)
 {
     size_t t = 0;
@@ -144,7 +155,7 @@ static ssize_t send_any(struct rf_ep *ep, const struct iovec *iov, size_t count,
     if (r) {
         return r;
     }
-    if (count > RF_IOV_LIMIT || (!iov && count)) {
+    if (count > RF_IOV_LIMIT || (!iov && count) || !iov_valid(iov, count)) {
         return -FI_EINVAL;
     }
     uint64_t rf = (tagged ? RDM4_MSG_TAGGED : 0) | (flags & FI_REMOTE_CQ_DATA ? RDM4_MSG_REMOTE_CQ_DATA : 0) |
@@ -235,7 +246,7 @@ static ssize_t ep_senddata(struct fid_ep *fid, const void *buf, size_t len, void
 static ssize_t ep_injectdata(struct fid_ep *fid, const void *buf, size_t len, uint64_t data, fi_addr_t dest)
 {
     struct iovec one = { (void *)buf, len };
-    return send_any(EP(fid), &one, 1, dest, 0, 0, data, FI_INJECT | FI_REMOTE_CQ_DATA, NULL);
+    return send_any(EP(fid), &one, 1, dest, 0, 0, data, FI_INJECT | FI_REMOTE_CQ_DATA, &EP(fid)->domain->silent);
 }
 
 /* Every receive. */
@@ -354,7 +365,7 @@ static ssize_t ep_tinjectdata(struct fid_ep *fid, const void *buf, size_t len, u
                               uint64_t tag)
 {
     struct iovec one = { (void *)buf, len };
-    return send_any(EP(fid), &one, 1, dest, 1, tag, data, FI_INJECT | FI_REMOTE_CQ_DATA, NULL);
+    return send_any(EP(fid), &one, 1, dest, 1, tag, data, FI_INJECT | FI_REMOTE_CQ_DATA, &EP(fid)->domain->silent);
 }
 
 static ssize_t ep_trecv(struct fid_ep *fid, void *buf, size_t len, void *desc, fi_addr_t src, uint64_t tag,
@@ -384,6 +395,7 @@ int rf_discard_done(struct rf_ep *ep, void *context)
     for (size_t i = 0; i < sizeof ep->discarding / sizeof ep->discarding[0] && !found; i++) {
         if (ep->discarding[i] && ep->discarding[i] == context) {
             ep->discarding[i] = NULL;
+            atomic_fetch_sub(&ep->ndiscarding, 1);
             found = 1;
         }
     }
@@ -398,6 +410,7 @@ static int discard_add(struct rf_ep *ep, void *context)
     for (size_t i = 0; i < sizeof ep->discarding / sizeof ep->discarding[0] && !added; i++) {
         if (!ep->discarding[i]) {
             ep->discarding[i] = context;
+            atomic_fetch_add(&ep->ndiscarding, 1);
             added = 1;
         }
     }
@@ -428,10 +441,10 @@ static ssize_t peek(struct rf_ep *ep, const struct fi_msg_tagged *msg, rdm4_addr
             e.e.flags |= FI_REMOTE_CQ_DATA;
             e.e.data = c.data;
         }
-        e.src = rf_av_fi_addr(ep->av, c.src);
+        e.src = c.src;
     } else {
         e.e.tag = msg->tag;
-        e.src = FI_ADDR_NOTAVAIL;
+        e.src = RDM4_ADDR_UNSPEC;
         e.err = FI_ENOMSG;
         e.prov_errno = RDM4_ENOENT;
     }
@@ -505,7 +518,7 @@ static ssize_t read_any(struct rf_ep *ep, const struct iovec *iov, size_t count,
     if (r) {
         return r;
     }
-    if (count > RF_IOV_LIMIT || (!iov && count)) {
+    if (count > RF_IOV_LIMIT || (!iov && count) || !iov_valid(iov, count)) {
         return -FI_EINVAL;
     }
     void *ctx = tx_ctx(ep, flags, context);
@@ -532,7 +545,7 @@ static ssize_t write_any(struct rf_ep *ep, const struct iovec *iov, size_t count
     if (r) {
         return r;
     }
-    if (count > RF_IOV_LIMIT || (!iov && count)) {
+    if (count > RF_IOV_LIMIT || (!iov && count) || !iov_valid(iov, count)) {
         return -FI_EINVAL;
     }
     void *ctx = tx_ctx(ep, flags, context);
@@ -621,7 +634,7 @@ static ssize_t ep_inject_write(struct fid_ep *fid, const void *buf, size_t len, 
                                uint64_t key)
 {
     struct iovec one = { (void *)buf, len };
-    return write_any(EP(fid), &one, 1, dest, addr, key, 0, FI_INJECT, NULL);
+    return write_any(EP(fid), &one, 1, dest, addr, key, 0, FI_INJECT, &EP(fid)->domain->silent);
 }
 
 static ssize_t ep_writedata(struct fid_ep *fid, const void *buf, size_t len, void *desc, uint64_t data,
@@ -636,7 +649,7 @@ static ssize_t ep_inject_writedata(struct fid_ep *fid, const void *buf, size_t l
                                    uint64_t addr, uint64_t key)
 {
     struct iovec one = { (void *)buf, len };
-    return write_any(EP(fid), &one, 1, dest, addr, key, data, FI_INJECT | FI_REMOTE_CQ_DATA, NULL);
+    return write_any(EP(fid), &one, 1, dest, addr, key, data, FI_INJECT | FI_REMOTE_CQ_DATA, &EP(fid)->domain->silent);
 }
 
 static struct fi_ops_rma rma_ops = {
@@ -725,6 +738,10 @@ static ssize_t atomic_any(struct rf_ep *ep, int kind, const struct fi_ioc *iov, 
         r = iocs(resultv, result_count, size, rv, &nr);
     }
     if (!r && (n == 0 || (kind == 2 && nc != n) || (kind >= 1 && nr != n))) {
+        r = -FI_EINVAL;
+    }
+    if (!r && ((!(kind == 1 && op == FI_ATOMIC_READ) && !iov_valid(v, count)) ||
+               (kind == 2 && !iov_valid(cv, compare_count)) || (kind >= 1 && !iov_valid(rv, result_count)))) {
         r = -FI_EINVAL;
     }
     if (r) {
@@ -827,7 +844,7 @@ static ssize_t at_inject(struct fid_ep *fid, const void *buf, size_t count, fi_a
                          uint64_t key, enum fi_datatype dt, enum fi_op op)
 {
     struct fi_ioc one = { (void *)buf, count };
-    return atomic_any(EP(fid), 0, &one, 1, NULL, 0, NULL, 0, dest, addr, key, dt, op, FI_INJECT, NULL);
+    return atomic_any(EP(fid), 0, &one, 1, NULL, 0, NULL, 0, dest, addr, key, dt, op, FI_INJECT, &EP(fid)->domain->silent);
 }
 
 static ssize_t at_readwrite(struct fid_ep *fid, const void *buf, size_t count, void *desc, void *result,

@@ -124,7 +124,7 @@ struct rf_domain {
  * prefixes) and the source; or an error. */
 struct rf_cqe {
     struct fi_cq_tagged_entry e;
-    fi_addr_t src;
+    rdm4_addr src; /* rdm4's handle of the source (RDM4_ADDR_UNSPEC: none) */
     int err;          /* positive FI_E*, 0 for a success */
     int prov_errno;   /* the rdm4 status */
     uint64_t olen;
@@ -163,6 +163,9 @@ struct rf_av {
     size_t n, cap;
     rdm4_addr *handle;
     uint8_t (*raw)[RF_ADDR_LEN];
+    /* Open addressing from handles to entries (index + 1; 0: free), for
+     * the sources of completions: `hcap` slots, a power of two. */
+    size_t *hash, hcap;
 };
 
 struct rf_eq_event {
@@ -206,6 +209,7 @@ struct rf_ep {
      * their truncation is the success they report. */
     pthread_mutex_t discard_lock;
     void *discarding[64];
+    atomic_int ndiscarding;
 };
 
 /* Whether `context` was being discarded (and forgets it). */

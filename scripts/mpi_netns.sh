@@ -12,7 +12,8 @@
 # tcp and the runtime's oob) is restricted to the veth subnet.
 # Needs root and iproute2; removes what it makes, and ends only processes in
 # its own namespaces. The whole run is bounded by MPI_NETNS_TIMEOUT seconds
-# (default 300); the exit status is mpirun's (124 on timeout).
+# (default 300); the exit status is mpirun's (124 on timeout). MPI_NETNS_NP
+# sets the number of ranks (default 4; 2: one on each host).
 #
 # usage: scripts/mpi_netns.sh [mpirun options...] -- program [args...]
 #   e.g. scripts/mpi_netns.sh --mca pml ob1 --mca btl self,vader,tcp -- /tmp/mpi_check
@@ -85,6 +86,6 @@ export OMPI_MCA_oob_tcp_if_include=10.213.$x.0/24
 # process a mount namespace), as real hosts have.
 ip netns exec "$ns1" unshare --uts sh -c 'hostname "$0" && mount -t tmpfs tmpfs /dev/shm && exec "$@"' "$ns1" \
     timeout -k 10 "${MPI_NETNS_TIMEOUT:-300}" \
-    mpirun --allow-run-as-root --oversubscribe -np 4 --hostfile "$tmp/hosts" --map-by node \
+    mpirun --allow-run-as-root --oversubscribe -np "${MPI_NETNS_NP:-4}" --hostfile "$tmp/hosts" --map-by node \
     --mca plm_rsh_agent "$agent" "${opts[@]}" "$@" &
 wait $!

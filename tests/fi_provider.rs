@@ -329,3 +329,51 @@ fn open_mpi_over_mtl_ofi_across_two_namespaces() {
     let o = run(c, Duration::from_secs(300), "scripts/mpi_netns.sh mpi_check");
     expect_all_checks(&o, "Open MPI, mtl ofi on rdm4, two ranks on each of two hosts");
 }
+
+/// `fi/tests/fi_check.c` built against libfabric (once).
+fn fi_check() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        let exe = env().out.join("fi").join("fi_check");
+        std::fs::create_dir_all(exe.parent().unwrap()).unwrap();
+        let status = Command::new("cc")
+            .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O1", "-g", "-o"])
+            .arg(&exe)
+            .arg(Path::new(MANIFEST_DIR).join("fi/tests/fi_check.c"))
+            .arg("-lfabric")
+            .status()
+            .expect("run cc");
+        assert!(status.success(), "cc fi/tests/fi_check.c failed");
+        exe
+    })
+}
+
+#[test]
+fn the_libfabric_api_on_every_domain() {
+    if !needs(&["make", "cc"], true) {
+        return;
+    }
+    for dom in ["auto", "shm", "udp"] {
+        let mut c = fi_cmd(fi_check().to_str().unwrap());
+        c.arg(dom).env("RDM4_UDP_ADDR", "127.0.0.1");
+        let o = run(c, Duration::from_secs(150), &format!("fi_check {dom}"));
+        let t = text(&o);
+        assert!(o.status.success() && t.contains(", 0 failed"), "fi_check {dom} failed ({}):\n{t}", o.status);
+        eprintln!("{}", t.lines().last().unwrap_or(""));
+    }
+}
+
+#[test]
+fn the_libfabric_api_under_valgrind() {
+    if !needs(&["make", "cc", "valgrind"], true) {
+        return;
+    }
+    let mut c = fi_cmd("valgrind");
+    c.args(["--leak-check=full", "--errors-for-leak-kinds=definite", "--error-exitcode=1", "-q"])
+        .arg(fi_check())
+        .arg("auto")
+        .env("FI_CHECK_ALARM", "400");
+    let o = run(c, Duration::from_secs(450), "valgrind fi_check auto");
+    let t = text(&o);
+    assert!(o.status.success() && t.contains(", 0 failed"), "valgrind fi_check auto ({}):\n{t}", o.status);
+}
