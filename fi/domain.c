@@ -811,6 +811,10 @@ static void dispatch(struct rf_domain *d, struct rf_ep *ep, const rdm4_cqe *c, s
     e.e.tag = c->tag;
     e.src = rx ? c->src : RDM4_ADDR_UNSPEC;
     if (status != RDM4_SUCCESS) {
+        if (status != RDM4_ECANCELED && status != RDM4_ETRUNC) {
+            FI_WARN(&rf_prov, FI_LOG_CQ, "operation failed: %s (flags %#llx, detail %u)\n", rdm4_strerror(status),
+                    (unsigned long long)c->flags, c->detail);
+        }
         e.err = rf_errno(status);
         e.prov_errno = status;
         e.olen = c->status == RDM4_ETRUNC ? c->olen - len : 0;

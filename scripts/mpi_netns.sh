@@ -9,7 +9,10 @@
 # has its own UTS namespace with the namespace's name as hostname: Open MPI
 # names files after the hostname (vader's /dev/shm/vader_segment.HOST.*), and
 # with one hostname the two hosts would share them. TCP between hosts (btl
-# tcp and the runtime's oob) is restricted to the veth subnet.
+# tcp and the runtime's oob) is restricted to the veth subnet. Ranks are not
+# bound (--bind-to none): each "host" believes it owns both CPUs, and
+# mpirun's default binding for two ranks would put both on CPU 0, where two
+# polling processes take turns of milliseconds.
 # Needs root and iproute2; removes what it makes, and ends only processes in
 # its own namespaces. The whole run is bounded by MPI_NETNS_TIMEOUT seconds
 # (default 300); the exit status is mpirun's (124 on timeout). MPI_NETNS_NP
@@ -86,6 +89,6 @@ export OMPI_MCA_oob_tcp_if_include=10.213.$x.0/24
 # process a mount namespace), as real hosts have.
 ip netns exec "$ns1" unshare --uts sh -c 'hostname "$0" && mount -t tmpfs tmpfs /dev/shm && exec "$@"' "$ns1" \
     timeout -k 10 "${MPI_NETNS_TIMEOUT:-300}" \
-    mpirun --allow-run-as-root --oversubscribe -np "${MPI_NETNS_NP:-4}" --hostfile "$tmp/hosts" --map-by node \
+    mpirun --allow-run-as-root --oversubscribe -np "${MPI_NETNS_NP:-4}" --hostfile "$tmp/hosts" --map-by node --bind-to none \
     --mca plm_rsh_agent "$agent" "${opts[@]}" "$@" &
 wait $!
