@@ -146,24 +146,47 @@ fn inject_bufs(g: &mut EpInner, dest: Addr, bufs: &[UserBuf], tag: Option<u64>, 
     Ok(0)
 }
 
+/// The buffers of an `rdm4_msg`: one (the usual case) without a heap
+/// allocation.
+enum Iovs {
+    One([UserBuf; 1]),
+    Many(Vec<UserBuf>),
+}
+
+impl Iovs {
+    fn as_slice(&self) -> &[UserBuf] {
+        match self {
+            Iovs::One(b) => b,
+            Iovs::Many(v) => v,
+        }
+    }
+}
+
 /// The buffers of an `rdm4_msg`, checked.
-fn msg_iovs(msg: &rdm4_msg) -> Result<Vec<UserBuf>, Status> {
+fn msg_iovs(msg: &rdm4_msg) -> Result<Iovs, Status> {
     let iov = array(msg.iov, msg.iov_count)?;
     if msg.iov_count == 0 {
-        return Ok(Vec::new());
+        return Ok(Iovs::Many(Vec::new()));
     }
     if msg.iov_count > 1024 {
         return Err(Status::Inval);
     }
     // SAFETY: `iov_count` iovecs at `iov` (not NULL), per the contract.
     let iovs = unsafe { std::slice::from_raw_parts(iov, msg.iov_count) };
+    if let [v] = iovs {
+        let b = c_buf(v.iov_base, v.iov_len)?;
+        if b.len() as u64 > RDM4_MSG_MAX {
+            return Err(Status::Overflow);
+        }
+        return Ok(Iovs::One([b]));
+    }
     let bufs: Result<Vec<UserBuf>, Status> = iovs.iter().map(|v| c_buf(v.iov_base, v.iov_len)).collect();
     let bufs = bufs?;
     bufs.iter()
         .try_fold(0usize, |t, b| t.checked_add(b.len()))
         .filter(|&t| t as u64 <= RDM4_MSG_MAX)
         .ok_or(Status::Overflow)?;
-    Ok(bufs)
+    Ok(Iovs::Many(bufs))
 }
 
 fn read_msg(msg: *const rdm4_msg, flags: u64, allowed: u64) -> Result<rdm4_msg, Status> {
@@ -220,14 +243,16 @@ pub extern "C" fn rdm4_sendmsg(ep: *mut rdm4_ep, msg: *const rdm4_msg, flags: u6
         let m = read_msg(msg, flags, known)?;
         let iovs = msg_iovs(&m)?;
         let inject = flags & RDM4_MSG_INJECT != 0;
-        if inject && (flags & RDM4_MSG_DELIVERY_COMPLETE != 0 || iovs.iter().map(|b| b.len()).sum::<usize>() > INJECT_MAX) {
+        if inject
+            && (flags & RDM4_MSG_DELIVERY_COMPLETE != 0 || iovs.as_slice().iter().map(|b| b.len()).sum::<usize>() > INJECT_MAX)
+        {
             return Err(Status::Inval);
         }
         let dest = addr(m.addr)?;
         if inject {
             let tag = (flags & RDM4_MSG_TAGGED != 0).then_some(m.tag);
             let cq_data = (flags & RDM4_MSG_REMOTE_CQ_DATA != 0).then_some(m.data);
-            return inject_bufs(g, dest, &iovs, tag, cq_data);
+            return inject_bufs(g, dest, iovs.as_slice(), tag, cq_data);
         }
         let mut opts = SendOpts {
             tag: (flags & RDM4_MSG_TAGGED != 0).then_some(m.tag),
