@@ -22,6 +22,16 @@ static double now_ms(void)
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
+const char *rf_strerror(int prov_errno, char *buf, size_t len)
+{
+    const char *s = rdm4_strerror(prov_errno);
+    if (buf && len) {
+        snprintf(buf, len, "%s", s);
+        return buf;
+    }
+    return s;
+}
+
 /* Operation records. */
 
 struct rf_op *rf_op_get(struct rf_domain *d)
@@ -69,15 +79,7 @@ static int domain_close(struct fid *fid)
     return 0;
 }
 
-static struct fi_ops domain_fi_ops = {
-    .size = sizeof(struct fi_ops),
-    .close = domain_close,
-    .bind = (void *)rf_nosys_int,
-    .control = (void *)rf_nosys_int,
-    .ops_open = (void *)rf_nosys_int,
-    .tostr = (void *)rf_nosys_int,
-    .ops_set = (void *)rf_nosys_int,
-};
+static struct fi_ops domain_fi_ops = RF_FI_OPS(domain_close, rf_nosys_bind, rf_nosys_control);
 
 static int domain_endpoint2(struct fid_domain *domain, struct fi_info *info, struct fid_ep **ep, uint64_t flags,
                             void *context)
@@ -181,15 +183,7 @@ static int mr_close(struct fid *fid)
     return 0;
 }
 
-static struct fi_ops mr_fi_ops = {
-    .size = sizeof(struct fi_ops),
-    .close = mr_close,
-    .bind = (void *)rf_nosys_int,
-    .control = (void *)rf_nosys_int,
-    .ops_open = (void *)rf_nosys_int,
-    .tostr = (void *)rf_nosys_int,
-    .ops_set = (void *)rf_nosys_int,
-};
+static struct fi_ops mr_fi_ops = RF_FI_OPS(mr_close, rf_nosys_bind, rf_nosys_control);
 
 int rf_mr_reg(struct fid *fid, const void *buf, size_t len, uint64_t access, uint64_t offset, uint64_t requested_key,
               uint64_t flags, struct fid_mr **mr, void *context)
@@ -643,15 +637,7 @@ static int av_close(struct fid *fid)
     return 0;
 }
 
-static struct fi_ops av_fi_ops = {
-    .size = sizeof(struct fi_ops),
-    .close = av_close,
-    .bind = av_bind,
-    .control = (void *)rf_nosys_int,
-    .ops_open = (void *)rf_nosys_int,
-    .tostr = (void *)rf_nosys_int,
-    .ops_set = (void *)rf_nosys_int,
-};
+static struct fi_ops av_fi_ops = RF_FI_OPS(av_close, av_bind, rf_nosys_control);
 
 static struct fi_ops_av av_ops = {
     .size = sizeof(struct fi_ops_av),
@@ -979,12 +965,7 @@ static int cq_signal(struct fid_cq *fid)
 static const char *cq_strerror(struct fid_cq *fid, int prov_errno, const void *err_data, char *buf, size_t len)
 {
     (void)fid, (void)err_data;
-    const char *s = rdm4_strerror(prov_errno);
-    if (buf && len) {
-        snprintf(buf, len, "%s", s);
-        return buf;
-    }
-    return s;
+    return rf_strerror(prov_errno, buf, len);
 }
 
 static int cq_control(struct fid *fid, int command, void *arg)
@@ -1017,15 +998,7 @@ static int cq_close(struct fid *fid)
     return 0;
 }
 
-static struct fi_ops cq_fi_ops = {
-    .size = sizeof(struct fi_ops),
-    .close = cq_close,
-    .bind = (void *)rf_nosys_int,
-    .control = cq_control,
-    .ops_open = (void *)rf_nosys_int,
-    .tostr = (void *)rf_nosys_int,
-    .ops_set = (void *)rf_nosys_int,
-};
+static struct fi_ops cq_fi_ops = RF_FI_OPS(cq_close, rf_nosys_bind, cq_control);
 
 static struct fi_ops_cq cq_ops = {
     .size = sizeof(struct fi_ops_cq),
@@ -1174,15 +1147,7 @@ static int cntr_close(struct fid *fid)
     return 0;
 }
 
-static struct fi_ops cntr_fi_ops = {
-    .size = sizeof(struct fi_ops),
-    .close = cntr_close,
-    .bind = (void *)rf_nosys_int,
-    .control = cntr_control,
-    .ops_open = (void *)rf_nosys_int,
-    .tostr = (void *)rf_nosys_int,
-    .ops_set = (void *)rf_nosys_int,
-};
+static struct fi_ops cntr_fi_ops = RF_FI_OPS(cntr_close, rf_nosys_bind, cntr_control);
 
 static struct fi_ops_cntr cntr_ops = {
     .size = sizeof(struct fi_ops_cntr),
@@ -1361,12 +1326,7 @@ static ssize_t eq_write(struct fid_eq *fid, uint32_t event, const void *buf, siz
 static const char *eq_strerror(struct fid_eq *fid, int prov_errno, const void *err_data, char *buf, size_t len)
 {
     (void)fid, (void)err_data;
-    const char *s = rdm4_strerror(prov_errno);
-    if (buf && len) {
-        snprintf(buf, len, "%s", s);
-        return buf;
-    }
-    return s;
+    return rf_strerror(prov_errno, buf, len);
 }
 
 static int eq_control(struct fid *fid, int command, void *arg)
@@ -1399,15 +1359,7 @@ static int eq_close(struct fid *fid)
     return 0;
 }
 
-static struct fi_ops eq_fi_ops = {
-    .size = sizeof(struct fi_ops),
-    .close = eq_close,
-    .bind = (void *)rf_nosys_int,
-    .control = eq_control,
-    .ops_open = (void *)rf_nosys_int,
-    .tostr = (void *)rf_nosys_int,
-    .ops_set = (void *)rf_nosys_int,
-};
+static struct fi_ops eq_fi_ops = RF_FI_OPS(eq_close, rf_nosys_bind, eq_control);
 
 static struct fi_ops_eq eq_ops = {
     .size = sizeof(struct fi_ops_eq),

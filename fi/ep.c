@@ -1252,15 +1252,7 @@ static int ep_close(struct fid *fid)
     return 0;
 }
 
-static struct fi_ops ep_fi_ops = {
-    .size = sizeof(struct fi_ops),
-    .close = ep_close,
-    .bind = ep_bind,
-    .control = ep_control,
-    .ops_open = (void *)rf_nosys_int,
-    .tostr = (void *)rf_nosys_int,
-    .ops_set = (void *)rf_nosys_int,
-};
+static struct fi_ops ep_fi_ops = RF_FI_OPS(ep_close, ep_bind, ep_control);
 
 int rf_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep **epp, void *context)
 {

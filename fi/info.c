@@ -22,6 +22,18 @@ int rf_nosys_int(void)
     return -FI_ENOSYS;
 }
 
+int rf_nosys_bind(struct fid *fid, struct fid *bfid, uint64_t flags)
+{
+    (void)fid, (void)bfid, (void)flags;
+    return -FI_ENOSYS;
+}
+
+int rf_nosys_control(struct fid *fid, int command, void *arg)
+{
+    (void)fid, (void)command, (void)arg;
+    return -FI_ENOSYS;
+}
+
 int rf_errno(int32_t status)
 {
     switch (status) {
@@ -381,15 +393,7 @@ static int fabric_close(struct fid *fid)
     return 0;
 }
 
-static struct fi_ops fabric_fi_ops = {
-    .size = sizeof(struct fi_ops),
-    .close = fabric_close,
-    .bind = (void *)rf_nosys_int,
-    .control = (void *)rf_nosys_int,
-    .ops_open = (void *)rf_nosys_int,
-    .tostr = (void *)rf_nosys_int,
-    .ops_set = (void *)rf_nosys_int,
-};
+static struct fi_ops fabric_fi_ops = RF_FI_OPS(fabric_close, rf_nosys_bind, rf_nosys_control);
 
 static int fabric_domain2(struct fid_fabric *fabric, struct fi_info *info, struct fid_domain **dom, uint64_t flags,
                           void *context)

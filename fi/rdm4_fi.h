@@ -68,6 +68,22 @@ extern struct fi_provider rf_prov;
 /* Returned by operations on objects that do not offer them. */
 int rf_nosys_int(void);
 
+/* What objects without a bind or a control operation answer. */
+int rf_nosys_bind(struct fid *fid, struct fid *bfid, uint64_t flags);
+int rf_nosys_control(struct fid *fid, int command, void *arg);
+
+/* The fi_ops of an object: its close, bind and control; the other
+ * operations are not offered. */
+#define RF_FI_OPS(close_, bind_, control_)                                                             \
+    {                                                                                                   \
+        .size = sizeof(struct fi_ops), .close = (close_), .bind = (bind_), .control = (control_),      \
+        .ops_open = (void *)rf_nosys_int, .tostr = (void *)rf_nosys_int, .ops_set = (void *)rf_nosys_int, \
+    }
+
+/* rdm4's text of a provider error number, into `buf` when given (the
+ * strerror of completion and event queues). */
+const char *rf_strerror(int prov_errno, char *buf, size_t len);
+
 /* The -FI_E* code of an rdm4 status returned by a call, and the positive
  * FI_E* error number of one in a completion. */
 int rf_errno(int32_t status);
