@@ -2,8 +2,9 @@
 //! tools and by Open MPI: `fi_info`, `fi_pingpong` on one host and across
 //! two network namespaces, `fi/tests/fi_check.c` (the libfabric API on
 //! every domain, and under valgrind), and `fi/tests/mpi_check.c` under
-//! `mpirun` with `pml cm`, `mtl ofi` on rdm4, on one host and with two
-//! ranks in each of two namespaces.
+//! `mpirun` with `pml cm`, `mtl ofi` on rdm4 (one-sided over `osc pt2pt`),
+//! on one host and with two ranks in each of two namespaces, and one-sided
+//! over `osc rdma` on `btl ofi` on rdm4 across the namespaces.
 //!
 //! The provider is built from this test run's `librdm4.a` by `make -C fi`
 //! into `target/c_tests/<profile>/fi/`. Where libfabric's headers or tools,
@@ -376,4 +377,26 @@ fn the_libfabric_api_under_valgrind() {
     let o = run(c, Duration::from_secs(450), "valgrind fi_check auto");
     let t = text(&o);
     assert!(o.status.success() && t.contains(", 0 failed"), "valgrind fi_check auto ({}):\n{t}", o.status);
+}
+
+/// One-sided MPI over `osc rdma` on `btl ofi` on rdm4 (RMA and fetching
+/// atomics of the provider), with two ranks on each of two hosts. Rank 0
+/// stays out of Compare_and_swap on its own window (`--no-self-cas`):
+/// Open MPI 4.1.4's osc rdma hands btl ofi no registration for a rank's
+/// own memory there (a NULL dereference in `mca_btl_ofi_acswap`), and on
+/// one host none for any peer's, so this runs across hosts only.
+#[test]
+fn open_mpi_one_sided_over_btl_ofi_across_two_namespaces() {
+    if !needs(&["mpirun", "mpicc", "make", "cc", "ip", "unshare"], true) {
+        return;
+    }
+    let mut c = fi_cmd(&format!("{MANIFEST_DIR}/scripts/mpi_netns.sh"));
+    c.args(["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "rdm4"])
+        .args(["--mca", "btl", "self,ofi", "--mca", "btl_ofi_provider_include", "rdm4", "--mca", "osc", "rdma"])
+        .arg("--")
+        .arg(mpi_check())
+        .arg("--no-self-cas")
+        .env("MPI_NETNS_TIMEOUT", "240");
+    let o = run(c, Duration::from_secs(300), "scripts/mpi_netns.sh mpi_check, osc rdma");
+    expect_all_checks(&o, "Open MPI, osc rdma over btl ofi on rdm4, two hosts");
 }
