@@ -463,9 +463,7 @@ fn the_installed_libfabric_provider_loads() {
         eprintln!("SKIPPED the load: fi_info is not installed");
         return;
     }
-    let out = run_ok(
-        Command::new("fi_info").arg("-l").env("FI_PROVIDER_PATH", provider.parent().unwrap()),
-        "fi_info -l",
-    );
+    let out =
+        run_ok(Command::new("fi_info").arg("-l").env("FI_PROVIDER_PATH", provider.parent().unwrap()), "fi_info -l");
     assert!(out.contains("rdm4:"), "fi_info -l does not list rdm4 from the prefix:\n{out}");
 }

@@ -123,8 +123,11 @@ fn fi_info_lists_the_provider_with_its_attributes() {
     let t = text(&o);
     assert!(o.status.success(), "fi_info -p rdm4 failed:\n{t}");
     // One entry per device, the default (auto) first.
-    let domains: Vec<&str> =
-        t.lines().filter_map(|l| l.trim().strip_prefix("name: ")).filter(|n| ["auto", "shm", "udp"].contains(n)).collect();
+    let domains: Vec<&str> = t
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("name: "))
+        .filter(|n| ["auto", "shm", "udp"].contains(n))
+        .collect();
     assert_eq!(domains.first(), Some(&"auto"), "the default device comes first:\n{t}");
     for dev in ["shm", "udp"] {
         assert!(domains.contains(&dev), "no {dev} domain:\n{t}");
@@ -175,9 +178,7 @@ fn pingpong(wrap: [&[&str]; 2], server: &str, port: u16, args: &[&str], what: &s
         if !w.is_empty() {
             c.args(&w[1..]).arg("fi_pingpong");
         }
-        c.args(["-p", "rdm4", "-e", "rdm", "-c", port_flag, &port.to_string()])
-            .args(args)
-            .args(extra);
+        c.args(["-p", "rdm4", "-e", "rdm", "-c", port_flag, &port.to_string()]).args(args).args(extra);
         c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         c
     };
@@ -191,7 +192,8 @@ fn pingpong(wrap: [&[&str]; 2], server: &str, port: u16, args: &[&str], what: &s
     let s = wait_for(srv.0.take().unwrap(), Duration::from_secs(30), &format!("{what}: server"));
     assert!(c.status.success() && s.status.success(), "{what}:\nclient:\n{}\nserver:\n{}", text(&c), text(&s));
     let t = text(&c);
-    let sizes: Vec<&str> = t.lines().skip_while(|l| !l.starts_with("bytes")).skip(1).filter_map(|l| l.split_whitespace().next()).collect();
+    let sizes: Vec<&str> =
+        t.lines().skip_while(|l| !l.starts_with("bytes")).skip(1).filter_map(|l| l.split_whitespace().next()).collect();
     let want: &[&str] = if args.contains(&"-S") { &["1"] } else { &["64", "256", "1k", "4k", "64k", "1m"] };
     assert_eq!(sizes, want, "{what}: sizes reported:\n{t}");
     eprintln!("{what}:\n{t}");
@@ -295,8 +297,21 @@ fn mpi_check() -> &'static Path {
 /// which opens at MPI_Init whatever pml runs, is left out; one-sided
 /// communication over osc pt2pt).
 const MTL_RDM4: &[&str] = &[
-    "--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "rdm4", "--mca", "btl",
-    "^ofi", "--mca", "osc", "pt2pt",
+    "--mca",
+    "pml",
+    "cm",
+    "--mca",
+    "mtl",
+    "ofi",
+    "--mca",
+    "mtl_ofi_provider_include",
+    "rdm4",
+    "--mca",
+    "btl",
+    "^ofi",
+    "--mca",
+    "osc",
+    "pt2pt",
 ];
 
 fn expect_all_checks(o: &Output, what: &str) {

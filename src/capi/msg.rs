@@ -120,7 +120,13 @@ fn inject_common(ep: *mut rdm4_ep, buf: *const c_void, len: usize, dest: rdm4_ad
 
 /// Sends a copy of `bufs` (at most `INJECT_MAX` bytes in all, checked by
 /// the caller) with no completion.
-fn inject_bufs(g: &mut EpInner, dest: Addr, bufs: &[UserBuf], tag: Option<u64>, cq_data: Option<u64>) -> Result<i32, Status> {
+fn inject_bufs(
+    g: &mut EpInner,
+    dest: Addr,
+    bufs: &[UserBuf],
+    tag: Option<u64>,
+    cq_data: Option<u64>,
+) -> Result<i32, Status> {
     // Straight from the caller's buffer when it goes out now: no copy
     // to keep and no completion to drop, so polls keep passing the
     // engine's completions through (`EpInner::passes_through`).
@@ -244,7 +250,8 @@ pub extern "C" fn rdm4_sendmsg(ep: *mut rdm4_ep, msg: *const rdm4_msg, flags: u6
         let iovs = msg_iovs(&m)?;
         let inject = flags & RDM4_MSG_INJECT != 0;
         if inject
-            && (flags & RDM4_MSG_DELIVERY_COMPLETE != 0 || iovs.as_slice().iter().map(|b| b.len()).sum::<usize>() > INJECT_MAX)
+            && (flags & RDM4_MSG_DELIVERY_COMPLETE != 0
+                || iovs.as_slice().iter().map(|b| b.len()).sum::<usize>() > INJECT_MAX)
         {
             return Err(Status::Inval);
         }

@@ -177,8 +177,9 @@ pub(crate) fn primary_addr() -> IpAddr {
         s.connect((Ipv4Addr::new(192, 0, 2, 1), 9)).ok()?;
         Some(s.local_addr().ok()?.ip()).filter(|ip| !ip.is_unspecified())
     };
-    let first_interface =
-        || interfaces().into_iter().map(|(_, ip)| ip).find(|ip| ip.is_ipv4() && !ip.is_loopback() && !ip.is_unspecified());
+    let first_interface = || {
+        interfaces().into_iter().map(|(_, ip)| ip).find(|ip| ip.is_ipv4() && !ip.is_loopback() && !ip.is_unspecified())
+    };
     probe().or_else(first_interface).unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
 }
 
