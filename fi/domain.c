@@ -109,6 +109,52 @@ static struct fi_ops_mr domain_mr_ops = {
     .regattr = rf_mr_regattr,
 };
 
+/* Sets the variable `name` to `value` for the open (`value` NULL: unset);
+ * `saved` keeps what was there. */
+static void swap_env(const char *name, const char *value, char **saved)
+{
+    const char *old = getenv(name);
+    *saved = old ? strdup(old) : NULL;
+    if (value) {
+        setenv(name, value, 1);
+    } else {
+        unsetenv(name);
+    }
+}
+
+/* rdm4_ep_open, with the udp device bound where the info's source request
+ * (fi_getinfo with FI_SOURCE) says: RDM4_UDP_ADDR and RDM4_UDP_PORT for
+ * the open only. */
+static int32_t open_at_source(const struct fi_info *info, const rdm4_ep_attr *attr, rdm4_ep **ep)
+{
+    const struct rf_src_request *req = info->src_addr;
+    if (!req || info->src_addrlen != sizeof *req || memcmp(req->magic, RF_SRC_MAGIC, sizeof req->magic) != 0) {
+        return rdm4_ep_open(attr, ep);
+    }
+    char port[8], *old_addr = NULL, *old_port = NULL;
+    snprintf(port, sizeof port, "%u", req->port);
+    int set_addr = req->node[0] != 0, set_port = req->port != 0;
+    if (set_addr) {
+        swap_env("RDM4_UDP_ADDR", req->node, &old_addr);
+    }
+    if (set_port) {
+        swap_env("RDM4_UDP_PORT", port, &old_port);
+    }
+    int32_t r = rdm4_ep_open(attr, ep);
+    char *dummy;
+    if (set_addr) {
+        swap_env("RDM4_UDP_ADDR", old_addr, &dummy);
+        free(dummy);
+        free(old_addr);
+    }
+    if (set_port) {
+        swap_env("RDM4_UDP_PORT", old_port, &dummy);
+        free(dummy);
+        free(old_port);
+    }
+    return r;
+}
+
 int rf_domain_open(struct fid_fabric *fabric, struct fi_info *info, struct fid_domain **dom, void *context)
 {
     if (!fabric || !info || !dom || !info->domain_attr) {
@@ -138,7 +184,7 @@ int rf_domain_open(struct fid_fabric *fabric, struct fi_info *info, struct fid_d
     if (info->tx_attr && (info->tx_attr->op_flags & FI_DELIVERY_COMPLETE)) {
         attr.flags |= RDM4_EP_DELIVERY_COMPLETE;
     }
-    int32_t r = rdm4_ep_open(&attr, &d->ep);
+    int32_t r = open_at_source(info, &attr, &d->ep);
     if (r != RDM4_SUCCESS) {
         FI_WARN(&rf_prov, FI_LOG_DOMAIN, "rdm4_ep_open on %s: %s\n", rf_device_name((uint32_t)device),
                 rdm4_strerror(r));

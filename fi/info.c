@@ -6,11 +6,15 @@
  * after it: "auto", "shm", "udp"), the default device first: the one
  * FI_RDM4_DEVICE or RDM4_DEVICE names, else auto. Only FI_EP_RDM
  * endpoints are offered, so that libfabric stacks none of its utility
- * providers on rdm4. Node and service names are not rdm4 addresses (a
- * name carries a connection id no host name gives): a call with either
- * gets -FI_ENODATA; addresses travel as the 32-byte names `fi_getname`
- * gives (addr_format FI_FORMAT_UNSPEC).
+ * providers on rdm4. A destination's node and service are not rdm4
+ * addresses (a name carries a connection id no host name gives): a call
+ * with them gets -FI_ENODATA; addresses travel as the 32-byte names
+ * `fi_getname` gives (addr_format FI_FORMAT_UNSPEC). With FI_SOURCE, node
+ * and service name the udp device's own address and port (an IP address
+ * and a number; 0 or none: any): the answer's src_addr carries that
+ * request (`struct rf_src_request`) to the domain, which binds there.
  */
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,12 +342,43 @@ static int fill_info(uint32_t version, uint32_t device, const struct fi_info *hi
     return 1;
 }
 
+/* A source that `fi_getinfo` with FI_SOURCE was given as node and
+ * service: parsed into the request `out` (node NULL: any address; service
+ * NULL or 0: any port). -FI_ENODATA when it is no address and port. */
+static int parse_source(const char *node, const char *service, struct rf_src_request *out)
+{
+    memset(out, 0, sizeof *out);
+    memcpy(out->magic, RF_SRC_MAGIC, sizeof out->magic);
+    if (service) {
+        char *end;
+        unsigned long port = strtoul(service, &end, 10);
+        if (!*service || *end || port > 65535) {
+            return -FI_ENODATA;
+        }
+        out->port = (uint16_t)port;
+    }
+    if (node) {
+        uint8_t ip[16];
+        if (strlen(node) >= sizeof out->node ||
+            (inet_pton(AF_INET, node, ip) != 1 && inet_pton(AF_INET6, node, ip) != 1)) {
+            return -FI_ENODATA;
+        }
+        memcpy(out->node, node, strlen(node));
+    }
+    return 0;
+}
+
 static int rf_getinfo(uint32_t version, const char *node, const char *service, uint64_t flags,
                       const struct fi_info *hints, struct fi_info **info)
 {
-    (void)flags;
     *info = NULL;
-    if (node || service) {
+    struct rf_src_request src;
+    if ((node || service) && (!(flags & FI_SOURCE) || parse_source(node, service, &src) != 0)) {
+        /* A destination's name is no rdm4 address: it carries a
+         * connection id no host name gives. */
+        return -FI_ENODATA;
+    }
+    if ((node || service) && hints && hints->src_addr) {
         return -FI_ENODATA;
     }
     uint32_t first = default_device();
@@ -363,6 +398,16 @@ static int rf_getinfo(uint32_t version, const char *node, const char *service, u
             return -FI_ENOMEM;
         }
         int r = fill_info(version, order[i], hints, one);
+        if (r > 0 && (node || service)) {
+            one->src_addr = malloc(sizeof src);
+            if (!one->src_addr) {
+                fi_freeinfo(one);
+                fi_freeinfo(head);
+                return -FI_ENOMEM;
+            }
+            memcpy(one->src_addr, &src, sizeof src);
+            one->src_addrlen = sizeof src;
+        }
         if (r <= 0) {
             fi_freeinfo(one);
             if (r < 0) {

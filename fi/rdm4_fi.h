@@ -65,6 +65,15 @@
 
 extern struct fi_provider rf_prov;
 
+/* The src_addr of an fi_info that fi_getinfo with FI_SOURCE, a node or
+ * a service answered: where the domain's udp device is to bind. */
+#define RF_SRC_MAGIC "rdm4src"
+struct rf_src_request {
+    char magic[8];   /* RF_SRC_MAGIC */
+    char node[46];   /* an IP address, NUL-terminated; empty: any */
+    uint16_t port;   /* 0: any */
+};
+
 /* Returned by operations on objects that do not offer them. */
 int rf_nosys_int(void);
 

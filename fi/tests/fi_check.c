@@ -5,7 +5,8 @@
  * their names with fi_getname / fi_av_insert, and checks, group by group:
  *
  *   1 getinfo    fi_getinfo: FI_EP_MSG / FI_EP_DGRAM hints and a node name
- *                get -FI_ENODATA; caps FI_TAGGED alone give no FI_MSG,
+ *                get -FI_ENODATA (with FI_SOURCE a service is the udp
+ *                device's port, which a domain opened from it holds); caps FI_TAGGED alone give no FI_MSG,
  *                FI_RMA or FI_ATOMIC; tx op_flags hold FI_COMPLETION;
  *                mem_tag_format has bit 63; cq_data_size >= 4; mr_mode
  *                FI_MR_SCALABLE with FI_RMA is refused, FI_MR_BASIC is kept;
@@ -80,7 +81,10 @@
  *       --errors-for-leak-kinds=definite --error-exitcode=1 /tmp/fi_check auto
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -893,9 +897,32 @@ static void g_getinfo(void)
         fi_freeinfo(info);
     }
     info = NULL;
-    r = fi_getinfo(API_VERSION, NULL, "4242", FI_SOURCE, h, &info);
-    check(rc_is(r, -FI_ENODATA, "fi_getinfo(service \"4242\", FI_SOURCE)"), "a service name gets -FI_ENODATA");
-    if (!r) {
+    /* With FI_SOURCE, node and service name the udp device's own address
+     * and port: a domain opened from the answer binds there. */
+    r = fi_getinfo(API_VERSION, NULL, "notaport", FI_SOURCE, h, &info);
+    check(rc_is(r, -FI_ENODATA, "fi_getinfo(service \"notaport\", FI_SOURCE)"), "a service that is no port gets -FI_ENODATA");
+    r = fi_getinfo(API_VERSION, "no.such.host", NULL, FI_SOURCE, h, &info);
+    check(rc_is(r, -FI_ENODATA, "fi_getinfo(node \"no.such.host\", FI_SOURCE)"), "a node that is no address gets -FI_ENODATA");
+    info = NULL;
+    r = fi_getinfo(API_VERSION, NULL, "42421", FI_SOURCE, h, &info);
+    if (check(rc_is(r, 0, "fi_getinfo(service \"42421\", FI_SOURCE)"), "a local service with FI_SOURCE is a port")) {
+        struct fid_fabric *fab = NULL;
+        struct fid_domain *dom = NULL;
+        int ok = fi_fabric(info->fabric_attr, &fab, NULL) == 0 && fi_domain(fab, info, &dom, NULL) == 0;
+        if (ok && strcmp(info->domain_attr->name, "shm") != 0) {
+            int sock = socket(AF_INET, SOCK_DGRAM, 0);
+            struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(42421) };
+            int bound = bind(sock, (struct sockaddr *)&sa, sizeof sa) == 0;
+            close(sock);
+            check(!bound, "the domain's udp device holds UDP port 42421");
+        }
+        check(ok, "a domain opens from that answer");
+        if (dom) {
+            fi_close(&dom->fid);
+        }
+        if (fab) {
+            fi_close(&fab->fid);
+        }
         fi_freeinfo(info);
     }
     fi_freeinfo(h);
