@@ -212,6 +212,9 @@ static int fill_info(uint32_t version, uint32_t device, const struct fi_info *hi
         if (hints->domain_attr && hints->domain_attr->name && strcmp(hints->domain_attr->name, dev) != 0) {
             return 0;
         }
+        if (hints->domain_attr && !subset(hints->domain_attr->caps, caps & (FI_LOCAL_COMM | FI_REMOTE_COMM))) {
+            return 0;
+        }
         if (hints->domain_attr && hints->domain_attr->cq_data_size > RF_CQ_DATA_SIZE) {
             return 0;
         }
@@ -270,7 +273,7 @@ static int fill_info(uint32_t version, uint32_t device, const struct fi_info *hi
     }
 
     struct fi_tx_attr *tx = out->tx_attr;
-    tx->caps = caps;
+    tx->caps = caps & RF_TX_CAPS;
     tx->mode = 0;
     tx->op_flags = FI_COMPLETION | (hints && hints->tx_attr ? hints->tx_attr->op_flags : 0);
     tx->msg_order = FI_ORDER_SAS;
@@ -281,7 +284,7 @@ static int fill_info(uint32_t version, uint32_t device, const struct fi_info *hi
     tx->rma_iov_limit = 1;
 
     struct fi_rx_attr *rx = out->rx_attr;
-    rx->caps = caps;
+    rx->caps = caps & RF_RX_CAPS;
     rx->mode = 0;
     rx->op_flags = FI_COMPLETION;
     rx->msg_order = FI_ORDER_SAS;

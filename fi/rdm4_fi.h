@@ -47,6 +47,11 @@
     (FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SOURCE | FI_LOCAL_COMM | \
      FI_REMOTE_COMM)
 #define RF_CAPS (RF_PRIMARY_CAPS | RF_SECONDARY_CAPS)
+/* The capabilities that belong to the transmit and the receive side. */
+#define RF_TX_CAPS (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_SEND | FI_READ | FI_WRITE)
+#define RF_RX_CAPS                                                                                        \
+    (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_DIRECTED_RECV | FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE | \
+     FI_SOURCE)
 /* Memory registration modes rdm4 needs for remote access: its keys are
  * its own and remote addresses are virtual addresses. */
 #define RF_MR_REMOTE_MODES (FI_MR_PROV_KEY | FI_MR_VIRT_ADDR)
