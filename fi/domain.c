@@ -1,6 +1,6 @@
 /*
  * Domains (one rdm4 endpoint each), memory registration, address vectors,
- * completion queues, counters, event queues and progress.
+ * completion queues, counters, event queues, poll sets and progress.
  */
 #include <errno.h>
 #include <poll.h>
@@ -94,7 +94,7 @@ static struct fi_ops_domain domain_ops = {
     .endpoint = rf_ep_open,
     .scalable_ep = (void *)rf_nosys_int,
     .cntr_open = rf_cntr_open,
-    .poll_open = (void *)rf_nosys_int,
+    .poll_open = rf_poll_open,
     .stx_ctx = (void *)rf_nosys_int,
     .srx_ctx = (void *)rf_nosys_int,
     .query_atomic = rf_query_atomic,
@@ -1483,5 +1483,163 @@ int rf_trywait(struct fid_fabric *fabric, struct fid **fids, int count)
             return -rf_errno(r);
         }
     }
+    return 0;
+}
+
+/* Poll sets: completion queues and counters polled together. A member
+ * is reported (its fid's context) when its queue holds entries, or when
+ * its counter's value or error count changed since the last report. */
+
+struct rf_poll_member {
+    struct fid *fid;
+    uint64_t seen, seen_err;
+};
+
+struct rf_poll {
+    struct fid_poll fid;
+    struct rf_domain *domain;
+    pthread_mutex_t lock;
+    struct rf_poll_member *m;
+    size_t n, cap;
+};
+
+static int poll_poll(struct fid_poll *fid, void **context, int count)
+{
+    struct rf_poll *ps = (struct rf_poll *)fid;
+    if (count < 0 || (!context && count)) {
+        return -FI_EINVAL;
+    }
+    pthread_mutex_lock(&ps->lock);
+    rf_progress(ps->domain);
+    int found = 0;
+    for (size_t i = 0; i < ps->n && found < count; i++) {
+        struct rf_poll_member *m = &ps->m[i];
+        int ready;
+        if (m->fid->fclass == FI_CLASS_CQ) {
+            ready = ((struct rf_cq *)m->fid)->count != 0;
+        } else {
+            struct rf_cntr *c = (struct rf_cntr *)m->fid;
+            uint64_t v = atomic_load(&c->value), e = atomic_load(&c->err);
+            ready = v != m->seen || e != m->seen_err;
+            m->seen = v;
+            m->seen_err = e;
+        }
+        if (ready) {
+            context[found++] = m->fid->context;
+        }
+    }
+    pthread_mutex_unlock(&ps->lock);
+    return found;
+}
+
+static int poll_add(struct fid_poll *fid, struct fid *event_fid, uint64_t flags)
+{
+    struct rf_poll *ps = (struct rf_poll *)fid;
+    if (!event_fid || flags) {
+        return flags ? -FI_EBADFLAGS : -FI_EINVAL;
+    }
+    struct rf_domain *d = event_fid->fclass == FI_CLASS_CQ     ? ((struct rf_cq *)event_fid)->domain
+                          : event_fid->fclass == FI_CLASS_CNTR ? ((struct rf_cntr *)event_fid)->domain
+                                                               : NULL;
+    if (d != ps->domain) {
+        return -FI_EINVAL;
+    }
+    pthread_mutex_lock(&ps->lock);
+    int r = 0;
+    if (ps->n == ps->cap) {
+        size_t cap = ps->cap ? ps->cap * 2 : 8;
+        struct rf_poll_member *m = realloc(ps->m, cap * sizeof *m);
+        if (!m) {
+            r = -FI_ENOMEM;
+        } else {
+            ps->m = m;
+            ps->cap = cap;
+        }
+    }
+    if (!r) {
+        struct rf_poll_member *m = &ps->m[ps->n++];
+        m->fid = event_fid;
+        m->seen = m->seen_err = 0;
+        if (event_fid->fclass == FI_CLASS_CNTR) {
+            struct rf_cntr *c = (struct rf_cntr *)event_fid;
+            m->seen = atomic_load(&c->value);
+            m->seen_err = atomic_load(&c->err);
+            atomic_fetch_add(&c->ref, 1);
+        } else {
+            atomic_fetch_add(&((struct rf_cq *)event_fid)->ref, 1);
+        }
+    }
+    pthread_mutex_unlock(&ps->lock);
+    return r;
+}
+
+/* Drops the reference a member holds. */
+static void poll_unref(struct fid *f)
+{
+    if (f->fclass == FI_CLASS_CNTR) {
+        atomic_fetch_sub(&((struct rf_cntr *)f)->ref, 1);
+    } else {
+        atomic_fetch_sub(&((struct rf_cq *)f)->ref, 1);
+    }
+}
+
+static int poll_del(struct fid_poll *fid, struct fid *event_fid, uint64_t flags)
+{
+    struct rf_poll *ps = (struct rf_poll *)fid;
+    if (flags) {
+        return -FI_EBADFLAGS;
+    }
+    int r = -FI_EINVAL;
+    pthread_mutex_lock(&ps->lock);
+    for (size_t i = 0; i < ps->n; i++) {
+        if (ps->m[i].fid == event_fid) {
+            poll_unref(event_fid);
+            ps->m[i] = ps->m[--ps->n];
+            r = 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&ps->lock);
+    return r;
+}
+
+static int poll_close(struct fid *fid)
+{
+    struct rf_poll *ps = (struct rf_poll *)fid;
+    for (size_t i = 0; i < ps->n; i++) {
+        poll_unref(ps->m[i].fid);
+    }
+    atomic_fetch_sub(&ps->domain->ref, 1);
+    pthread_mutex_destroy(&ps->lock);
+    free(ps->m);
+    free(ps);
+    return 0;
+}
+
+static struct fi_ops poll_fi_ops = RF_FI_OPS(poll_close, rf_nosys_bind, rf_nosys_control);
+
+static struct fi_ops_poll poll_ops = {
+    .size = sizeof(struct fi_ops_poll),
+    .poll = poll_poll,
+    .poll_add = poll_add,
+    .poll_del = poll_del,
+};
+
+int rf_poll_open(struct fid_domain *domain, struct fi_poll_attr *attr, struct fid_poll **pollset)
+{
+    if (!domain || !pollset || (attr && attr->flags)) {
+        return attr && attr->flags ? -FI_EBADFLAGS : -FI_EINVAL;
+    }
+    struct rf_poll *ps = calloc(1, sizeof *ps);
+    if (!ps) {
+        return -FI_ENOMEM;
+    }
+    ps->domain = (struct rf_domain *)domain;
+    pthread_mutex_init(&ps->lock, NULL);
+    ps->fid.fid.fclass = FI_CLASS_POLL;
+    ps->fid.fid.ops = &poll_fi_ops;
+    ps->fid.ops = &poll_ops;
+    atomic_fetch_add(&ps->domain->ref, 1);
+    *pollset = &ps->fid;
     return 0;
 }

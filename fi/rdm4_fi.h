@@ -253,6 +253,7 @@ int rf_eq_post(struct rf_eq *eq, uint32_t event, const void *buf, size_t len, in
 int rf_av_open(struct fid_domain *domain, struct fi_av_attr *attr, struct fid_av **av, void *context);
 int rf_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr, struct fid_cq **cq, void *context);
 int rf_cntr_open(struct fid_domain *domain, struct fi_cntr_attr *attr, struct fid_cntr **cntr, void *context);
+int rf_poll_open(struct fid_domain *domain, struct fi_poll_attr *attr, struct fid_poll **pollset);
 int rf_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep **ep, void *context);
 int rf_mr_reg(struct fid *fid, const void *buf, size_t len, uint64_t access, uint64_t offset, uint64_t requested_key,
               uint64_t flags, struct fid_mr **mr, void *context);

@@ -52,7 +52,8 @@
  *                fi_fetch_atomic FI_SUM and FI_ATOMIC_READ, fi_compare_atomic
  *                FI_CSWAP on FI_UINT64 and FI_UINT32, fi_inject_atomic: exact
  *                results, neighbours untouched; a bad key
- *   9 wait       fi_cntr_wait to a threshold and its timeout; a CQ with
+ *   9 wait       fi_cntr_wait to a threshold and its timeout; a poll set
+ *                of a CQ and a counter; a CQ with
  *                FI_WAIT_FD: FI_GETWAIT, fi_cq_sread timing out with
  *                -FI_EAGAIN, woken by a message another thread sends, by
  *                fi_cq_signal; fi_trywait with poll(2) on the fd
@@ -2642,6 +2643,16 @@ static void g_wait(void)
     struct fi_context2 rc[N], sc[N];
     ssize_t r;
     int good = 1;
+    /* A poll set of B's rx CQ and recv counter: nothing to report before
+     * the messages, both after. */
+    struct fid_poll *ps = NULL;
+    struct fi_poll_attr pa = { 0 };
+    void *ready[4];
+    int po = fi_poll_open(B->domain, &pa, &ps);
+    check(rc_is(po, 0, "fi_poll_open") && rc_is(fi_poll_add(ps, &B->rx.cq->fid, 0), 0, "fi_poll_add(rx CQ)") &&
+              rc_is(fi_poll_add(ps, &B->rxcntr->fid, 0), 0, "fi_poll_add(recv counter)"),
+          "a poll set of B's rx CQ and recv counter");
+    check(ps && fi_poll(ps, ready, 4) == 0, "fi_poll reports nothing before any message");
     for (int i = 0; i < N && good; i++) {
         POST(r, fi_recv(B->ep, rbuf + (size_t)i * 128, 64, NULL, FI_ADDR_UNSPEC, &rc[i]));
         good = rc_is(r, 0, "fi_recv");
@@ -2659,6 +2670,20 @@ static void g_wait(void)
           "fi_cntr_wait until B's recv counter reaches %d (%.0f ms)", N, now_ms() - t0);
     r = fi_cntr_wait(A->txcntr, N, WAIT_MS);
     check(rc_is(r, 0, "fi_cntr_wait(A send counter, 10)"), "fi_cntr_wait until A's send counter reaches %d", N);
+    if (ps) {
+        int n = fi_poll(ps, ready, 4);
+        int cq_seen = 0, cntr_seen = 0;
+        for (int i = 0; i < n; i++) {
+            cq_seen |= ready[i] == B->rx.cq->fid.context;
+            cntr_seen |= ready[i] == B->rxcntr->fid.context;
+        }
+        check(n == 2 && cq_seen && cntr_seen, "fi_poll reports the rx CQ (entries wait) and the counter (%d)", n);
+        check(fi_poll(ps, ready, 4) == 1 && ready[0] == B->rx.cq->fid.context,
+              "then only the CQ, until its entries are read");
+        check(rc_is(fi_poll_del(ps, &B->rx.cq->fid, 0), 0, "fi_poll_del") &&
+                  rc_is(fi_poll_del(ps, &B->rxcntr->fid, 0), 0, "fi_poll_del") && rc_is(fi_close(&ps->fid), 0, "fi_close"),
+              "the poll set closes");
+    }
     t0 = now_ms();
     r = fi_cntr_wait(B->rxcntr, N + 1, 300);
     double dt = now_ms() - t0;
