@@ -58,8 +58,10 @@
 #            the provider (test_configs/<util or core>/*.exclude) lists it.
 #   Logs of the last run: <build-dir>/logs/<provider>/NN.server.log and
 #   NN.client.log (NN.log for one process), each starting with its command
-#   line, and results.tsv with the table. Exit status: 0 when nothing failed
-#   or timed out, 1 otherwise, 2 on a usage or build error.
+#   line, and results.tsv with the table; the tests run in that directory,
+#   so a crashing test's backtrace file (*.btr) lands there too.
+#   Exit status: 0 when nothing failed or timed out, 1 otherwise, 2 on a
+#   usage or build error.
 #
 # Options (env in brackets):
 #   -p PROV         provider string given to every test's -p, e.g. rdm4,
@@ -173,6 +175,9 @@ while [ $# -gt 0 ]; do
 	*) echo "$SELF: unknown argument '$1'" >&2; usage 2 ;;
 	esac
 done
+# absolute, as the tests run in the log directory
+build=$(realpath -m -- "$build")
+[ -n "$src" ] && [ -e "$src" ] && src=$(realpath -- "$src")
 case "$force_mode" in ""|oob|node) ;; *) die "-m takes oob or node" ;; esac
 [[ "$tmo" =~ ^[0-9]+$ ]] || die "-t takes whole seconds"
 ((BASH_VERSINFO[0] > 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] >= 1))) ||
@@ -309,6 +314,12 @@ build_fabtests() {
 		fi
 		how_to_get_sources
 	fi
+	stamp="$build/.built"
+	if [ -f "$src" ] && [ $rebuild = 0 ] && [ -x "$build/install/bin/fi_rdm" ] &&
+	   [ "$(cat "$stamp" 2>/dev/null)" = "fabtests $FT_VERSION from $(realpath "$src")" ]; then
+		echo "# using the build in $build (fabtests $FT_VERSION from $src)"
+		return
+	fi
 	fsrc=$(find_fabtests_src "$src") || exit 2
 	v=$(sed -n 's/^AC_INIT(\[fabtests\], *\[\([^]]*\)\].*/\1/p' "$fsrc/configure.ac")
 	if [ "$v" != "$FT_VERSION" ]; then
@@ -316,7 +327,7 @@ build_fabtests() {
 		how_to_get_sources
 	fi
 	want="fabtests $v from $fsrc"
-	stamp="$build/.built"
+	[ -f "$src" ] && want="fabtests $v from $(realpath "$src")"
 	if [ $rebuild = 0 ] && [ -x "$build/install/bin/fi_rdm" ] &&
 	   [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
 		echo "# using the build in $build ($want)"
@@ -567,6 +578,9 @@ run_all() {
 	load_upstream_excludes
 	if [ $list_only = 0 ]; then
 		rm -rf "$logdir" && mkdir -p "$logdir" || die "cannot make $logdir"
+		# the tests' working directory: whatever they drop (libfabric's
+		# crash backtraces, *.btr) lands beside the logs
+		cd "$logdir" || die "cannot enter $logdir"
 		echo "# fabtests $FT_VERSION, provider '$prov', host $host, limit ${tmo}s a process," \
 			"FI_PROVIDER_PATH=${FI_PROVIDER_PATH:-<unset>}"
 		echo "# logs: $logdir"
