@@ -193,16 +193,56 @@ static ssize_t send_any(struct rf_ep *ep, const struct iovec *iov, size_t count,
     return ret(rdm4_sendmsg(ep->domain->ep, &m, rf));
 }
 
-static ssize_t ep_send(struct fid_ep *fid, const void *buf, size_t len, void *desc, fi_addr_t dest, void *context)
+/* One buffer, sent or injected, untagged or tagged (the calls without
+ * flags: the endpoint's default op_flags decide the completion). */
+static inline ssize_t send_one(struct fid_ep *fid, const void *buf, size_t len, fi_addr_t dest, int tagged,
+                               uint64_t tag, void *context)
 {
     struct rf_ep *ep = EP(fid);
-    (void)desc;
     rdm4_addr h;
     int r = dest_of(ep, dest, &h);
     if (r) {
         return r;
     }
-    return ret(rdm4_send(ep->domain->ep, buf, len, h, tx_ctx(ep, ep->tx_op_flags, context)));
+    void *ctx = tx_ctx(ep, ep->tx_op_flags, context);
+    return ret(tagged ? rdm4_tsend(ep->domain->ep, buf, len, h, tag, ctx) : rdm4_send(ep->domain->ep, buf, len, h, ctx));
+}
+
+static inline ssize_t inject_one(struct fid_ep *fid, const void *buf, size_t len, fi_addr_t dest, int tagged,
+                                 uint64_t tag)
+{
+    struct rf_ep *ep = EP(fid);
+    rdm4_addr h;
+    int r = dest_of(ep, dest, &h);
+    if (r) {
+        return r;
+    }
+    r = (int)ret(tagged ? rdm4_tinject(ep->domain->ep, buf, len, h, tag) : rdm4_inject(ep->domain->ep, buf, len, h));
+    if (r == 0) {
+        count_inject(ep);
+    }
+    return r;
+}
+
+/* One buffer received, untagged or tagged. */
+static inline ssize_t recv_one(struct fid_ep *fid, void *buf, size_t len, fi_addr_t src, int tagged, uint64_t tag,
+                               uint64_t ignore, void *context)
+{
+    struct rf_ep *ep = EP(fid);
+    rdm4_addr h;
+    int r = src_of(ep, src, &h);
+    if (r) {
+        return r;
+    }
+    void *ctx = rx_ctx(ep, ep->rx_op_flags, context);
+    return ret(tagged ? rdm4_trecv(ep->domain->ep, buf, len, h, tag, ignore, ctx)
+                      : rdm4_recv(ep->domain->ep, buf, len, h, ctx));
+}
+
+static ssize_t ep_send(struct fid_ep *fid, const void *buf, size_t len, void *desc, fi_addr_t dest, void *context)
+{
+    (void)desc;
+    return send_one(fid, buf, len, dest, 0, 0, context);
 }
 
 static ssize_t ep_sendv(struct fid_ep *fid, const struct iovec *iov, void **desc, size_t count, fi_addr_t dest,
@@ -222,17 +262,7 @@ static ssize_t ep_sendmsg(struct fid_ep *fid, const struct fi_msg *msg, uint64_t
 
 static ssize_t ep_inject(struct fid_ep *fid, const void *buf, size_t len, fi_addr_t dest)
 {
-    struct rf_ep *ep = EP(fid);
-    rdm4_addr h;
-    int r = dest_of(ep, dest, &h);
-    if (r) {
-        return r;
-    }
-    r = (int)ret(rdm4_inject(ep->domain->ep, buf, len, h));
-    if (r == 0) {
-        count_inject(ep);
-    }
-    return r;
+    return inject_one(fid, buf, len, dest, 0, 0);
 }
 
 static ssize_t ep_senddata(struct fid_ep *fid, const void *buf, size_t len, void *desc, uint64_t data, fi_addr_t dest,
@@ -267,14 +297,8 @@ static ssize_t recv_any(struct rf_ep *ep, const struct iovec *iov, size_t count,
 
 static ssize_t ep_recv(struct fid_ep *fid, void *buf, size_t len, void *desc, fi_addr_t src, void *context)
 {
-    struct rf_ep *ep = EP(fid);
     (void)desc;
-    rdm4_addr h;
-    int r = src_of(ep, src, &h);
-    if (r) {
-        return r;
-    }
-    return ret(rdm4_recv(ep->domain->ep, buf, len, h, rx_ctx(ep, ep->rx_op_flags, context)));
+    return recv_one(fid, buf, len, src, 0, 0, 0, context);
 }
 
 static ssize_t ep_recvv(struct fid_ep *fid, const struct iovec *iov, void **desc, size_t count, fi_addr_t src,
@@ -313,14 +337,8 @@ static struct fi_ops_msg msg_ops = {
 static ssize_t ep_tsend(struct fid_ep *fid, const void *buf, size_t len, void *desc, fi_addr_t dest, uint64_t tag,
                         void *context)
 {
-    struct rf_ep *ep = EP(fid);
     (void)desc;
-    rdm4_addr h;
-    int r = dest_of(ep, dest, &h);
-    if (r) {
-        return r;
-    }
-    return ret(rdm4_tsend(ep->domain->ep, buf, len, h, tag, tx_ctx(ep, ep->tx_op_flags, context)));
+    return send_one(fid, buf, len, dest, 1, tag, context);
 }
 
 static ssize_t ep_tsendv(struct fid_ep *fid, const struct iovec *iov, void **desc, size_t count, fi_addr_t dest,
@@ -340,17 +358,7 @@ static ssize_t ep_tsendmsg(struct fid_ep *fid, const struct fi_msg_tagged *msg, 
 
 static ssize_t ep_tinject(struct fid_ep *fid, const void *buf, size_t len, fi_addr_t dest, uint64_t tag)
 {
-    struct rf_ep *ep = EP(fid);
-    rdm4_addr h;
-    int r = dest_of(ep, dest, &h);
-    if (r) {
-        return r;
-    }
-    r = (int)ret(rdm4_tinject(ep->domain->ep, buf, len, h, tag));
-    if (r == 0) {
-        count_inject(ep);
-    }
-    return r;
+    return inject_one(fid, buf, len, dest, 1, tag);
 }
 
 static ssize_t ep_tsenddata(struct fid_ep *fid, const void *buf, size_t len, void *desc, uint64_t data,
@@ -371,14 +379,8 @@ static ssize_t ep_tinjectdata(struct fid_ep *fid, const void *buf, size_t len, u
 static ssize_t ep_trecv(struct fid_ep *fid, void *buf, size_t len, void *desc, fi_addr_t src, uint64_t tag,
                         uint64_t ignore, void *context)
 {
-    struct rf_ep *ep = EP(fid);
     (void)desc;
-    rdm4_addr h;
-    int r = src_of(ep, src, &h);
-    if (r) {
-        return r;
-    }
-    return ret(rdm4_trecv(ep->domain->ep, buf, len, h, tag, ignore, rx_ctx(ep, ep->rx_op_flags, context)));
+    return recv_one(fid, buf, len, src, 1, tag, ignore, context);
 }
 
 static ssize_t ep_trecvv(struct fid_ep *fid, const struct iovec *iov, void **desc, size_t count, fi_addr_t src,
