@@ -172,7 +172,6 @@ int rf_domain_open(struct fid_fabric *fabric, struct fi_info *info, struct fid_d
     int auto_progress = info->domain_attr->data_progress == FI_PROGRESS_AUTO ||
                         info->domain_attr->control_progress == FI_PROGRESS_AUTO;
     d->locked = d->threading != FI_THREAD_DOMAIN;
-    d->mr_mode = (uint64_t)info->domain_attr->mr_mode;
     d->av_type = info->domain_attr->av_type;
 
     rf_apply_settings();
@@ -193,7 +192,6 @@ int rf_domain_open(struct fid_fabric *fabric, struct fi_info *info, struct fid_d
     }
     d->info.size = sizeof d->info;
     rdm4_ep_query(d->ep, &d->info);
-    d->device = (uint32_t)device;
     pthread_mutex_init(&d->op_lock, NULL);
     for (size_t i = 0; i < RF_OPS; i++) {
         d->ops[i].next_free = i + 1 < RF_OPS ? &d->ops[i + 1] : NULL;
@@ -947,11 +945,6 @@ static ssize_t cq_readerr(struct fid_cq *fid, struct fi_cq_err_entry *buf, uint6
     rf_lock(cq->domain->locked, &cq->lock);
     if (cq->count && cq->ring[cq->head].err) {
         struct rf_cqe *e = &cq->ring[cq->head];
-        /* err_data_size on input is the application's buffer (API 1.5 on). */
-        void *err_data = buf->err_data;
-        size_t err_data_size = buf->err_data_size;
-        (void)err_data;
-        (void)err_data_size;
         buf->op_context = e->e.op_context;
         buf->flags = e->e.flags;
         buf->len = e->e.len;

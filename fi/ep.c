@@ -76,6 +76,16 @@ static int iov_valid(const struct iovec *iov, size_t count)
     return 1;
 }
 
+/* The peer of a send, write or read and its local buffers, checked. */
+static int target_of(struct rf_ep *ep, fi_addr_t dest, const struct iovec *iov, size_t count, rdm4_addr *h)
+{
+    int r = dest_of(ep, dest, h);
+    if (r) {
+        return r;
+    }
+    return count > RF_IOV_LIMIT || (!iov && count) || !iov_valid(iov, count) ? -FI_EINVAL : 0;
+}
+
 static size_t iov_total(const struct iovec *iov, size_t count)
 {
     size_t t = 0;
@@ -151,12 +161,9 @@ static ssize_t send_any(struct rf_ep *ep, const struct iovec *iov, size_t count,
                         uint64_t tag, uint64_t data, uint64_t flags, void *context)
 {
     rdm4_addr h;
-    int r = dest_of(ep, dest, &h);
+    int r = target_of(ep, dest, iov, count, &h);
     if (r) {
         return r;
-    }
-    if (count > RF_IOV_LIMIT || (!iov && count) || !iov_valid(iov, count)) {
-        return -FI_EINVAL;
     }
     uint64_t rf = (tagged ? RDM4_MSG_TAGGED : 0) | (flags & FI_REMOTE_CQ_DATA ? RDM4_MSG_REMOTE_CQ_DATA : 0) |
                   (flags & FI_MORE ? RDM4_MSG_MORE : 0) |
@@ -516,12 +523,9 @@ static ssize_t read_any(struct rf_ep *ep, const struct iovec *iov, size_t count,
                         uint64_t key, uint64_t flags, void *context)
 {
     rdm4_addr h;
-    int r = dest_of(ep, src, &h);
+    int r = target_of(ep, src, iov, count, &h);
     if (r) {
         return r;
-    }
-    if (count > RF_IOV_LIMIT || (!iov && count) || !iov_valid(iov, count)) {
-        return -FI_EINVAL;
     }
     void *ctx = tx_ctx(ep, flags, context);
     if (count <= 1) {
@@ -543,12 +547,9 @@ static ssize_t write_any(struct rf_ep *ep, const struct iovec *iov, size_t count
                          uint64_t key, uint64_t data, uint64_t flags, void *context)
 {
     rdm4_addr h;
-    int r = dest_of(ep, dest, &h);
+    int r = target_of(ep, dest, iov, count, &h);
     if (r) {
         return r;
-    }
-    if (count > RF_IOV_LIMIT || (!iov && count) || !iov_valid(iov, count)) {
-        return -FI_EINVAL;
     }
     void *ctx = tx_ctx(ep, flags, context);
     const void *buf = count ? iov[0].iov_base : NULL;

@@ -109,7 +109,6 @@ int rf_device_of(const char *name);
 
 /* Allocation of records for operations: see `struct rf_op`. */
 enum rf_op_kind {
-    RF_OP_SILENT,  /* no completion wanted: nothing to do */
     RF_OP_BOUNCE,  /* free `bounce` at completion (an inject with a completion) */
     RF_OP_SCATTER, /* copy `bounce` into `iov` at completion, then free both */
 };
@@ -137,10 +136,8 @@ struct rf_domain {
     struct rf_fabric *fabric;
     rdm4_ep *ep;
     rdm4_ep_info info;
-    uint32_t device;
     enum fi_threading threading;
     int locked; /* the provider's objects take their mutexes */
-    uint64_t mr_mode;
     enum fi_av_type av_type;
     atomic_int ref;
     struct rf_ep *endpoint; /* the one endpoint, or NULL */
