@@ -48,6 +48,10 @@
 //!
 //! Skipped, with a message saying why, where namespaces cannot be made.
 
+#[path = "common_netns/mod.rs"]
+mod common_netns;
+
+use common_netns::Netns;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -737,11 +741,6 @@ fn child_kill_scenario() {
 
 // ---- The parent: hosts, processes. ----
 
-/// Runs `ip` with `args`; true on success.
-fn ip(args: &[&str]) -> bool {
-    Command::new("ip").args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
-}
-
 /// Binds `$0` over /dev/shm, then runs the rest.
 const PRIVATE_SHM: &str = r#"mount --bind "$0" /dev/shm && exec "$@""#;
 
@@ -749,6 +748,8 @@ const PRIVATE_SHM: &str = r#"mount --bind "$0" /dev/shm && exec "$@""#;
 /// directory (module docs); all removed on drop.
 struct Hosts {
     ns: [String; 2],
+    /// The namespaces themselves, removed when the hosts are dropped.
+    _net: Netns,
     /// Each host's /dev/shm (a directory of the machine's), or `None`
     /// where bind mounts cannot be made (then: a prefix per host).
     shm: [Option<PathBuf>; 2],
@@ -769,23 +770,9 @@ impl Hosts {
 impl Hosts {
     fn make(tag: &str) -> Option<Hosts> {
         let id = std::process::id();
-        let ns = [format!("rdm4xa{tag}{id}"), format!("rdm4xb{tag}{id}")];
-        let mut hosts = Hosts { ns: ns.clone(), shm: [None, None] };
-        let (va, vb) = (format!("xa{tag}{}", id % 100_000), format!("xb{tag}{}", id % 100_000));
-        let ok = ip(&["netns", "add", &ns[0]])
-            && ip(&["netns", "add", &ns[1]])
-            && ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb])
-            && ip(&["link", "set", &va, "netns", &ns[0]])
-            && ip(&["link", "set", &vb, "netns", &ns[1]])
-            && ip(&["-n", &ns[0], "addr", "add", &format!("{}/24", IPS[0]), "dev", &va])
-            && ip(&["-n", &ns[1], "addr", "add", &format!("{}/24", IPS[1]), "dev", &vb])
-            && ip(&["-n", &ns[0], "link", "set", &va, "mtu", "9000", "up"])
-            && ip(&["-n", &ns[1], "link", "set", &vb, "mtu", "9000", "up"])
-            && ip(&["-n", &ns[0], "link", "set", "lo", "up"])
-            && ip(&["-n", &ns[1], "link", "set", "lo", "up"]);
-        if !ok {
-            return None;
-        }
+        let net = Netns::pair(&format!("x{tag}"), "10.78.0", 9000)?;
+        let ns = net.ns.clone();
+        let mut hosts = Hosts { ns: ns.clone(), _net: net, shm: [None, None] };
         for (h, name) in ns.iter().enumerate() {
             // Not named like a segment: stale-segment sweeps of other
             // processes leave it alone.
@@ -817,10 +804,6 @@ impl Hosts {
 
 impl Drop for Hosts {
     fn drop(&mut self) {
-        for ns in &self.ns {
-            // Deleting a namespace deletes its end of the veth pair, and the pair with it.
-            let _ = ip(&["netns", "del", ns]);
-        }
         for h in 0..2 {
             match &self.shm[h] {
                 Some(d) => drop(std::fs::remove_dir_all(d)),

@@ -14,6 +14,8 @@
 
 #[path = "common_c/mod.rs"]
 mod common_c;
+#[path = "common_netns/mod.rs"]
+mod common_netns;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -21,6 +23,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common_c::{env, MANIFEST_DIR};
+use common_netns::Netns;
 
 /// Whether `tool` is on the PATH.
 fn have(tool: &str) -> bool {
@@ -214,50 +217,12 @@ fn fi_pingpong_on_one_host_over_every_domain() {
     }
 }
 
-/// Two namespaces joined by a veth pair, removed on drop.
-struct Hosts {
-    ns: [String; 2],
-}
-
-fn ip(args: &[&str]) -> bool {
-    Command::new("ip").args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
-}
-
-impl Hosts {
-    fn make(tag: &str) -> Option<Hosts> {
-        let id = std::process::id();
-        let ns = [format!("rdm4fa{tag}{id}"), format!("rdm4fb{tag}{id}")];
-        let hosts = Hosts { ns: ns.clone() };
-        let (va, vb) = (format!("fa{tag}{}", id % 100_000), format!("fb{tag}{}", id % 100_000));
-        let ok = ip(&["netns", "add", &ns[0]])
-            && ip(&["netns", "add", &ns[1]])
-            && ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb])
-            && ip(&["link", "set", &va, "netns", &ns[0]])
-            && ip(&["link", "set", &vb, "netns", &ns[1]])
-            && ip(&["-n", &ns[0], "addr", "add", "10.78.0.1/24", "dev", &va])
-            && ip(&["-n", &ns[1], "addr", "add", "10.78.0.2/24", "dev", &vb])
-            && ip(&["-n", &ns[0], "link", "set", &va, "up"])
-            && ip(&["-n", &ns[1], "link", "set", &vb, "up"])
-            && ip(&["-n", &ns[0], "link", "set", "lo", "up"])
-            && ip(&["-n", &ns[1], "link", "set", "lo", "up"]);
-        ok.then_some(hosts)
-    }
-}
-
-impl Drop for Hosts {
-    fn drop(&mut self) {
-        for ns in &self.ns {
-            let _ = ip(&["netns", "del", ns]);
-        }
-    }
-}
-
 #[test]
 fn fi_pingpong_across_two_namespaces() {
     if !needs(&["fi_pingpong", "make", "cc", "ip"], true) {
         return;
     }
-    let Some(hosts) = Hosts::make("p") else {
+    let Some(hosts) = Netns::pair("fp", "10.78.0", 1500) else {
         assert!(std::env::var("RDM4_REQUIRE_FI").as_deref() != Ok("1"), "cannot make network namespaces");
         eprintln!("SKIPPED: cannot make network namespaces");
         return;

@@ -7,8 +7,11 @@
 //! Skipped, with a message saying why, where namespaces cannot be made.
 
 mod common;
+#[path = "common_netns/mod.rs"]
+mod common_netns;
 
 use common::pattern;
+use common_netns::Netns;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -27,47 +30,6 @@ const REGION: usize = 4 << 20;
 
 fn env(k: &str) -> String {
     std::env::var(k).unwrap_or_default()
-}
-
-/// Runs `ip` with `args`; true on success.
-fn ip(args: &[&str]) -> bool {
-    Command::new("ip").args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
-}
-
-/// Two namespaces joined by a veth pair, removed on drop.
-struct Hosts {
-    ns: [String; 2],
-}
-
-impl Hosts {
-    fn make(tag: &str, mtu: u32) -> Option<Hosts> {
-        let id = std::process::id();
-        let ns = [format!("rdm4a{tag}{id}"), format!("rdm4b{tag}{id}")];
-        let hosts = Hosts { ns: ns.clone() };
-        let (va, vb) = (format!("ra{tag}{}", id % 100_000), format!("rb{tag}{}", id % 100_000));
-        let mtu = mtu.to_string();
-        let ok = ip(&["netns", "add", &ns[0]])
-            && ip(&["netns", "add", &ns[1]])
-            && ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb])
-            && ip(&["link", "set", &va, "netns", &ns[0]])
-            && ip(&["link", "set", &vb, "netns", &ns[1]])
-            && ip(&["-n", &ns[0], "addr", "add", "10.77.0.1/24", "dev", &va])
-            && ip(&["-n", &ns[1], "addr", "add", "10.77.0.2/24", "dev", &vb])
-            && ip(&["-n", &ns[0], "link", "set", &va, "mtu", &mtu, "up"])
-            && ip(&["-n", &ns[1], "link", "set", &vb, "mtu", &mtu, "up"])
-            && ip(&["-n", &ns[0], "link", "set", "lo", "up"])
-            && ip(&["-n", &ns[1], "link", "set", "lo", "up"]);
-        ok.then_some(hosts)
-    }
-}
-
-impl Drop for Hosts {
-    fn drop(&mut self) {
-        for ns in &self.ns {
-            // Deleting a namespace deletes its end of the veth pair, and the pair with it.
-            let _ = ip(&["netns", "del", ns]);
-        }
-    }
 }
 
 fn publish(dir: &Path, rank: usize, addr: &RawAddr, region: u64, key: u64) {
@@ -199,7 +161,7 @@ fn spawn(ns: &str, rank: usize, dir: &Path, addr: &str, rdma: &str) -> Child {
 
 fn two_hosts(mtu: u32, rdma: &str) {
     let tag = format!("{mtu}{rdma}");
-    let Some(hosts) = Hosts::make(&tag, mtu) else {
+    let Some(hosts) = Netns::pair(&tag, "10.77.0", mtu) else {
         println!("skip: network namespaces cannot be made here (`ip netns add` failed; needs root and iproute2)");
         return;
     };
@@ -340,7 +302,7 @@ fn a_peer_killed_on_another_host_ends_the_operations_towards_it_within_a_second(
     if !env("RDM4_CHILD_ROLE").is_empty() {
         return;
     }
-    let Some(hosts) = Hosts::make("k", 1500) else {
+    let Some(hosts) = Netns::pair("k", "10.77.0", 1500) else {
         println!("skip: network namespaces cannot be made here (`ip netns add` failed; needs root and iproute2)");
         return;
     };
