@@ -2,7 +2,8 @@
 //! tools and by Open MPI: `fi_info`, `fi_pingpong` on one host and across
 //! two network namespaces, `fi/tests/fi_check.c` (the libfabric API on
 //! every domain, and under valgrind), and `fi/tests/mpi_check.c` under
-//! `mpirun` with `pml cm`, `mtl ofi` on rdm4 (one-sided over `osc pt2pt`),
+//! `mpirun` with `pml cm`, `mtl ofi` on rdm4 (one-sided over `osc pt2pt`;
+//! on one host over every device, pinned by `FI_RDM4_DEVICE`),
 //! on one host and with two ranks in each of two namespaces, and one-sided
 //! over `osc rdma` on `btl ofi` on rdm4 across the namespaces.
 //!
@@ -294,10 +295,16 @@ fn open_mpi_over_mtl_ofi_on_one_host() {
     if !needs(&["mpirun", "mpicc", "make", "cc"], true) {
         return;
     }
-    let mut c = fi_cmd("mpirun");
-    c.args(["--allow-run-as-root", "--oversubscribe", "-np", "4"]).args(MTL_RDM4).arg(mpi_check());
-    let o = run(c, Duration::from_secs(300), "mpirun -np 4 mpi_check");
-    expect_all_checks(&o, "Open MPI, mtl ofi on rdm4, one host");
+    // Every device: the default (auto), then each pinned by FI_RDM4_DEVICE.
+    for dev in ["auto", "shm", "udp"] {
+        let mut c = fi_cmd("mpirun");
+        c.args(["--allow-run-as-root", "--oversubscribe", "-np", "4", "-x", "FI_RDM4_DEVICE"])
+            .args(MTL_RDM4)
+            .arg(mpi_check())
+            .env("FI_RDM4_DEVICE", dev);
+        let o = run(c, Duration::from_secs(300), &format!("mpirun -np 4 mpi_check over {dev}"));
+        expect_all_checks(&o, &format!("Open MPI, mtl ofi on rdm4, one host, {dev}"));
+    }
 }
 
 #[test]
