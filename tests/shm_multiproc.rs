@@ -704,7 +704,12 @@ fn rdma_with_a_bad_key_bounds_or_access_is_refused_and_moves_nothing() {
 /// that opened carry traffic through every page of their rings.
 fn small_shm_child() {
     let prefix = env("RDM4_SHM_PREFIX");
-    let seg_len = |d: &ShmDevice| std::fs::metadata(format!("/dev/shm/{}", d.segment_name())).unwrap().len();
+    // Memory the segment holds (its size is the whole ring's; the ring in
+    // use, smaller, is all that is allocated).
+    let seg_len = |d: &ShmDevice| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(format!("/dev/shm/{}", d.segment_name())).unwrap().blocks() * 512
+    };
     let mut eps = Vec::new();
     let err = loop {
         match ShmDevice::open_with(ShmConfig { prefix: prefix.clone(), ..ShmConfig::default() }) {
@@ -718,16 +723,29 @@ fn small_shm_child() {
     let lens: Vec<u64> = eps.iter().map(seg_len).collect();
     assert!(lens.iter().sum::<u64>() <= 3 << 20, "{lens:?}");
     assert!(lens.windows(2).all(|w| w[0] >= w[1]) && lens[0] > lens[lens.len() - 1], "{lens:?}");
-    // Every page of the largest and the smallest ring, several times over.
+    // Every page of the largest and the smallest ring, several times over:
+    // the rings fill, and cannot grow (no room left), so they stay as they
+    // are, the memory held the same.
     let last = eps.len() - 1;
     for (rx, tx) in [(0, last), (last, 0)] {
-        let ring = lens[rx];
+        let ring = eps[rx].ring_in_use().0 as u64;
         let to = eps[rx].local_addr();
         let ah = eps[tx].insert(&to).unwrap();
         let pkt = |k: u64| pattern(60_000, k);
         let total = 3 * ring / 60_000 + 1;
         let (mut sent, mut got) = (0u64, 0u64);
         let t = Instant::now();
+        // First the ring found full (sends refused 20 times in a row), so
+        // that its owner tries to grow it at its next batch.
+        let mut refused = 0;
+        while refused < 20 && sent < total {
+            if eps[tx].send(ah, &pkt(sent), 0).is_ok() {
+                (sent, refused) = (sent + 1, 0);
+            } else {
+                refused += 1;
+            }
+        }
+        assert_eq!(refused, 20, "{sent} packets of {total} filled no ring");
         while got < total {
             assert!(t.elapsed() < LIMIT, "{got} of {total} packets");
             if sent < total && eps[tx].send(ah, &pkt(sent), 0).is_ok() {
@@ -738,7 +756,10 @@ fn small_shm_child() {
                 got += 1;
             });
         }
+        assert_eq!(eps[rx].ring_in_use(), (ring as usize, 0), "a ring grew without memory");
+        assert_eq!(eps[rx].ring_limit(), ring as usize, "growing was tried, and refused");
     }
+    assert_eq!(eps.iter().map(seg_len).collect::<Vec<_>>(), lens);
 }
 
 #[test]

@@ -13,9 +13,11 @@ pub struct ShmConfig {
     /// Open exactly this endpoint id (else the first free one).
     pub epid: Option<u32>,
     /// Ring size in full-size packets (a power of two, at least 2): the
-    /// ring holds `slots` × `mtu` bytes, rounded up to a power of two. Its
-    /// memory is allocated at open; where `/dev/shm` has less room, the ring
-    /// is halved until it fits.
+    /// ring holds up to `slots` × `mtu` bytes, rounded up to a power of
+    /// two. It starts with `start_slots` and doubles whenever a producer
+    /// finds it full, up to this size (`grow.rs`); its memory is allocated
+    /// as it grows, and a ring that cannot have more (a full `/dev/shm`)
+    /// stays as it is.
     ///
     /// Default 128 (8 MiB with the default MTU). 32 slots (2 MiB, a ring
     /// that stays in cache) make 4 KiB-1 MiB messages one at a time
@@ -24,6 +26,15 @@ pub struct ShmConfig {
     /// lines no cache holds; applications after the latency can set 32
     /// (see docs/performance.md, "Ring size").
     pub slots: u32,
+    /// The ring's size at open, in full-size packets (a power of two, at
+    /// least 2, at most `slots`, and at least `slots` / 128): the memory an
+    /// endpoint takes in `/dev/shm` at open, all but the 64 KiB registration
+    /// table. Default 16 (1 MiB with the default MTU), so that 128
+    /// endpoints on a node take about 140 MiB at open rather than 1 GiB; a
+    /// ring that streams grows to `slots` within its first laps (see
+    /// docs/performance.md, "Ring growth"). Where `/dev/shm` has less room,
+    /// it is halved until it fits.
+    pub start_slots: u32,
     /// Largest packet (a multiple of 64).
     pub mtu: u32,
     /// Use cross-memory attach for RDMA when the OS allows it.
@@ -101,6 +112,7 @@ impl Default for ShmConfig {
             prefix: "rdm4".into(),
             epid: None,
             slots: 128,
+            start_slots: 16,
             mtu: 64 * 1024,
             cma: true,
             longread_min: usize::MAX,
@@ -138,6 +150,12 @@ impl ShmConfig {
                 return Err(env::reject("RDM4_SHM_SLOTS", &n.to_string(), "a power of two from 2 to 65536"));
             }
             c.slots = n;
+        }
+        if let Some(n) = env::number("RDM4_SHM_START_SLOTS", 2..=MAX_SLOTS)? {
+            if !n.is_power_of_two() {
+                return Err(env::reject("RDM4_SHM_START_SLOTS", &n.to_string(), "a power of two from 2 to 65536"));
+            }
+            c.start_slots = n;
         }
         if let Some(n) = env::number("RDM4_SHM_MTU", 256..=MAX_MTU)? {
             if n % 64 != 0 {
@@ -182,6 +200,8 @@ impl ShmConfig {
     pub(super) fn valid(&self) -> bool {
         self.slots.is_power_of_two()
             && (2..=MAX_SLOTS).contains(&self.slots)
+            && self.start_slots.is_power_of_two()
+            && (2..=MAX_SLOTS).contains(&self.start_slots)
             && self.mtu % 64 == 0
             && (256..=MAX_MTU).contains(&self.mtu)
             && self.ring_bytes() <= MAX_RING

@@ -70,6 +70,7 @@ impl ShmDevice {
             // nothing.
             let sane = self.shape.span_fits(at, span);
             let span = if sane { span } else { 64 };
+            let mut next = self.head + span as u64;
             if more && sane && self.trail > 0 && self.trailing(span) {
                 break;
             }
@@ -109,9 +110,11 @@ impl ShmDevice {
                     self.prefetch_reply(ah, lines);
                 }
             } else if sane && len == 0 {
-                self.notice(e, span, (from, connid));
+                if let Some(to) = self.notice(e, span, (from, connid)) {
+                    next = to;
+                }
             }
-            self.head += span as u64;
+            self.head = next;
             n += 1;
             if !go_on {
                 break;
@@ -154,14 +157,17 @@ impl ShmDevice {
 
     /// An entry without a packet at ring offset `e` (its `span` checked)
     /// from endpoint `epid` of `connid`: a close notice, a write-with-
-    /// immediate notice, an RDMA request or answer (`ringrma.rs`), or
-    /// padding.
+    /// immediate notice, an RDMA request or answer (`ringrma.rs`), a grow
+    /// notice (`grow.rs`: returns where the head goes next), or padding.
     #[cold]
     #[inline(never)]
-    fn notice(&mut self, e: usize, span: usize, (epid, connid): (u32, u32)) {
+    fn notice(&mut self, e: usize, span: usize, (epid, connid): (u32, u32)) -> Option<u64> {
         // SAFETY: as in `recv_batch`: an entry header inside the ring.
         let h = unsafe { self.map.entry_at(e) };
         let flags = h.flags();
+        if flags & segment::GROW_NOTICE != 0 {
+            return self.grow_noticed();
+        }
         if flags & segment::RDMA_REQ != 0 {
             self.serve_ring_rdma(e, span, (epid, connid));
         } else if flags & segment::RDMA_RSP != 0 {
@@ -177,6 +183,7 @@ impl ShmDevice {
             let ah = self.by_id.get(&(epid, connid)).copied();
             self.events.push(DevEvent::WriteImm { ah, imm, len });
         }
+        None
     }
 
     /// A close notice from endpoint `epid` of `connid`: the peer is lost
@@ -197,6 +204,7 @@ impl ShmDevice {
         self.streaming = false;
         self.held = 0;
         self.map.u64_at(off::HEAD).store(self.head, Ordering::Release);
+        self.grow_if_asked();
         if self.fd_mode {
             self.drain_fifo_kept();
         }

@@ -13,7 +13,7 @@ use super::segment::{
     self, cstr, entry_len, fifo_path, free_shm_bytes, host_gid, is_stale, off, random_u64, remove_stale_locked,
     seg_name, start_time, unlink_segment, Mapping, OpenLock, Shape,
 };
-use super::{alloc, claims, lag, ringrma, ShmConfig, ShmDevice, LAYOUT_VERSION, MAGIC};
+use super::{alloc, claims, grow, lag, ringrma, ShmConfig, ShmDevice, HDR_LEN, LAYOUT_VERSION, MAGIC};
 use crate::fxhash::FxHashMap;
 use crate::status::Status;
 
@@ -74,26 +74,40 @@ impl ShmDevice {
         Err(Status::Busy)
     }
 
-    /// Sizes the new segment and has its memory allocated now: a tmpfs that
-    /// runs out (a container's small `/dev/shm`) fails here, cleanly, rather
-    /// than with SIGBUS when the ring first reaches a page it cannot have.
-    /// The ring is first sized to the free space of `/dev/shm` (halved
-    /// until it fits, down to two full-size packets), so that nothing is
-    /// allocated that cannot be had; then, should the allocation still fail
-    /// (another process took the space meanwhile), halved again. `None`
-    /// when not even the smallest ring fits.
+    /// Sizes the new segment for its whole ring and has the memory of
+    /// its header, starting ring and registration table allocated now: a
+    /// tmpfs that runs out (a container's small `/dev/shm`) fails here,
+    /// cleanly, rather than with SIGBUS when the ring first reaches a page
+    /// it cannot have. The starting ring is first sized to the free space
+    /// of `/dev/shm` (halved until it fits, down to two full-size
+    /// packets), so that nothing is allocated that cannot be had; then,
+    /// should the allocation still fail (another process took the space
+    /// meanwhile), halved again. The rest of the ring is allocated as it
+    /// grows (`grow.rs`). `None` when not even the smallest ring fits.
     fn size_segment(fd: RawFd, cfg: &ShmConfig) -> Option<Shape> {
         let seal = random_u64() | 1 << 63;
-        let mut slots = fitting_slots(cfg.slots, cfg.mtu, free_shm_bytes())?;
+        let whole = Shape::new(cfg.slots, cfg.mtu, seal);
+        // SAFETY: sizing the descriptor we created (no memory allocated).
+        if unsafe { libc::ftruncate(fd, whole.total() as libc::off_t) } != 0 {
+            return None;
+        }
+        let mut slots = fitting_slots(cfg.start_slots.min(cfg.slots), cfg.mtu, free_shm_bytes())?;
         loop {
-            let shape = Shape::new(slots, cfg.mtu, seal);
-            let len = shape.total() as libc::off_t;
-            // SAFETY: sizing and allocating the descriptor we created.
-            let ok = unsafe { libc::ftruncate(fd, len) == 0 && libc::posix_fallocate(fd, 0, len) == 0 };
+            let shape = whole.starting(slots);
+            let (mr, mr_len) = (shape.mr_off() as libc::off_t, (shape.total() - shape.mr_off()) as libc::off_t);
+            // SAFETY: allocating parts of the descriptor we created.
+            let ok = unsafe {
+                libc::posix_fallocate(fd, 0, (HDR_LEN + shape.ring) as libc::off_t) == 0
+                    && libc::posix_fallocate(fd, mr, mr_len) == 0
+            };
             if ok {
                 return Some(shape);
             }
-            slots = fitting_slots(slots / 2, cfg.mtu, shape.total() as u64 - 1)?;
+            let smaller = whole.starting(slots / 2);
+            if smaller.ring == shape.ring {
+                return None;
+            }
+            slots /= 2;
         }
     }
 
@@ -110,23 +124,31 @@ impl ShmDevice {
         }
         let shape = Self::size_segment(fd, cfg);
         let map = match shape {
-            Some(shape) => Mapping::map(fd, shape.total()).map(|m| (m, shape)),
+            Some(shape) => Mapping::map_sparse(fd, shape.total()).map(|m| {
+                // Page tables for what was allocated: the rest as the ring grows.
+                m.populate(0, HDR_LEN + shape.ring);
+                m.populate(shape.mr_off(), shape.total() - shape.mr_off());
+                (m, shape)
+            }),
             None => Err(Status::NoMem),
         };
-        // SAFETY: closing our descriptor; the mapping keeps the memory.
-        unsafe { libc::close(fd) };
         let (map, shape) = match map {
             Ok(m) => m,
             Err(e) => {
+                // SAFETY: closing our descriptor.
+                unsafe { libc::close(fd) };
                 unlink_segment(name);
                 return Err(e);
             }
         };
+        // Kept to allocate the ring's growth (`grow.rs`); closed with it.
+        let grow = grow::Growth::new(fd, shape.ring, shape.cap);
         let pid = std::process::id();
         let connid = random_u64() as u32;
         let set32 = |o, v| map.u32_at(o).store(v, Ordering::Relaxed);
         set32(off::VERSION, LAYOUT_VERSION);
-        set32(off::RING_SHIFT, shape.ring.trailing_zeros());
+        set32(off::RING_SHIFT, shape.cap.trailing_zeros());
+        map.u64_at(off::TAIL).store(shape.shrink_bits(), Ordering::Relaxed);
         set32(off::MTU, cfg.mtu);
         set32(off::PID, pid);
         set32(off::EPID, epid);
@@ -178,16 +200,17 @@ impl ShmDevice {
             keys: Vec::new(),
             polls: 0,
             streaming: false,
-            trail: cfg.trail_bytes().min(shape.ring / 4) as u64,
+            trail: grow::trail(cfg, shape.ring),
             held: 0,
             more: false,
-            lag: cfg.lag.min(shape.ring / 8).next_multiple_of(64) as u64,
+            lag: grow::lag(cfg, shape.ring),
             lag_state: lag::Lag::default(),
             vanished: false,
             control: false,
             parked: std::collections::VecDeque::new(),
             redeliver: false,
             dead_claims: claims::DeadClaims::default(),
+            grow,
         })
     }
 

@@ -11,7 +11,8 @@
 //!             or holds back new messages), its head (consumer) with the
 //!             owner's claim note as a producer, and the owner's progress
 //!             stamp (`segment::off`)
-//! 256         the ring: a power-of-two number of bytes holding entries
+//! 256         the ring: a power-of-two number of bytes (of which a part,
+//!             also a power of two, is in use and allocated: `grow.rs`) holding entries
 //!             back to back, each a whole number of cache lines: a 24-byte
 //!             entry header (sealed position, sender endpoint id and connid,
 //!             packet length, entry length and its flags) + the packet; an
@@ -33,6 +34,7 @@
 //! - `life.rs`: open and close; `liveness.rs`: the periodic peer check and
 //!   the progress stamp; `sleep.rs`: blocking on the FIFO.
 //! - `claims.rs`: entries claimed by producers that died before sealing.
+//! - `grow.rs`: the ring in use, small at open, doubles when found full.
 //! - `trail.rs`, `lag.rs`, `far.rs`: how owner and producer pace streams
 //!   ([`ShmConfig::trail`], [`ShmConfig::lag`], [`ShmConfig::far_ns`]).
 //! - `mrtable.rs`, `alloc.rs`, `cma.rs`, `ringrma.rs`: registration and RMA.
@@ -96,6 +98,7 @@ mod config;
 mod consume;
 mod device;
 mod far;
+mod grow;
 mod lag;
 mod life;
 mod liveness;
@@ -116,7 +119,7 @@ pub use segment::remove_stale_segments;
 use segment::{entry_len, off, open_existing, seg_name, Mapping, Shape};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"rdm4shm1");
-const LAYOUT_VERSION: u32 = 7;
+const LAYOUT_VERSION: u32 = 8;
 const HDR_LEN: usize = 256;
 const SLOT_HDR: usize = 24;
 
@@ -234,6 +237,8 @@ pub struct ShmDevice {
     /// Claims of dead producers skipped, and where the head stood before
     /// an unpublished claimed entry at the last peer check (`claims.rs`).
     dead_claims: claims::DeadClaims,
+    /// The ring's growth (`grow.rs`).
+    grow: grow::Growth,
 }
 
 /// A packet the engine deferred: its sender's ids and its bytes.
@@ -250,5 +255,7 @@ impl ShmDevice {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_grow;
 #[cfg(test)]
 mod tests_life;

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::barrier::{prefetch, producer_fence};
 use super::segment::{self, off, Mapping, Shape};
-use super::{Peer, ShmDevice, HDR_LEN};
+use super::{grow, Peer, ShmDevice, HDR_LEN};
 use crate::device::{Ah, DevError, DevEvent};
 use crate::status::Status;
 
@@ -59,7 +59,6 @@ pub(super) fn prefetch_pos<const FOR_WRITE: bool>(map: &Mapping, shape: &Shape, 
 #[inline(always)]
 fn claim(p: &mut Peer, need: usize, control: bool, note: &AtomicU64) -> Result<(u64, usize), DevError> {
     let tail = p.map.hdr_u64::<{ off::TAIL }>();
-    let ring = p.shape.ring;
     let mut word = tail.load(Ordering::Relaxed);
     // The entry most likely goes at `pos`: its line is asked for in
     // exclusive state now, so that the transfer from the owner (who
@@ -68,7 +67,8 @@ fn claim(p: &mut Peer, need: usize, control: bool, note: &AtomicU64) -> Result<(
     // prefetches").
     prefetch_pos::<true>(&p.map, &p.shape, word);
     loop {
-        let flags = word & segment::TAIL_FLAGS;
+        let meta = word & segment::TAIL_META;
+        let flags = meta & segment::TAIL_FLAGS;
         if flags != 0 {
             if flags & segment::CLOSED != 0 {
                 p.lost = true;
@@ -81,8 +81,10 @@ fn claim(p: &mut Peer, need: usize, control: bool, note: &AtomicU64) -> Result<(
                 return Err(DevError::Again);
             }
         }
-        let pos = word ^ flags;
-        let left = ring - p.shape.at(pos);
+        let pos = word ^ meta;
+        // The ring in use now (`grow.rs`).
+        let ring = p.shape.in_use(word);
+        let left = ring - (pos as usize & (ring - 1));
         let pad = if need <= left { 0 } else { left };
         let end = pos + (pad + need) as u64;
         if end > p.head_seen + ring as u64 {
@@ -94,6 +96,9 @@ fn claim(p: &mut Peer, need: usize, control: bool, note: &AtomicU64) -> Result<(
             // Looks full: has the owner read further since?
             p.head_seen = p.map.u64_at(off::HEAD).load(Ordering::Acquire);
             if end > p.head_seen + ring as u64 {
+                if ring < p.shape.cap {
+                    grow::ask_to_grow(p);
+                }
                 p.full_wait = (p.full_wait * 2 + 1).min(FULL_WAIT_MAX);
                 p.full_skip = p.full_wait;
                 unnote(note);
@@ -105,8 +110,13 @@ fn claim(p: &mut Peer, need: usize, control: bool, note: &AtomicU64) -> Result<(
         // owner that sees the claim in its tail sees the note, or the
         // entry published.
         note.store(p.shape.sealed(pos), Ordering::Release);
-        match tail.compare_exchange_weak(word, end | flags, Ordering::Release, Ordering::Relaxed) {
-            Ok(_) => return Ok((pos, pad)),
+        match tail.compare_exchange_weak(word, end | meta, Ordering::Release, Ordering::Relaxed) {
+            Ok(_) => {
+                if ring != p.shape.ring {
+                    grow::ring_changed(p, ring);
+                }
+                return Ok((pos, pad));
+            }
             Err(now) => word = now,
         }
     }

@@ -69,8 +69,10 @@ struct Pending {
     addr: u64,
     key: u64,
     write: bool,
-    /// The request entry's ring position in the owner's ring.
+    /// The request entry's ring position in the owner's ring, and its
+    /// offset there (the ring it went into may have grown since).
     pos: u64,
+    at: usize,
 }
 
 /// An answer that found the requester's ring full: sent at a later poll.
@@ -162,13 +164,13 @@ impl ShmDevice {
         head[16..24].copy_from_slice(&key.to_le_bytes());
         head[24..32].copy_from_slice(&(local.len() as u64).to_le_bytes());
         head[32] = u8::from(write);
-        let pos = self.send_notice(ah, REQ_HEAD + data, segment::RDMA_REQ, |body| {
+        let (pos, at) = self.send_notice(ah, REQ_HEAD + data, segment::RDMA_REQ, |body| {
             body[..REQ_HEAD].copy_from_slice(&head);
             if write {
                 local.with_slice(|s| body[REQ_HEAD..].copy_from_slice(s));
             }
         })?;
-        self.ring.pending.insert(token, Pending { wr_id, ah, local, addr, key, write, pos });
+        self.ring.pending.insert(token, Pending { wr_id, ah, local, addr, key, write, pos, at });
         self.ring.order.push_back(token);
         self.ring.sent += 1;
         self.ring_count(ah, true);
@@ -177,8 +179,14 @@ impl ShmDevice {
 
     /// Claims an entry for a notice of `len` payload bytes with `flag` in
     /// `ah`'s ring, fills its payload with `fill`, publishes it and wakes
-    /// the owner if it sleeps: returns the entry's ring position.
-    fn send_notice(&mut self, ah: Ah, len: usize, flag: u32, fill: impl FnOnce(&mut [u8])) -> Result<u64, DevError> {
+    /// the owner if it sleeps: returns the entry's ring position and offset.
+    fn send_notice(
+        &mut self,
+        ah: Ah,
+        len: usize,
+        flag: u32,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<(u64, usize), DevError> {
         let ids = (self.epid, self.connid);
         let need = entry_len(len);
         let note = self.map.hdr_u64::<{ off::NOTE }>();
@@ -189,9 +197,10 @@ impl ShmDevice {
         };
         // SAFETY: the claimed entry's payload: `SLOT_HDR + len <= need`
         // bytes from its start, in bounds (see `claim`); ours until published.
-        fill(unsafe { p.map.bytes(HDR_LEN + p.shape.at(pos) + SLOT_HDR, len) });
+        let at = p.shape.at(pos);
+        fill(unsafe { p.map.bytes(HDR_LEN + at + SLOT_HDR, len) });
         Self::publish_notice(p, pos, ids, need, flag, note);
-        Ok(pos)
+        Ok((pos, at))
     }
 
     /// Serves a request entry at ring offset `e` (`span` bytes, checked)
@@ -254,6 +263,7 @@ impl ShmDevice {
             b[12..16].fill(0);
             b[RSP_HEAD..].copy_from_slice(data);
         })
+        .map(|(pos, _)| pos)
     }
 
     /// An answer entry at ring offset `e` (`span` bytes, checked) from
@@ -306,7 +316,7 @@ impl ShmDevice {
                 self.ring.order.pop_front();
                 continue;
             };
-            let (ah, pos) = (pd.ah, pd.pos);
+            let (ah, pos, at) = (pd.ah, pd.pos, pd.at);
             match self.owner_stuck(ah, pos, now) {
                 // The owner has taken it: its answer comes.
                 None => {
@@ -320,7 +330,7 @@ impl ShmDevice {
             // it now, or was stopped in the middle): its answer comes, and
             // no request after it is taken back meanwhile (it would pass
             // this one). It stays in front until answered.
-            if !self.take_back(ah, pos, token, now) {
+            if !self.take_back(ah, at, token, now) {
                 break;
             }
             self.ring.order.pop_front();
@@ -355,17 +365,17 @@ impl ShmDevice {
         Some(now.saturating_sub(p.ring_head.1) >= RESCUE_US)
     }
 
-    /// Voids request `token` (at ring position `pos`) in `ah`'s ring if
+    /// Voids request `token` (at ring offset `at`) in `ah`'s ring if
     /// the owner has not taken it: true when it is this side's now (also
     /// for a peer lost or removed). The owner then gets no request for a
     /// while. Called only while the owner's head has not passed the entry,
     /// so the word is still the request's.
-    fn take_back(&mut self, ah: Ah, pos: u64, token: u64, now: u64) -> bool {
+    fn take_back(&mut self, ah: Ah, at: usize, token: u64, now: u64) -> bool {
         let Some(p) = self.peers.get_mut(ah as usize).and_then(Option::as_mut) else { return true };
         if p.lost {
             return true;
         }
-        let w = p.map.u64_at(HDR_LEN + p.shape.at(pos) + SLOT_HDR);
+        let w = p.map.u64_at(HDR_LEN + at + SLOT_HDR);
         let mine = w.compare_exchange(token, token | VOID, Ordering::SeqCst, Ordering::Relaxed).is_ok();
         if mine {
             p.ring_off_until = now + BACKOFF_US;

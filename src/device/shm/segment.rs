@@ -18,12 +18,14 @@ pub(super) struct Mapping {
 }
 
 impl Mapping {
-    /// Maps the segment, its page tables filled at once (`MAP_POPULATE`):
-    /// otherwise the first pass of packets through the ring takes a minor
-    /// page fault for each of its pages, in both processes (every 64th small
-    /// message, every 4 KiB one), which shows in a ping-pong's tail latency
-    /// (docs/performance.md, "Ring layout"). The pages are already
-    /// allocated (`create` fallocates them), so this only costs the mapping.
+    /// Maps memory that is allocated whole (an allocation peers share,
+    /// `alloc.rs`), its page tables filled at once (`MAP_POPULATE`).
+    /// Segments, whose rings grow, are mapped by [`Self::map_sparse`] and
+    /// filled in parts: either way, where page tables are filled late, the
+    /// first pass of packets through the ring takes a minor page fault for
+    /// each of its pages, in both processes (every 64th small message,
+    /// every 4 KiB one), which shows in a ping-pong's tail latency
+    /// (docs/performance.md, "Ring layout").
     pub(super) fn map(fd: RawFd, len: usize) -> Result<Mapping, Status> {
         Self::map_at(fd, len, 0)
     }
@@ -31,7 +33,18 @@ impl Mapping {
     /// [`Self::map`] of `len` bytes from file offset `off` (a multiple of
     /// the page size).
     pub(super) fn map_at(fd: RawFd, len: usize, off: u64) -> Result<Mapping, Status> {
-        let flags = libc::MAP_SHARED | libc::MAP_POPULATE;
+        Self::map_with(fd, len, off, libc::MAP_SHARED | libc::MAP_POPULATE)
+    }
+
+    /// Maps a segment whose memory is allocated only in part (a ring
+    /// that grows, `grow.rs`): page tables are filled by [`Self::populate`]
+    /// for the parts allocated, since filling them for a hole would
+    /// allocate it.
+    pub(super) fn map_sparse(fd: RawFd, len: usize) -> Result<Mapping, Status> {
+        Self::map_with(fd, len, 0, libc::MAP_SHARED)
+    }
+
+    fn map_with(fd: RawFd, len: usize, off: u64, flags: libc::c_int) -> Result<Mapping, Status> {
         let off = libc::off_t::try_from(off).map_err(|_| Status::Inval)?;
         // SAFETY: a fresh shared mapping of an open descriptor; checked for failure.
         let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, fd, off) };
@@ -43,6 +56,23 @@ impl Mapping {
 
     pub(super) fn base(&self) -> *mut u8 {
         self.ptr.as_ptr()
+    }
+
+    /// Fills the page tables of the `len` bytes at `off` (widened to whole
+    /// pages, within the mapping) for writing, where the memory is
+    /// allocated: a hole would be allocated, or refused where a store
+    /// would raise SIGBUS, which is why the memory is allocated first
+    /// (`posix_fallocate`). Only saves the first pass through the pages
+    /// its minor faults: kernels before 5.14 refuse it, which is no error.
+    pub(super) fn populate(&self, off: usize, len: usize) {
+        let page = page_size();
+        let start = off / page * page;
+        let end = (off + len).next_multiple_of(page).min(self.len);
+        if start < end {
+            // SAFETY: a range of our own mapping; MADV_POPULATE_WRITE
+            // changes no contents.
+            unsafe { libc::madvise(self.base().add(start).cast(), end - start, libc::MADV_POPULATE_WRITE) };
+        }
     }
 
     /// The `len` bytes at `off` (8-aligned, in bounds: checked once here)
@@ -160,6 +190,11 @@ pub(super) const WRITE_IMM: u32 = 4;
 pub(super) const RDMA_REQ: u32 = 8;
 pub(super) const RDMA_RSP: u32 = 16;
 
+/// The entry span's flag of a grow notice: the owner's own entry at the
+/// position where it grew its ring (`grow.rs`); the next entry is at the
+/// position the owner noted then, in the grown ring.
+pub(super) const GROW_NOTICE: u32 = 32;
+
 /// The span's low bits that are flags.
 const SPAN_FLAGS: u32 = 63;
 
@@ -177,9 +212,20 @@ pub(super) const HELD: u64 = 1 << 62;
 /// The tail's flag bits.
 pub(super) const TAIL_FLAGS: u64 = CLOSED | HELD;
 
-/// The ring position of a tail word (its flags cleared).
+/// Bits 59-61 of a ring's tail: how many times the ring in use is halved
+/// from the segment's capacity ([`Shape::in_use`]). In the tail, so that a
+/// producer's one load tells it, and its claim's compare-and-swap fails
+/// should the owner grow the ring meanwhile (ring positions stay below
+/// 2^59: 18 years of a 1 GB/s stream).
+pub(super) const SHRINK_SHIFT: u32 = 59;
+pub(super) const SHRINK: u64 = 7 << SHRINK_SHIFT;
+
+/// The tail's bits that are not its position.
+pub(super) const TAIL_META: u64 = TAIL_FLAGS | SHRINK;
+
+/// The ring position of a tail word (its flags and shrink cleared).
 pub(super) fn tail_pos(word: u64) -> u64 {
-    word & !TAIL_FLAGS
+    word & !TAIL_META
 }
 
 impl EntryHdr {
@@ -279,6 +325,9 @@ pub(super) mod off {
     /// ([`super::Shape::sealed`]), 0 when none (`claims.rs`). Beside the
     /// head, a line only the owner writes.
     pub const NOTE: usize = 136;
+    /// Nonzero: a producer found the ring full while it may still grow
+    /// (`grow.rs`). Beside the head, which that producer has just read.
+    pub const GROW: usize = 144;
     /// The owner's clock (`CLOCK_MONOTONIC`, µs) at one of its recent polls
     /// (`ShmDevice::stamp_progress`); a line of its own.
     pub const PROGRESS: usize = 192;
@@ -287,26 +336,71 @@ pub(super) mod off {
 /// A segment's shape, from its header.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Shape {
-    /// Ring bytes (a power of two).
+    /// Ring bytes in use (a power of two, at most `cap`): what positions
+    /// wrap at. The owner's is its own; a producer's is the one of its
+    /// last claim ([`Shape::in_use`]).
     pub(super) ring: usize,
+    /// Ring bytes the segment has room for (a power of two): the ring
+    /// grows up to it (`grow.rs`).
+    pub(super) cap: usize,
     pub(super) mtu: usize,
     /// XORed into published positions (top bit set).
     pub(super) seal: u64,
+    /// Most halvings of `cap` to a ring in use that still holds two
+    /// full-size entries (at most [`MAX_SHRINK`]).
+    shrink_max: u32,
 }
 
+/// Most halvings of a ring's capacity to the ring in use ([`SHRINK`]).
+pub(super) const MAX_SHRINK: u32 = 7;
+
 impl Shape {
-    /// The shape of a ring for `slots` packets of `mtu` bytes.
+    /// The shape of a ring for `slots` packets of `mtu` bytes, all in use.
     pub(super) fn new(slots: u32, mtu: u32, seal: u64) -> Shape {
         let mtu = mtu as usize;
-        let ring = (slots as usize * mtu).max(2 * entry_len(mtu)).next_power_of_two();
-        Shape { ring, mtu, seal }
+        let ring = (slots as usize * mtu).max(Self::least(mtu)).next_power_of_two();
+        Self::with_cap(ring, mtu, seal)
+    }
+
+    /// The shape of a ring of `cap` bytes (a power of two), all in use.
+    pub(super) fn with_cap(cap: usize, mtu: usize, seal: u64) -> Shape {
+        let shrink_max = cap.trailing_zeros().saturating_sub(Self::least(mtu).trailing_zeros()).min(MAX_SHRINK);
+        Shape { ring: cap, cap, mtu, seal, shrink_max }
+    }
+
+    /// The least ring for packets of `mtu` bytes: two full-size entries
+    /// (an entry and the padding before it).
+    fn least(mtu: usize) -> usize {
+        (2 * entry_len(mtu)).next_power_of_two()
+    }
+
+    /// This shape with a ring of `slots` packets in use (at least two
+    /// full-size entries and `cap` / 2^[`MAX_SHRINK`], at most `cap`).
+    pub(super) fn starting(self, slots: u32) -> Shape {
+        let ring = (slots as usize * self.mtu).next_power_of_two().clamp(self.cap >> self.shrink_max, self.cap);
+        Shape { ring, ..self }
+    }
+
+    /// The tail's shrink bits for the ring in use.
+    pub(super) fn shrink_bits(&self) -> u64 {
+        u64::from(self.cap.trailing_zeros() - self.ring.trailing_zeros()) << SHRINK_SHIFT
+    }
+
+    /// The ring in use that tail word `word` gives, bounded to what this
+    /// segment holds whatever the word says (a peer may scribble on it).
+    #[inline(always)]
+    pub(super) fn in_use(&self, word: u64) -> usize {
+        let shrink = ((word & SHRINK) >> SHRINK_SHIFT) as u32;
+        self.cap >> shrink.min(self.shrink_max)
     }
 
     /// Whether a mapped segment's shape is usable: a whole number of cache
     /// lines, room for two full-size entries (an entry and the padding
-    /// before it), sealed.
+    /// before it) in the capacity and in the ring in use, sealed.
     pub(super) fn valid(&self, map_len: usize) -> bool {
-        self.ring.is_power_of_two()
+        self.cap.is_power_of_two()
+            && self.ring.is_power_of_two()
+            && self.ring <= self.cap
             && self.mtu % 64 == 0
             && self.ring >= 2 * entry_len(self.mtu)
             && self.seal >> 63 == 1
@@ -314,7 +408,7 @@ impl Shape {
     }
 
     pub(super) fn mr_off(&self) -> usize {
-        HDR_LEN + self.ring
+        HDR_LEN + self.cap
     }
 
     pub(super) fn total(&self) -> usize {
@@ -454,21 +548,25 @@ pub(super) fn open_existing(name: &str) -> Result<(Mapping, Shape), Status> {
         if unsafe { libc::fstat(fd, &mut st) } != 0 || (st.st_size as usize) < HDR_LEN {
             return Err(Status::NoAddr);
         }
-        let m = Mapping::map(fd, st.st_size as usize)?;
+        let m = Mapping::map_sparse(fd, st.st_size as usize)?;
         if m.u64_at(off::MAGIC).load(Ordering::Acquire) != MAGIC
             || m.u32_at(off::VERSION).load(Ordering::Relaxed) != LAYOUT_VERSION
         {
             return Err(Status::NoAddr);
         }
         let shift = m.u32_at(off::RING_SHIFT).load(Ordering::Relaxed);
-        let shape = Shape {
-            ring: 1usize.checked_shl(shift).filter(|_| shift < 40).unwrap_or(0),
-            mtu: m.u32_at(off::MTU).load(Ordering::Relaxed) as usize,
-            seal: m.u64_at(off::SEAL).load(Ordering::Relaxed),
-        };
+        let cap = 1usize.checked_shl(shift).filter(|_| shift < 40).unwrap_or(0);
+        let mtu = m.u32_at(off::MTU).load(Ordering::Relaxed) as usize;
+        let mut shape = Shape::with_cap(cap, mtu, m.u64_at(off::SEAL).load(Ordering::Relaxed));
         if !shape.valid(m.len) {
             return Err(Status::NoAddr);
         }
+        shape.ring = shape.in_use(m.hdr_u64::<{ off::TAIL }>().load(Ordering::Acquire));
+        // Page tables for what the owner has allocated (the header, the
+        // ring in use, the registration table); the rest of the ring as it
+        // grows (`grow.rs`).
+        m.populate(0, HDR_LEN + shape.ring);
+        m.populate(shape.mr_off(), shape.total() - shape.mr_off());
         Ok((m, shape))
     })();
     // SAFETY: closing the descriptor we opened; the mapping stays valid.
@@ -597,6 +695,12 @@ pub(super) fn remove_stale_locked(prefix: &str) -> usize {
         }
     }
     n
+}
+
+/// The page size.
+pub(super) fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(4096)
 }
 
 /// Bytes `/dev/shm` has free for this user (`u64::MAX` when unknown).

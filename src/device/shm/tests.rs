@@ -274,11 +274,13 @@ fn a_sender_that_finds_the_ring_full_looks_at_its_head_again_only_after_a_growin
     assert_eq!(tx.peer(ah).unwrap().full_wait, 0);
 }
 
-/// A pair whose owner `rx` trails by `trail` bytes, with a 16 KiB ring.
+/// A pair whose owner `rx` trails by `trail` bytes, with a 16 KiB ring
+/// (in use from the start).
 fn trail_pair(name: &str, trail: usize) -> (ShmDevice, ShmDevice, Ah) {
     let cfg = ShmConfig {
         prefix: format!("rdm4t{}{name}", std::process::id()),
         slots: 64,
+        start_slots: 64,
         mtu: 256,
         trail: Some(trail),
         ..ShmConfig::default()
@@ -479,13 +481,15 @@ fn ping_pongs_whose_replies_are_asked_for_ahead_cross_the_ring_end_intact() {
     assert!(a.head > 50 * 1024 && b.head > 50 * 1024);
 }
 
-/// `rx`, `tx` with a ring of 64 KiB and a lag of 4 KiB (64 lines), `rx`
+/// `rx`, `tx` with a ring of 64 KiB (in use from the start) and a lag of
+/// 4 KiB (64 lines), `rx`
 /// knowing `tx` (so that the express receive takes its packets), and a
 /// first packet already taken.
 fn lag_pair(name: &str, lag: usize) -> (ShmDevice, ShmDevice, Ah, Ah) {
     let cfg = ShmConfig {
         prefix: format!("rdm4u{}{name}", std::process::id()),
         slots: 256,
+        start_slots: 256,
         mtu: 256,
         lag,
         ..ShmConfig::default()

@@ -48,6 +48,9 @@ impl ShmDevice {
                 return true; // claimed, still being written
             }
             let (_, span, _) = h.sizes();
+            if h.flags() & super::segment::GROW_NOTICE != 0 {
+                return false; // the ring grows here: entries after it are read in the grown ring
+            }
             if !self.shape.span_fits(at, span) {
                 return false; // a scribbled entry: read on, as recv_batch will
             }
