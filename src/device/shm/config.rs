@@ -14,10 +14,11 @@ pub struct ShmConfig {
     pub epid: Option<u32>,
     /// Ring size in full-size packets (a power of two, at least 2): the
     /// ring holds up to `slots` × `mtu` bytes, rounded up to a power of
-    /// two. It starts with `start_slots` and doubles whenever a producer
-    /// finds it full, up to this size (`grow.rs`); its memory is allocated
-    /// as it grows, and a ring that cannot have more (a full `/dev/shm`)
-    /// stays as it is.
+    /// two. It starts with `start_slots` and grows to this size once used
+    /// (doubled when a producer finds it full, whole once its owner reads
+    /// more than 100 MB/s: `grow.rs`); its memory is allocated as it
+    /// grows, and a ring that cannot have more (a full `/dev/shm`) stays
+    /// as it is.
     ///
     /// Default 128 (8 MiB with the default MTU). 32 slots (2 MiB, a ring
     /// that stays in cache) make 4 KiB-1 MiB messages one at a time

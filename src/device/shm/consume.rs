@@ -203,8 +203,10 @@ impl ShmDevice {
     pub(super) fn taken(&mut self) {
         self.streaming = false;
         self.held = 0;
+        // Before the head is handed back: the lines just read are room for
+        // the grow notice that producers cannot take meanwhile (`grow.rs`).
+        self.grow_if_used();
         self.map.u64_at(off::HEAD).store(self.head, Ordering::Release);
-        self.grow_if_asked();
         if self.fd_mode {
             self.drain_fifo_kept();
         }
