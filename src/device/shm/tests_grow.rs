@@ -255,3 +255,12 @@ fn a_forged_grow_notice_is_skipped_and_a_forged_shrink_stays_within_the_segment(
         let _ = tx.send(ah, &packet(2, 50), 0);
     }
 }
+
+#[test]
+fn a_hundred_and_twenty_eight_endpoints_take_under_150_mib_at_open() {
+    let eps: Vec<ShmDevice> =
+        (0..128).map(|_| ShmDevice::open_with(cfg("many", 128, 16, 64 * 1024)).unwrap()).collect();
+    let total: u64 = eps.iter().map(allocated).sum();
+    assert!(total <= 150 << 20, "{} MiB of /dev/shm for 128 endpoints", total >> 20);
+    eprintln!("128 endpoints at open: {:.1} MiB of /dev/shm", total as f64 / (1 << 20) as f64);
+}
