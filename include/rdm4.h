@@ -634,9 +634,38 @@ typedef struct rdm4_ep_attr {
    */
   uint64_t timeout_ms;
   /**
+   * Operations outstanding at most (0: default 65536): sends, posted
+   * receives, writes, reads and atomics not yet completed. A post past
+   * it returns `RDM4_EAGAIN` and changes nothing; new unexpected
+   * messages then wait with their senders. Read again from
+   * `RDM4_MAX_OPS`, which overrides it.
+   */
+  uint32_t max_ops;
+  /**
+   * Peers at most (0: default 65536): addresses inserted, and senders
+   * that introduced themselves. `rdm4_av_insert` past it returns
+   * `RDM4_ENOMEM`; a packet from a new sender past it is dropped and
+   * counted (`drop_peer_limit`), so that packets from forged addresses
+   * cannot grow the endpoint without bound. Read again from
+   * `RDM4_MAX_PEERS`, which overrides it.
+   */
+  uint32_t max_peers;
+  /**
+   * Memory registrations at most (0: default 65536), the library's own
+   * (one per long-read send in flight) included: `rdm4_mr_reg`,
+   * `rdm4_mr_reg_fd` and `rdm4_mr_alloc` past it return `RDM4_ENOMEM`.
+   * The shm device holds 1024 at most whatever this says. Read again
+   * from `RDM4_MAX_MRS`, which overrides it.
+   */
+  uint32_t max_mrs;
+  /**
+   * Reserved, must be zero.
+   */
+  uint32_t reserved32;
+  /**
    * Reserved for later fields, must be zero.
    */
-  uint64_t reserved[6];
+  uint64_t reserved[4];
 } rdm4_ep_attr;
 
 /**
@@ -786,7 +815,9 @@ const char *rdm4_strerror(int32_t status);
  * device's peers given up because their host reported their port closed
  * (`udp_peers_refused`), probes sent to silent peers (`udp_probes`) and
  * packets its responder kept while the application was away
- * (`udp_kept`)) count from the endpoint's open.
+ * (`udp_kept`), and packets from new senders dropped at the peer limit
+ * (`drop_peer_limit`, see `rdm4_ep_attr.max_peers`)) count from the
+ * endpoint's open.
  *
  * Returns how many it wrote (0 when `first` is past the last);
  * `RDM4_EBADHANDLE`. Thread safety: any thread.

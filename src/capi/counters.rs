@@ -54,6 +54,7 @@ const LATER: &[Counter] = &[
     Counter { name: c"udp_peers_refused", read: |_, u| u.peers_refused },
     Counter { name: c"udp_probes", read: |_, u| u.probes },
     Counter { name: c"udp_kept", read: |_, u| u.kept },
+    Counter { name: c"drop_peer_limit", read: |s, _| s.refused_peers },
 ];
 
 /// Reads the endpoint's counters from index `first` on: up to `max` of
@@ -79,7 +80,9 @@ const LATER: &[Counter] = &[
 /// device's peers given up because their host reported their port closed
 /// (`udp_peers_refused`), probes sent to silent peers (`udp_probes`) and
 /// packets its responder kept while the application was away
-/// (`udp_kept`)) count from the endpoint's open.
+/// (`udp_kept`), and packets from new senders dropped at the peer limit
+/// (`drop_peer_limit`, see `rdm4_ep_attr.max_peers`)) count from the
+/// endpoint's open.
 ///
 /// Returns how many it wrote (0 when `first` is past the last);
 /// `RDM4_EBADHANDLE`. Thread safety: any thread.

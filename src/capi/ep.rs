@@ -46,7 +46,11 @@ fn default_attr() -> rdm4_ep_attr {
         threading: RDM4_THREAD_SAFE,
         flags: 0,
         timeout_ms: 0,
-        reserved: [0; 6],
+        max_ops: 0,
+        max_peers: 0,
+        max_mrs: 0,
+        reserved32: 0,
+        reserved: [0; 4],
     }
 }
 
@@ -62,6 +66,7 @@ fn read_attr(attr: *const rdm4_ep_attr) -> Result<rdm4_ep_attr, Status> {
         || (a.threading == RDM4_THREAD_SINGLE && a.progress != RDM4_PROGRESS_MANUAL)
         || a.flags & !(RDM4_EP_LEGACY | RDM4_EP_DELIVERY_COMPLETE) != 0
         || a.reserved.iter().any(|&r| r != 0)
+        || a.reserved32 != 0
     {
         return Err(Status::Inval);
     }
@@ -163,6 +168,16 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
             RDM4_TIMEOUT_NONE => 0,
             ms => ms.saturating_mul(1_000_000),
         };
+        let limit = |name, attr: u32, default: usize| -> Result<usize, Status> {
+            Ok(match crate::env::number::<usize>(name, 1..=1 << 20)? {
+                Some(n) => n,
+                None if attr > 0 => attr as usize,
+                None => default,
+            })
+        };
+        cfg.max_ops = limit("RDM4_MAX_OPS", a.max_ops, cfg.max_ops)?;
+        cfg.max_peers = limit("RDM4_MAX_PEERS", a.max_peers, cfg.max_peers)?;
+        cfg.max_mrs = limit("RDM4_MAX_MRS", a.max_mrs, cfg.max_mrs)?;
         if let Some(n) = crate::env::number::<usize>("RDM4_RUNT_SIZE", 0..=1 << 30)? {
             cfg.runt_size = n;
         }

@@ -219,8 +219,29 @@ pub struct rdm4_ep_attr {
     /// which completes with `RDM4_ETIMEDOUT` when its receipt has not come
     /// within it. Read again from `RDM4_TIMEOUT_MS`, which overrides it.
     pub timeout_ms: u64,
+    /// Operations outstanding at most (0: default 65536): sends, posted
+    /// receives, writes, reads and atomics not yet completed. A post past
+    /// it returns `RDM4_EAGAIN` and changes nothing; new unexpected
+    /// messages then wait with their senders. Read again from
+    /// `RDM4_MAX_OPS`, which overrides it.
+    pub max_ops: u32,
+    /// Peers at most (0: default 65536): addresses inserted, and senders
+    /// that introduced themselves. `rdm4_av_insert` past it returns
+    /// `RDM4_ENOMEM`; a packet from a new sender past it is dropped and
+    /// counted (`drop_peer_limit`), so that packets from forged addresses
+    /// cannot grow the endpoint without bound. Read again from
+    /// `RDM4_MAX_PEERS`, which overrides it.
+    pub max_peers: u32,
+    /// Memory registrations at most (0: default 65536), the library's own
+    /// (one per long-read send in flight) included: `rdm4_mr_reg`,
+    /// `rdm4_mr_reg_fd` and `rdm4_mr_alloc` past it return `RDM4_ENOMEM`.
+    /// The shm device holds 1024 at most whatever this says. Read again
+    /// from `RDM4_MAX_MRS`, which overrides it.
+    pub max_mrs: u32,
+    /// Reserved, must be zero.
+    pub reserved32: u32,
     /// Reserved for later fields, must be zero.
-    pub reserved: [u64; 6],
+    pub reserved: [u64; 4],
 }
 
 /// `rdm4_ep_attr.timeout_ms`: requests never time out.

@@ -226,6 +226,15 @@ impl Core {
         if let Some(&p) = self.by_raw.get(&raw_key(&raw)) {
             return Some(p);
         }
+        if self.peers.len() >= self.cfg.max_peers {
+            self.stats.refused_peers += 1;
+            crate::log::log!(
+                crate::log::DEBUG,
+                "dropped a packet from a new sender: {} peers, the limit",
+                self.peers.len()
+            );
+            return None;
+        }
         let path = self.path(&self.caps, &self.local);
         let p = self.peers.insert(Peer::new(raw, None, self.cfg.first_msg_id, path))?;
         self.by_raw.insert(raw_key(&raw), p);

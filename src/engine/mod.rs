@@ -391,6 +391,11 @@ impl<D: Device> Endpoint<D> {
         self.core.reorder_bytes
     }
 
+    /// Peers known: inserted and learnt (at most `Config::max_peers`).
+    pub fn peer_count(&self) -> usize {
+        self.core.peers.len()
+    }
+
     /// Operations not yet completed (including target-side ones).
     pub fn pending_ops(&self) -> usize {
         self.core.outstanding()
@@ -410,6 +415,10 @@ impl<D: Device> Endpoint<D> {
             }
             self.core.peers.get_mut(p).ok_or(Status::Internal)?.in_av = true;
             return Ok(p);
+        }
+        if self.core.peers.len() >= self.core.cfg.max_peers {
+            crate::log::log!(crate::log::WARN, "peer {raw:?} refused: {} peers, the limit", self.core.peers.len());
+            return Err(Status::NoMem);
         }
         let ah = self.dev.insert(raw)?;
         crate::log::log!(crate::log::INFO, "peer added: {raw:?}");

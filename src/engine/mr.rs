@@ -57,8 +57,18 @@ impl Core {
 }
 
 impl<D: Device> Endpoint<D> {
+    /// `NoMem` when `Config::max_mrs` registrations are held.
+    fn room_for_mr(&self) -> Result<(), Status> {
+        if self.core.mrs.len() >= self.core.cfg.max_mrs {
+            crate::log::log!(crate::log::WARN, "registration refused: {} held, the limit", self.core.mrs.len());
+            return Err(Status::NoMem);
+        }
+        Ok(())
+    }
+
     /// Registers `buf` for local use and remote `access`; returns the key.
     pub fn mr_reg(&mut self, buf: UserBuf, access: Access) -> Result<u64, Status> {
+        self.room_for_mr()?;
         let key = self.dev.reg(buf, access)?;
         self.core.mrs.insert(key, Mr { buf, access, busy: 0 });
         Ok(key)
@@ -70,6 +80,7 @@ impl<D: Device> Endpoint<D> {
     /// device can; elsewhere an ordinary registration. Deregistered by
     /// [`Self::mr_dereg`].
     pub fn mr_reg_fd(&mut self, buf: UserBuf, fd: i32, offset: u64, access: Access) -> Result<u64, Status> {
+        self.room_for_mr()?;
         let shared = match self.dev.as_mapped() {
             Some(m) => m.reg_shared(buf, fd, offset, access),
             None => Err(Status::NotSup),
@@ -99,6 +110,7 @@ impl<D: Device> Endpoint<D> {
     /// or ordinary memory registered where the device has none. The memory
     /// is zeroed and the endpoint's until [`Self::mr_free`] (or its drop).
     pub fn mr_alloc(&mut self, len: usize, access: Access) -> Result<(UserBuf, u64), Status> {
+        self.room_for_mr()?;
         let mapped = match self.dev.as_mapped() {
             Some(m) => m.alloc(len, access),
             None => Err(Status::NotSup),

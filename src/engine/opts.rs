@@ -58,6 +58,14 @@ pub struct Config {
     /// (messages already held for `msg_id` order may go past it, by at most
     /// what the reorder buffer holds).
     pub max_ops: usize,
+    /// Peers at most, inserted and learnt: an insert past it gives
+    /// `NoMem`, and a packet from a new sender past it is dropped and
+    /// counted (`Stats::refused_peers`), so that packets from forged
+    /// addresses cannot grow the endpoint's memory without bound.
+    pub max_peers: usize,
+    /// Memory registrations at most (allocations and the long-read sends'
+    /// own registrations included): a registration past it gives `NoMem`.
+    pub max_mrs: usize,
     /// Packets taken from the device per progress call at most.
     pub rx_batch: usize,
     /// The `msg_id` of the first message to and from every peer. Always 0 on
@@ -111,6 +119,8 @@ impl Default for Config {
             unexpected_limit: 64 << 20,
             reorder_window: 1 << 14,
             max_ops: 1 << 16,
+            max_peers: 1 << 16,
+            max_mrs: 1 << 16,
             rx_batch: 64,
             first_msg_id: 0,
             legacy: false,
@@ -147,6 +157,8 @@ pub struct Stats {
     pub tx_packets: u64,
     /// Requests ended by their timeout (`Config::request_timeout_ns`).
     pub timeouts: u64,
+    /// Packets from new senders dropped at `Config::max_peers`.
+    pub refused_peers: u64,
 }
 
 /// A registered memory region.
