@@ -168,16 +168,16 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
             RDM4_TIMEOUT_NONE => 0,
             ms => ms.saturating_mul(1_000_000),
         };
-        let limit = |name, attr: u32, default: usize| -> Result<usize, Status> {
-            Ok(match crate::env::number::<usize>(name, 1..=1 << 20)? {
-                Some(n) => n,
-                None if attr > 0 => attr as usize,
-                None => default,
-            })
+        // A limit: the variable, else the attribute, else the default.
+        let limit = |var: Option<usize>, attr: u32, default: usize| match var {
+            Some(n) => n,
+            None if attr > 0 => attr as usize,
+            None => default,
         };
-        cfg.max_ops = limit("RDM4_MAX_OPS", a.max_ops, cfg.max_ops)?;
-        cfg.max_peers = limit("RDM4_MAX_PEERS", a.max_peers, cfg.max_peers)?;
-        cfg.max_mrs = limit("RDM4_MAX_MRS", a.max_mrs, cfg.max_mrs)?;
+        const MOST: std::ops::RangeInclusive<usize> = 1..=1 << 20;
+        cfg.max_ops = limit(crate::env::number("RDM4_MAX_OPS", MOST)?, a.max_ops, cfg.max_ops);
+        cfg.max_peers = limit(crate::env::number("RDM4_MAX_PEERS", MOST)?, a.max_peers, cfg.max_peers);
+        cfg.max_mrs = limit(crate::env::number("RDM4_MAX_MRS", MOST)?, a.max_mrs, cfg.max_mrs);
         if let Some(n) = crate::env::number::<usize>("RDM4_RUNT_SIZE", 0..=1 << 30)? {
             cfg.runt_size = n;
         }
