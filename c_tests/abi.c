@@ -74,7 +74,11 @@ PIN_FIELD(rdm4_ep_attr, max_credits, 32, 4, uint32_t);
 PIN_FIELD(rdm4_ep_attr, threading, 36, 4, uint32_t);
 PIN_FIELD(rdm4_ep_attr, flags, 40, 8, uint64_t);
 PIN_FIELD(rdm4_ep_attr, timeout_ms, 48, 8, uint64_t);
-PIN_ARRAY(rdm4_ep_attr, reserved, 56, 48, uint64_t, 6);
+PIN_FIELD(rdm4_ep_attr, max_ops, 56, 4, uint32_t);
+PIN_FIELD(rdm4_ep_attr, max_peers, 60, 4, uint32_t);
+PIN_FIELD(rdm4_ep_attr, max_mrs, 64, 4, uint32_t);
+PIN_FIELD(rdm4_ep_attr, reserved32, 68, 4, uint32_t);
+PIN_ARRAY(rdm4_ep_attr, reserved, 72, 32, uint64_t, 4);
 
 /* struct rdm4_cqe: 88 bytes, 8-aligned, no padding. */
 _Static_assert(sizeof(rdm4_cqe) == 88, "sizeof(rdm4_cqe) == 88");
@@ -451,13 +455,14 @@ static void check_attr_init(void)
     CHECK(a.threading == RDM4_THREAD_SAFE, "attr.threading == RDM4_THREAD_SAFE (%u)", (unsigned)a.threading);
     CHECK(a.flags == 0, "attr.flags == 0 (%llu)", (unsigned long long)a.flags);
     CHECK(a.timeout_ms == 0, "attr.timeout_ms == 0 (the default) (%llu)", (unsigned long long)a.timeout_ms);
-    int zero = 1;
-    for (size_t i = 0; i < 6; i++) {
+    CHECK(a.max_ops == 0 && a.max_peers == 0 && a.max_mrs == 0, "attr.max_ops, max_peers, max_mrs == 0 (the defaults)");
+    int zero = a.reserved32 == 0;
+    for (size_t i = 0; i < 4; i++) {
         if (a.reserved[i] != 0) {
             zero = 0;
         }
     }
-    CHECK(zero, "attr.reserved[0..6] are all zero");
+    CHECK(zero, "attr.reserved32 and reserved[0..4] are all zero");
 
     /* Every byte is written (no padding left with the 0xa5 fill). */
     rdm4_ep_attr expect;

@@ -152,7 +152,8 @@ static void check_open(void)
     OPEN_FAILS(attr.threading = 2, RDM4_EINVAL);
     OPEN_FAILS((attr.threading = RDM4_THREAD_SINGLE, attr.progress = RDM4_PROGRESS_AUTO), RDM4_EINVAL);
     OPEN_FAILS(attr.reserved[0] = 1, RDM4_EINVAL);
-    OPEN_FAILS(attr.reserved[5] = 0x8000000000000000ULL, RDM4_EINVAL);
+    OPEN_FAILS(attr.reserved[3] = 0x8000000000000000ULL, RDM4_EINVAL);
+    OPEN_FAILS(attr.reserved32 = 1, RDM4_EINVAL);
     OPEN_FAILS(attr.flags = 1u << 2, RDM4_EINVAL);
     OPEN_FAILS(attr.size = 0, RDM4_EINVAL);
     OPEN_FAILS(attr.device = 77, RDM4_EINVAL);

@@ -190,6 +190,13 @@ pub struct UdpDevice {
     /// many peers sent data lately ([`UdpDevice::window`]).
     rx_budget: usize,
     active: usize,
+    /// The peers the timers look at: those with datagrams awaiting their
+    /// acknowledgement or an acknowledgement owed (each once, `Peer::queued`;
+    /// one with neither leaves at the timers' next pass), and those that
+    /// sent data in the last `ACTIVE_FOR` (`Peer::counted`). So that a poll
+    /// costs what its busy peers cost, not what all of them do.
+    work: Vec<usize>,
+    recent: Vec<usize>,
     /// What an acknowledgement released and the holes it showed (reused).
     scratch: (Acked, Vec<u32>),
     /// Packets the responder took for the engine (from peer index), and
@@ -323,6 +330,8 @@ impl UdpDevice {
             last_from: None,
             rx_budget,
             active: 0,
+            work: Vec::new(),
+            recent: Vec::new(),
             scratch: (Acked::default(), Vec::new()),
             kept: VecDeque::new(),
             kept_bytes: 0,

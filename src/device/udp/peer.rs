@@ -109,6 +109,9 @@ pub(crate) struct Peer {
     pub last_heard: Instant,
     /// When a reliable datagram last came from it (it shares our window).
     pub last_data: Option<Instant>,
+    /// In the device's work list, and in its list of recent senders.
+    pub queued: bool,
+    pub counted: bool,
     // Liveness (`UdpDevice::liveness`).
     /// The engine awaits an answer from it until then ([`crate::device::Device::awaiting`]).
     pub awaited_until: Option<Instant>,
@@ -156,6 +159,8 @@ impl Peer {
             ack_owed: 0,
             last_heard: Instant::now(),
             last_data: None,
+            queued: false,
+            counted: false,
             awaited_until: None,
             rdma_waits: false,
             waiting_since: None,

@@ -143,6 +143,11 @@ impl UdpDevice {
         p.peer_window = h.window as usize;
         if h.kind.reliable() {
             p.last_data = Some(now);
+            // It is owed an acknowledgement now, and shares the window.
+            self.note_work(idx);
+            if !std::mem::replace(&mut self.peers[idx].counted, true) {
+                self.recent.push(idx);
+            }
         }
         // Scratch lists kept between datagrams: no allocation per acknowledgement.
         let (mut acked, mut holes) = std::mem::take(&mut self.scratch);

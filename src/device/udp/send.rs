@@ -105,6 +105,7 @@ impl UdpDevice {
         self.transmit(to, &d, now);
         let u = Unacked { seq, dgram: d, first_sent: now, last_sent: now, tries: 1, wr_id, acked: false };
         self.peers[idx].unacked.push_back(u);
+        self.note_work(idx);
     }
 
     /// Sends an unreliable datagram (ACK, CLOSE) to peer `idx`.
@@ -148,7 +149,8 @@ impl UdpDevice {
 
     /// Sends the acknowledgements that cannot wait for a datagram to ride on.
     pub(super) fn send_acks(&mut self, now: Instant) {
-        for idx in 0..self.peers.len() {
+        for k in 0..self.work.len() {
+            let idx = self.work[k];
             if !self.peers[idx].lost && self.peers[idx].ack_now(now) {
                 self.send_bare(idx, Kind::Ack, now);
             }

@@ -15,7 +15,20 @@ use super::appfd::AppFd;
 impl UdpDevice {
     /// Retransmission timeouts, give-ups and held-back datagrams.
     pub(super) fn timers(&mut self, now: Instant) {
-        self.active = self.peers.iter().filter(|p| p.last_data.is_some_and(|t| now - t < peer::ACTIVE_FOR)).count();
+        let peers = &mut self.peers;
+        self.recent.retain(|&i| {
+            let p = &mut peers[i];
+            p.counted = p.last_data.is_some_and(|t| now - t < peer::ACTIVE_FOR);
+            p.counted
+        });
+        self.active = self.recent.len();
+        // Peers with nothing left to acknowledge or to be acknowledged for
+        // (or lost) leave the work list.
+        self.work.retain(|&i| {
+            let p = &mut peers[i];
+            p.queued = !p.lost && (!p.unacked.is_empty() || p.ack_due);
+            p.queued
+        });
         if !self.delayed.is_empty() {
             self.send_delayed(now);
         }
@@ -23,7 +36,8 @@ impl UdpDevice {
         if now >= self.next_liveness {
             self.liveness(now);
         }
-        for idx in 0..self.peers.len() {
+        for k in 0..self.work.len() {
+            let Some(&idx) = self.work.get(k) else { break };
             let p = &self.peers[idx];
             if p.lost || p.unacked.is_empty() {
                 continue;
@@ -63,7 +77,10 @@ impl UdpDevice {
     fn busy(&self) -> bool {
         !self.delayed.is_empty()
             || !self.kept.is_empty()
-            || self.peers.iter().any(|p| !p.lost && (!p.unacked.is_empty() || p.ack_due))
+            || self
+                .work
+                .iter()
+                .any(|&i| !self.peers[i].lost && (!self.peers[i].unacked.is_empty() || self.peers[i].ack_due))
             || self.rdma.has_work()
     }
 
@@ -100,6 +117,17 @@ impl UdpDevice {
                 }
             }
             (false, None) => {}
+        }
+    }
+}
+
+impl UdpDevice {
+    /// Puts peer `idx` in the work list (once): it has a datagram awaiting
+    /// its acknowledgement, or is owed one.
+    #[inline]
+    pub(super) fn note_work(&mut self, idx: usize) {
+        if !std::mem::replace(&mut self.peers[idx].queued, true) {
+            self.work.push(idx);
         }
     }
 }
