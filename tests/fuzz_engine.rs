@@ -7,11 +7,18 @@
 //! type in front of fuzzed bytes; so inputs reach the deep paths (matching,
 //! placement, responders) as well as the parsers' refusals.
 //!
+//! For half the inputs the known sender first sends a valid HANDSHAKE (with
+//! every extra feature), so that the forged requests and responses after it
+//! meet an endpoint that has the peer's features, as between real peers.
+//!
 //! Whatever arrives, the engine must not panic, must not write outside the
 //! buffers it was lent (each sits between guard bytes that are checked after
-//! every input), and must keep what it holds for unexpected messages under
-//! its limit. Under `cargo test` the target is bounded like those of
-//! `tests/fuzz_wire.rs`; `fuzz/README.md` shows how to run it for longer.
+//! every input), must keep what it holds for unexpected messages under its
+//! limit, and its state bounded: peers within `Config::max_peers`, held
+//! REQs within the reorder window's bytes. Under `cargo test` the target is
+//! bounded like those of `tests/fuzz_wire.rs`; `RDM4_FUZZ_SECONDS=N` runs
+//! it for N seconds of random inputs instead (a long run without
+//! cargo-bolero), and `fuzz/README.md` shows how to run it coverage-guided.
 
 mod common;
 
@@ -27,6 +34,15 @@ use std::sync::OnceLock;
 
 const ITERATIONS: usize = 200_000;
 const TIME_MS: u64 = 1_000;
+
+/// Iterations and time of this run: the bounds above, or
+/// `RDM4_FUZZ_SECONDS` of random inputs.
+fn bounds() -> (usize, Duration) {
+    match std::env::var("RDM4_FUZZ_SECONDS").ok().and_then(|s| s.parse::<u64>().ok()) {
+        Some(s) => (usize::MAX, Duration::from_secs(s)),
+        None => (ITERATIONS, Duration::from_millis(TIME_MS)),
+    }
+}
 const GUARD: usize = 64;
 
 /// A lent buffer of `len` bytes between guard bytes.
@@ -86,16 +102,17 @@ fn packet(types: &[u8], (seed, writes, len, flags): &Recipe) -> Vec<u8> {
 #[test]
 fn fuzz_engine_packet_input() {
     let types: Vec<u8> = (0..=255u8).filter(|&t| PacketType::from_u8(t).is_some()).collect();
+    let (iterations, time) = bounds();
     check!()
-        .with_iterations(ITERATIONS)
-        .with_test_time(Duration::from_millis(TIME_MS))
-        .with_type::<(Vec<(Recipe, bool, bool)>, u16)>()
-        .for_each(|(packets, payload_len)| {
+        .with_iterations(iterations)
+        .with_test_time(time)
+        .with_type::<(Vec<(Recipe, bool, bool)>, u16, bool)>()
+        .for_each(|(packets, payload_len, introduced)| {
             let mut bufs: Vec<Guarded> = [16usize, 100, 9000].iter().map(|&n| Guarded::new(n)).collect();
             let mut mr = Guarded::new(4096);
             let mut payload = Guarded::new(usize::from(*payload_len) % 9000);
             let net = SimNet::new(SimConfig { capture: false, ..SimConfig::default() });
-            let cfg = Config { unexpected_limit: 1 << 16, ..Config::default() };
+            let cfg = Config { unexpected_limit: 1 << 16, max_peers: 16, ..Config::default() };
             let mut ep = Endpoint::new(net.device(), cfg);
             let mut known = net.device();
             let mut stranger = net.device();
@@ -103,6 +120,14 @@ fn fuzz_engine_packet_input() {
             let from_stranger = stranger.insert(&ep.addr()).unwrap();
             ep.av_insert(&known.local_addr()).unwrap();
             ep.mr_reg(mr.buf(), Access::REMOTE_READ | Access::REMOTE_WRITE | Access::LOCAL).unwrap();
+            if *introduced {
+                let hs = common::handshake((1 << rdm4::wire::extra::COUNT) - 1);
+                let _ = known.send_with(to_ep, 1, hs.len(), &mut |out: &mut [u8]| {
+                    out[..hs.len()].copy_from_slice(&hs);
+                    hs.len()
+                });
+                ep.progress(0);
+            }
             for (i, b) in bufs.iter_mut().enumerate() {
                 let tag = (i % 2 == 1).then_some((i as u64, 0));
                 ep.recv(b.buf(), RecvOpts { tag, ..RecvOpts::default() }).unwrap();
@@ -126,6 +151,10 @@ fn fuzz_engine_packet_input() {
                 // (at most the larger of medium_max and an MTU).
                 let one = Config::default().medium_max.max(known.caps().mtu);
                 assert!(ep.unexpected_bytes() <= (1 << 16) + one, "unexpected bytes unbounded");
+                assert!(ep.peer_count() <= 16, "{} peers", ep.peer_count());
+                // The reorder window (in messages) times the largest packet.
+                let held = Config::default().reorder_window as usize * known.caps().mtu;
+                assert!(ep.reorder_bytes() <= held, "{} bytes held for msg_id order", ep.reorder_bytes());
             }
             for _ in 0..4 {
                 ep.progress(0);
