@@ -18,6 +18,7 @@
 #   DIR/share/man/man7/rdm4.7                    from man/rdm4.7 (overview, environment)
 #   DIR/share/man/man3/rdm4.3                    from man/rdm4.3 (the C API)
 #   DIR/share/man/man1/rdm4-perf.1               from man/rdm4-perf.1 (the benchmark tool)
+#   DIR/share/man/man1/rdm4-soak.1               from man/rdm4-soak.1 (the soak tool)
 #   DIR/lib/libfabric/librdm4-fi.so             the libfabric provider rdm4 (fi/), built
 #                                                by `make -C fi` where libfabric's headers
 #                                                are installed (Debian: libfabric-dev);
@@ -132,7 +133,7 @@ done
 header_src=$root/include/rdm4.h
 [ -f "$header_src" ] || die "$header_src not found"
 # The man pages, each with the section it is installed in (its suffix).
-man_pages=(rdm4.7 rdm4.3 rdm4-perf.1 fi_rdm4.7)
+man_pages=(rdm4.7 rdm4.3 rdm4-perf.1 rdm4-soak.1 fi_rdm4.7)
 for page in "${man_pages[@]}"; do
     [ -f "$root/man/$page" ] || die "$root/man/$page not found"
 done

@@ -1,0 +1,103 @@
+//! rdm4-soak (issue 41) for 20 s on each device: shm, udp with injected
+//! faults, auto; one at a time (60 s in all). Each run must exit 0 and
+//! report every operation kind, bytes verified, an exact atomic total,
+//! and memory that did not grow after the middle of the run: the end's
+//! resident memory and the final peak are within 16 MiB of the peak at
+//! the middle. (The peak, not the middle sample: a reopened endpoint's
+//! shm rings start small and grow again, so two samples of one process
+//! differ by tens of MiB either way, leak or not.)
+
+use std::process::Command;
+use std::sync::Mutex;
+
+/// The runs take the machine's cores: one at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+const KINDS: [&str; 21] = [
+    "send",
+    "tsend",
+    "senddata",
+    "inject",
+    "sendmsg",
+    "dc",
+    "recv",
+    "claim",
+    "discard",
+    "probe",
+    "cancel",
+    "write",
+    "writedata",
+    "write_alloc",
+    "read",
+    "read_alloc",
+    "atomic",
+    "compute",
+    "wait",
+    "barrier",
+    "reopen",
+];
+
+/// Growth allowed after the middle of the run.
+const GROWTH_KIB: u64 = 16 << 10;
+
+fn field(line: &str, key: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {key}= in {line}"))
+        .parse()
+        .unwrap()
+}
+
+fn soak(device: &str, faults: bool) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rdm4-soak"));
+    cmd.args(["--procs", "4", "--seconds", "20", "--device", device, "--reopen-every", "5", "--timeout", "60"]);
+    if faults {
+        cmd.arg("--faults");
+    }
+    let out = cmd
+        .env("RDM4_SHM_PREFIX", format!("soak{}{device}", std::process::id()))
+        .env_remove("RDM4_UDP_FAULTS")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(out.status.success(), "{device}: {}\n{stdout}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    let total = stdout.lines().find(|l| l.starts_with("total: ")).expect("a total line");
+    // These, and any kind added later.
+    for k in KINDS {
+        field(total, k);
+    }
+    for (k, v) in total["total: ".len()..].split_whitespace().filter_map(|w| w.split_once('=')) {
+        if !["errors", "retransmits"].contains(&k) {
+            assert!(v.parse::<u64>().unwrap() > 0, "{device}: no {k}: {total}");
+        }
+    }
+    assert_eq!(field(total, "errors"), 0, "{total}");
+    let atomic = stdout.lines().find(|l| l.starts_with("atomic: ")).expect("an atomic line");
+    assert!(field(atomic, "counter") > 0 && field(atomic, "counter") == field(atomic, "expected"), "{atomic}");
+    assert!(atomic.ends_with(" ok"), "{atomic}");
+    let ranks: Vec<&str> = stdout.lines().filter(|l| l.starts_with("rank ")).collect();
+    assert_eq!(ranks.len(), 4, "{stdout}");
+    for r in ranks {
+        let mid = field(r, "hwm_mid_kib");
+        assert!(field(r, "rss_start_kib") > 0 && mid > 0, "{r}");
+        assert!(field(r, "rss_end_kib") <= mid + GROWTH_KIB, "{device}: resident memory grew: {r}");
+        assert!(field(r, "hwm_kib") <= mid + GROWTH_KIB, "{device}: peak memory grew: {r}");
+    }
+}
+
+#[test]
+fn soak_shm_20s() {
+    soak("shm", false);
+}
+
+#[test]
+fn soak_udp_with_faults_20s() {
+    soak("udp", true);
+}
+
+#[test]
+fn soak_auto_20s() {
+    soak("auto", false);
+}
