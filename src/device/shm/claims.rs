@@ -42,11 +42,18 @@ pub(super) struct DeadClaims {
 impl ShmDevice {
     /// At a peer check: whether the head stands before an unsealed entry
     /// that was claimed, since the last check; if so, skips it when its
-    /// producer is gone.
+    /// producer is gone. Also clears a hold that no parked packet explains.
     #[cold]
     pub(super) fn check_head(&mut self) {
         let head = self.head;
-        let tail = segment::tail_pos(self.map.hdr_u64::<{ off::TAIL }>().load(Ordering::Acquire));
+        let word = self.map.hdr_u64::<{ off::TAIL }>().load(Ordering::Acquire);
+        if word & segment::HELD != 0 && self.parked.is_empty() {
+            // This owner holds messages back only while it keeps parked
+            // packets (`consume.rs`): a hold without any is a peer
+            // scribbling, which would stall every producer for good.
+            self.map.hdr_u64::<{ off::TAIL }>().fetch_and(!segment::HELD, Ordering::AcqRel);
+        }
+        let tail = segment::tail_pos(word);
         if tail <= head || self.ready() {
             self.dead_claims.blocked_at = None;
         } else if self.dead_claims.blocked_at != Some(head) {
@@ -74,11 +81,15 @@ impl ShmDevice {
         if live || self.ready() {
             return;
         }
+        // Producers claim at most a ring past the head: a tail further on is
+        // a peer scribbling, and the search stops a ring ahead (a tail of
+        // 2^58 would take it years).
+        let end = tail.min(head + ring);
         let mut to = head + 64;
-        while to < tail && !self.sealed_at(to) {
+        while to < end && !self.sealed_at(to) {
             to += 64;
         }
-        self.head = to.min(tail);
+        self.head = to.min(end);
         self.held = 0;
         self.dead_claims.blocked_at = None;
         self.dead_claims.skips += 1;

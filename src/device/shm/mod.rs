@@ -79,6 +79,12 @@
 //!
 //! Trust: peers are processes of the same user, who could ptrace each other
 //! anyway; their packets are still parsed as untrusted input by the engine.
+//! What the owner's device does itself it checks against its own state, not
+//! the segment's words that peers write: RDMA requests in its ring against
+//! its own record of its registrations (the table is the peers' copy), a
+//! hold on its tail against its parked packets; a scribbled entry or tail
+//! costs a skipped line or a bounded search, never a stray write or a hang
+//! (`tests/shm_hostile.rs` says what each scribble does).
 
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
@@ -186,7 +192,10 @@ pub struct ShmDevice {
     /// peer at a time): cleared whenever `by_id` changes.
     last_from: Option<((u32, u32), Option<Ah>)>,
     events: Vec<DevEvent>,
-    mrs: FxHashMap<u64, usize>,
+    /// This endpoint's registrations, by key: their table entries and
+    /// what they grant, kept here as well as in the table, which any
+    /// process of the user can write (`mrtable::Own`).
+    mrs: FxHashMap<u64, mrtable::Own>,
     /// Table entries of registrations whose deregistration answered
     /// `Busy` (withdrawn, an access still under way): not reused yet.
     mrs_closing: Vec<usize>,

@@ -79,6 +79,19 @@ pub(super) struct Entry {
     pub shared: Option<(u32, u32)>,
 }
 
+/// A registration as this endpoint made it, in its own memory: the
+/// owner's own accesses for peers (`ringrma.rs`) check this, not the table
+/// in the segment, which any process of the user can write: a forged entry
+/// would otherwise make the owner write any memory of its own.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Own {
+    /// Its entry in the table.
+    pub idx: usize,
+    pub base: u64,
+    pub len: u64,
+    pub access: Access,
+}
+
 /// How long a deregistration waits for accesses under way before it
 /// answers `Busy` (the largest single access, 1 GiB, copies in well under
 /// a second).
@@ -293,8 +306,9 @@ impl ShmDevice {
     ) {
         let e = self.shape.mr_off() + idx * MR_ENTRY_LEN;
         let seq = self.map.u32_at(e + SEQ);
-        let s = seq.load(Ordering::Relaxed);
-        seq.store(s + 1, Ordering::Relaxed);
+        // Even whatever a peer wrote there: odd while rewritten, even after.
+        let s = seq.load(Ordering::Relaxed) & !1;
+        seq.store(s.wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
         self.map.u64_at(e + ADDR).store(buf.addr(), Ordering::Relaxed);
         self.map.u64_at(e + LEN).store(buf.len() as u64, Ordering::Relaxed);
@@ -303,8 +317,21 @@ impl ShmDevice {
         self.map.u32_at(e + FD).store(fd, Ordering::Relaxed);
         self.map.u32_at(e + PAGE).store(page, Ordering::Relaxed);
         self.map.u64_at(e + KEY).store(key, Ordering::Relaxed);
-        seq.store(s + 2, Ordering::Release);
-        self.mrs.insert(key, idx);
+        seq.store(s.wrapping_add(2), Ordering::Release);
+        let access = Access::from_bits_truncate(word);
+        self.mrs.insert(key, Own { idx, base: buf.addr(), len: buf.len() as u64, access });
+    }
+
+    /// Whether this endpoint registered `[addr, addr + len)` under `key`
+    /// with `need`, by its own record ([`Own`]), and has not withdrawn it
+    /// (a deregistration that answered `Busy`).
+    pub(super) fn own_grants(&self, key: u64, addr: u64, len: u64, need: Access) -> bool {
+        self.mrs.get(&key).is_some_and(|r| {
+            r.access.contains(need)
+                && addr >= r.base
+                && addr.checked_add(len).is_some_and(|end| end <= r.base + r.len)
+                && !self.mrs_closing.contains(&r.idx)
+        })
     }
 
     /// Withdraws registration `key`, then waits until no peer is in the
@@ -313,16 +340,16 @@ impl ShmDevice {
     /// after [`DEREG_WAIT`]: no new access starts, and a later call waits
     /// again. `Inval` for an unknown key.
     pub(super) fn table_dereg(&mut self, key: u64) -> Result<(), Status> {
-        let idx = *self.mrs.get(&key).ok_or(Status::Inval)?;
+        let idx = self.mrs.get(&key).ok_or(Status::Inval)?.idx;
         let e = self.shape.mr_off() + idx * MR_ENTRY_LEN;
         let seq = self.map.u32_at(e + SEQ);
         if self.map.u64_at(e + KEY).load(Ordering::Relaxed) == key {
-            let s = seq.load(Ordering::Relaxed);
-            seq.store(s + 1, Ordering::Relaxed);
+            let s = seq.load(Ordering::Relaxed) & !1;
+            seq.store(s.wrapping_add(1), Ordering::Relaxed);
             fence(Ordering::Release);
             self.map.u64_at(e + KEY).store(0, Ordering::Relaxed);
             self.map.u64_at(e + LEN).store(0, Ordering::Relaxed);
-            seq.store(s + 2, Ordering::Release);
+            seq.store(s.wrapping_add(2), Ordering::Release);
         }
         fence(Ordering::SeqCst);
         if !self.wait_claims(e) {

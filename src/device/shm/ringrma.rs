@@ -1,7 +1,7 @@
 //! RDMA through the memory owner's ring (`ShmConfig::ring_rma`): a read
 //! or write of ordinary registered memory that fits one entry, towards an
 //! owner that is polling, goes as a request entry into the owner's ring;
-//! the owner's device checks it against its own registration table, copies
+//! the owner's device checks it against its own registrations, copies
 //! within its own process, and answers with an entry in the requester's
 //! ring. With the owner polling this is several times quicker than a
 //! cross-memory-attach system call per operation (docs/performance.md,
@@ -226,10 +226,15 @@ impl ShmDevice {
         let room = span - SLOT_HDR - REQ_HEAD;
         let fits = if write { len <= room } else { len.checked_add(RSP_HEAD).is_some_and(|n| n <= self.shape.mtu) };
         let need = if write { Access::REMOTE_WRITE } else { Access::REMOTE_READ };
-        let granted = fits && read_remote(&self.map, &self.shape, key, addr, len as u64, need).is_ok();
-        // SAFETY: the table grants this access to `len` bytes at `addr`,
-        // memory this process registered and has not deregistered (the
-        // deregistration runs on this endpoint, not during this call).
+        // By this endpoint's own record of its registrations: the table in
+        // the segment is only the peers' copy, which any of them can write;
+        // and by the table too, whose key a deregistration clears first.
+        let granted = fits
+            && self.own_grants(key, addr, len as u64, need)
+            && read_remote(&self.map, &self.shape, key, addr, len as u64, need).is_ok();
+        // SAFETY: this endpoint registered `len` bytes at `addr` for this
+        // access and has not deregistered them (the deregistration runs on
+        // this endpoint, not during this call).
         let mine = granted.then(|| unsafe { UserBuf::from_raw(addr as *mut u8, len) }).flatten();
         let Some(mine) = mine else {
             return self.answer(Answer { ah, token, status: Status::RemoteAccess, data: Vec::new() });
