@@ -478,8 +478,6 @@ fn ctsdata_with_unknown_id_or_outside_the_message_is_counted_and_the_message_arr
 /// two received ones, must not count twice: the message completes only
 /// once every byte is in, with the right bytes.
 #[test]
-#[ignore = "bug: CTSDATA bytes are counted in `received` whatever they overlap (engine/longcts.rs take_data, \
-            op.rs place_data): a repeated segment completes the receive with bytes missing"]
 fn ctsdata_overlapping_segments_do_not_complete_the_message_early() {
     let mut rig = Rig::new(SimConfig::default(), 1);
     let len = 32 * 1024;
@@ -1214,8 +1212,6 @@ fn a_replayed_longcts_rtm_is_counted_and_changes_nothing() {
 /// while its message is under way must not count twice: the message
 /// completes only once every byte is in.
 #[test]
-#[ignore = "bug: a replayed MEDIUM segment is placed and counted again (engine/rtm.rs handle_medium_segment): \
-            the receive completes with bytes missing"]
 fn a_replayed_medium_segment_does_not_complete_the_message_early() {
     let mut rig = Rig::new(SimConfig::default(), 1);
     let len = 12_000;

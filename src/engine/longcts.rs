@@ -94,7 +94,10 @@ impl Core {
         let Some(op) = self.ops.get_mut(key) else {
             return;
         };
-        op.place_data(off, data);
+        if !op.place_data(off, data) {
+            self.stats.protocol_errors += 1;
+            return;
+        }
         if op.received >= op.len {
             self.check_done(key);
         } else {

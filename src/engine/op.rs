@@ -29,8 +29,10 @@ pub(crate) struct Op {
     /// Bytes handed to the device (senders), or whose reads were issued
     /// (long-read receivers).
     pub sent: u64,
-    /// Bytes received (receivers, reads).
+    /// Bytes received (receivers, reads): each byte of the message once.
     pub received: u64,
+    /// Which bytes of the message arrived in segments ([`Op::place_data`]).
+    pub got: Ranges,
     /// The peer's operation ID (from the REQ, CTS or READRSP).
     pub remote_id: u32,
     /// Packets or RDMA handed to the device whose completion has not come back.
@@ -172,6 +174,7 @@ impl Op {
             len,
             sent: 0,
             received: 0,
+            got: Ranges::default(),
             remote_id: 0,
             inflight: 0,
             queued: false,
@@ -295,14 +298,20 @@ impl Op {
 
     /// Writes `data` at message offset `off` into `buf` (or, for an
     /// unexpected message, its bounce buffer), dropping what lies beyond the
-    /// buffer (truncation); counts it as received.
-    pub fn place(&mut self, off: u64, data: &[u8]) {
-        self.place_data(off, Data::Inline(data));
+    /// buffer (truncation); counts it as received. False, with nothing
+    /// written: the segment overlaps bytes that already arrived (a
+    /// duplicate or a forgery: the message is not complete until every
+    /// byte came once), or the message arrived in too many pieces.
+    pub fn place(&mut self, off: u64, data: &[u8]) -> bool {
+        self.place_data(off, Data::Inline(data))
     }
 
     /// [`Op::place`] for data in the packet or gathered from the sender.
-    pub fn place_data(&mut self, off: u64, data: Data<'_>) {
+    pub fn place_data(&mut self, off: u64, data: Data<'_>) -> bool {
         let len = data.len();
+        if self.got.add(off, len as u64).is_none() {
+            return false;
+        }
         if let State::Unexpected { bounce, .. } = &mut self.state {
             // Not matched yet: into the bounce buffer (sized for the message).
             let at = off as usize;
@@ -310,7 +319,7 @@ impl Op {
                 data.read_into(dst);
             }
             self.received += len as u64;
-            return;
+            return true;
         }
         if self.regions().is_some() {
             // Region by region.
@@ -321,7 +330,7 @@ impl Op {
                 done += dst.len();
             }
             self.received += len as u64;
-            return;
+            return true;
         }
         let cap = self.buf.len() as u64;
         if off < cap {
@@ -329,6 +338,105 @@ impl Op {
             data.write_to(&self.buf, off as usize, n);
         }
         self.received += len as u64;
+        true
+    }
+}
+
+/// The byte ranges of a message that arrived, each `[start, end)`, sorted
+/// and merged. Segments that arrive in order extend one range, kept inline
+/// (no allocation); out of order they take a list of at most
+/// [`Ranges::MAX`] ranges, so that a peer cannot grow it without bound.
+#[derive(Debug, Default)]
+pub(crate) struct Ranges {
+    first: (u64, u64),
+    more: Vec<(u64, u64)>,
+}
+
+impl Ranges {
+    /// Most disjoint ranges held: far above the segments one grant lets
+    /// arrive out of order (`Config::max_credits`).
+    pub const MAX: usize = 1024;
+
+    /// Adds `[off, off + len)`: `Some` when none of its bytes had arrived,
+    /// `None` (nothing added) when some had, or at [`Ranges::MAX`].
+    #[inline]
+    pub fn add(&mut self, off: u64, len: u64) -> Option<()> {
+        let end = off.checked_add(len)?;
+        if len == 0 {
+            return Some(());
+        }
+        if self.more.is_empty() {
+            let (s, e) = self.first;
+            if s == e {
+                self.first = (off, end);
+                return Some(());
+            }
+            if off == e {
+                self.first.1 = end;
+                return Some(());
+            }
+            if end == s {
+                self.first.0 = off;
+                return Some(());
+            }
+            if off < e && end > s {
+                return None;
+            }
+            self.more.push(self.first);
+        }
+        self.add_apart(off, end)
+    }
+
+    /// [`Ranges::add`] into the list.
+    #[cold]
+    fn add_apart(&mut self, off: u64, end: u64) -> Option<()> {
+        let i = self.more.partition_point(|r| r.1 <= off);
+        if self.more.get(i).is_some_and(|r| r.0 < end) {
+            return None;
+        }
+        let joins_left = i > 0 && self.more[i - 1].1 == off;
+        let joins_right = self.more.get(i).is_some_and(|r| r.0 == end);
+        match (joins_left, joins_right) {
+            (true, true) => {
+                self.more[i - 1].1 = self.more[i].1;
+                self.more.remove(i);
+            }
+            (true, false) => self.more[i - 1].1 = end,
+            (false, true) => self.more[i].0 = off,
+            (false, false) if self.more.len() >= Self::MAX => return None,
+            (false, false) => self.more.insert(i, (off, end)),
+        }
+        Some(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Ranges;
+
+    #[test]
+    fn ranges_take_each_byte_once_in_any_order_and_refuse_overlaps() {
+        let mut r = Ranges::default();
+        assert_eq!(r.add(0, 100), Some(()));
+        assert_eq!(r.add(100, 50), Some(()));
+        assert_eq!(r.add(0, 1), None, "a byte again");
+        assert_eq!(r.add(149, 10), None, "overlapping the end");
+        assert!(r.more.is_empty(), "in order: one range, inline");
+        assert_eq!(r.add(300, 10), Some(()));
+        assert_eq!(r.add(200, 10), Some(()));
+        assert_eq!(r.add(205, 1), None);
+        assert_eq!(r.add(150, 50), Some(()), "fills the gap: merged");
+        assert_eq!(r.more, vec![(0, 210), (300, 310)]);
+        assert_eq!(r.add(210, 90), Some(()));
+        assert_eq!(r.more, vec![(0, 310)]);
+        assert_eq!(r.add(u64::MAX, 2), None, "wraps");
+        // Disjoint pieces: at most MAX.
+        let mut r = Ranges::default();
+        for k in 0..Ranges::MAX as u64 {
+            assert_eq!(r.add(k * 10, 5), Some(()));
+        }
+        assert_eq!(r.add(100_000, 5), None);
+        assert_eq!(r.add(5, 5), Some(()), "merging takes no new range");
     }
 }
 

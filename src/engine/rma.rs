@@ -448,7 +448,7 @@ impl Core {
             return;
         }
         if let Some(op) = self.ops.get_mut(key) {
-            op.place(0, r.data);
+            op.place(0, r.data); // the write's first data: nothing to overlap
         }
         self.grant(key);
         self.check_done(key);

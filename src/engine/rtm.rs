@@ -419,6 +419,7 @@ impl Core {
             return;
         };
         op.remote_id = r.fields.send_id;
+        // The message's first data: it cannot overlap anything.
         op.place(offset, r.data);
         let recv = matches!(op.state, State::Recv { .. });
         let incomplete = op.received < op.len;
@@ -461,7 +462,10 @@ impl Core {
             self.stats.protocol_errors += 1;
             return;
         }
-        op.place(off, r.data);
+        if !op.place(off, r.data) {
+            self.stats.protocol_errors += 1;
+            return;
+        }
         if matches!(op.rx_via(), Some(RxVia::LongRead { runt: 1.. })) {
             // A runting read's later packet: within the runt.
             return self.runt_progress(key);
