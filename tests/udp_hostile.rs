@@ -673,7 +673,6 @@ fn a_closed_peers_port_taken_by_a_stranger_replays_nothing_into_b() {
 /// device hands it over as from no known peer (it is); the engine must
 /// not take the raw address header's word that it is A's.
 #[test]
-#[ignore = "bug: engine/dispatch.rs `sender` takes a packet of an unknown device address for one of the peer its raw address header names"]
 fn a_stranger_cannot_pass_its_messages_off_as_a_known_peers() {
     let mut p = Pair::new();
     let a_raw = p.a.addr();

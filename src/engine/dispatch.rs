@@ -219,6 +219,17 @@ impl Core {
             crate::log::log!(crate::log::DEBUG, "dropped a packet from an unknown sender without its address");
             return None;
         };
+        // A device address we do not know whose raw address header names a
+        // peer the device reaches at its own: another host or process
+        // passing itself off as that peer. (A peer being learnt, not yet
+        // inserted in the device, has no handle: its packets are its own.)
+        if let Some(&p) = self.by_raw.get(&raw_key(&raw)) {
+            if self.peers.get(p).is_some_and(|peer| peer.ah.is_some()) {
+                self.stats.unknown_sender += 1;
+                crate::log::log!(crate::log::DEBUG, "dropped a packet of an unknown sender naming peer {p}");
+                return None;
+            }
+        }
         self.learn(raw)
     }
 

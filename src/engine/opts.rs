@@ -145,7 +145,8 @@ pub struct Stats {
     pub malformed: u64,
     /// Packets whose connid did not match the known peer (stale QP).
     pub stale_connid: u64,
-    /// Packets from an unknown sender without a raw address.
+    /// Packets from an unknown sender without a raw address, or whose raw
+    /// address names a peer the device reaches at another address.
     pub unknown_sender: u64,
     /// Packets that parse but break the protocol (bad IDs, lengths, order).
     pub protocol_errors: u64,
