@@ -170,6 +170,20 @@ static char from_closer(void)
     return n == 1 ? c : 0;
 }
 
+/* Polls `q` once and drops what it got: returns how many completions
+ * came, counting those with an error status into *failed. */
+static size_t take_completions(struct tu_cq *q, size_t *failed)
+{
+    size_t got = (size_t)tu_cq_poll(q);
+    for (size_t i = 0; i < q->n; i++) {
+        if (q->e[i].status != RDM4_SUCCESS) {
+            (*failed)++;
+        }
+    }
+    q->n = 0;
+    return got;
+}
+
 static int peer_main(void)
 {
     struct peer_info mine;
@@ -221,14 +235,7 @@ static int peer_main(void)
                 failed++; /* refused at once: A is gone */
             }
         }
-        int got_n = tu_cq_poll(&q);
-        for (size_t i = 0; i < q.n; i++) {
-            if (q.e[i].status != RDM4_SUCCESS) {
-                failed++;
-            }
-        }
-        outstanding -= (size_t)got_n;
-        q.n = 0;
+        outstanding -= take_completions(&q, &failed);
         if (closed_at > 0 && tu_now_ms() - closed_at > 3000 * tu_slow()) {
             break;
         }
@@ -236,14 +243,7 @@ static int peer_main(void)
     /* Everything posted ends, within 3 s of A's close. */
     double t0 = tu_now_ms();
     while (outstanding > 0 && tu_now_ms() - t0 < 3000 * tu_slow()) {
-        int got_n = tu_cq_poll(&q);
-        for (size_t i = 0; i < q.n; i++) {
-            if (q.e[i].status != RDM4_SUCCESS) {
-                failed++;
-            }
-        }
-        outstanding -= (size_t)got_n;
-        q.n = 0;
+        outstanding -= take_completions(&q, &failed);
     }
     CHECK(outstanding == 0, "every operation posted towards the closed endpoint ended (%zu of %zu left)", outstanding,
           posted);
