@@ -76,8 +76,8 @@ impl UdpDevice {
         self.take_socket(RESPOND_MAX, now, &mut keep);
         self.away = false;
         // Nothing will carry the acknowledgements owed: they go now.
-        for k in 0..self.work.len() {
-            let idx = self.work[k];
+        for k in 0..self.acks.len() {
+            let idx = self.acks[k];
             if !self.peers[idx].lost && self.peers[idx].ack_due {
                 self.send_bare(idx, Kind::Ack, now);
             }

@@ -197,6 +197,11 @@ pub struct UdpDevice {
     /// costs what its busy peers cost, not what all of them do.
     work: Vec<usize>,
     recent: Vec<usize>,
+    /// The peers owed an acknowledgement (each once, `Peer::ack_listed`).
+    acks: Vec<usize>,
+    /// When the retransmission timeouts and the count of recent senders
+    /// are looked at next (`timers::SCAN_EVERY`).
+    next_scan: Instant,
     /// What an acknowledgement released and the holes it showed (reused).
     scratch: (Acked, Vec<u32>),
     /// Packets the responder took for the engine (from peer index), and
@@ -332,6 +337,8 @@ impl UdpDevice {
             active: 0,
             work: Vec::new(),
             recent: Vec::new(),
+            acks: Vec::new(),
+            next_scan: Instant::now(),
             scratch: (Acked::default(), Vec::new()),
             kept: VecDeque::new(),
             kept_bytes: 0,

@@ -112,6 +112,7 @@ pub(crate) struct Peer {
     /// In the device's work list, and in its list of recent senders.
     pub queued: bool,
     pub counted: bool,
+    pub ack_listed: bool,
     // Liveness (`UdpDevice::liveness`).
     /// The engine awaits an answer from it until then ([`crate::device::Device::awaiting`]).
     pub awaited_until: Option<Instant>,
@@ -161,6 +162,7 @@ impl Peer {
             last_data: None,
             queued: false,
             counted: false,
+            ack_listed: false,
             awaited_until: None,
             rdma_waits: false,
             waiting_since: None,

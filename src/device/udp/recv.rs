@@ -144,7 +144,9 @@ impl UdpDevice {
         if h.kind.reliable() {
             p.last_data = Some(now);
             // It is owed an acknowledgement now, and shares the window.
-            self.note_work(idx);
+            if !std::mem::replace(&mut self.peers[idx].ack_listed, true) {
+                self.acks.push(idx);
+            }
             if !std::mem::replace(&mut self.peers[idx].counted, true) {
                 self.recent.push(idx);
             }

@@ -149,11 +149,20 @@ impl UdpDevice {
 
     /// Sends the acknowledgements that cannot wait for a datagram to ride on.
     pub(super) fn send_acks(&mut self, now: Instant) {
-        for k in 0..self.work.len() {
-            let idx = self.work[k];
+        if self.acks.is_empty() {
+            return;
+        }
+        for k in 0..self.acks.len() {
+            let idx = self.acks[k];
             if !self.peers[idx].lost && self.peers[idx].ack_now(now) {
                 self.send_bare(idx, Kind::Ack, now);
             }
         }
+        let peers = &mut self.peers;
+        self.acks.retain(|&i| {
+            let p = &mut peers[i];
+            p.ack_listed = !p.lost && p.ack_due;
+            p.ack_listed
+        });
     }
 }

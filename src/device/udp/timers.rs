@@ -12,23 +12,15 @@ use super::{peer, UdpDevice};
 #[cfg(doc)]
 use super::appfd::AppFd;
 
+/// How often the retransmission timeouts (5 ms and up) and the count of
+/// recent senders are looked at: not on every poll, whose cost would then
+/// grow with the peers awaited (docs/performance.md, "10,000 real udp
+/// peers").
+pub(super) const SCAN_EVERY: Duration = Duration::from_micros(200);
+
 impl UdpDevice {
     /// Retransmission timeouts, give-ups and held-back datagrams.
     pub(super) fn timers(&mut self, now: Instant) {
-        let peers = &mut self.peers;
-        self.recent.retain(|&i| {
-            let p = &mut peers[i];
-            p.counted = p.last_data.is_some_and(|t| now - t < peer::ACTIVE_FOR);
-            p.counted
-        });
-        self.active = self.recent.len();
-        // Peers with nothing left to acknowledge or to be acknowledged for
-        // (or lost) leave the work list.
-        self.work.retain(|&i| {
-            let p = &mut peers[i];
-            p.queued = !p.lost && (!p.unacked.is_empty() || p.ack_due);
-            p.queued
-        });
         if !self.delayed.is_empty() {
             self.send_delayed(now);
         }
@@ -36,6 +28,24 @@ impl UdpDevice {
         if now >= self.next_liveness {
             self.liveness(now);
         }
+        if now < self.next_scan {
+            return;
+        }
+        self.next_scan = now + SCAN_EVERY;
+        let peers = &mut self.peers;
+        self.recent.retain(|&i| {
+            let p = &mut peers[i];
+            p.counted = p.last_data.is_some_and(|t| now - t < peer::ACTIVE_FOR);
+            p.counted
+        });
+        self.active = self.recent.len();
+        // Peers with nothing left to be acknowledged (or lost) leave the
+        // work list.
+        self.work.retain(|&i| {
+            let p = &mut peers[i];
+            p.queued = !p.lost && !p.unacked.is_empty();
+            p.queued
+        });
         for k in 0..self.work.len() {
             let Some(&idx) = self.work.get(k) else { break };
             let p = &self.peers[idx];
@@ -77,10 +87,8 @@ impl UdpDevice {
     fn busy(&self) -> bool {
         !self.delayed.is_empty()
             || !self.kept.is_empty()
-            || self
-                .work
-                .iter()
-                .any(|&i| !self.peers[i].lost && (!self.peers[i].unacked.is_empty() || self.peers[i].ack_due))
+            || self.work.iter().any(|&i| !self.peers[i].lost && !self.peers[i].unacked.is_empty())
+            || self.acks.iter().any(|&i| !self.peers[i].lost && self.peers[i].ack_due)
             || self.rdma.has_work()
     }
 
@@ -123,7 +131,7 @@ impl UdpDevice {
 
 impl UdpDevice {
     /// Puts peer `idx` in the work list (once): it has a datagram awaiting
-    /// its acknowledgement, or is owed one.
+    /// its acknowledgement.
     #[inline]
     pub(super) fn note_work(&mut self, idx: usize) {
         if !std::mem::replace(&mut self.peers[idx].queued, true) {
