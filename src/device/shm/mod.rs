@@ -112,6 +112,7 @@ mod mrtable;
 mod produce;
 mod ringrma;
 mod segment;
+mod shape;
 mod sleep;
 mod trail;
 
