@@ -367,6 +367,17 @@ impl<D: Device> Device for Capture<D> {
         self.inner.insert(addr)
     }
 
+    // A capture must not change what the endpoint does: each peer keeps its
+    // device's packet size and raw address (the auto device's differ per
+    // peer).
+    fn peer_caps(&self, ah: Ah) -> Caps {
+        self.inner.peer_caps(ah)
+    }
+
+    fn local_addr_for(&self, ah: Ah) -> RawAddr {
+        self.inner.local_addr_for(ah)
+    }
+
     fn remove(&mut self, ah: Ah) {
         self.inner.remove(ah)
     }

@@ -258,13 +258,22 @@ fn every_packet_of_every_perf_test_decodes_with_its_type_and_fields() {
         ("auto", &[("RDM4_UDP_ADDR", "127.0.0.1")], "auto", 0),
     ];
     let mut seen = BTreeSet::new();
+    let mut largest = std::collections::BTreeMap::new();
     for (name, env, device, code) in runs {
         let files = capture_run(name, env, device);
         for f in &files {
             seen.extend(check_file(f, code));
+            let most = read_pcap(f).iter().map(|r| r.pkt.len()).max().unwrap_or(0);
+            let e = largest.entry(name).or_insert(0);
+            *e = most.max(*e);
         }
         std::fs::remove_dir_all(files[0].parent().unwrap()).unwrap();
     }
+    // Capturing changes nothing the endpoint does: over auto, a peer of
+    // this host keeps shm's packet size (not the smaller udp MTU, which
+    // auto reports for the endpoint as a whole).
+    assert_eq!(largest["auto"], largest["shm"], "largest packet over auto and over shm: {largest:?}");
+    assert!(largest["udp"] < largest["auto"], "{largest:?}");
     // The runs exercise every family of packets: a change of protocol
     // selection that leaves one out shows here.
     let want = [
