@@ -378,6 +378,10 @@ impl<D: Device> Device for Capture<D> {
         self.inner.local_addr_for(ah)
     }
 
+    fn caps_epoch(&self) -> u32 {
+        self.inner.caps_epoch()
+    }
+
     fn remove(&mut self, ah: Ah) {
         self.inner.remove(ah)
     }

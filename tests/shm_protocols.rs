@@ -27,8 +27,11 @@ struct Pair {
 
 /// Two endpoints over shm (`cma`, long-read from `longread_min`) with
 /// settings `a` and `b`, their HANDSHAKEs exchanged.
+/// Explicit, as `RDM4_SHM_LONGREAD_MIN` makes it: crowded mode (on a
+/// machine of one CPU) changes nothing.
 fn pair(name: &str, cma: bool, longread_min: usize, a: Config, b: Config) -> Pair {
-    pair_with(ShmConfig { cma, longread_min, ..ShmConfig::default() }, name, a, b)
+    let cfg = ShmConfig { cma, longread_min, crowded_longread_min: usize::MAX, ..ShmConfig::default() };
+    pair_with(cfg, name, a, b)
 }
 
 /// [`pair`] with the device settings `cfg` (its prefix replaced).
@@ -154,6 +157,46 @@ fn long_read_and_runting_read_move_a_long_message_by_one_read() {
     let mut p = pair("lrleg", true, 256 << 10, Config::default(), legacy);
     assert_eq!(p.message(1 << 20, false), Status::Success);
     assert_eq!((p.ops(0, Proto::Longread), p.ops(0, Proto::Longcts)), (0, 1));
+}
+
+#[test]
+fn a_crowded_endpoint_moves_messages_above_16_kib_by_one_read_without_runt() {
+    // Default settings: one peer and this endpoint do not outnumber the
+    // CPUs (of a machine of two at least): 64 KiB go medium.
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    let cfg = ShmConfig { longread_min: usize::MAX, ..ShmConfig::default() };
+    let mut p = pair_with(cfg.clone(), "crowd", Config::default(), Config::default());
+    let medium = if cpus >= 2 { Proto::Medium } else { Proto::Longread };
+    assert_eq!(p.message(64 << 10, false), Status::Success);
+    assert_eq!(p.ops(0, medium), 1, "{cpus} CPUs, one peer");
+    // As many more endpoints as CPUs: endpoint 0 and its peers outnumber
+    // them; the peer inserted before the switch follows it.
+    let cfg = ShmConfig { prefix: format!("rdm4p{}crowd", std::process::id()), ..cfg };
+    let more: Vec<ShmDevice> = (0..cpus).map(|_| ShmDevice::open_with(cfg.clone()).unwrap()).collect();
+    for d in &more {
+        use rdm4::device::Device;
+        p.eps[0].av_insert(&d.local_addr()).unwrap();
+    }
+    for len in [64 << 10, (16 << 10) + 1, 16 << 10, 1 << 20] {
+        assert_eq!(p.message(len, false), Status::Success, "{len} B");
+    }
+    let all = [Proto::Eager, Proto::Medium, Proto::Longcts, Proto::Longread, Proto::Runtread].map(|x| p.ops(0, x));
+    assert_eq!(
+        (p.ops(0, Proto::Longread), p.ops(0, Proto::Runtread)),
+        (3, 0),
+        "64 KiB, 16 KiB + 1, 1 MiB by one read: {all:?}"
+    );
+    assert_eq!((p.sent(0, T::RuntreadTagRtm), p.received(0, T::Eor)), (0, 3), "no runt; the reads ended");
+    assert_eq!(p.ops(0, Proto::Eager), 2, "16 KiB eager, as always: {all:?}");
+    // Endpoint 1 has one peer: its messages keep the ring.
+    let data = pattern(64 << 10, 3);
+    let mut s = OwnedBuf::from_slice(&data);
+    let mut r = OwnedBuf::zeroed(data.len());
+    p.eps[0].recv(r.buf(), RecvOpts { tag: None, src: None, context: 8 }).unwrap();
+    p.eps[1].send(p.to[1], s.buf(), SendOpts { context: 9, ..SendOpts::default() }).unwrap();
+    p.run(|c| !c[0].is_empty() && !c[1].is_empty());
+    assert!(r.bytes() == data);
+    assert_eq!((p.ops(1, Proto::Longread), p.ops(1, medium)), (u64::from(cpus < 2), 1), "endpoint 1, one peer");
 }
 
 #[test]

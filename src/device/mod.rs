@@ -114,8 +114,16 @@ pub struct Caps {
     pub gather_in_place: bool,
     /// Smallest two-sided message the device would rather move by one RDMA
     /// read than by packets (`usize::MAX`: never). The engine uses long-read
-    /// only from the larger of this and `Config::longread_min`.
+    /// only from the larger of this and `Config::longread_min`, for any
+    /// message above the eager size (medium ones too).
     pub longread_min: usize,
+    /// A long-read message may send its first bytes as packets (runting
+    /// read, `Config::runt_size`) while the receiver reads the rest. False
+    /// where packets cost more than the read they overlap: the shm device
+    /// when its processes outnumber the CPUs ([`ShmConfig`]'s crowded mode).
+    ///
+    /// [`ShmConfig`]: crate::device::shm::ShmConfig
+    pub runt: bool,
 }
 
 /// The operation of [`Mapped::atomic`]: libfabric datatype and operation,
@@ -320,6 +328,15 @@ pub trait Device {
     /// [`Self::caps`]'s.
     fn peer_caps(&self, _ah: Ah) -> Caps {
         self.caps()
+    }
+
+    /// A number that changes when [`Self::peer_caps`] of peers already
+    /// inserted may have changed (the shm device's crowded mode, which
+    /// inserts and removals switch): the engine then asks again for every
+    /// peer, and takes what may change in the middle of a stream (the
+    /// long-read size and the runt), never the packet size.
+    fn caps_epoch(&self) -> u32 {
+        0
     }
 
     /// This endpoint's raw address as peer `ah`'s device knows it: what

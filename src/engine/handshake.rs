@@ -58,6 +58,7 @@ impl Core {
             eager_cap: self.eager_caps(caps.mtu),
             sync_send: caps.sync_send && !self.cfg.delivery_complete,
             longread_min: caps.longread_min,
+            runt: caps.runt,
             max_rdma_size: caps.max_rdma_size,
             rdma_read: caps.rdma_read,
             rdma_write_imm: caps.rdma_write_imm,
@@ -72,6 +73,23 @@ impl Core {
         let path = self.path(&dev.peer_caps(ah), &dev.local_addr_for(ah));
         self.mtu_max = self.mtu_max.max(path.mtu);
         path
+    }
+
+    /// Applies a switch of the device's per-peer capabilities
+    /// ([`crate::device::Device::caps_epoch`]) to every placed peer: what
+    /// may change in the middle of a stream (the long-read size, the runt).
+    pub(crate) fn follow_caps<D: crate::device::Device>(&mut self, dev: &D) {
+        let epoch = dev.caps_epoch();
+        if epoch == self.caps_epoch {
+            return;
+        }
+        self.caps_epoch = epoch;
+        for p in self.peers.values_mut() {
+            if let Some(ah) = p.ah {
+                let caps = dev.peer_caps(ah);
+                (p.path.longread_min, p.path.runt) = (caps.longread_min, caps.runt);
+            }
+        }
     }
 
     /// Queues our HANDSHAKE for `peer` once.

@@ -187,6 +187,8 @@ pub(crate) struct Core {
     /// where larger: auto's local peers): the size of pooled packet
     /// buffers.
     mtu_max: usize,
+    /// The device's [`Device::caps_epoch`] the peers' paths follow.
+    caps_epoch: u32,
     /// RTM type by [protocol: eager, medium, long-CTS][tagged].
     rtm_types: [[PacketType; 2]; 3],
     /// Long-read receives: the sender's buffers still to read.
@@ -278,6 +280,7 @@ impl<D: Device> Endpoint<D> {
             events: Vec::new(),
             stats: Stats::default(),
             mtu_max: caps.mtu,
+            caps_epoch: 0,
             rtm_types: [[PacketType::EagerMsgRtm; 2]; 3],
             lr_iovs: FxHashMap::default(),
             nacked: FxHashMap::default(),
@@ -412,6 +415,7 @@ impl<D: Device> Endpoint<D> {
                 peer.ah = Some(ah);
                 peer.path = path;
                 self.core.by_ah.insert(ah, p);
+                self.core.follow_caps(&self.dev);
             }
             self.core.peers.get_mut(p).ok_or(Status::Internal)?.in_av = true;
             return Ok(p);
@@ -428,6 +432,7 @@ impl<D: Device> Endpoint<D> {
         let p = self.core.peers.insert(peer).ok_or(Status::NoMem)?;
         self.core.by_ah.insert(ah, p);
         self.core.by_raw.insert(key, p);
+        self.core.follow_caps(&self.dev);
         Ok(p)
     }
 

@@ -43,6 +43,8 @@ pub(crate) struct Path {
     pub eager_cap: [usize; 2],
     pub sync_send: bool,
     pub longread_min: usize,
+    /// `Caps::runt`: a long-read to the peer may start with a runt.
+    pub runt: bool,
     pub max_rdma_size: u64,
     pub rdma_read: bool,
     pub rdma_write_imm: bool,

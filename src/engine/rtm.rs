@@ -54,7 +54,9 @@ impl Core {
         } else {
             2
         };
-        let longread = if proto == 2 && !dc { self.longread_type(dest, len, tagged) } else { None };
+        // Long-read where the device asks for it, medium sizes included
+        // (shm's crowded mode: one copy rather than two).
+        let longread = if proto > 0 && !dc { self.longread_type(dest, len, tagged) } else { None };
         let parks = !peer.waiting_hs.is_empty() || (dc && !self.cfg.legacy && !peer.known());
         let runt = if longread.is_some() { self.take_runt(dest, len) } else { 0 };
         let longread = if runt > 0 { Core::runtread_type(tagged) } else { longread };

@@ -31,7 +31,7 @@ impl Core {
     /// long-read), taken from the peer's budget.
     pub(crate) fn take_runt(&mut self, peer: u32, len: usize) -> u64 {
         let Some(p) = self.peers.get(peer) else { return 0 };
-        if self.cfg.runt_size == 0 || !self.both(p, wire::extra::RUNT) {
+        if self.cfg.runt_size == 0 || !p.path.runt || !self.both(p, wire::extra::RUNT) {
             return 0;
         }
         let room = (self.cfg.runt_size as u64).saturating_sub(p.runt_inflight);

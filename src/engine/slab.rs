@@ -107,6 +107,11 @@ impl<T> Slab<T> {
         self.iter().map(|(k, _)| k).collect()
     }
 
+    /// Live entries, to change.
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.slots.iter_mut().filter_map(|s| s.val.as_mut())
+    }
+
     /// Live entries with their keys.
     pub fn iter(&self) -> impl Iterator<Item = (u32, &T)> {
         self.slots.iter().enumerate().filter_map(|(i, s)| s.val.as_ref().map(|v| (s.gen << INDEX_BITS | i as u32, v)))

@@ -472,6 +472,7 @@ impl Core {
                 _ => peer.lost = true,
             }
         }
+        self.follow_caps(dev);
     }
 }
 

@@ -306,6 +306,7 @@ fn merged(shm: Option<Caps>, udp: Option<Caps>) -> Caps {
             sync_send: s.sync_send && u.sync_send,
             gather_in_place: s.gather_in_place && u.gather_in_place,
             longread_min: s.longread_min.min(u.longread_min),
+            runt: s.runt && u.runt,
         },
         (None, None) => unreachable!("an auto device has one device at least"),
     }
@@ -329,6 +330,10 @@ impl Device for AutoDevice {
             Via::Udp(_) => self.udp.as_ref().map(Device::caps),
         };
         own.unwrap_or(self.caps)
+    }
+
+    fn caps_epoch(&self) -> u32 {
+        self.shm.as_ref().map_or(0, Device::caps_epoch)
     }
 
     fn local_addr(&self) -> RawAddr {

@@ -48,6 +48,12 @@ pub struct ShmConfig {
     /// sender cannot progress while the message moves (see
     /// docs/performance.md, "Long-read").
     pub longread_min: usize,
+    /// In crowded mode (more endpoints, this one and its shm peers, than
+    /// CPUs: `crowd.rs`), two-sided messages of at least this many bytes
+    /// move by long-read without a runt, when that is smaller than
+    /// `longread_min`. Default [`CROWDED_LONGREAD_MIN`]; `usize::MAX`
+    /// (what setting `RDM4_SHM_LONGREAD_MIN` gives): never.
+    pub crowded_longread_min: usize,
     /// How far (bytes) the owner stays behind a producer that is still
     /// writing, for packets whose producer said more of a stream follows
     /// them; `None` (the default): three times the L2 cache of CPU 0 (1.5
@@ -104,6 +110,9 @@ pub struct ShmConfig {
     pub ring_rma: bool,
 }
 
+/// The default [`ShmConfig::crowded_longread_min`].
+pub const CROWDED_LONGREAD_MIN: usize = 16 * 1024;
+
 /// The default [`ShmConfig::far_ns`].
 pub const FAR_NS: u32 = 90;
 
@@ -117,6 +126,7 @@ impl Default for ShmConfig {
             mtu: 64 * 1024,
             cma: true,
             longread_min: usize::MAX,
+            crowded_longread_min: CROWDED_LONGREAD_MIN,
             trail: None,
             far_ns: Some(FAR_NS),
             lag: 16 * 1024,
@@ -173,6 +183,7 @@ impl ShmConfig {
         }
         if let Some(v) = env::number_or_word("RDM4_SHM_LONGREAD_MIN", 0..=usize::MAX, &["off"])? {
             c.longread_min = v.unwrap_or(usize::MAX);
+            c.crowded_longread_min = usize::MAX; // the application's choice, crowded or not
         }
         if let Some(n) = env::number("RDM4_SHM_TRAIL", 0..=MAX_RING)? {
             c.trail = Some(n);

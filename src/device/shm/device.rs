@@ -12,7 +12,7 @@ impl Device for ShmDevice {
     type InCall = Self;
 
     fn caps(&self) -> Caps {
-        Caps {
+        let caps = Caps {
             mtu: self.shape.mtu,
             max_rdma_size: if self.cma { 1 << 30 } else { 0 },
             rdma_read: self.cma,
@@ -21,7 +21,13 @@ impl Device for ShmDevice {
             sync_send: true,
             gather_in_place: false, // the ring is written: the payload is copied anyway
             longread_min: self.cfg.longread_min,
-        }
+            runt: true,
+        };
+        self.crowd.apply(&self.cfg, caps)
+    }
+
+    fn caps_epoch(&self) -> u32 {
+        self.crowd.epoch()
     }
 
     fn local_addr(&self) -> RawAddr {
@@ -67,6 +73,7 @@ impl Device for ShmDevice {
         }));
         self.by_id.insert(key, ah);
         self.last_from = None;
+        self.crowd.peers(self.by_id.len());
         Ok(ah)
     }
 
@@ -74,6 +81,7 @@ impl Device for ShmDevice {
         if let Some(p) = self.peers.get_mut(ah as usize).and_then(Option::take) {
             self.by_id.remove(&(p.epid, p.connid));
             self.last_from = None;
+            self.crowd.peers(self.by_id.len());
             self.peer_maps.forget_peer(ah);
             self.ring_rdma_forget(ah);
             if let Some(fd) = p.fifo {

@@ -211,6 +211,7 @@ impl ShmDevice {
             redeliver: false,
             dead_claims: claims::DeadClaims::default(),
             grow,
+            crowd: super::crowd::Crowd::default(),
         })
     }
 

@@ -61,7 +61,8 @@
 //! or `RDM4_SHM_CMA=0`, the device reports no RDMA and the engine uses the
 //! emulated protocols. Two-sided messages move through the ring (eager up
 //! to one packet, then long-CTS) unless [`ShmConfig::longread_min`] says
-//! otherwise.
+//! otherwise, or the endpoint is crowded (more endpoints than CPUs:
+//! `crowd.rs`), when messages above the eager size go by long-read.
 //!
 //! Raw address: `gid` = the host's boot ID (processes of one boot share
 //! memory), `qpn` = endpoint id, `connid` = random per open. An entry
@@ -102,6 +103,7 @@ mod claims;
 mod cma;
 mod config;
 mod consume;
+mod crowd;
 mod device;
 mod far;
 mod grow;
@@ -249,6 +251,8 @@ pub struct ShmDevice {
     dead_claims: claims::DeadClaims,
     /// The ring's growth (`grow.rs`).
     grow: grow::Growth,
+    /// Crowded mode (`crowd.rs`).
+    crowd: crowd::Crowd,
 }
 
 /// A packet the engine deferred: its sender's ids and its bytes.

@@ -23,6 +23,7 @@ impl Device for SimDevice {
             sync_send: !net.cfg.async_send,
             gather_in_place: !net.cfg.copy_gathered,
             longread_min: net.cfg.longread_min,
+            runt: true,
         }
     }
 

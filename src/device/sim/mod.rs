@@ -60,7 +60,9 @@ pub struct SimConfig {
     pub max_rdma_size: u64,
     /// With `rdma`: offer RDMA write with immediate data too.
     pub write_imm: bool,
-    /// The device's `Caps::longread_min` hint.
+    /// The device's `Caps::longread_min` hint (default: just above the
+    /// engine's default `medium_max`, so that long-read takes over where
+    /// long-CTS would).
     pub longread_min: usize,
     /// Record every packet in the log.
     pub capture: bool,
@@ -103,7 +105,7 @@ impl Default for SimConfig {
             fail_reads: false,
             max_rdma_size: 1 << 30,
             write_imm: true,
-            longread_min: 0,
+            longread_min: 64 * 1024 + 1,
             capture: true,
             backlog_min: 0,
             copy_gathered: false,

@@ -32,6 +32,7 @@ impl Device for UdpDevice {
             sync_send: false,
             gather_in_place: false,
             longread_min: usize::MAX,
+            runt: true,
         }
     }
 
