@@ -178,6 +178,10 @@ pub enum DevEvent {
     WriteImm {
         /// The writer (`None`: a peer not inserted).
         ah: Option<Ah>,
+        /// The writer's raw address as this device knows it, from which
+        /// the engine learns a writer not inserted (its completion then
+        /// names the writer, as a message's does).
+        raw: RawAddr,
         /// The immediate data.
         imm: u32,
         /// Bytes written.

@@ -233,7 +233,9 @@ impl Core {
         self.learn(raw)
     }
 
-    fn learn(&mut self, raw: crate::wire::RawAddr) -> Option<u32> {
+    /// The peer of raw address `raw`, a new one (inserted in the device at
+    /// the next flush) unless known; `None` at the peer limit.
+    pub(super) fn learn(&mut self, raw: crate::wire::RawAddr) -> Option<u32> {
         if let Some(&p) = self.by_raw.get(&raw_key(&raw)) {
             return Some(p);
         }

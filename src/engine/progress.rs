@@ -283,8 +283,13 @@ impl Core {
                 }
                 // A peer's direct write with remote CQ data: its
                 // target-side completion.
-                DevEvent::WriteImm { ah, imm, len } => {
-                    let peer = ah.and_then(|a| self.by_ah.get(a)).unwrap_or(ADDR_UNSPEC);
+                DevEvent::WriteImm { ah, raw, imm, len } => {
+                    // A writer the device does not know is learnt from its
+                    // address (at the peer limit: unnamed).
+                    let peer = match ah.and_then(|a| self.by_ah.get(a)) {
+                        Some(p) => p,
+                        None => self.learn(raw).unwrap_or(ADDR_UNSPEC),
+                    };
                     self.remote_write_cqe(peer, len, u64::from(imm));
                 }
                 DevEvent::PeerLost { ah } => {

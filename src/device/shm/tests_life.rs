@@ -430,7 +430,7 @@ fn a_write_with_immediate_data_is_reported_to_the_owner_after_its_bytes_and_pack
     assert_eq!(got, vec![vec![1u8; 8]], "the packet sent before; notices are no packets");
     let mut oev = Vec::new();
     owner.events(&mut oev);
-    assert_eq!(oev, vec![DevEvent::WriteImm { ah: Some(back), imm: 0xDEAD_BEEF, len: 1000 }]);
+    assert_eq!(oev, vec![DevEvent::WriteImm { ah: Some(back), raw: writer.local_addr(), imm: 0xDEAD_BEEF, len: 1000 }]);
     assert!(region.bytes()[8..1008].iter().all(|&b| b == 7) && region.bytes()[..8].iter().all(|&b| b == 0));
     assert!(region.bytes()[1008..].iter().all(|&b| b == 0));
     owner.dereg(k).unwrap();

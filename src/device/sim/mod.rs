@@ -547,7 +547,8 @@ impl SimDevice {
         if let (Some(imm), Ok(())) = (imm, status) {
             // The target's device reports the write once its bytes are in.
             let from = net.nodes[target].ahs.iter().position(|a| *a == Some(me)).map(|a| a as Ah);
-            net.nodes[target].events.push(DevEvent::WriteImm { ah: from, imm, len: local.len() as u64 });
+            let raw = net.nodes[me].addr;
+            net.nodes[target].events.push(DevEvent::WriteImm { ah: from, raw, imm, len: local.len() as u64 });
         }
         net.nodes[me].events.push(DevEvent::SendDone { wr_id, ah, status });
         Ok(())

@@ -260,8 +260,10 @@ impl UdpDevice {
             if let Some(w) = self.rdma.writes_in.remove(&key) {
                 if !w.failed {
                     if with_imm {
-                        let ah = self.peers[peer].inserted.then_some(peer as Ah);
-                        self.events.push(DevEvent::WriteImm { ah, imm: s.imm, len: s.total });
+                        let p = &self.peers[peer];
+                        let ah = p.inserted.then_some(peer as Ah);
+                        let raw = crate::wire::RawAddr::new(super::gid_of(p.addr.ip()), p.addr.port(), p.connid);
+                        self.events.push(DevEvent::WriteImm { ah, raw, imm: s.imm, len: s.total });
                     }
                     self.send_done(peer, s.op, 0, now);
                 }

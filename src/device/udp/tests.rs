@@ -273,7 +273,8 @@ fn a_write_with_immediate_data_is_reported_once_all_its_bytes_are_in_memory() {
     });
     assert_eq!(ev_a[0], DevEvent::SendDone { wr_id: 1, ah: ab, status: Ok(()) });
     assert_eq!(ev_a[1], DevEvent::SendDone { wr_id: 2, ah: ab, status: Err(Status::RemoteAccess) });
-    assert_eq!(ev_b, vec![DevEvent::WriteImm { ah: Some(ba), imm: 0xDEAD_BEEF, len: data.len() as u64 }]);
+    let raw = a.local_addr();
+    assert_eq!(ev_b, vec![DevEvent::WriteImm { ah: Some(ba), raw, imm: 0xDEAD_BEEF, len: data.len() as u64 }]);
     // A device without it refuses: shm and sim need not implement it.
     let mut sim = crate::device::sim::SimNet::new(crate::device::sim::SimConfig::default()).device();
     assert!(!sim.caps().rdma_write_imm);
