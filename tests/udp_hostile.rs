@@ -266,6 +266,11 @@ impl Pair {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct Drops {
     malformed: u64,
+    rdma_malformed: u64,
+    rdma_unmatched: u64,
+    unknown_control: u64,
+    strangers_over: u64,
+    from_lost: u64,
     stale: u64,
     too_far: u64,
     duplicates: u64,
@@ -280,6 +285,11 @@ fn drops(ep: &Ep) -> Drops {
     let (d, e) = (ep.device().stats(), ep.stats());
     Drops {
         malformed: d.malformed,
+        rdma_malformed: d.rdma_malformed,
+        rdma_unmatched: d.rdma_unmatched,
+        unknown_control: d.unknown_control,
+        strangers_over: d.strangers_over,
+        from_lost: d.from_lost,
         stale: d.stale,
         too_far: d.too_far,
         duplicates: d.duplicates,
@@ -296,6 +306,11 @@ impl std::ops::Sub for Drops {
     fn sub(self, o: Drops) -> Drops {
         Drops {
             malformed: self.malformed - o.malformed,
+            rdma_malformed: self.rdma_malformed - o.rdma_malformed,
+            rdma_unmatched: self.rdma_unmatched - o.rdma_unmatched,
+            unknown_control: self.unknown_control - o.unknown_control,
+            strangers_over: self.strangers_over - o.strangers_over,
+            from_lost: self.from_lost - o.from_lost,
             stale: self.stale - o.stale,
             too_far: self.too_far - o.too_far,
             duplicates: self.duplicates - o.duplicates,
@@ -310,6 +325,11 @@ impl std::ops::Sub for Drops {
 
 const NONE: Drops = Drops {
     malformed: 0,
+    rdma_malformed: 0,
+    rdma_unmatched: 0,
+    unknown_control: 0,
+    strangers_over: 0,
+    from_lost: 0,
     stale: 0,
     too_far: 0,
     duplicates: 0,
@@ -320,6 +340,9 @@ const NONE: Drops = Drops {
     protocol_errors: 0,
 };
 const MALFORMED: Drops = Drops { malformed: 1, ..NONE };
+const RDMA_MALFORMED: Drops = Drops { rdma_malformed: 1, ..NONE };
+const RDMA_UNMATCHED: Drops = Drops { rdma_unmatched: 1, ..NONE };
+const UNKNOWN_CONTROL: Drops = Drops { unknown_control: 1, ..NONE };
 const STALE: Drops = Drops { stale: 1, ..NONE };
 const TOO_FAR: Drops = Drops { too_far: 1, ..NONE };
 const DUPLICATE: Drops = Drops { duplicates: 1, ..NONE };
@@ -373,7 +396,8 @@ fn cases(a: u32, b: u32, key: u64, base: u64) -> Vec<Case> {
         }
         push(format!("{len} random bytes"), d, MALFORMED);
         let w = Hdr::new(WRITE, fresh(), b).with(&write_body(1, key, base, 8, 0, &[1; 8]));
-        push(format!("WRITE cut to {len} bytes"), w[..len].to_vec(), MALFORMED);
+        let want = if len < 28 { MALFORMED } else { RDMA_MALFORMED }; // the header: 28 bytes
+        push(format!("WRITE cut to {len} bytes"), w[..len].to_vec(), want);
     }
     // Bodies cut short, one byte short of each kind's header at least.
     for (kind, name, whole) in [
@@ -384,7 +408,8 @@ fn cases(a: u32, b: u32, key: u64, base: u64) -> Vec<Case> {
         (RDMA_DONE, "RDMA_DONE", done_body(6, 0)),
     ] {
         for len in 0..whole.len() {
-            push(format!("{name} body of {len} bytes"), Hdr::new(kind, fresh(), b).with(&whole[..len]), MALFORMED);
+            let d = Hdr::new(kind, fresh(), b).with(&whole[..len]);
+            push(format!("{name} body of {len} bytes"), d, RDMA_MALFORMED);
         }
     }
     // For another incarnation of the port (or another endpoint): stale.
@@ -392,13 +417,13 @@ fn cases(a: u32, b: u32, key: u64, base: u64) -> Vec<Case> {
         push(format!("dst_connid {dst:#x}"), Hdr::new(DATA, fresh(), dst).with(&cts()), STALE);
         push(format!("WRITE to dst_connid {dst:#x}"), Hdr::new(WRITE, fresh(), dst).with(&[0; 48]), STALE);
     }
-    // Unreliable kinds from no one the device talks to are dropped
-    // without a count: an ACK, a PROBE and a CLOSE naming A's connid (the
-    // device keys peers by address and connid: A is not touched).
+    // Unreliable kinds from no one the device talks to are dropped and
+    // counted: an ACK, a PROBE and a CLOSE naming A's connid (the device
+    // keys peers by address and connid: A is not touched).
     let huge = Hdr { ack: u32::MAX, bits: u32::MAX, window: u32::MAX, ..Hdr::new(ACK, a, b) };
-    push("ACK of everything, as A's connid".into(), huge.with(&[]), NONE);
-    push("PROBE as A's connid".into(), Hdr::new(PROBE, a, b).with(&[]), NONE);
-    push("CLOSE as A's connid".into(), Hdr::new(CLOSE, a, b).with(&[]), NONE);
+    push("ACK of everything, as A's connid".into(), huge.with(&[]), UNKNOWN_CONTROL);
+    push("PROBE as A's connid".into(), Hdr::new(PROBE, a, b).with(&[]), UNKNOWN_CONTROL);
+    push("CLOSE as A's connid".into(), Hdr::new(CLOSE, a, b).with(&[]), UNKNOWN_CONTROL);
     // Sequence numbers out of any window.
     for (seq, want) in [(65u32, TOO_FAR), (0x7FFF_FFFF, TOO_FAR), (0x8000_0000, DUPLICATE), (u32::MAX, DUPLICATE)] {
         let h = Hdr { seq, ..Hdr::new(DATA, fresh(), b) };
@@ -461,10 +486,10 @@ fn cases(a: u32, b: u32, key: u64, base: u64) -> Vec<Case> {
     // Answers to operations B never asked this sender for.
     for op in 0..4 {
         let rsp = read_rsp_body(op, 0, &[0xAB; 100]);
-        push(format!("READ_RSP for op {op}"), Hdr::new(READ_RSP, fresh(), b).with(&rsp), MALFORMED);
+        push(format!("READ_RSP for op {op}"), Hdr::new(READ_RSP, fresh(), b).with(&rsp), RDMA_UNMATCHED);
         for code in [0, -1, -22] {
             let d = Hdr::new(RDMA_DONE, fresh(), b).with(&done_body(op, code));
-            push(format!("RDMA_DONE {code} for op {op}"), d, MALFORMED);
+            push(format!("RDMA_DONE {code} for op {op}"), d, RDMA_UNMATCHED);
         }
     }
     out
@@ -613,9 +638,42 @@ fn the_pair_exchanges_exact_messages_and_rma_while_a_stranger_blasts_garbage() {
     assert!(t.elapsed() < LIMIT, "{:?}", t.elapsed());
 }
 
+/// Datagrams from 4106 new senders (one port, a connid each): the device
+/// keeps state for the first 4096 strangers (their garbage packets reach
+/// the engine, which counts them malformed), drops and counts the other
+/// 10, and the pair's traffic goes on.
+#[test]
+fn senders_past_the_strangers_the_device_keeps_are_dropped_and_counted() {
+    let t = Instant::now();
+    let mut p = Pair::new();
+    let attacker = UdpSocket::bind((LO, 0)).unwrap();
+    let to_b = p.b.device().socket_addr();
+    let b = p.b.addr().connid();
+    let before = drops(&p.b);
+    const SENDERS: u32 = 4096 + 10;
+    for batch in (0..SENDERS).collect::<Vec<_>>().chunks(64) {
+        for &i in batch {
+            attacker.send_to(&Hdr::new(DATA, 0x6000_0000 + i, b).with(&[0xEE; 40]), to_b).unwrap();
+        }
+        // Drained before the next batch: the socket's buffer drops nothing.
+        let t0 = Instant::now();
+        let seen = |d: Drops| d.engine_malformed + d.strangers_over;
+        let want = u64::from(batch[batch.len() - 1]) + 1;
+        while seen(drops(&p.b) - before) < want && t0.elapsed() < Duration::from_secs(2) {
+            p.step();
+        }
+    }
+    let got = drops(&p.b) - before;
+    assert_eq!(got, Drops { engine_malformed: 4096, strangers_over: 10, ..NONE });
+    p.messages(3, &[0, 100, 5000]);
+    p.rma(64, 1000, 5);
+    assert!(t.elapsed() < LIMIT);
+}
+
 /// A closes; a stranger binds A's port and replays what A would send
 /// (A's connid, B's connid, sequence numbers from 0, REQs with A's raw
-/// address): B drops it all, A's peer being closed, and delivers nothing.
+/// address): B drops it all, A's peer being closed, counts it, and
+/// delivers nothing.
 /// Then a new endpoint at that port (a new incarnation, a new connid)
 /// talks to B as any new peer, exactly.
 #[test]
@@ -650,7 +708,7 @@ fn a_closed_peers_port_taken_by_a_stranger_replays_nothing_into_b() {
         p.step();
     }
     assert!(p.cqs[1].iter().all(|e| e.context != 42), "a replayed message was delivered: {:?}", p.cqs[1]);
-    assert_eq!(drops(&p.b), before, "dropped as from a closed peer (not counted by reason)");
+    assert_eq!(drops(&p.b) - before, Drops { from_lost: 32, ..NONE }, "all 32 dropped as from a closed peer");
     assert!(p.mem.bytes()[GUARD..GUARD + 8] != [1; 8], "the replayed write was not applied");
     drop(stranger);
     p.b.cancel(42).unwrap();

@@ -107,8 +107,24 @@ pub struct UdpStats {
     pub retransmits: u64,
     /// Received datagrams that were duplicates.
     pub duplicates: u64,
-    /// Datagrams too short, of another version or kind, or malformed.
+    /// Datagrams whose header is bad: too short, another magic, version or
+    /// kind, or no IP source address.
     pub malformed: u64,
+    /// RDMA datagrams whose body is too short or reaches past its
+    /// operation's buffer.
+    pub rdma_malformed: u64,
+    /// READ_RSP and RDMA_DONE datagrams for no operation of ours towards
+    /// their sender (stale, repeated after the operation ended, or forged).
+    pub rdma_unmatched: u64,
+    /// Acknowledgements, closes and probes from senders the device keeps no
+    /// state for (it answers nobody it does not talk to).
+    pub unknown_control: u64,
+    /// Datagrams from new senders past the 4096 (`STRANGERS_MAX`) the device
+    /// keeps state for without the engine inserting them.
+    pub strangers_over: u64,
+    /// Datagrams from peers given up or closed (their later traffic is
+    /// not taken).
+    pub from_lost: u64,
     /// Datagrams for another incarnation of this port (wrong connid).
     pub stale: u64,
     /// Datagrams beyond the receive window.

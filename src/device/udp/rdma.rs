@@ -222,7 +222,7 @@ impl UdpDevice {
     /// reported ([`DevEvent::WriteImm`]).
     pub(super) fn rdma_write_in(&mut self, peer: usize, body: &[u8], with_imm: bool, now: Instant) {
         let Some((s, data)) = WriteSeg::parse(body) else {
-            self.stats.malformed += 1;
+            self.stats.rdma_malformed += 1;
             return;
         };
         let key = (peer, s.op);
@@ -274,7 +274,7 @@ impl UdpDevice {
     /// A READ_REQ from peer `peer`: checked, then served in segments.
     pub(super) fn rdma_read_req(&mut self, peer: usize, body: &[u8], now: Instant) {
         let Some(r) = ReadReq::parse(body) else {
-            self.stats.malformed += 1;
+            self.stats.rdma_malformed += 1;
             return;
         };
         match self.rdma.check(r.key, r.addr, r.len, Access::REMOTE_READ) {
@@ -293,16 +293,16 @@ impl UdpDevice {
     /// A READ_RSP segment for one of our reads.
     pub(super) fn rdma_read_rsp(&mut self, peer: usize, body: &[u8]) {
         let Some((op, offset, data)) = dgram::parse_read_rsp(body) else {
-            self.stats.malformed += 1;
+            self.stats.rdma_malformed += 1;
             return;
         };
         let Some(o) = self.rdma.ops.get_mut(&op).filter(|o| o.peer == peer && !o.write) else {
-            self.stats.malformed += 1;
+            self.stats.rdma_unmatched += 1;
             return;
         };
         let end = offset.checked_add(data.len() as u64);
         if end.is_none_or(|e| e > o.buf.len() as u64) {
-            self.stats.malformed += 1;
+            self.stats.rdma_malformed += 1;
             return;
         }
         o.buf.write_at(offset as usize, data);
@@ -317,12 +317,12 @@ impl UdpDevice {
     /// An RDMA_DONE: a write finished, or an operation refused.
     pub(super) fn rdma_done(&mut self, peer: usize, body: &[u8]) {
         let Some((op, code)) = dgram::parse_done(body) else {
-            self.stats.malformed += 1;
+            self.stats.rdma_malformed += 1;
             return;
         };
         let ours = self.rdma.ops.get(&op).is_some_and(|o| o.peer == peer && (o.write || code != 0 || o.buf.is_empty()));
         if !ours {
-            self.stats.malformed += 1;
+            self.stats.rdma_unmatched += 1;
             return;
         }
         if let Some(o) = self.rdma.ops.remove(&op) {

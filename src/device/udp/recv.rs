@@ -124,10 +124,11 @@ impl UdpDevice {
             _ => {
                 let known = self.by_addr.contains_key(&(from, h.src_connid));
                 if !known && !h.kind.reliable() {
-                    return None; // an ACK or CLOSE from nobody we talk to
+                    self.stats.unknown_control += 1; // an ACK, CLOSE or PROBE from nobody we talk to
+                    return None;
                 }
                 let Some(i) = self.peer_index(from, h.src_connid) else {
-                    self.stats.malformed += 1;
+                    self.stats.strangers_over += 1;
                     return None;
                 };
                 self.last_from = Some((from, h.src_connid, i));
@@ -135,6 +136,7 @@ impl UdpDevice {
             }
         };
         if self.peers[idx].lost {
+            self.stats.from_lost += 1;
             return None;
         }
         let p = &mut self.peers[idx];
