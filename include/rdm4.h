@@ -815,9 +815,16 @@ const char *rdm4_strerror(int32_t status);
  * device's peers given up because their host reported their port closed
  * (`udp_peers_refused`), probes sent to silent peers (`udp_probes`) and
  * packets its responder kept while the application was away
- * (`udp_kept`), and packets from new senders dropped at the peer limit
- * (`drop_peer_limit`, see `rdm4_ep_attr.max_peers`)) count from the
- * endpoint's open.
+ * (`udp_kept`), packets from new senders dropped at the peer limit
+ * (`drop_peer_limit`, see `rdm4_ep_attr.max_peers`), and the udp
+ * device's further drops by reason: RDMA datagrams malformed or out of
+ * bounds (`udp_drop_rdma_malformed`) or for no operation of ours
+ * (`udp_drop_rdma_unmatched`), acknowledgements, closes and probes from
+ * senders it keeps no state for (`udp_drop_unknown_control`), datagrams
+ * of new senders past the 4096 it keeps uninserted
+ * (`udp_drop_strangers`) and of peers given up or closed
+ * (`udp_drop_from_lost`); `udp_drop_malformed` counts bad headers) count
+ * from the endpoint's open.
  *
  * Returns how many it wrote (0 when `first` is past the last);
  * `RDM4_EBADHANDLE`. Thread safety: any thread.
