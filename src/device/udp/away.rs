@@ -68,14 +68,14 @@ impl UdpDevice {
     pub(super) fn respond_now(&mut self) -> (RawFd, i32) {
         let now = Instant::now();
         let (kept, events) = (self.kept.len(), self.events.len());
-        self.timers(now);
         self.away = true;
         // At most a batch a call, so that an application coming back
         // waits for one batch, not for a stream that keeps arriving.
         let mut keep = |_: Option<Ah>, _: &[u8], _: Option<UserBuf>| Rx::Defer;
         self.take_socket(RESPOND_MAX, now, &mut keep);
         self.away = false;
-        // Nothing will carry the acknowledgements owed: they go now.
+        self.timers(now); // after the socket, as in `recv`
+                          // Nothing will carry the acknowledgements owed: they go now.
         for k in 0..self.acks.len() {
             let idx = self.acks[k];
             if !self.peers[idx].lost && self.peers[idx].ack_due {

@@ -113,7 +113,6 @@ impl Device for UdpDevice {
 
     fn recv<R: Flow>(&mut self, max: usize, mut f: impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R) -> usize {
         let now = Instant::now();
-        self.timers(now);
         self.tx_flush(); // a caller that did not ring the doorbell
         let mut n = 0;
         if self.redeliver {
@@ -123,6 +122,11 @@ impl Device for UdpDevice {
             n += self.recv_kept(max - n, &mut f);
         }
         n += self.take_socket(max - n, now, &mut f);
+        // The timers after the socket: what arrived while this process did
+        // not run (descheduled, asleep) counts before a timeout fires,
+        // which would otherwise resend what the peer acknowledged, or give
+        // up a peer whose datagrams wait here.
+        self.timers(now);
         if self.rxb.has_pending() && self.app_fd.is_some() {
             // What waits here keeps the application's fd readable.
             self.wake_sleeper();
