@@ -17,20 +17,31 @@ impl UdpDevice {
     /// are probed, and given up after `giveup` of silence.
     pub(super) fn liveness(&mut self, now: Instant) {
         self.next_liveness = now + LIVENESS_EVERY;
-        for p in &mut self.peers {
-            p.rdma_waits = false;
+        let mut marked = std::mem::take(&mut self.rdma_marked);
+        for &idx in &marked {
+            self.peers[idx].rdma_waits = false;
         }
-        for peer in self.rdma.requesters() {
-            self.peers[peer].rdma_waits = true;
+        marked.clear();
+        marked.extend(self.rdma.requesters());
+        for &idx in &marked {
+            self.peers[idx].rdma_waits = true;
+            self.note_watch(idx);
         }
+        self.rdma_marked = marked;
         let giveup = self.cfg.giveup;
         let probe_every = PROBE_EVERY.min(giveup / 4);
-        for idx in 0..self.peers.len() {
+        let mut k = 0;
+        while let Some(&idx) = self.watch.get(k) {
             let p = &mut self.peers[idx];
-            if p.lost {
+            // A peer nothing awaits leaves the list (its silence is counted
+            // afresh when something awaits it again).
+            let silent = if p.lost { None } else { p.silent_for(now) };
+            let Some(silent) = silent else {
+                p.watched = false;
+                self.watch.swap_remove(k);
                 continue;
-            }
-            let Some(silent) = p.silent_for(now) else { continue };
+            };
+            k += 1;
             if silent > giveup {
                 self.stats.peers_given_up += 1;
                 crate::log::log!(crate::log::INFO, "udp: peer {} silent for {silent:?}: given up", p.addr);

@@ -213,6 +213,13 @@ pub struct UdpDevice {
     /// costs what its busy peers cost, not what all of them do.
     work: Vec<usize>,
     recent: Vec<usize>,
+    /// The peers the liveness rules look at: each that something began to
+    /// await (a datagram unacknowledged, an RDMA operation, the engine's
+    /// `awaiting`), until nothing does (`Peer::watched`); and the RDMA
+    /// requesters marked at the last pass. So that the rules cost what
+    /// the awaited peers cost, not what all of them do.
+    watch: Vec<usize>,
+    rdma_marked: Vec<usize>,
     /// The peers owed an acknowledgement (each once, `Peer::ack_listed`).
     acks: Vec<usize>,
     /// When the retransmission timeouts and the count of recent senders
@@ -352,6 +359,8 @@ impl UdpDevice {
             rx_budget,
             active: 0,
             work: Vec::new(),
+            watch: Vec::new(),
+            rdma_marked: Vec::new(),
             recent: Vec::new(),
             acks: Vec::new(),
             next_scan: Instant::now(),

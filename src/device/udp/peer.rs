@@ -111,6 +111,8 @@ pub(crate) struct Peer {
     pub last_data: Option<Instant>,
     /// In the device's work list, and in its list of recent senders.
     pub queued: bool,
+    /// In the device's liveness list (`UdpDevice::watch`).
+    pub watched: bool,
     pub counted: bool,
     pub ack_listed: bool,
     // Liveness (`UdpDevice::liveness`).
@@ -161,6 +163,7 @@ impl Peer {
             last_heard: Instant::now(),
             last_data: None,
             queued: false,
+            watched: false,
             counted: false,
             ack_listed: false,
             awaited_until: None,

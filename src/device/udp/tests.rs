@@ -236,6 +236,45 @@ fn a_closed_peer_fails_what_was_towards_it_and_a_silent_one_is_given_up() {
     assert!(s.timeouts >= 1 && s.retransmits >= s.timeouts, "{s:?}");
 }
 
+/// The liveness rules look at the peers something awaits, each from
+/// when the waiting began: a peer awaited again after a quiet spell longer
+/// than the give-up time counts its silence afresh, and a peer nothing
+/// awaits is neither probed nor given up, however long it stays silent.
+#[test]
+fn liveness_counts_a_peers_silence_from_when_something_awaits_it() {
+    let giveup = Duration::from_millis(200);
+    let c = UdpConfig { giveup, ..cfg() };
+    let mut a = UdpDevice::open_with(c.clone()).unwrap();
+    let mut b = UdpDevice::open_with(c).unwrap();
+    let ab = a.insert(&b.local_addr()).unwrap();
+    b.insert(&a.local_addr()).unwrap();
+    let (mut got, mut ev) = (Vec::new(), Vec::new());
+    send(&mut a, ab, b"first", 1).unwrap();
+    spin(&mut a, &mut b, &mut got, &mut ev, |_, e| e.iter().any(|e| matches!(e, DevEvent::SendDone { .. })));
+    // Quiet: a polls for twice the give-up time, b not at all.
+    let t = Instant::now();
+    while t.elapsed() < giveup * 2 {
+        a.recv(8, |_, _: &[u8], _| {});
+        a.events(&mut ev);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!((a.stats().probes, a.stats().peers_given_up), (0, 0), "nothing awaited b: {:?}", a.stats());
+    assert!(a.watch.is_empty(), "b left the liveness list: {:?}", a.watch);
+    // b stays away for half the give-up time while a awaits it: not
+    // given up (its silence counts from the send), then it answers.
+    send(&mut a, ab, b"second", 2).unwrap();
+    let t = Instant::now();
+    while t.elapsed() < giveup / 2 {
+        a.recv(8, |_, _: &[u8], _| {});
+        a.events(&mut ev);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    spin(&mut a, &mut b, &mut got, &mut ev, |_, e| e.iter().any(|e| matches!(e, DevEvent::SendDone { wr_id: 2, .. })));
+    assert!(ev.contains(&DevEvent::SendDone { wr_id: 2, ah: ab, status: Ok(()) }), "{ev:?}");
+    assert_eq!(a.stats().peers_given_up, 0, "{:?}", a.stats());
+    assert_eq!(got, vec![b"first".to_vec(), b"second".to_vec()]);
+}
+
 #[test]
 fn a_write_with_immediate_data_is_reported_once_all_its_bytes_are_in_memory() {
     let f = Faults { drop: 0.05, dup: 0.05, reorder: 0.05, delay_us: 20, seed: 9 };

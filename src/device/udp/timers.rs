@@ -137,5 +137,15 @@ impl UdpDevice {
         if !std::mem::replace(&mut self.peers[idx].queued, true) {
             self.work.push(idx);
         }
+        self.note_watch(idx);
+    }
+
+    /// Puts peer `idx` in the liveness list (once): something began to
+    /// await it.
+    #[inline]
+    pub(super) fn note_watch(&mut self, idx: usize) {
+        if !std::mem::replace(&mut self.peers[idx].watched, true) {
+            self.watch.push(idx);
+        }
     }
 }
