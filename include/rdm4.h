@@ -823,8 +823,9 @@ const char *rdm4_strerror(int32_t status);
  * senders it keeps no state for (`udp_drop_unknown_control`), datagrams
  * of new senders past the 4096 it keeps uninserted
  * (`udp_drop_strangers`) and of peers given up or closed
- * (`udp_drop_from_lost`); `udp_drop_malformed` counts bad headers) count
- * from the endpoint's open.
+ * (`udp_drop_from_lost`); `udp_drop_malformed` counts bad headers; and
+ * the retransmissions peers reported they already had
+ * (`udp_spurious_retransmits`)) count from the endpoint's open.
  *
  * Returns how many it wrote (0 when `first` is past the last);
  * `RDM4_EBADHANDLE`. Thread safety: any thread.

@@ -60,6 +60,7 @@ const LATER: &[Counter] = &[
     Counter { name: c"udp_drop_unknown_control", read: |_, u| u.unknown_control },
     Counter { name: c"udp_drop_strangers", read: |_, u| u.strangers_over },
     Counter { name: c"udp_drop_from_lost", read: |_, u| u.from_lost },
+    Counter { name: c"udp_spurious_retransmits", read: |_, u| u.spurious },
 ];
 
 /// Reads the endpoint's counters from index `first` on: up to `max` of
@@ -93,8 +94,9 @@ const LATER: &[Counter] = &[
 /// senders it keeps no state for (`udp_drop_unknown_control`), datagrams
 /// of new senders past the 4096 it keeps uninserted
 /// (`udp_drop_strangers`) and of peers given up or closed
-/// (`udp_drop_from_lost`); `udp_drop_malformed` counts bad headers) count
-/// from the endpoint's open.
+/// (`udp_drop_from_lost`); `udp_drop_malformed` counts bad headers; and
+/// the retransmissions peers reported they already had
+/// (`udp_spurious_retransmits`)) count from the endpoint's open.
 ///
 /// Returns how many it wrote (0 when `first` is past the last);
 /// `RDM4_EBADHANDLE`. Thread safety: any thread.

@@ -11,6 +11,13 @@
 //!                        (it deferred packets); send it only control
 //!                        packets (no RTM, no RTA) until a datagram
 //!                        without the bit arrives
+//!                        bit 1 RETX: this datagram is sent again, its
+//!                        timeout having fired
+//!                        bit 2 DUP: since its last datagram to the
+//!                        receiver, the sender received a RETX datagram
+//!                        it already had and had not acknowledged yet:
+//!                        the receiver's timeout fired too early (after
+//!                        TCP's D-SACK, RFC 2883)
 //! 4      4    src_connid the sender's connid
 //! 8      4    dst_connid the receiver's connid as the sender knows it
 //!                        (a datagram for another incarnation of the port
@@ -54,6 +61,10 @@ const VERSION: u8 = 2;
 
 /// Flag: the sender holds back new messages.
 pub(crate) const HOLD: u8 = 1;
+/// Flag: a datagram sent again.
+pub(crate) const RETX: u8 = 2;
+/// Flag: the sender received a datagram sent again that it already had.
+pub(crate) const DUP: u8 = 4;
 
 /// What a datagram carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -105,6 +105,9 @@ const STRANGERS_MAX: usize = 4096;
 pub struct UdpStats {
     /// Datagrams sent again (timeouts and holes).
     pub retransmits: u64,
+    /// Retransmissions the peer reported it already had (`DUP`): timeouts
+    /// that fired while the peer was slow, not on a loss.
+    pub spurious: u64,
     /// Received datagrams that were duplicates.
     pub duplicates: u64,
     /// Datagrams whose header is bad: too short, another magic, version or

@@ -4,6 +4,14 @@
 //! later arrivals, an adaptive retransmission timeout, and a send window
 //! that backs off on loss.
 //!
+//! A timeout that fires while the receiver is slow (descheduled on a busy
+//! host) rather than on a loss is told apart by the receiver: a datagram
+//! sent again on a timeout (`RETX`) that it already had and had not yet
+//! acknowledged makes it set `DUP` on its next datagram back. The sender
+//! then undoes the window's back-off and doubles the timeout's floor (from
+//! [`RTO_MIN`] up to [`FLOOR_MAX`]; halved after each [`FLOOR_DECAY`]
+//! without a report): docs/performance.md, "spurious retransmissions".
+//!
 //! Congestion control is AIMD on a window counted in datagrams: it grows by
 //! one datagram per window acknowledged, halves on a retransmission
 //! timeout, and stays between [`CWND_MIN`] and [`WINDOW`] (the receiver's
@@ -41,6 +49,11 @@ const RTO_MIN: Duration = Duration::from_micros(500);
 /// many of them within the give-up time.
 const RTO_MAX: Duration = Duration::from_millis(250);
 const RTO_START: Duration = Duration::from_millis(5);
+/// The highest the timeout's floor rises after spurious retransmissions
+/// (a receiver descheduled for this long is waited for).
+const FLOOR_MAX: Duration = Duration::from_millis(4);
+/// The floor halves after this long without a spurious retransmission.
+const FLOOR_DECAY: Duration = Duration::from_secs(1);
 /// An acknowledgement waits this long for a datagram to ride on (a reply,
 /// in a ping-pong) before it goes alone.
 const ACK_DELAY: Duration = Duration::from_micros(50);
@@ -93,6 +106,17 @@ pub(crate) struct Peer {
     srtt: Option<Duration>,
     rttvar: Duration,
     pub rto: Duration,
+    /// The least `rto`: [`RTO_MIN`], doubled for each retransmission the
+    /// peer reported it already had (`DUP`, up to [`FLOOR_MAX`]), halved
+    /// after each [`FLOOR_DECAY`] without one; and when it last changed.
+    rto_floor: Duration,
+    floor_since: Option<Instant>,
+    /// The congestion window before the last timeout halved it (restored
+    /// when that timeout proves spurious).
+    cwnd_before: f64,
+    /// A datagram of the peer's sent again (`RETX`) arrived that we had:
+    /// our next datagram to it says so (`DUP`).
+    pub echo_dup: bool,
     /// Datagrams sent again.
     pub retransmits: u64,
     // Receiving.
@@ -154,6 +178,10 @@ impl Peer {
             srtt: None,
             rttvar: Duration::ZERO,
             rto: RTO_START,
+            rto_floor: RTO_MIN,
+            floor_since: None,
+            cwnd_before: CWND_START,
+            echo_dup: false,
             retransmits: 0,
             rx_next: 0,
             rx_bits: 0,
@@ -294,6 +322,7 @@ impl Peer {
             }
         }
         if let Some(r) = sample {
+            self.decay_floor(now);
             self.rtt_sample(r);
         }
         if newly > 0 {
@@ -332,13 +361,44 @@ impl Peer {
             }
         }
         let s = self.srtt.unwrap_or(r);
-        self.rto = (s + (self.rttvar * 4).max(Duration::from_micros(100))).clamp(RTO_MIN, RTO_MAX);
+        self.rto = (s + (self.rttvar * 4).max(Duration::from_micros(100))).clamp(self.rto_floor, RTO_MAX);
     }
 
     /// A retransmission timeout fired: back off (window halved, timeout doubled).
     pub(crate) fn timed_out(&mut self) {
+        self.cwnd_before = self.cwnd;
         self.cwnd = (self.cwnd / 2.0).max(CWND_MIN);
         self.rto = (self.rto * 2).min(RTO_MAX);
+    }
+
+    /// The peer reported a retransmission of ours it already had (`DUP`):
+    /// the timeout fired while the peer was slow (descheduled, busy), not
+    /// on a loss. The window's back-off is undone and the timeout's floor
+    /// doubled, so that the next spell of the same length is waited out.
+    pub(crate) fn spurious(&mut self, now: Instant) {
+        self.cwnd = self.cwnd.max(self.cwnd_before);
+        self.rto_floor = (self.rto_floor * 2).min(FLOOR_MAX);
+        self.floor_since = Some(now);
+        self.rto = self.rto.max(self.rto_floor);
+    }
+
+    /// Halves a raised floor after [`FLOOR_DECAY`] without a spurious
+    /// retransmission (the peer's slow spell may be over).
+    fn decay_floor(&mut self, now: Instant) {
+        if let Some(t) = self.floor_since.filter(|&t| now.saturating_duration_since(t) >= FLOOR_DECAY) {
+            self.rto_floor = (self.rto_floor / 2).max(RTO_MIN);
+            self.floor_since = (self.rto_floor > RTO_MIN).then_some(t + FLOOR_DECAY);
+        }
+    }
+
+    /// The flags a datagram to the peer carries besides the device's:
+    /// `DUP` once after a duplicate retransmission arrived.
+    pub(crate) fn take_echo(&mut self) -> u8 {
+        if std::mem::take(&mut self.echo_dup) {
+            super::dgram::DUP
+        } else {
+            0
+        }
     }
 }
 
@@ -366,6 +426,43 @@ mod tests {
         assert_eq!(p.arrive(u32::MAX), Arrival::New);
         assert_eq!(p.ack_fields(), (1, 0));
         assert_eq!(p.arrive(u32::MAX), Arrival::Duplicate);
+    }
+
+    #[test]
+    fn a_spurious_timeout_undoes_the_back_off_and_raises_the_floor_until_it_decays() {
+        let mut p = peer();
+        let t0 = Instant::now();
+        p.rtt_sample(Duration::from_micros(40));
+        assert_eq!(p.rto, RTO_MIN, "a fast peer: the least timeout");
+        p.cwnd = 20.0;
+        p.timed_out();
+        assert_eq!(p.cwnd, 10.0);
+        p.spurious(t0);
+        assert_eq!((p.cwnd, p.rto_floor), (20.0, RTO_MIN * 2), "window restored, floor doubled");
+        assert!(p.rto >= RTO_MIN * 2);
+        // Samples do not take the timeout under the floor; repeated reports
+        // raise it up to FLOOR_MAX.
+        p.rtt_sample(Duration::from_micros(40));
+        assert_eq!(p.rto, RTO_MIN * 2);
+        for _ in 0..20 {
+            p.spurious(t0);
+        }
+        assert_eq!(p.rto_floor, FLOOR_MAX);
+        // A second without a report halves it; down to RTO_MIN in the end.
+        p.decay_floor(t0 + FLOOR_DECAY / 2);
+        assert_eq!(p.rto_floor, FLOOR_MAX, "not yet");
+        p.decay_floor(t0 + FLOOR_DECAY);
+        assert_eq!(p.rto_floor, FLOOR_MAX / 2);
+        p.rtt_sample(Duration::from_micros(40));
+        assert_eq!(p.rto, FLOOR_MAX / 2);
+        for k in 2..20 {
+            p.decay_floor(t0 + FLOOR_DECAY * k);
+        }
+        assert_eq!(p.rto_floor, RTO_MIN);
+        assert_eq!(p.floor_since, None);
+        // The echo goes once.
+        p.echo_dup = true;
+        assert_eq!((p.take_echo(), p.take_echo()), (super::super::dgram::DUP, 0));
     }
 
     #[test]

@@ -156,12 +156,16 @@ impl UdpDevice {
         // Scratch lists kept between datagrams: no allocation per acknowledgement.
         let (mut acked, mut holes) = std::mem::take(&mut self.scratch);
         self.peers[idx].take_ack(h.ack, h.ack_bits, now, &mut acked, &mut holes);
+        if h.flags & dgram::DUP != 0 {
+            self.stats.spurious += 1;
+            self.peers[idx].spurious(now);
+        }
         for &wr_id in &acked.done {
             self.events.push(DevEvent::SendDone { wr_id, ah: idx as Ah, status: Ok(()) });
         }
         self.pool.append(&mut acked.bufs);
         for &seq in &holes {
-            self.retransmit(idx, seq, now);
+            self.retransmit(idx, seq, now, false);
         }
         acked.done.clear();
         holes.clear();
@@ -180,10 +184,18 @@ impl UdpDevice {
             Kind::Data if self.away && self.keep_full() => return None,
             _ => {}
         }
+        // Whether an acknowledgement is owed from before this datagram.
+        let owed = self.peers[idx].ack_due;
         match self.peers[idx].arrive(h.seq) {
             Arrival::New => {}
             Arrival::Duplicate => {
                 self.stats.duplicates += 1;
+                // Sent again on a timeout, already here and not yet
+                // acknowledged: the sender's timeout fired before our
+                // acknowledgement could reach it (we were slow, not the
+                // network lossy: a lost acknowledgement leaves nothing
+                // owed). Our next datagram tells it (`DUP`).
+                self.peers[idx].echo_dup |= owed && h.flags & dgram::RETX != 0;
                 return None;
             }
             Arrival::TooFar => {

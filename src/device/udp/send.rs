@@ -92,6 +92,7 @@ impl UdpDevice {
     ) {
         let (flags, connid, window) = (self.flags(), self.connid, self.window());
         let p = &mut self.peers[idx];
+        let flags = flags | p.take_echo();
         let seq = p.next_seq;
         p.next_seq = seq.wrapping_add(1);
         p.in_flight += len;
@@ -112,6 +113,7 @@ impl UdpDevice {
     pub(super) fn send_bare(&mut self, idx: usize, kind: Kind, now: Instant) {
         let (flags, connid, window) = (self.flags(), self.connid, self.window());
         let p = &mut self.peers[idx];
+        let flags = flags | p.take_echo();
         let (ack, ack_bits) = p.ack_fields();
         p.acked_now();
         let h = Hdr { kind, flags, src_connid: connid, dst_connid: p.connid, seq: 0, ack, ack_bits, window };
@@ -121,10 +123,14 @@ impl UdpDevice {
         self.transmit(to, &d, now);
     }
 
-    /// Sends datagram `seq` of peer `idx` again, with fresh acknowledgements.
-    pub(super) fn retransmit(&mut self, idx: usize, seq: u32, now: Instant) {
+    /// Sends datagram `seq` of peer `idx` again, with fresh acknowledgements;
+    /// flagged `RETX` when its timeout fired (`timeout`; not for a hole
+    /// the receiver showed, which reordering makes too).
+    pub(super) fn retransmit(&mut self, idx: usize, seq: u32, now: Instant, timeout: bool) {
         let (flags, window) = (self.flags(), self.window());
         let p = &mut self.peers[idx];
+        let retx = if timeout { dgram::RETX } else { 0 };
+        let flags = flags | retx | p.take_echo();
         let (ack, ack_bits) = p.ack_fields();
         let to = p.addr;
         let Some(u) = p.unacked.iter_mut().find(|u| u.seq == seq && !u.acked) else { return };

@@ -275,6 +275,40 @@ fn liveness_counts_a_peers_silence_from_when_something_awaits_it() {
     assert_eq!(got, vec![b"first".to_vec(), b"second".to_vec()]);
 }
 
+/// A receiver that does not poll for longer than the sender's timeout:
+/// the sender retransmits (flagged RETX); the receiver, which then takes
+/// the datagram and its copy, says so (DUP) in its acknowledgement; the
+/// sender counts the retransmission spurious and waits longer next time.
+#[test]
+fn a_retransmission_the_receiver_already_had_is_reported_and_raises_the_timeout() {
+    let (mut a, mut b, ab, _) = pair(Faults::default());
+    let (mut got, mut ev) = (Vec::new(), Vec::new());
+    send(&mut a, ab, b"warm", 1).unwrap();
+    spin(&mut a, &mut b, &mut got, &mut ev, |_, e| e.iter().any(|e| matches!(e, DevEvent::SendDone { .. })));
+    let rto_before = a.peers[ab as usize].rto;
+    send(&mut a, ab, b"late", 2).unwrap();
+    let t = Instant::now();
+    while a.stats().retransmits == 0 {
+        assert!(t.elapsed() < Duration::from_secs(2), "no retransmission: {:?}", a.stats());
+        a.recv(8, |_, _: &[u8], _| {});
+        a.events(&mut ev);
+    }
+    spin(&mut a, &mut b, &mut got, &mut ev, |_, e| e.iter().any(|e| matches!(e, DevEvent::SendDone { wr_id: 2, .. })));
+    let t = Instant::now();
+    while a.stats().spurious == 0 {
+        assert!(t.elapsed() < Duration::from_secs(2), "no DUP echo: a {:?}, b {:?}", a.stats(), b.stats());
+        spin(&mut a, &mut b, &mut got, &mut ev, |_, _| true);
+        b.recv(8, |_, p: &[u8], _| got.push(p.to_vec()));
+        b.send_acks(Instant::now() + Duration::from_millis(1));
+        b.tx_flush();
+        a.recv(8, |_, _: &[u8], _| {});
+    }
+    assert_eq!(got, vec![b"warm".to_vec(), b"late".to_vec()], "each once");
+    assert!(b.stats().duplicates >= 1, "{:?}", b.stats());
+    assert_eq!(a.stats().spurious, 1, "{:?}", a.stats());
+    assert!(a.peers[ab as usize].rto >= rto_before.max(Duration::from_millis(1)), "{:?}", a.peers[ab as usize].rto);
+}
+
 #[test]
 fn a_write_with_immediate_data_is_reported_once_all_its_bytes_are_in_memory() {
     let f = Faults { drop: 0.05, dup: 0.05, reorder: 0.05, delay_us: 20, seed: 9 };

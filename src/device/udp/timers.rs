@@ -63,7 +63,7 @@ impl UdpDevice {
                 self.stats.timeouts += 1;
                 self.peers[idx].timed_out();
                 for seq in due {
-                    self.retransmit(idx, seq, now);
+                    self.retransmit(idx, seq, now, true);
                 }
             }
         }
