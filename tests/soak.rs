@@ -7,8 +7,13 @@
 //! shm rings start small and grow again, so two samples of one process
 //! differ by tens of MiB either way, leak or not.)
 
+#[path = "common_soak/mod.rs"]
+mod common_soak;
+
 use std::process::Command;
 use std::sync::Mutex;
+
+use common_soak::field;
 
 /// The runs take the machine's cores: one at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -39,14 +44,6 @@ const KINDS: [&str; 21] = [
 
 /// Growth allowed after the middle of the run.
 const GROWTH_KIB: u64 = 16 << 10;
-
-fn field(line: &str, key: &str) -> u64 {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
-        .unwrap_or_else(|| panic!("no {key}= in {line}"))
-        .parse()
-        .unwrap()
-}
 
 fn soak(device: &str, faults: bool) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

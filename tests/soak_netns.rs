@@ -9,19 +9,14 @@
 
 #[path = "common_netns/mod.rs"]
 mod common_netns;
+#[path = "common_soak/mod.rs"]
+mod common_soak;
 
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
 
 use common_netns::Netns;
-
-fn field(line: &str, key: &str) -> u64 {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
-        .unwrap_or_else(|| panic!("no {key}= in {line}"))
-        .parse()
-        .unwrap()
-}
+use common_soak::field;
 
 /// A port free on this host now (the coordinator's, in the first
 /// namespace, where nothing else listens).
