@@ -181,7 +181,7 @@ impl ShmDevice {
             let imm = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
             let len = u64::from_le_bytes([b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11]]);
             let ah = self.by_id.get(&(epid, connid)).copied();
-            let raw = crate::wire::RawAddr::new(self.gid, epid as u16, connid);
+            let raw = self.raw_of(epid, connid);
             self.events.push(DevEvent::WriteImm { ah, raw, imm, len });
         }
         None

@@ -34,7 +34,10 @@ pub(super) struct Crowd {
 
 impl Default for Crowd {
     fn default() -> Self {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // Read once per process (cgroup files and the affinity mask), not at
+        // every open.
+        static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let cpus = *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         Crowd { cpus, crowded: false, epoch: 0 }
     }
 }

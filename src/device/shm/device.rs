@@ -31,7 +31,7 @@ impl Device for ShmDevice {
     }
 
     fn local_addr(&self) -> RawAddr {
-        RawAddr::new(self.gid, self.epid as u16, self.connid)
+        self.raw_of(self.epid, self.connid)
     }
 
     fn insert(&mut self, addr: &RawAddr) -> Result<Ah, Status> {

@@ -265,6 +265,11 @@ impl ShmDevice {
     fn peer(&mut self, ah: Ah) -> Result<&mut Peer, DevError> {
         peer_of(&mut self.peers, ah)
     }
+
+    /// The raw address of endpoint `epid` of `connid` on this host.
+    fn raw_of(&self, epid: u32, connid: u32) -> RawAddr {
+        RawAddr::new(self.gid, epid as u16, connid)
+    }
 }
 
 #[cfg(test)]

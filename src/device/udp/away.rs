@@ -74,8 +74,9 @@ impl UdpDevice {
         let mut keep = |_: Option<Ah>, _: &[u8], _: Option<UserBuf>| Rx::Defer;
         self.take_socket(RESPOND_MAX, now, &mut keep);
         self.away = false;
-        self.timers(now); // after the socket, as in `recv`
-                          // Nothing will carry the acknowledgements owed: they go now.
+        // The timers after the socket, as in `recv`.
+        self.timers(now);
+        // Nothing will carry the acknowledgements owed: they go now.
         for k in 0..self.acks.len() {
             let idx = self.acks[k];
             if !self.peers[idx].lost && self.peers[idx].ack_due {

@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::appfd::AppFd;
 use super::dgram::{Kind, HDR};
 use super::peer::Peer;
-use super::{gid_of, random_u64, socket_of, UdpDevice, AWAITED_FOR};
+use super::{random_u64, raw_of, socket_of, UdpDevice, AWAITED_FOR};
 use crate::device::{Access, Ah, Caps, DevError, DevEvent, Device, Flow, Sent};
 use crate::device::{Doorbell, Lacks, Responder, Sleep};
 use crate::mem::UserBuf;
@@ -37,7 +37,7 @@ impl Device for UdpDevice {
     }
 
     fn local_addr(&self) -> RawAddr {
-        RawAddr::new(gid_of(self.local.ip()), self.local.port(), self.connid)
+        raw_of(self.local, self.connid)
     }
 
     fn insert(&mut self, addr: &RawAddr) -> Result<Ah, Status> {
@@ -126,13 +126,13 @@ impl Device for UdpDevice {
         // The timers after the socket: what arrived while this process did
         // not run (descheduled, asleep) counts before a timeout fires,
         // which would otherwise resend what the peer acknowledged, or give
-        // up a peer whose datagrams wait here.
+        // up a peer whose datagrams wait here. (They send the
+        // acknowledgements due, too.)
         self.timers(now);
         if self.rxb.has_pending() && self.app_fd.is_some() {
             // What waits here keeps the application's fd readable.
             self.wake_sleeper();
         }
-        self.send_acks(now);
         self.pump(now);
         self.timers_done = true;
         self.arm_app_timer(now);

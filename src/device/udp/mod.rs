@@ -260,6 +260,11 @@ fn gid_of(ip: IpAddr) -> [u8; 16] {
     }
 }
 
+/// The raw address of the endpoint at `addr` of `connid`.
+fn raw_of(addr: SocketAddr, connid: u32) -> RawAddr {
+    RawAddr::new(gid_of(addr.ip()), addr.port(), connid)
+}
+
 /// The socket address of a raw address.
 fn socket_of(raw: &RawAddr) -> SocketAddr {
     let v6 = Ipv6Addr::from(raw.gid);

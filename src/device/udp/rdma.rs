@@ -262,7 +262,7 @@ impl UdpDevice {
                     if with_imm {
                         let p = &self.peers[peer];
                         let ah = p.inserted.then_some(peer as Ah);
-                        let raw = crate::wire::RawAddr::new(super::gid_of(p.addr.ip()), p.addr.port(), p.connid);
+                        let raw = super::raw_of(p.addr, p.connid);
                         self.events.push(DevEvent::WriteImm { ah, raw, imm: s.imm, len: s.total });
                     }
                     self.send_done(peer, s.op, 0, now);

@@ -216,7 +216,7 @@ fn a_closed_peer_fails_what_was_towards_it_and_a_silent_one_is_given_up() {
     let c = UdpConfig { giveup: Duration::from_millis(200), ..cfg() };
     let mut a = UdpDevice::open_with(c).unwrap();
     let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let addr = RawAddr::new(gid_of(silent.local_addr().unwrap().ip()), silent.local_addr().unwrap().port(), 77);
+    let addr = raw_of(silent.local_addr().unwrap(), 77);
     let ah = a.insert(&addr).unwrap();
     send(&mut a, ah, b"anyone?", 9).unwrap();
     let mut ev = Vec::new();
@@ -456,7 +456,7 @@ fn a_peer_whose_port_closed_is_given_up_at_once() {
     let mut a = UdpDevice::open_with(c).unwrap();
     // A socket that closes without a word (as a killed process's).
     let gone = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let addr = RawAddr::new(gid_of(gone.local_addr().unwrap().ip()), gone.local_addr().unwrap().port(), 5);
+    let addr = raw_of(gone.local_addr().unwrap(), 5);
     drop(gone);
     let ah = a.insert(&addr).unwrap();
     // Awaited with nothing to send: the probe finds the port closed.
