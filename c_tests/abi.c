@@ -187,6 +187,7 @@ static int32_t (*const p_ep_getname)(struct rdm4_ep *, void *, size_t *) = rdm4_
 static int32_t (*const p_av_insert)(struct rdm4_ep *, const void *, size_t, rdm4_addr *) = rdm4_av_insert;
 static int32_t (*const p_av_remove)(struct rdm4_ep *, const rdm4_addr *, size_t) = rdm4_av_remove;
 static int32_t (*const p_av_straddr)(const void *, char *, size_t *) = rdm4_av_straddr;
+static int32_t (*const p_resolve)(const char *, const char *, int, void *, size_t *) = rdm4_resolve;
 static int32_t (*const p_mr_reg)(struct rdm4_ep *, void *, size_t, uint64_t, uint64_t *) = rdm4_mr_reg;
 static int32_t (*const p_mr_reg_fd)(struct rdm4_ep *, void *, size_t, int, uint64_t, uint64_t, uint64_t *) =
     rdm4_mr_reg_fd;

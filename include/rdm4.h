@@ -1405,6 +1405,35 @@ int32_t rdm4_av_remove(struct rdm4_ep *ep, const rdm4_addr *addrs, size_t count)
 int32_t rdm4_av_straddr(const void *addr, char *buf, size_t *len);
 
 /**
+ * Asks the host `node` (a host name or an IP address) which endpoint's
+ * udp device is bound at UDP port `service` (a decimal number), and
+ * copies that endpoint's name (`RDM4_ADDR_LEN` bytes, what its
+ * `rdm4_ep_getname` gives: an auto endpoint's, with its shared-memory
+ * locator) into `addr`, for `rdm4_av_insert`. For programs that know only
+ * where a server listens (its `RDM4_UDP_ADDR` and `RDM4_UDP_PORT`): a name
+ * carries a connection id that no host and port give. The server answers
+ * whatever it is doing (a call, or its progress thread while its
+ * application is away). Asks again with growing pauses (20 ms, doubling up
+ * to 320 ms) until `timeout_ms`, also while the port is still closed (a
+ * server that is starting). `*len` holds the buffer size on entry and the
+ * address length on return.
+ *
+ * Returns `RDM4_SUCCESS`; `RDM4_EINVAL` (NULL `node`, `service` or `len`,
+ * a `service` that is no port from 1 to 65535, `timeout_ms <= 0`);
+ * `RDM4_ETOOSMALL` when `addr` is NULL or `*len < RDM4_ADDR_LEN` (nothing
+ * is asked; `*len` is set to `RDM4_ADDR_LEN`); `RDM4_ENOADDR` (`node`
+ * names no address); `RDM4_EPEER` (nothing was bound at the port until
+ * `timeout_ms`: the host refused); `RDM4_ETIMEDOUT` (no answer: no such
+ * host, or the port is no rdm4 endpoint's); `RDM4_EIO` (no socket).
+ * Thread safety: any thread; no endpoint needed; blocks up to `timeout_ms`.
+ */
+int32_t rdm4_resolve(const char *node,
+                     const char *service,
+                     int32_t timeout_ms,
+                     void *addr,
+                     size_t *len);
+
+/**
  * Registers `len` bytes at `buf` with `RDM4_ACCESS_*` rights; `*key` is the
  * key peers use for RMA and atomics on it. The memory must stay valid until
  * `rdm4_mr_close`.

@@ -44,6 +44,8 @@ const READ_RSP: u8 = 6;
 const RDMA_DONE: u8 = 7;
 const WRITE_IMM: u8 = 8;
 const PROBE: u8 = 9;
+const WHO: u8 = 10;
+const NAME: u8 = 11;
 
 /// A device header's fields.
 #[derive(Clone, Copy)]
@@ -381,7 +383,7 @@ fn cases(a: u32, b: u32, key: u64, base: u64) -> Vec<Case> {
         d[1] = v;
         push(format!("version {v}"), d, MALFORMED);
     }
-    for k in [0u8, 10, 11, 128, 255] {
+    for k in [0u8, 12, 128, 255] {
         let mut d = good.clone();
         d[2] = k;
         push(format!("kind {k}"), d, MALFORMED);
@@ -424,6 +426,14 @@ fn cases(a: u32, b: u32, key: u64, base: u64) -> Vec<Case> {
     push("ACK of everything, as A's connid".into(), huge.with(&[]), UNKNOWN_CONTROL);
     push("PROBE as A's connid".into(), Hdr::new(PROBE, a, b).with(&[]), UNKNOWN_CONTROL);
     push("CLOSE as A's connid".into(), Hdr::new(CLOSE, a, b).with(&[]), UNKNOWN_CONTROL);
+    // A question of a name (WHO, to connid 0) shorter than its answer
+    // would be: never answered (no amplification); a WHO to B's connid
+    // and a NAME (an answer nobody asked B for) from a stranger.
+    for len in [0usize, 1, 31] {
+        push(format!("WHO of {len} bytes"), Hdr::new(WHO, fresh(), 0).with(&vec![0; len]), MALFORMED);
+    }
+    push("WHO to B's connid".into(), Hdr::new(WHO, fresh(), b).with(&[0; 32]), UNKNOWN_CONTROL);
+    push("NAME to B".into(), Hdr::new(NAME, fresh(), b).with(&[0; 32]), UNKNOWN_CONTROL);
     // Sequence numbers out of any window.
     for (seq, want) in [(65u32, TOO_FAR), (0x7FFF_FFFF, TOO_FAR), (0x8000_0000, DUPLICATE), (u32::MAX, DUPLICATE)] {
         let h = Hdr { seq, ..Hdr::new(DATA, fresh(), b) };

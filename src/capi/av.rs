@@ -131,3 +131,56 @@ pub extern "C" fn rdm4_av_straddr(addr: *const c_void, buf: *mut c_char, len: *m
         Ok(0)
     })
 }
+
+/// Asks the host `node` (a host name or an IP address) which endpoint's
+/// udp device is bound at UDP port `service` (a decimal number), and
+/// copies that endpoint's name (`RDM4_ADDR_LEN` bytes, what its
+/// `rdm4_ep_getname` gives: an auto endpoint's, with its shared-memory
+/// locator) into `addr`, for `rdm4_av_insert`. For programs that know only
+/// where a server listens (its `RDM4_UDP_ADDR` and `RDM4_UDP_PORT`): a name
+/// carries a connection id that no host and port give. The server answers
+/// whatever it is doing (a call, or its progress thread while its
+/// application is away). Asks again with growing pauses (20 ms, doubling up
+/// to 320 ms) until `timeout_ms`, also while the port is still closed (a
+/// server that is starting). `*len` holds the buffer size on entry and the
+/// address length on return.
+///
+/// Returns `RDM4_SUCCESS`; `RDM4_EINVAL` (NULL `node`, `service` or `len`,
+/// a `service` that is no port from 1 to 65535, `timeout_ms <= 0`);
+/// `RDM4_ETOOSMALL` when `addr` is NULL or `*len < RDM4_ADDR_LEN` (nothing
+/// is asked; `*len` is set to `RDM4_ADDR_LEN`); `RDM4_ENOADDR` (`node`
+/// names no address); `RDM4_EPEER` (nothing was bound at the port until
+/// `timeout_ms`: the host refused); `RDM4_ETIMEDOUT` (no answer: no such
+/// host, or the port is no rdm4 endpoint's); `RDM4_EIO` (no socket).
+/// Thread safety: any thread; no endpoint needed; blocks up to `timeout_ms`.
+#[no_mangle]
+pub extern "C" fn rdm4_resolve(
+    node: *const c_char,
+    service: *const c_char,
+    timeout_ms: i32,
+    addr: *mut c_void,
+    len: *mut usize,
+) -> i32 {
+    boundary(|| {
+        let (node, service, len) = (required(node)?, required(service)?, required(len)?);
+        // SAFETY: NUL-terminated strings, by the contract.
+        let (node, service) = unsafe { (std::ffi::CStr::from_ptr(node), std::ffi::CStr::from_ptr(service)) };
+        let node = node.to_str().map_err(|_| Status::Inval)?;
+        let port: u16 = service.to_str().ok().and_then(|s| s.parse().ok()).filter(|&p| p != 0).ok_or(Status::Inval)?;
+        if timeout_ms <= 0 {
+            return Err(Status::Inval);
+        }
+        // SAFETY: `len` is non-NULL.
+        let have = unsafe { len.read() };
+        // SAFETY: as above.
+        unsafe { len.write(RDM4_ADDR_LEN) };
+        if addr.is_null() || have < RDM4_ADDR_LEN {
+            return Err(Status::TooSmall);
+        }
+        let timeout = std::time::Duration::from_millis(timeout_ms as u64);
+        let name = crate::device::udp::resolve(node, port, timeout)?.to_bytes();
+        // SAFETY: `addr` has `have` >= RDM4_ADDR_LEN bytes.
+        unsafe { std::ptr::copy_nonoverlapping(name.as_ptr(), addr.cast::<u8>(), RDM4_ADDR_LEN) };
+        Ok(0)
+    })
+}

@@ -106,7 +106,8 @@ local REQ_LAYOUT = {
 local DIRECTIONS = { [0] = "sent", [1] = "received" }
 local DEVICES = { [0] = "shm", [1] = "udp", [2] = "sim", [3] = "auto (sender not in the address vector)" }
 local UDP_KINDS = { [1] = "DATA", [2] = "ACK", [3] = "CLOSE", [4] = "WRITE", [5] = "READ_REQ",
-    [6] = "READ_RSP", [7] = "RDMA_DONE", [8] = "WRITE_IMM", [9] = "PROBE" }
+    [6] = "READ_RSP", [7] = "RDMA_DONE", [8] = "WRITE_IMM", [9] = "PROBE",
+    [10] = "WHO", [11] = "NAME" }
 local REF_KINDS = { [0] = "OPE_INDEX", [1] = "MSG_ID", [2] = "MSG_ID_SKIP" }
 local FI_DATATYPES = { [0] = "FI_INT8", "FI_UINT8", "FI_INT16", "FI_UINT16", "FI_INT32", "FI_UINT32",
     "FI_INT64", "FI_UINT64", "FI_FLOAT", "FI_DOUBLE", "FI_FLOAT_COMPLEX", "FI_DOUBLE_COMPLEX",

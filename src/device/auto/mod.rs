@@ -191,7 +191,7 @@ impl AutoDevice {
             u.take_connid(s.local_addr().connid());
         }
         let caps = merged(shm.as_ref().map(Device::caps), udp.as_ref().map(Device::caps));
-        Ok(AutoDevice {
+        let mut dev = AutoDevice {
             shm,
             udp,
             caps,
@@ -202,7 +202,13 @@ impl AutoDevice {
             udp_pending: false,
             udp_polled: false,
             udp_rung: false,
-        })
+        };
+        // A WHO (`rdm4_resolve`) is answered with the whole name.
+        let name = dev.name();
+        if let Some(u) = dev.udp.as_mut() {
+            u.set_public_name(name);
+        }
+        Ok(dev)
     }
 
     /// The devices it has: (shm, udp).

@@ -6,7 +6,8 @@
 //! 0      1    magic      0xD4
 //! 1      1    version    2
 //! 2      1    kind       1 DATA, 2 ACK, 3 CLOSE, 4 WRITE, 5 READ_REQ,
-//!                        6 READ_RSP, 7 RDMA_DONE, 8 WRITE_IMM, 9 PROBE
+//!                        6 READ_RSP, 7 RDMA_DONE, 8 WRITE_IMM, 9 PROBE,
+//!                        10 WHO, 11 NAME
 //! 3      1    flags      bit 0 HOLD: the sender holds back new messages
 //!                        (it deferred packets); send it only control
 //!                        packets (no RTM, no RTA) until a datagram
@@ -21,11 +22,11 @@
 //! 4      4    src_connid the sender's connid
 //! 8      4    dst_connid the receiver's connid as the sender knows it
 //!                        (a datagram for another incarnation of the port
-//!                        is dropped and counted)
+//!                        is dropped and counted); 0 in a WHO
 //! 12     4    seq        sequence number of this datagram in the
 //!                        sender-to-receiver stream (reliable kinds: DATA,
 //!                        WRITE, READ_REQ, READ_RSP, RDMA_DONE); 0 for ACK,
-//!                        CLOSE and PROBE
+//!                        CLOSE and PROBE; the asker's nonce in WHO and NAME
 //! 16     4    ack        the first sequence number the sender has not yet
 //!                        received from the receiver (cumulative)
 //! 20     4    ack_bits   bit i: sequence number ack + 1 + i was received
@@ -48,6 +49,14 @@
 //!   READ_RSP   op u32, pad u32, offset u64, then the bytes read (16-byte
 //!              header)
 //!   RDMA_DONE  op u32, status i32 (an rdm4 status code: 0 or negative)
+//!   WHO        "whose endpoint is bound at this port?" (`rdm4_resolve`),
+//!              from a socket of no endpoint: zero bytes, at least 32 of
+//!              them, so that the answer is never larger than the question
+//!              (a forged source gains no amplification); a shorter WHO is
+//!              dropped as malformed
+//!   NAME       the answer to a WHO, to its source: the endpoint's name
+//!              (32 bytes, `rdm4_ep_getname`: an auto endpoint's carries
+//!              its shm locator); ack, ack_bits and window 0
 //! ```
 //!
 //! `op` names the requester's RDMA operation; the memory owner answers a
@@ -78,6 +87,8 @@ pub(crate) enum Kind {
     RdmaDone = 7,
     WriteImm = 8,
     Probe = 9,
+    Who = 10,
+    Name = 11,
 }
 
 impl Kind {
@@ -92,13 +103,15 @@ impl Kind {
             7 => Kind::RdmaDone,
             8 => Kind::WriteImm,
             9 => Kind::Probe,
+            10 => Kind::Who,
+            11 => Kind::Name,
             _ => return None,
         })
     }
 
     /// Kinds that take a sequence number and are retransmitted until acknowledged.
     pub(crate) fn reliable(self) -> bool {
-        !matches!(self, Kind::Ack | Kind::Close | Kind::Probe)
+        !matches!(self, Kind::Ack | Kind::Close | Kind::Probe | Kind::Who | Kind::Name)
     }
 }
 

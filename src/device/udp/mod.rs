@@ -72,8 +72,10 @@ mod rdma;
 mod recv;
 mod send;
 mod timers;
+mod who;
 
 pub use config::{Faults, UdpConfig};
+pub use who::resolve;
 
 use std::collections::VecDeque;
 use std::io::ErrorKind;
@@ -174,6 +176,9 @@ pub struct UdpDevice {
     sock: UdpSocket,
     local: SocketAddr,
     connid: u32,
+    /// The name a WHO is answered with, when it is not this device's own
+    /// address (the auto device's, with its shm locator).
+    public: Option<RawAddr>,
     cfg: UdpConfig,
     /// Largest EFA RDM packet.
     mtu: usize,
@@ -291,6 +296,12 @@ impl UdpDevice {
         self.connid = connid;
     }
 
+    /// Answers a WHO with `name` (the endpoint's, of which this device is
+    /// a part) rather than its own address.
+    pub fn set_public_name(&mut self, name: RawAddr) {
+        self.public = Some(name);
+    }
+
     /// Opens an endpoint with the settings of the environment.
     pub fn open() -> Result<UdpDevice, Status> {
         UdpDevice::open_with(UdpConfig::from_env()?)
@@ -344,6 +355,7 @@ impl UdpDevice {
             sock,
             local,
             connid: random_u64() as u32 | 1,
+            public: None,
             mtu,
             cfg,
             peers: Vec::new(),

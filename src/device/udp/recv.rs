@@ -114,6 +114,10 @@ impl UdpDevice {
             self.stats.malformed += 1;
             return None;
         };
+        if h.kind == Kind::Who && h.dst_connid == 0 {
+            self.answer_who(&h, body, from);
+            return None;
+        }
         if h.dst_connid != self.connid {
             self.stats.stale += 1;
             return None;
@@ -242,7 +246,7 @@ impl UdpDevice {
                 self.rdma_done(idx, body);
                 None
             }
-            Kind::Ack | Kind::Close | Kind::Probe => None,
+            Kind::Ack | Kind::Close | Kind::Probe | Kind::Who | Kind::Name => None,
         }
     }
 }

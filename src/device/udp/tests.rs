@@ -473,3 +473,59 @@ fn a_peer_whose_port_closed_is_given_up_at_once() {
     assert!(s.probes >= 1 && s.peers_refused == 1 && s.peers_given_up == 0, "{s:?}");
     assert_eq!(send(&mut a, ah, b"x", 1), Err(DevError::Failed(Status::PeerUnreachable)));
 }
+
+#[test]
+fn a_who_is_answered_with_the_name_never_larger_and_a_short_one_is_dropped() {
+    let mut b = UdpDevice::open_with(cfg()).unwrap();
+    let raw = UdpSocket::bind("127.0.0.1:0").unwrap();
+    raw.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let who = |len: usize, seq: u32| {
+        let mut d = vec![0u8; len];
+        Hdr { kind: Kind::Who, flags: 0, src_connid: 77, dst_connid: 0, seq, ack: 0, ack_bits: 0, window: 0 }
+            .write(&mut d);
+        d
+    };
+    let answered = |b: &mut UdpDevice, q: &[u8]| -> Option<Vec<u8>> {
+        raw.send_to(q, b.socket_addr()).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        let mut reached = 0;
+        b.recv(8, |_, _: &[u8], _| reached += 1);
+        assert_eq!(reached, 0, "a WHO reaches no engine");
+        let mut buf = [0u8; 2048];
+        raw.recv(&mut buf).ok().map(|n| buf[..n].to_vec())
+    };
+    // Shorter than the answer: dropped and counted, never answered.
+    assert!(answered(&mut b, &who(HDR + 31, 1)).is_none());
+    assert_eq!(b.stats().malformed, 1);
+    // Answered with the device's own address, to the asker's connid and nonce.
+    let a = answered(&mut b, &who(HDR + 32, 9)).expect("an answer");
+    assert_eq!(a.len(), HDR + 32, "no larger than the question");
+    let (h, body) = Hdr::parse(&a).unwrap();
+    assert_eq!((h.kind, h.dst_connid, h.seq, h.src_connid), (Kind::Name, 77, 9, b.connid));
+    assert_eq!(RawAddr::from_bytes(body), Some(b.local_addr()));
+    // The name of the endpoint it is part of, when told (auto's).
+    let public = b.local_addr().with_reserved(0x1234_5678);
+    b.set_public_name(public);
+    let a = answered(&mut b, &who(HDR + 100, 10)).expect("an answer");
+    assert_eq!(RawAddr::from_bytes(&a[HDR..]), Some(public));
+    // The resolver finds it while the device is polled; no peer is made.
+    let addr = b.socket_addr();
+    let asker = std::thread::spawn(move || resolve(&addr.ip().to_string(), addr.port(), Duration::from_secs(5)));
+    let t = Instant::now();
+    while !asker.is_finished() {
+        assert!(t.elapsed() < Duration::from_secs(10));
+        b.recv(8, |_, _: &[u8], _| {});
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(asker.join().unwrap(), Ok(public));
+    assert!(b.peers.is_empty(), "a question makes no peer");
+    // A NAME sent to a device is no answer it waits for: dropped.
+    let mut name = who(HDR + 32, 3);
+    name[2] = Kind::Name as u8;
+    name[8..12].copy_from_slice(&b.connid.to_le_bytes());
+    assert!(answered(&mut b, &name).is_none());
+    assert_eq!(b.stats().unknown_control, 1);
+    // A name that is no address, and a port of nobody.
+    let closed = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    assert_eq!(resolve("127.0.0.1", closed, Duration::from_millis(100)), Err(Status::PeerUnreachable));
+}
