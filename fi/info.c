@@ -6,13 +6,15 @@
  * after it: "auto", "shm", "udp"), the default device first: the one
  * FI_RDM4_DEVICE or RDM4_DEVICE names, else auto. Only FI_EP_RDM
  * endpoints are offered, so that libfabric stacks none of its utility
- * providers on rdm4. A destination's node and service are not rdm4
- * addresses (a name carries a connection id no host name gives): a call
- * with them gets -FI_ENODATA; addresses travel as the 32-byte names
- * `fi_getname` gives (addr_format FI_FORMAT_UNSPEC). With FI_SOURCE, node
- * and service name the udp device's own address and port (an IP address
- * and a number; 0 or none: any): the answer's src_addr carries that
- * request (`struct rf_src_request`) to the domain, which binds there.
+ * providers on rdm4. Addresses travel as the 32-byte names `fi_getname`
+ * gives (addr_format FI_FORMAT_UNSPEC): a name carries a connection id no
+ * host name gives. A destination's node and service are therefore asked
+ * for the name of the endpoint bound there (`rdm4_resolve`, for
+ * FI_RDM4_RESOLVE_MS): the answer's dest_addr. With FI_SOURCE, node and
+ * service name the udp device's own address and port (an IP address and a
+ * number; 0 or none: any): the answer's src_addr carries that request
+ * (`struct rf_src_request`) to the domain, which binds there; without
+ * either, the src_addr binds anywhere.
  */
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -177,6 +179,8 @@ static int64_t mr_mode_for(uint32_t version, const struct fi_info *hints, uint64
 }
 
 /* Whether `hints` leave room for `device`; fills `out` with the answer. */
+static int is_src_request(const void *a, size_t len);
+
 static int fill_info(uint32_t version, uint32_t device, const struct fi_info *hints, struct fi_info *out)
 {
     const char *dev = rf_device_name(device);
@@ -198,7 +202,8 @@ static int fill_info(uint32_t version, uint32_t device, const struct fi_info *hi
         if (hints->addr_format != FI_FORMAT_UNSPEC) {
             return 0;
         }
-        if ((hints->src_addr && hints->src_addrlen != RF_ADDR_LEN) ||
+        if ((hints->src_addr && hints->src_addrlen != RF_ADDR_LEN &&
+             !is_src_request(hints->src_addr, hints->src_addrlen)) ||
             (hints->dest_addr && hints->dest_addrlen != RF_ADDR_LEN)) {
             return 0;
         }
@@ -371,18 +376,67 @@ static int parse_source(const char *node, const char *service, struct rf_src_req
     return 0;
 }
 
+/* Whether `a` (of `len` bytes) is a source request (`rf_src_request`). */
+static int is_src_request(const void *a, size_t len)
+{
+    return a && len == sizeof(struct rf_src_request) && memcmp(a, RF_SRC_MAGIC, sizeof RF_SRC_MAGIC) == 0;
+}
+
+/* How long fi_getinfo asks a destination's node and service for its name
+ * (FI_RDM4_RESOLVE_MS). */
+static int resolve_ms(void)
+{
+    int ms = 0;
+    if (fi_param_get_int(&rf_prov, "resolve_ms", &ms) != FI_SUCCESS || ms <= 0) {
+        ms = 2000;
+    }
+    return ms;
+}
+
+/* Copies `len` bytes of `a` into a new allocation at *out (*out_len set). */
+static int dup_addr(const void *a, size_t len, void **out, size_t *out_len)
+{
+    *out = malloc(len);
+    if (!*out) {
+        return -FI_ENOMEM;
+    }
+    memcpy(*out, a, len);
+    *out_len = len;
+    return 0;
+}
+
 static int rf_getinfo(uint32_t version, const char *node, const char *service, uint64_t flags,
                       const struct fi_info *hints, struct fi_info **info)
 {
     *info = NULL;
+    /* Where the domain binds: FI_SOURCE's node and service, the hints'
+     * request, or anywhere (an empty request). */
     struct rf_src_request src;
-    if ((node || service) && (!(flags & FI_SOURCE) || parse_source(node, service, &src) != 0)) {
-        /* A destination's name is no rdm4 address: it carries a
-         * connection id no host name gives. */
-        return -FI_ENODATA;
+    parse_source(NULL, NULL, &src);
+    /* A destination's node and service: its name, asked of the udp port
+     * there (rdm4_resolve), as a name carries a connection id no host
+     * name gives. */
+    uint8_t dest[RF_ADDR_LEN];
+    int have_dest = 0;
+    if ((node || service) && (flags & FI_SOURCE)) {
+        if (parse_source(node, service, &src) != 0 || (hints && hints->src_addr)) {
+            return -FI_ENODATA;
+        }
+    } else if (node || service) {
+        if (!node || !service) {
+            return -FI_ENODATA;
+        }
+        size_t len = sizeof dest;
+        int32_t r = rdm4_resolve(node, service, resolve_ms(), dest, &len);
+        if (r != RDM4_SUCCESS) {
+            FI_INFO(&rf_prov, FI_LOG_CORE, "no rdm4 endpoint's name from %s port %s: %s\n", node, service,
+                    rdm4_strerror(r));
+            return -FI_ENODATA;
+        }
+        have_dest = 1;
     }
-    if ((node || service) && hints && hints->src_addr) {
-        return -FI_ENODATA;
+    if (hints && is_src_request(hints->src_addr, hints->src_addrlen)) {
+        memcpy(&src, hints->src_addr, sizeof src);
     }
     uint32_t first = default_device();
     uint32_t order[3] = { first, 0, 0 };
@@ -395,21 +449,22 @@ static int rf_getinfo(uint32_t version, const char *node, const char *service, u
     }
     struct fi_info *head = NULL, **tail = &head;
     for (size_t i = 0; i < n; i++) {
+        if (have_dest && order[i] == RDM4_DEVICE_SHM) {
+            continue; /* the name came by udp: a shm domain has none */
+        }
         struct fi_info *one = fi_allocinfo();
         if (!one) {
             fi_freeinfo(head);
             return -FI_ENOMEM;
         }
         int r = fill_info(version, order[i], hints, one);
-        if (r > 0 && (node || service)) {
-            one->src_addr = malloc(sizeof src);
-            if (!one->src_addr) {
-                fi_freeinfo(one);
-                fi_freeinfo(head);
-                return -FI_ENOMEM;
-            }
-            memcpy(one->src_addr, &src, sizeof src);
-            one->src_addrlen = sizeof src;
+        if (r > 0 && !one->src_addr) {
+            r = dup_addr(&src, sizeof src, &one->src_addr, &one->src_addrlen) ? -FI_ENOMEM : r;
+        }
+        if (r > 0 && have_dest) {
+            free(one->dest_addr);
+            one->dest_addr = NULL;
+            r = dup_addr(dest, sizeof dest, &one->dest_addr, &one->dest_addrlen) ? -FI_ENOMEM : r;
         }
         if (r <= 0) {
             fi_freeinfo(one);
@@ -497,6 +552,9 @@ FI_EXT_INI
 {
     fi_param_define(&rf_prov, "device", FI_PARAM_STRING,
                     "Device listed first and opened by default: auto, shm or udp (RDM4_DEVICE; default auto)");
+    fi_param_define(&rf_prov, "resolve_ms", FI_PARAM_INT,
+                    "Milliseconds fi_getinfo asks a destination node and service for its endpoint's name "
+                    "(rdm4_resolve; default 2000)");
     for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++) {
         fi_param_define(&rf_prov, settings[i].name, FI_PARAM_STRING, settings[i].help);
     }

@@ -168,7 +168,7 @@ fn fi_info_lists_the_provider_with_its_attributes() {
     c.args(["-p", "rdm4", "-e"]);
     let o = run(c, Duration::from_secs(30), "fi_info -e");
     let t = text(&o);
-    for var in ["FI_RDM4_DEVICE", "FI_RDM4_UDP_ADDR", "FI_RDM4_TIMEOUT_MS"] {
+    for var in ["FI_RDM4_DEVICE", "FI_RDM4_RESOLVE_MS", "FI_RDM4_UDP_ADDR", "FI_RDM4_TIMEOUT_MS"] {
         assert!(t.contains(var), "fi_info -e lacks {var}:\n{t}");
     }
 }

@@ -893,7 +893,15 @@ static void g_getinfo(void)
 
     info = NULL;
     r = fi_getinfo(API_VERSION, "127.0.0.1", NULL, 0, h, &info);
-    check(rc_is(r, -FI_ENODATA, "fi_getinfo(node \"127.0.0.1\")"), "a node name gets -FI_ENODATA");
+    check(rc_is(r, -FI_ENODATA, "fi_getinfo(node \"127.0.0.1\")"), "a destination node without a service gets -FI_ENODATA");
+    if (!r) {
+        fi_freeinfo(info);
+    }
+    info = NULL;
+    /* No node, service or FI_SOURCE: a source that binds anywhere. */
+    r = fi_getinfo(API_VERSION, NULL, NULL, 0, h, &info);
+    check(rc_is(r, 0, "fi_getinfo()") && ((info->src_addr && info->src_addrlen > 0) || bad("no src_addr")),
+          "an answer without node or service has a source address");
     if (!r) {
         fi_freeinfo(info);
     }
@@ -918,6 +926,39 @@ static void g_getinfo(void)
             check(!bound, "the domain's udp device holds UDP port 42421");
         }
         check(ok, "a domain opens from that answer");
+        if (ok && strcmp(info->domain_attr->name, "shm") != 0) {
+            /* A destination's node and service: the name of the endpoint
+             * bound there, asked of its port; its domain's progress thread
+             * answers while this process does not call it. */
+            struct fi_info *dst = NULL;
+            struct fid_ep *ep = NULL;
+            uint8_t name[NAME_MAX_LEN];
+            size_t nlen = sizeof name;
+            int named = fi_endpoint(dom, info, &ep, NULL) == 0 && fi_getname(&ep->fid, name, &nlen) == 0;
+            r = fi_getinfo(API_VERSION, "127.0.0.1", "42421", 0, h, &dst);
+            if (check(rc_is(r, 0, "fi_getinfo(\"127.0.0.1\", \"42421\")"), "a destination node and service resolve")) {
+                int shm = 0;
+                for (struct fi_info *i = dst; i; i = i->next) {
+                    shm |= strcmp(i->domain_attr->name, "shm") == 0;
+                }
+                check(named && dst->dest_addrlen == nlen && memcmp(dst->dest_addr, name, nlen) == 0,
+                      "its dest_addr is the name of the endpoint bound there");
+                check(!shm, "no shm domain is offered for a destination found by udp");
+                fi_freeinfo(dst);
+            }
+            if (ep) {
+                fi_close(&ep->fid);
+            }
+            /* Nothing bound at a port: -FI_ENODATA once FI_RDM4_RESOLVE_MS is over. */
+            setenv("FI_RDM4_RESOLVE_MS", "300", 1);
+            double t0 = now_ms();
+            r = fi_getinfo(API_VERSION, "127.0.0.1", "42422", 0, h, &dst);
+            double took = now_ms() - t0;
+            unsetenv("FI_RDM4_RESOLVE_MS");
+            check(rc_is(r, -FI_ENODATA, "fi_getinfo(\"127.0.0.1\", \"42422\")") &&
+                      ((took >= 250 && took < 5000) || bad("after %.0f ms", took)),
+                  "a destination port nothing is bound at gets -FI_ENODATA after FI_RDM4_RESOLVE_MS");
+        }
         if (dom) {
             fi_close(&dom->fid);
         }
