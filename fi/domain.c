@@ -786,10 +786,16 @@ static void dispatch(struct rf_domain *d, struct rf_ep *ep, const rdm4_cqe *c, s
     void *context = c->context;
     int32_t status = c->status;
     uint64_t len = c->len;
+    void *buf = c->buf;
+    uint64_t more_flags = 0;
     struct rf_op *op = NULL;
     if (context == &d->silent) {
         report = 0;
         context = NULL;
+    } else if (rf_is_op(d, context) && ((struct rf_op *)context)->kind == RF_OP_MULTI) {
+        rf_mrecv_done(ep, context, c, &buf, &more_flags, &context);
+        report = context != &d->silent;
+        context = report ? context : NULL;
     } else if (rf_is_op(d, context)) {
         op = context;
         report = op->report;
@@ -824,7 +830,7 @@ static void dispatch(struct rf_domain *d, struct rf_ep *ep, const rdm4_cqe *c, s
         return;
     }
     if (to && cq == to->cq && status == RDM4_SUCCESS && to->n < to->count) {
-        struct fi_cq_tagged_entry t = { context, fi_flags_of(c->flags), len, c->buf, c->data, c->tag };
+        struct fi_cq_tagged_entry t = { context, fi_flags_of(c->flags) | more_flags, len, buf, c->data, c->tag };
         memcpy((char *)to->buf + to->n * cq->entry_size, &t, cq->entry_size);
         if (to->src) {
             to->src[to->n] = rx ? rf_av_fi_addr(ep->av, c->src) : FI_ADDR_NOTAVAIL;
@@ -834,9 +840,9 @@ static void dispatch(struct rf_domain *d, struct rf_ep *ep, const rdm4_cqe *c, s
     }
     struct rf_cqe e = { 0 };
     e.e.op_context = report ? context : NULL;
-    e.e.flags = fi_flags_of(c->flags);
+    e.e.flags = fi_flags_of(c->flags) | more_flags;
     e.e.len = len;
-    e.e.buf = c->buf;
+    e.e.buf = buf;
     e.e.data = c->data;
     e.e.tag = c->tag;
     e.src = rx ? c->src : RDM4_ADDR_UNSPEC;

@@ -231,6 +231,149 @@ static inline ssize_t inject_one(struct fid_ep *fid, const void *buf, size_t len
     return r;
 }
 
+/* Multi-receive buffers (FI_MULTI_RECV, untagged receives). A buffer
+ * takes messages one after another: one rdm4 receive at a time into what
+ * is left of it, whose record (RF_OP_MULTI) is the receive's context. Each
+ * message completes with `buf` where it landed; when what is left falls
+ * below the endpoint's FI_OPT_MIN_MULTI_RECV (or a message did not fit,
+ * or the receive was canceled), that completion carries FI_MULTI_RECV and
+ * the buffer is the application's again. Buffers fill in the order posted:
+ * only the first of the endpoint's queue has a receive posted, the next
+ * one's is posted when it is released. Between two messages of a buffer
+ * its receive is not posted for a moment (inside the completion's
+ * processing): a plain receive posted after the buffer may then take a
+ * message that arrives meanwhile. */
+
+/* Posts the receive of buffer `op` for what is left of it. */
+static int32_t mrecv_post(struct rf_ep *ep, struct rf_op *op)
+{
+    op->mposted = 1;
+    int32_t r = rdm4_recv(ep->domain->ep, op->mbase + op->moff, op->mlen - op->moff, op->msrc, op);
+    op->mposted = r == RDM4_SUCCESS;
+    return r;
+}
+
+void rf_mrecv_done(struct rf_ep *ep, struct rf_op *op, const rdm4_cqe *c, void **buf, uint64_t *flags,
+                   void **context)
+{
+    int locked = ep->domain->locked;
+    *buf = op->mbase + op->moff;
+    *context = op->context;
+    rf_lock(locked, &ep->mrecv_lock);
+    if (op != ep->mhead) {
+        /* Not this endpoint's (posted by one closed since): released. */
+        *flags |= FI_MULTI_RECV;
+        rf_op_put(ep->domain, op);
+        rf_unlock(locked, &ep->mrecv_lock);
+        return;
+    }
+    op->mposted = 0;
+    op->moff += c->len <= op->mlen - op->moff ? c->len : op->mlen - op->moff;
+    int release = c->status != RDM4_SUCCESS || op->mlen - op->moff < ep->min_multi_recv ||
+                  mrecv_post(ep, op) != RDM4_SUCCESS;
+    if (release) {
+        *flags |= FI_MULTI_RECV;
+        /* It is the queue's first: the next one takes over. */
+        ep->mhead = op->mnext;
+        if (!ep->mhead) {
+            ep->mtail = NULL;
+        }
+        while (ep->mhead && mrecv_post(ep, ep->mhead) != RDM4_SUCCESS) {
+            FI_WARN(&rf_prov, FI_LOG_EP_DATA, "a multi-receive buffer could not be posted: released\n");
+            struct rf_op *next = ep->mhead->mnext;
+            struct rf_cqe e = { 0 };
+            e.e.op_context = ep->mhead->context;
+            e.e.flags = FI_RECV | FI_MSG | FI_MULTI_RECV;
+            e.e.buf = ep->mhead->mbase;
+            e.src = RDM4_ADDR_UNSPEC;
+            e.err = FI_EIO;
+            e.prov_errno = RDM4_EIO;
+            if (ep->rx_cq) {
+                rf_cq_push(ep->rx_cq, &e);
+            }
+            rf_op_put(ep->domain, ep->mhead);
+            ep->mhead = next;
+            if (!next) {
+                ep->mtail = NULL;
+            }
+        }
+        rf_op_put(ep->domain, op);
+    }
+    rf_unlock(locked, &ep->mrecv_lock);
+}
+
+/* Queues a multi-receive buffer; its receive is posted when it is first. */
+static ssize_t mrecv_add(struct rf_ep *ep, const struct iovec *iov, size_t count, rdm4_addr src, void *context)
+{
+    if (count != 1 || !iov || (!iov->iov_base && iov->iov_len)) {
+        return -FI_EINVAL; /* one buffer */
+    }
+    struct rf_op *op = rf_op_get(ep->domain);
+    if (!op) {
+        return -FI_EAGAIN;
+    }
+    op->kind = RF_OP_MULTI;
+    op->report = 1;
+    op->context = context;
+    op->mbase = iov->iov_base;
+    op->mlen = iov->iov_len;
+    op->msrc = src;
+    int locked = ep->domain->locked;
+    rf_lock(locked, &ep->mrecv_lock);
+    int32_t r = ep->mhead ? RDM4_SUCCESS : mrecv_post(ep, op);
+    if (r == RDM4_SUCCESS) {
+        if (ep->mtail) {
+            ep->mtail->mnext = op;
+        } else {
+            ep->mhead = op;
+        }
+        ep->mtail = op;
+    }
+    rf_unlock(locked, &ep->mrecv_lock);
+    if (r != RDM4_SUCCESS) {
+        rf_op_put(ep->domain, op);
+    }
+    return ret(r);
+}
+
+/* Cancels the multi-receive buffer posted with `context`: -FI_ENOENT when
+ * there is none. Its completion (FI_ECANCELED, FI_MULTI_RECV) follows. */
+static int mrecv_cancel(struct rf_ep *ep, void *context)
+{
+    int locked = ep->domain->locked;
+    rf_lock(locked, &ep->mrecv_lock);
+    struct rf_op **at = &ep->mhead, *prev = NULL;
+    while (*at && (*at)->context != context) {
+        prev = *at;
+        at = &(*at)->mnext;
+    }
+    struct rf_op *op = *at;
+    int r = -FI_ENOENT;
+    if (op && op->mposted) {
+        /* Its receive completes as canceled, which releases it. */
+        r = rdm4_cancel(ep->domain->ep, op) == RDM4_SUCCESS ? 0 : -FI_ENOENT;
+    } else if (op) {
+        *at = op->mnext;
+        if (ep->mtail == op) {
+            ep->mtail = prev;
+        }
+        struct rf_cqe e = { 0 };
+        e.e.op_context = context;
+        e.e.flags = FI_RECV | FI_MSG | FI_MULTI_RECV;
+        e.e.buf = op->mbase + op->moff;
+        e.src = RDM4_ADDR_UNSPEC;
+        e.err = FI_ECANCELED;
+        e.prov_errno = RDM4_ECANCELED;
+        if (ep->rx_cq) {
+            rf_cq_push(ep->rx_cq, &e);
+        }
+        rf_op_put(ep->domain, op);
+        r = 0;
+    }
+    rf_unlock(locked, &ep->mrecv_lock);
+    return r;
+}
+
 /* One buffer received, untagged or tagged. */
 static inline ssize_t recv_one(struct fid_ep *fid, void *buf, size_t len, fi_addr_t src, int tagged, uint64_t tag,
                                uint64_t ignore, void *context)
@@ -242,6 +385,10 @@ static inline ssize_t recv_one(struct fid_ep *fid, void *buf, size_t len, fi_add
         return r;
     }
     void *ctx = rx_ctx(ep, ep->rx_op_flags, context);
+    if (!tagged && (ep->rx_op_flags & FI_MULTI_RECV)) {
+        struct iovec one = { buf, len };
+        return mrecv_add(ep, &one, 1, h, ctx);
+    }
     return ret(tagged ? rdm4_trecv(ep->domain->ep, buf, len, h, tag, ignore, ctx)
                       : rdm4_recv(ep->domain->ep, buf, len, h, ctx));
 }
@@ -298,6 +445,9 @@ static ssize_t recv_any(struct rf_ep *ep, const struct iovec *iov, size_t count,
     if (count > RF_IOV_LIMIT || (!iov && count)) {
         return -FI_EINVAL;
     }
+    if (!tagged && (flags & FI_MULTI_RECV)) {
+        return mrecv_add(ep, iov, count, h, rx_ctx(ep, flags, context));
+    }
     rdm4_msg m = { iov, count, h, tag, ignore, 0, rx_ctx(ep, flags, context) };
     return ret(rdm4_recvmsg(ep->domain->ep, &m, tagged ? RDM4_MSG_TAGGED : 0));
 }
@@ -320,7 +470,7 @@ static ssize_t ep_recvmsg(struct fid_ep *fid, const struct fi_msg *msg, uint64_t
     if (!msg) {
         return -FI_EINVAL;
     }
-    if (flags & ~(uint64_t)(FI_COMPLETION | FI_REMOTE_CQ_DATA)) {
+    if (flags & ~(uint64_t)(FI_COMPLETION | FI_REMOTE_CQ_DATA | FI_MULTI_RECV)) {
         return -FI_EBADFLAGS;
     }
     return recv_any(EP(fid), msg->msg_iov, msg->iov_count, msg->addr, 0, 0, 0, flags, msg->context);
@@ -1074,20 +1224,39 @@ static struct fi_ops_cm cm_ops = {
 static ssize_t ep_cancel(fid_t fid, void *context)
 {
     struct rf_ep *ep = (struct rf_ep *)fid;
+    if (ep->mhead && mrecv_cancel(ep, context) == 0) {
+        return 0;
+    }
     int32_t r = rdm4_cancel(ep->domain->ep, context);
     return r == RDM4_SUCCESS ? 0 : r == RDM4_ENOENT ? -FI_ENOENT : ret(r);
 }
 
+/* FI_OPT_MIN_MULTI_RECV (a size_t) is the one option. */
 static int ep_getopt(fid_t fid, int level, int optname, void *optval, size_t *optlen)
 {
-    (void)fid, (void)level, (void)optname, (void)optval, (void)optlen;
-    return -FI_ENOPROTOOPT;
+    struct rf_ep *ep = (struct rf_ep *)fid;
+    if (level != FI_OPT_ENDPOINT || optname != FI_OPT_MIN_MULTI_RECV) {
+        return -FI_ENOPROTOOPT;
+    }
+    if (!optval || !optlen || *optlen < sizeof(size_t)) {
+        return -FI_EINVAL;
+    }
+    *(size_t *)optval = ep->min_multi_recv;
+    *optlen = sizeof(size_t);
+    return 0;
 }
 
 static int ep_setopt(fid_t fid, int level, int optname, const void *optval, size_t optlen)
 {
-    (void)fid, (void)level, (void)optname, (void)optval, (void)optlen;
-    return -FI_ENOPROTOOPT;
+    struct rf_ep *ep = (struct rf_ep *)fid;
+    if (level != FI_OPT_ENDPOINT || optname != FI_OPT_MIN_MULTI_RECV) {
+        return -FI_ENOPROTOOPT;
+    }
+    if (!optval || optlen != sizeof(size_t)) {
+        return -FI_EINVAL;
+    }
+    ep->min_multi_recv = *(const size_t *)optval;
+    return 0;
 }
 
 static ssize_t ep_size_left(struct fid_ep *ep)
@@ -1229,6 +1398,21 @@ static int ep_close(struct fid *fid)
 {
     struct rf_ep *ep = (struct rf_ep *)fid;
     struct rf_domain *d = ep->domain;
+    /* Multi-receive buffers: those behind the first are forgotten, the
+     * first's receive is canceled (its completion is taken below). */
+    rf_lock(d->locked, &ep->mrecv_lock);
+    if (ep->mhead) {
+        for (struct rf_op *op = ep->mhead->mnext, *next; op; op = next) {
+            next = op->mnext;
+            rf_op_put(d, op);
+        }
+        ep->mhead->mnext = NULL;
+        ep->mtail = ep->mhead;
+        if (ep->mhead->mposted) {
+            (void)rdm4_cancel(d->ep, ep->mhead);
+        }
+    }
+    rf_unlock(d->locked, &ep->mrecv_lock);
     /* Completions due to this endpoint's queues go there first. */
     rf_progress(d);
     if (ep->av) {
@@ -1248,6 +1432,7 @@ static int ep_close(struct fid *fid)
     if (ep->eq) {
         atomic_fetch_sub(&ep->eq->ref, 1);
     }
+    pthread_mutex_destroy(&ep->mrecv_lock);
     d->endpoint = NULL;
     atomic_fetch_sub(&d->ref, 1);
     pthread_mutex_destroy(&ep->discard_lock);
@@ -1279,6 +1464,8 @@ int rf_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep **
     ep->tx_op_flags = info->tx_attr ? info->tx_attr->op_flags : FI_COMPLETION;
     ep->rx_op_flags = info->rx_attr ? info->rx_attr->op_flags : FI_COMPLETION;
     pthread_mutex_init(&ep->discard_lock, NULL);
+    pthread_mutex_init(&ep->mrecv_lock, NULL);
+    ep->min_multi_recv = RF_MIN_MULTI_RECV;
     ep->fid.fid.fclass = FI_CLASS_EP;
     ep->fid.fid.context = context;
     ep->fid.fid.ops = &ep_fi_ops;

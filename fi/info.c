@@ -291,7 +291,7 @@ static int fill_info(uint32_t version, uint32_t device, const struct fi_info *hi
     struct fi_rx_attr *rx = out->rx_attr;
     rx->caps = caps & RF_RX_CAPS;
     rx->mode = 0;
-    rx->op_flags = FI_COMPLETION;
+    rx->op_flags = FI_COMPLETION | (hints && hints->rx_attr ? hints->rx_attr->op_flags : 0);
     rx->msg_order = FI_ORDER_SAS;
     rx->comp_order = FI_ORDER_NONE;
     rx->total_buffered_recv = 0;

@@ -45,20 +45,22 @@
 #define RF_PRIMARY_CAPS (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_DIRECTED_RECV)
 #define RF_SECONDARY_CAPS                                                                                      \
     (FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SOURCE | FI_LOCAL_COMM | \
-     FI_REMOTE_COMM)
+     FI_REMOTE_COMM | FI_MULTI_RECV)
 #define RF_CAPS (RF_PRIMARY_CAPS | RF_SECONDARY_CAPS)
 /* The capabilities that belong to the transmit and the receive side. */
 #define RF_TX_CAPS (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_SEND | FI_READ | FI_WRITE)
 #define RF_RX_CAPS                                                                                        \
     (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_DIRECTED_RECV | FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE | \
-     FI_SOURCE)
+     FI_SOURCE | FI_MULTI_RECV)
 /* Memory registration modes rdm4 needs for remote access: its keys are
  * its own and remote addresses are virtual addresses. */
 #define RF_MR_REMOTE_MODES (FI_MR_PROV_KEY | FI_MR_VIRT_ADDR)
 #define RF_TX_OP_FLAGS                                                                                   \
     (FI_COMPLETION | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_INJECT | \
      FI_MORE | FI_REMOTE_CQ_DATA)
-#define RF_RX_OP_FLAGS (FI_COMPLETION)
+#define RF_RX_OP_FLAGS (FI_COMPLETION | FI_MULTI_RECV)
+/* The default of FI_OPT_MIN_MULTI_RECV. */
+#define RF_MIN_MULTI_RECV 16384
 #define RF_IOV_LIMIT 1024
 #define RF_QUEUE_SIZE 8192
 #define RF_INJECT_SIZE 65536
@@ -111,6 +113,7 @@ int rf_device_of(const char *name);
 enum rf_op_kind {
     RF_OP_BOUNCE,  /* free `bounce` at completion (an inject with a completion) */
     RF_OP_SCATTER, /* copy `bounce` into `iov` at completion, then free both */
+    RF_OP_MULTI,   /* a multi-receive buffer (FI_MULTI_RECV): see ep.c */
 };
 
 struct rf_op {
@@ -121,6 +124,14 @@ struct rf_op {
     struct iovec *iov; /* malloc'd (RF_OP_SCATTER) */
     size_t iov_count;
     size_t scatter_off; /* where in `bounce` the bytes for `iov` start */
+    /* RF_OP_MULTI: the buffer, its length, the bytes filled, the source
+     * its messages come from, whether a receive into it is posted to
+     * rdm4, and the next buffer of the endpoint's queue. */
+    char *mbase;
+    size_t mlen, moff;
+    rdm4_addr msrc;
+    int mposted;
+    struct rf_op *mnext;
     struct rf_op *next_free;
 };
 
@@ -237,7 +248,20 @@ struct rf_ep {
     pthread_mutex_t discard_lock;
     void *discarding[64];
     atomic_int ndiscarding;
+    /* Multi-receive buffers in the order posted (RF_OP_MULTI records):
+     * only the first has a receive posted to rdm4, so that they fill in
+     * order. */
+    pthread_mutex_t mrecv_lock;
+    struct rf_op *mhead, *mtail;
+    size_t min_multi_recv;
 };
+
+/* A completion of a multi-receive buffer's receive (`op`): fills `buf`
+ * (where the message is), `flags` (FI_MULTI_RECV when the buffer is
+ * released) and the application's context; posts the next receive into
+ * it, or releases it and posts the next buffer's. */
+void rf_mrecv_done(struct rf_ep *ep, struct rf_op *op, const rdm4_cqe *c, void **buf, uint64_t *flags,
+                   void **context);
 
 /* Whether `context` was being discarded (and forgets it). */
 int rf_discard_done(struct rf_ep *ep, void *context);

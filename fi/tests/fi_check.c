@@ -3319,6 +3319,123 @@ static void g_close(void)
 }
 
 /* ------------------------------------------------------------------ */
+/* Group 12: multi-receive buffers (FI_MULTI_RECV)                    */
+/* ------------------------------------------------------------------ */
+
+/* A posts `n` untagged messages of `len` bytes (seeds seed, seed+1, ...)
+ * and takes their send completions. */
+static int mr_send(size_t n, size_t len, uint32_t seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct fi_context2 s;
+        fill(sbuf, len, seed + (uint32_t)i, 0);
+        ssize_t r;
+        POST(r, fi_send(A->ep, sbuf, len, NULL, A->peer, &s));
+        struct cqe e;
+        if (!rc_is(r, 0, "fi_send") || !wait_cqe(&A->tx, &e, WAIT_MS) || !tx_ok(&e, &s, FI_SEND | FI_MSG)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The next receive completion of B: a success of `len` bytes with context
+ * `ctx` at `at`, holding stream `seed`, with FI_MULTI_RECV when `last`. */
+static int mr_expect(void *ctx, uint8_t *at, size_t len, uint32_t seed, int last)
+{
+    struct cqe e;
+    if (!wait_cqe(&B->rx, &e, WAIT_MS) || !rx_ok(&e, ctx, FI_MSG, len, 0, 0, 0)) {
+        return 0;
+    }
+    if ((uint8_t *)e.e.buf != at) {
+        return bad("buf %p, expected %p (offset %td)", e.e.buf, (void *)at, (uint8_t *)e.e.buf - at);
+    }
+    if (!!(e.e.flags & FI_MULTI_RECV) != last) {
+        return bad("FI_MULTI_RECV %s in flags %#" PRIx64, last ? "missing" : "set", (uint64_t)e.e.flags);
+    }
+    return data_ok(at, len, seed, 0, "message in the multi-receive buffer");
+}
+
+static void g_multi_recv(void)
+{
+    struct opts o = DEFAULT_OPTS;
+    if (!check(open_pair(&o), "open two endpoints")) {
+        close_pair();
+        return;
+    }
+    size_t min = 0, mlen = sizeof min;
+    check(rc_is(fi_getopt(&B->ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, &mlen), 0, "fi_getopt") &&
+              (min > 0 || bad("min %zu", min)),
+          "FI_OPT_MIN_MULTI_RECV is %zu by default", min);
+    check(rc_is(fi_setopt(&B->ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, 4), -FI_EINVAL, "fi_setopt"),
+          "fi_setopt(FI_OPT_MIN_MULTI_RECV) of 4 bytes: -FI_EINVAL");
+    min = 1000;
+    check(rc_is(fi_setopt(&B->ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof min), 0, "fi_setopt"),
+          "fi_setopt(FI_OPT_MIN_MULTI_RECV, 1000)");
+
+    /* Two buffers of 4096 bytes: four messages of 1000 fill the first (96
+     * bytes left, under 1000: released with the fourth), the next ones go
+     * to the second, one after another. */
+    struct fi_context2 c1, c2, c3;
+    uint8_t *b1 = rbuf, *b2 = rbuf + 8192, *b3 = rbuf + 16384;
+    memset(rbuf, GUARD_BYTE, 24576);
+    struct iovec v1 = { b1, 4096 }, v2 = { b2, 4096 }, v3 = { b3, 4096 };
+    struct fi_msg m1 = { .msg_iov = &v1, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .context = &c1 };
+    struct fi_msg m2 = { .msg_iov = &v2, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .context = &c2 };
+    struct fi_msg m3 = { .msg_iov = &v3, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .context = &c3 };
+    ssize_t r1, r2;
+    POST(r1, fi_recvmsg(B->ep, &m1, FI_MULTI_RECV));
+    POST(r2, fi_recvmsg(B->ep, &m2, FI_MULTI_RECV));
+    int ok = rc_is(r1, 0, "fi_recvmsg(FI_MULTI_RECV)") && rc_is(r2, 0, "fi_recvmsg(FI_MULTI_RECV)") &&
+             mr_send(6, 1000, 100);
+    for (int i = 0; ok && i < 4; i++) {
+        ok = mr_expect(&c1, b1 + 1000 * i, 1000, 100 + (uint32_t)i, i == 3);
+    }
+    ok = ok && guard_ok(b1 + 4000, 96, "after the messages in the first buffer");
+    for (int i = 0; ok && i < 2; i++) {
+        ok = mr_expect(&c2, b2 + 1000 * i, 1000, 104 + (uint32_t)i, 0);
+    }
+    check(ok, "messages fill a multi-receive buffer one after another, each completion at its place, "
+              "FI_MULTI_RECV with the one that leaves less than the minimum; the next buffer takes over");
+
+    /* A message larger than what is left: truncated, and the buffer
+     * released with it (2000 bytes are left of the second). */
+    ok = mr_send(1, 3000, 200);
+    struct cqe e;
+    ok = ok && wait_cqe(&B->rx, &e, WAIT_MS) && err_ok(&e, &c2, FI_ETRUNC) &&
+         ((e.e.flags & FI_MULTI_RECV) || bad("FI_MULTI_RECV missing in %#" PRIx64, (uint64_t)e.e.flags)) &&
+         data_ok(b2 + 2000, 2000, 200, 0, "the truncated message's first bytes") &&
+         guard_ok(b2 + 4096, 4096, "after the second buffer");
+    check(ok, "a message larger than what is left is truncated there, and releases the buffer (FI_MULTI_RECV)");
+
+    /* Cancel: of a buffer behind the first (never posted to rdm4), then of
+     * the first; each ends with FI_ECANCELED and FI_MULTI_RECV. */
+    POST(r1, fi_recvmsg(B->ep, &m1, FI_MULTI_RECV));
+    POST(r2, fi_recvmsg(B->ep, &m3, FI_MULTI_RECV));
+    ok = rc_is(r1, 0, "fi_recvmsg") && rc_is(r2, 0, "fi_recvmsg") &&
+         rc_is(fi_cancel(&B->ep->fid, &c3), 0, "fi_cancel of the second buffer") &&
+         wait_cqe(&B->rx, &e, WAIT_MS) && err_ok(&e, &c3, FI_ECANCELED) && (e.e.flags & FI_MULTI_RECV) &&
+         rc_is(fi_cancel(&B->ep->fid, &c1), 0, "fi_cancel of the first buffer") &&
+         rc_is(fi_cancel(&B->ep->fid, &c1), -FI_ENOENT, "fi_cancel of it again") &&
+         wait_cqe(&B->rx, &e, WAIT_MS) && err_ok(&e, &c1, FI_ECANCELED) && (e.e.flags & FI_MULTI_RECV);
+    check(ok, "fi_cancel of a multi-receive buffer, queued or posted: FI_ECANCELED with FI_MULTI_RECV");
+
+    /* The endpoint's rx op_flags with FI_MULTI_RECV: fi_recv takes the
+     * buffer as a multi-receive one. */
+    uint64_t f = FI_RECV;
+    ok = rc_is(fi_control(&B->ep->fid, FI_GETOPSFLAG, &f), 0, "FI_GETOPSFLAG");
+    f |= FI_RECV | FI_MULTI_RECV;
+    ok = ok && rc_is(fi_control(&B->ep->fid, FI_SETOPSFLAG, &f), 0, "FI_SETOPSFLAG");
+    memset(rbuf, GUARD_BYTE, 8192);
+    POST(r1, fi_recv(B->ep, b1, 2500, NULL, FI_ADDR_UNSPEC, &c1));
+    ok = ok && rc_is(r1, 0, "fi_recv") && mr_send(2, 1000, 300) && mr_expect(&c1, b1, 1000, 300, 0) &&
+         mr_expect(&c1, b1 + 1000, 1000, 301, 1) && guard_ok(b1 + 2000, 500, "after the messages");
+    check(ok, "with FI_MULTI_RECV in the receive op_flags, fi_recv posts a multi-receive buffer");
+    check(all_taken(), "no unexpected completion left");
+    check(close_pair(), "close");
+}
+
+/* ------------------------------------------------------------------ */
 
 static const struct {
     const char *name;
@@ -3327,6 +3444,7 @@ static const struct {
     { "1 getinfo", g_getinfo }, { "2 msg", g_msg },         { "3 trunc", g_trunc },   { "4 selective", g_selective },
     { "5 probe", g_probe },     { "6 cancel", g_cancel },   { "7 rma", g_rma },       { "8 atomic", g_atomic },
     { "9 wait", g_wait },       { "10 badargs", g_badargs }, { "11 close", g_close },
+    { "12 multi_recv", g_multi_recv },
 };
 
 int main(int argc, char **argv)
@@ -3336,7 +3454,7 @@ int main(int argc, char **argv)
         dom_name = argv[1];
     }
     if (strcmp(dom_name, "auto") && strcmp(dom_name, "shm") && strcmp(dom_name, "udp")) {
-        fprintf(stderr, "usage: %s [auto|shm|udp] [group numbers 1..11...]\n", argv[0]);
+        fprintf(stderr, "usage: %s [auto|shm|udp] [group numbers 1..12...]\n", argv[0]);
         return 2;
     }
     unsigned seconds = 120;
