@@ -2,11 +2,13 @@
  * Domains (one rdm4 endpoint each), memory registration, address vectors,
  * completion queues, counters, event queues, poll sets and progress.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,6 +46,7 @@ struct rf_op *rf_op_get(struct rf_domain *d)
     rf_unlock(d->locked, &d->op_lock);
     if (op) {
         memset(op, 0, sizeof *op);
+        op->used = 1;
     }
     return op;
 }
@@ -54,6 +57,7 @@ void rf_op_put(struct rf_domain *d, struct rf_op *op)
     free(op->iov);
     op->bounce = NULL;
     op->iov = NULL;
+    op->used = 0;
     rf_lock(d->locked, &d->op_lock);
     op->next_free = d->free_ops;
     d->free_ops = op;
@@ -68,12 +72,16 @@ static int domain_close(struct fid *fid)
     if (atomic_load(&d->ref) > 0) {
         return -FI_EBUSY;
     }
+    if (d->epfd >= 0) {
+        close(d->epfd);
+    }
     rdm4_ep_close(d->ep);
     for (size_t i = 0; i < RF_OPS; i++) {
         free(d->ops[i].bounce);
         free(d->ops[i].iov);
     }
     pthread_mutex_destroy(&d->op_lock);
+    pthread_mutex_destroy(&d->ep_lock);
     atomic_fetch_sub(&d->fabric->ref, 1);
     free(d);
     return 0;
@@ -183,6 +191,7 @@ int rf_domain_open(struct fid_fabric *fabric, struct fi_info *info, struct fid_d
     if (info->tx_attr && (info->tx_attr->op_flags & FI_DELIVERY_COMPLETE)) {
         attr.flags |= RDM4_EP_DELIVERY_COMPLETE;
     }
+    d->attr = attr;
     int32_t r = open_at_source(info, &attr, &d->ep);
     if (r != RDM4_SUCCESS) {
         FI_WARN(&rf_prov, FI_LOG_DOMAIN, "rdm4_ep_open on %s: %s\n", rf_device_name((uint32_t)device),
@@ -193,6 +202,8 @@ int rf_domain_open(struct fid_fabric *fabric, struct fi_info *info, struct fid_d
     d->info.size = sizeof d->info;
     rdm4_ep_query(d->ep, &d->info);
     pthread_mutex_init(&d->op_lock, NULL);
+    pthread_mutex_init(&d->ep_lock, NULL);
+    d->epfd = -1;
     for (size_t i = 0; i < RF_OPS; i++) {
         d->ops[i].next_free = i + 1 < RF_OPS ? &d->ops[i + 1] : NULL;
     }
@@ -403,68 +414,167 @@ static size_t hash_of(rdm4_addr h, size_t hcap)
     return (size_t)((h * 0x9E3779B97F4A7C15ull) >> 17) & (hcap - 1);
 }
 
-/* Rebuilds the hash of handles for the entries (called locked). */
-static int av_rehash(struct rf_av *av)
+/* Rebuilds index `x` of the `n` handles at `h`. */
+static int hidx_rebuild(struct rf_hidx *x, const rdm4_addr *h, size_t n)
 {
-    size_t hcap = 64;
-    while (hcap < 2 * av->n) {
-        hcap *= 2;
+    size_t cap = 64;
+    while (cap < 2 * n) {
+        cap *= 2;
     }
-    size_t *hash = calloc(hcap, sizeof *hash);
-    if (!hash) {
+    size_t *slot = calloc(cap, sizeof *slot);
+    if (!slot) {
         return -FI_ENOMEM;
     }
-    for (size_t i = 0; i < av->n; i++) {
-        if (av->handle[i] == RDM4_ADDR_UNSPEC) {
+    for (size_t i = 0; i < n; i++) {
+        if (h[i] == RDM4_ADDR_UNSPEC) {
             continue;
         }
-        size_t k = hash_of(av->handle[i], hcap);
-        while (hash[k]) {
-            k = (k + 1) & (hcap - 1);
+        size_t k = hash_of(h[i], cap);
+        while (slot[k]) {
+            k = (k + 1) & (cap - 1);
         }
-        hash[k] = i + 1;
+        slot[k] = i + 1;
     }
-    free(av->hash);
-    av->hash = hash;
-    av->hcap = hcap;
+    free(x->slot);
+    x->slot = slot;
+    x->cap = cap;
     return 0;
 }
 
-/* Adds the last `added` entries to the hash, or rebuilds it when it would
- * be over half full (called locked). */
-static int av_index(struct rf_av *av, size_t added)
+/* Adds the last `added` of the `n` handles at `h` to `x`, or rebuilds it
+ * when it would be over half full. */
+static int hidx_add(struct rf_hidx *x, const rdm4_addr *h, size_t n, size_t added)
 {
-    if (2 * av->n > av->hcap) {
-        return av_rehash(av);
+    if (2 * n > x->cap) {
+        return hidx_rebuild(x, h, n);
     }
-    for (size_t i = av->n - added; i < av->n; i++) {
-        size_t k = hash_of(av->handle[i], av->hcap);
-        while (av->hash[k]) {
-            k = (k + 1) & (av->hcap - 1);
+    for (size_t i = n - added; i < n; i++) {
+        if (h[i] == RDM4_ADDR_UNSPEC) {
+            continue;
         }
-        av->hash[k] = i + 1;
+        size_t k = hash_of(h[i], x->cap);
+        while (x->slot[k]) {
+            k = (k + 1) & (x->cap - 1);
+        }
+        x->slot[k] = i + 1;
     }
     return 0;
+}
+
+/* The index of `handle` among the handles at `h` that `x` indexes, or -1. */
+static ssize_t hidx_find(const struct rf_hidx *x, const rdm4_addr *h, rdm4_addr handle)
+{
+    for (size_t k = x->cap ? hash_of(handle, x->cap) : 0; x->cap && x->slot[k]; k = (k + 1) & (x->cap - 1)) {
+        size_t i = x->slot[k] - 1;
+        if (h[i] == handle) {
+            return (ssize_t)i;
+        }
+    }
+    return -1;
+}
+
+/* Rebuilds every index of `av` (after entries were removed). */
+static void av_rehash(struct rf_av *av)
+{
+    int r = hidx_rebuild(&av->idx, av->handle, av->n);
+    for (size_t v = 0; v < av->nviews; v++) {
+        r |= hidx_rebuild(&av->views[v]->idx, av->views[v]->handle, av->n);
+    }
+    if (r) {
+        FI_WARN(&rf_prov, FI_LOG_AV, "no memory for the address vector's index: sources unknown\n");
+    }
+}
+
+/* The entry of `fi_addr`, or -1. Called with the lock held. */
+static ssize_t av_entry(struct rf_av *av, fi_addr_t fi_addr)
+{
+    if (av->type == FI_AV_TABLE) {
+        return fi_addr < av->n && av->handle[fi_addr] != RDM4_ADDR_UNSPEC ? (ssize_t)fi_addr : -1;
+    }
+    return fi_addr == RDM4_ADDR_UNSPEC ? -1 : hidx_find(&av->idx, av->handle, fi_addr);
 }
 
 /* A source for the application: its entry's fi_addr when it has one; a
  * sender never inserted (or removed) has none (FI_ADDR_NOTAVAIL). */
-fi_addr_t rf_av_fi_addr(struct rf_av *av, rdm4_addr handle)
+fi_addr_t rf_ep_fi_addr(struct rf_ep *ep, rdm4_addr handle)
 {
+    struct rf_av *av = ep->av;
     if (handle == RDM4_ADDR_UNSPEC || !av) {
         return FI_ADDR_NOTAVAIL;
     }
-    fi_addr_t found = FI_ADDR_NOTAVAIL;
     rf_lock(av->domain->locked, &av->lock);
-    for (size_t k = av->hcap ? hash_of(handle, av->hcap) : 0; av->hcap && av->hash[k]; k = (k + 1) & (av->hcap - 1)) {
-        size_t i = av->hash[k] - 1;
-        if (av->handle[i] == handle) {
-            found = av->type == FI_AV_MAP ? handle : i;
+    ssize_t i = ep->view ? hidx_find(&ep->view->idx, ep->view->handle, handle) : hidx_find(&av->idx, av->handle, handle);
+    fi_addr_t found = i < 0 ? FI_ADDR_NOTAVAIL : av->type == FI_AV_MAP ? av->handle[i] : (fi_addr_t)i;
+    rf_unlock(av->domain->locked, &av->lock);
+    return found;
+}
+
+rdm4_addr rf_view_handle(struct rf_ep *ep, fi_addr_t fi_addr)
+{
+    struct rf_av *av = ep->av;
+    rf_lock(av->domain->locked, &av->lock);
+    ssize_t i = av_entry(av, fi_addr);
+    rdm4_addr h = i < 0 ? RDM4_ADDR_UNSPEC : ep->view->handle[i];
+    rf_unlock(av->domain->locked, &av->lock);
+    return h;
+}
+
+/* Inserts entries [from, av->n) into view `v`'s endpoint. */
+static void view_fill(struct rf_av *av, struct rf_avview *v, size_t from)
+{
+    for (size_t i = from; i < av->n; i++) {
+        v->handle[i] = RDM4_ADDR_UNSPEC;
+        if (av->handle[i] != RDM4_ADDR_UNSPEC && rdm4_av_insert(v->ep->rep, av->raw[i], 1, &v->handle[i]) != 1) {
+            FI_WARN(&rf_prov, FI_LOG_AV, "an address the domain took, a later endpoint did not\n");
+            v->handle[i] = RDM4_ADDR_UNSPEC;
+        }
+    }
+    if (hidx_add(&v->idx, v->handle, av->n, av->n - from) != 0) {
+        FI_WARN(&rf_prov, FI_LOG_AV, "no memory for the address vector's index: sources unknown\n");
+    }
+}
+
+int rf_av_view_add(struct rf_av *av, struct rf_ep *ep)
+{
+    struct rf_avview *v = calloc(1, sizeof *v);
+    rf_lock(av->domain->locked, &av->lock);
+    struct rf_avview **views = v ? realloc(av->views, (av->nviews + 1) * sizeof *views) : NULL;
+    v = views ? v : (free(v), NULL);
+    if (v) {
+        av->views = views;
+        v->ep = ep;
+        v->handle = malloc((av->cap ? av->cap : 1) * sizeof *v->handle);
+    }
+    if (!v || !v->handle || hidx_rebuild(&v->idx, v->handle, 0) != 0) {
+        rf_unlock(av->domain->locked, &av->lock);
+        if (v) {
+            free(v->handle);
+            free(v);
+        }
+        return -FI_ENOMEM;
+    }
+    view_fill(av, v, 0);
+    av->views[av->nviews++] = v;
+    ep->view = v;
+    rf_unlock(av->domain->locked, &av->lock);
+    return 0;
+}
+
+void rf_av_view_remove(struct rf_av *av, struct rf_ep *ep)
+{
+    rf_lock(av->domain->locked, &av->lock);
+    for (size_t i = 0; i < av->nviews; i++) {
+        if (av->views[i]->ep == ep) {
+            struct rf_avview *v = av->views[i];
+            av->views[i] = av->views[--av->nviews];
+            free(v->handle);
+            free(v->idx.slot);
+            free(v);
             break;
         }
     }
+    ep->view = NULL;
     rf_unlock(av->domain->locked, &av->lock);
-    return found;
 }
 
 static int av_grow(struct rf_av *av, size_t more)
@@ -486,6 +596,13 @@ static int av_grow(struct rf_av *av, size_t more)
         return -FI_ENOMEM;
     }
     av->raw = raw;
+    for (size_t v = 0; v < av->nviews; v++) {
+        rdm4_addr *vh = realloc(av->views[v]->handle, cap * sizeof *vh);
+        if (!vh) {
+            return -FI_ENOMEM;
+        }
+        av->views[v]->handle = vh;
+    }
     av->cap = cap;
     return 0;
 }
@@ -530,8 +647,11 @@ static int av_insert(struct fid_av *fid, const void *addr, size_t count, fi_addr
             errs[i] = s == 1 ? 0 : rf_errno(s);
         }
     }
-    if (done && av_index(av, done) != 0) {
+    if (done && hidx_add(&av->idx, av->handle, av->n, done) != 0) {
         FI_WARN(&rf_prov, FI_LOG_AV, "no memory for the address vector's index: sources unknown\n");
+    }
+    for (size_t v = 0; done && v < av->nviews; v++) {
+        view_fill(av, av->views[v], av->n - done);
     }
     rf_unlock(av->domain->locked, &av->lock);
     if (flags & FI_EVENT) {
@@ -542,32 +662,105 @@ static int av_insert(struct fid_av *fid, const void *addr, size_t count, fi_addr
     return (int)done;
 }
 
+/* The name of the endpoint bound at `node` and `service` (rdm4_resolve):
+ * -FI_EINVAL for none within FI_RDM4_RESOLVE_MS (its rdm4 status in *why). */
+static int resolve_name(const char *node, const char *service, uint8_t name[RF_ADDR_LEN], int32_t *why)
+{
+    size_t len = RF_ADDR_LEN;
+    *why = node && service ? rdm4_resolve(node, service, rf_resolve_ms(), name, &len) : RDM4_EINVAL;
+    if (*why != RDM4_SUCCESS) {
+        FI_INFO(&rf_prov, FI_LOG_AV, "no rdm4 endpoint's name from %s port %s: %s\n", node ? node : "-",
+                service ? service : "-", rdm4_strerror(*why));
+        return -FI_EINVAL;
+    }
+    return 0;
+}
+
+/* `nodecnt` hosts from `node` (an IPv4 address counted up, or one host
+ * name) times `svccnt` ports from `service` (a number counted up), node
+ * by node: each name asked of its port and inserted; one that gives none
+ * is FI_ADDR_NOTAVAIL (its error in FI_SYNC_ERR's array). */
+static int av_insertsym(struct fid_av *fid, const char *node, size_t nodecnt, const char *service, size_t svccnt,
+                        fi_addr_t *fi_addr, uint64_t flags, void *context)
+{
+    struct in_addr ip;
+    char *end = NULL;
+    unsigned long port = service ? strtoul(service, &end, 10) : 0;
+    int ipv4 = node && inet_pton(AF_INET, node, &ip) == 1;
+    if (!node || !service || !*service || *end || port == 0 || port + svccnt - 1 > 65535 || !nodecnt || !svccnt ||
+        (nodecnt > 1 && !ipv4) || nodecnt > 65536 || svccnt > 65536) {
+        return -FI_EINVAL;
+    }
+    if (flags & ~(uint64_t)(FI_EVENT | FI_SYNC_ERR | FI_MORE)) {
+        return -FI_EBADFLAGS;
+    }
+    struct rf_av *av = (struct rf_av *)fid;
+    if ((flags & FI_EVENT) && !av->eq) {
+        return -FI_ENOEQ;
+    }
+    int *errs = flags & FI_SYNC_ERR ? context : NULL;
+    int done = 0;
+    for (size_t n = 0; n < nodecnt; n++) {
+        char host[INET_ADDRSTRLEN];
+        const char *h = node;
+        if (ipv4) {
+            struct in_addr a = { htonl(ntohl(ip.s_addr) + (uint32_t)n) };
+            h = inet_ntop(AF_INET, &a, host, sizeof host);
+        }
+        for (size_t k = 0; k < svccnt; k++) {
+            size_t i = n * svccnt + k;
+            char svc[8];
+            snprintf(svc, sizeof svc, "%lu", port + k);
+            uint8_t name[RF_ADDR_LEN];
+            int32_t why;
+            int r = resolve_name(h, svc, name, &why);
+            fi_addr_t out = FI_ADDR_NOTAVAIL;
+            if (r == 0) {
+                r = av_insert(fid, name, 1, &out, 0, NULL) == 1 ? 0 : -FI_EINVAL;
+            }
+            done += r == 0;
+            if (fi_addr) {
+                fi_addr[i] = r == 0 ? out : FI_ADDR_NOTAVAIL;
+            }
+            if (errs) {
+                errs[i] = r == 0 ? 0 : why != RDM4_SUCCESS ? rf_errno(why) : FI_EINVAL;
+            }
+        }
+    }
+    if (flags & FI_EVENT) {
+        struct fi_eq_entry e = { .fid = &av->fid.fid, .context = context, .data = (uint64_t)done };
+        rf_eq_post(av->eq, FI_AV_COMPLETE, &e, sizeof e, 0);
+        return 0;
+    }
+    return done;
+}
+
+/* Inserts the endpoint bound at `node` and `service`: its name is asked
+ * of the port (rdm4_resolve), then inserted as fi_av_insert does. */
 static int av_insertsvc(struct fid_av *av, const char *node, const char *service, fi_addr_t *fi_addr,
                         uint64_t flags, void *context)
 {
-    (void)av, (void)node, (void)service, (void)fi_addr, (void)flags, (void)context;
-    return -FI_ENOSYS; /* rdm4 names are not derived from host names */
+    return av_insertsym(av, node, 1, service, 1, fi_addr, flags, context);
 }
 
-static int av_insertsym(struct fid_av *av, const char *node, size_t nodecnt, const char *service, size_t svccnt,
-                        fi_addr_t *fi_addr, uint64_t flags, void *context)
+/* Removes entry `k` from the handles `h` of rdm4 endpoint `rep` (the
+ * domain's, or a view's): the same address inserted twice has one handle,
+ * removed from rdm4 with its last entry. FI_AV_MAP moves the last entry
+ * into the hole (the caller then drops the last). */
+static void av_remove_entry(struct rf_av *av, rdm4_addr *h, rdm4_ep *rep, size_t k)
 {
-    (void)av, (void)node, (void)nodecnt, (void)service, (void)svccnt, (void)fi_addr, (void)flags, (void)context;
-    return -FI_ENOSYS;
-}
-
-/* The entry of `fi_addr`, or -1. Called with the lock held. */
-static ssize_t av_entry(struct rf_av *av, fi_addr_t fi_addr)
-{
-    if (av->type == FI_AV_TABLE) {
-        return fi_addr < av->n && av->handle[fi_addr] != RDM4_ADDR_UNSPEC ? (ssize_t)fi_addr : -1;
+    rdm4_addr gone = h[k];
+    h[k] = RDM4_ADDR_UNSPEC;
+    int last = gone != RDM4_ADDR_UNSPEC;
+    for (size_t j = 0; j < av->n && last; j++) {
+        last = h[j] != gone;
     }
-    for (size_t i = 0; i < av->n; i++) {
-        if (av->handle[i] == fi_addr) {
-            return (ssize_t)i;
-        }
+    if (last) {
+        rdm4_av_remove(rep, &gone, 1);
     }
-    return -1;
+    if (av->type == FI_AV_MAP) {
+        h[k] = h[av->n - 1];
+    }
 }
 
 static int av_remove(struct fid_av *fid, fi_addr_t *fi_addr, size_t count, uint64_t flags)
@@ -588,24 +781,21 @@ static int av_remove(struct fid_av *fid, fi_addr_t *fi_addr, size_t count, uint6
     }
     for (size_t i = 0; i < count && r == 0; i++) {
         ssize_t k = av_entry(av, fi_addr[i]);
-        rdm4_addr h = av->handle[k];
-        /* The same address inserted twice has one handle: remove it from
-         * rdm4 with its last entry. */
-        av->handle[k] = RDM4_ADDR_UNSPEC;
-        int last = 1;
-        for (size_t j = 0; j < av->n; j++) {
-            last &= av->handle[j] != h;
+        if (k < 0) {
+            continue; /* named twice in the list */
         }
-        if (last) {
-            rdm4_av_remove(av->domain->ep, &h, 1);
+        av_remove_entry(av, av->handle, av->domain->ep, (size_t)k);
+        for (size_t v = 0; v < av->nviews; v++) {
+            av_remove_entry(av, av->views[v]->handle, av->views[v]->ep->rep, (size_t)k);
         }
         if (av->type == FI_AV_MAP) {
-            av->handle[k] = av->handle[av->n - 1];
             memcpy(av->raw[k], av->raw[av->n - 1], RF_ADDR_LEN);
             av->n--;
+            /* FI_AV_MAP finds entries by the index: rebuilt before the next. */
+            av_rehash(av);
         }
     }
-    if (r == 0 && count) {
+    if (r == 0 && count && av->type == FI_AV_TABLE) {
         av_rehash(av);
     }
     rf_unlock(av->domain->locked, &av->lock);
@@ -676,7 +866,8 @@ static int av_close(struct fid *fid)
     pthread_mutex_destroy(&av->lock);
     free(av->handle);
     free(av->raw);
-    free(av->hash);
+    free(av->idx.slot);
+    free(av->views);
     free(av);
     return 0;
 }
@@ -833,7 +1024,7 @@ static void dispatch(struct rf_domain *d, struct rf_ep *ep, const rdm4_cqe *c, s
         struct fi_cq_tagged_entry t = { context, fi_flags_of(c->flags) | more_flags, len, buf, c->data, c->tag };
         memcpy((char *)to->buf + to->n * cq->entry_size, &t, cq->entry_size);
         if (to->src) {
-            to->src[to->n] = rx ? rf_av_fi_addr(ep->av, c->src) : FI_ADDR_NOTAVAIL;
+            to->src[to->n] = rx ? rf_ep_fi_addr(ep, c->src) : FI_ADDR_NOTAVAIL;
         }
         to->n++;
         return;
@@ -846,6 +1037,8 @@ static void dispatch(struct rf_domain *d, struct rf_ep *ep, const rdm4_cqe *c, s
     e.e.data = c->data;
     e.e.tag = c->tag;
     e.src = rx ? c->src : RDM4_ADDR_UNSPEC;
+    e.ep = ep;
+    e.src_fi = FI_ADDR_NOTAVAIL;
     if (status != RDM4_SUCCESS) {
         if (status != RDM4_ECANCELED && status != RDM4_ETRUNC) {
             FI_WARN(&rf_prov, FI_LOG_CQ, "operation failed: %s (flags %#llx, detail %u)\n", rdm4_strerror(status),
@@ -858,16 +1051,13 @@ static void dispatch(struct rf_domain *d, struct rf_ep *ep, const rdm4_cqe *c, s
     rf_cq_push(cq, &e);
 }
 
-static int progress(struct rf_domain *d, struct direct *to)
+/* Takes the completions of one endpoint. */
+static int progress_ep(struct rf_domain *d, struct rf_ep *ep, struct direct *to)
 {
-    struct rf_ep *ep = d->endpoint;
-    if (!ep || !ep->enabled) {
-        return 0;
-    }
     rdm4_cqe c[32];
     int total = 0;
     for (;;) {
-        int32_t n = rdm4_poll(d->ep, c, 32);
+        int32_t n = rdm4_poll(ep->rep, c, 32);
         if (n < 0) {
             return -rf_errno(n);
         }
@@ -881,9 +1071,99 @@ static int progress(struct rf_domain *d, struct direct *to)
     }
 }
 
+static int progress(struct rf_domain *d, struct direct *to)
+{
+    int total = 0;
+    for (struct rf_ep *ep = atomic_load_explicit(&d->endpoints, memory_order_acquire); ep; ep = ep->next) {
+        if (!ep->enabled) {
+            continue;
+        }
+        int n = progress_ep(d, ep, to);
+        if (n < 0) {
+            return n;
+        }
+        total += n;
+        if (to && to->n == to->count) {
+            break;
+        }
+    }
+    return total;
+}
+
 int rf_progress(struct rf_domain *d)
 {
     return progress(d, NULL);
+}
+
+/* Whether the domain has endpoints with rdm4 endpoints of their own. */
+static int has_later(struct rf_domain *d)
+{
+    for (struct rf_ep *ep = atomic_load_explicit(&d->endpoints, memory_order_acquire); ep; ep = ep->next) {
+        if (ep->own) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Sleeps up to `ms` until one of the domain's rdm4 endpoints has work. */
+static void domain_wait(struct rf_domain *d, int ms)
+{
+    if (!has_later(d)) {
+        rdm4_wait(d->ep, ms);
+        return;
+    }
+    struct pollfd fds[RF_EP_CNT + 1];
+    nfds_t n = 0;
+    pthread_mutex_lock(&d->ep_lock);
+    rdm4_ep *reps[RF_EP_CNT + 1];
+    reps[n++] = d->ep;
+    for (struct rf_ep *ep = d->endpoints; ep && n < RF_EP_CNT + 1; ep = ep->next) {
+        if (ep->own) {
+            reps[n++] = ep->rep;
+        }
+    }
+    int ready = 1;
+    for (nfds_t i = 0; i < n && ready; i++) {
+        ready = rdm4_trywait(reps[i]) == RDM4_SUCCESS;
+        fds[i] = (struct pollfd){ .fd = rdm4_ep_fd(reps[i]), .events = POLLIN };
+    }
+    pthread_mutex_unlock(&d->ep_lock);
+    if (ready) {
+        (void)poll(fds, n, ms);
+    }
+}
+
+/* The domain's wait descriptor: an epoll set of its rdm4 endpoints'
+ * descriptors (readable while one of them is), made at the first call. */
+static int domain_fd(struct rf_domain *d)
+{
+    pthread_mutex_lock(&d->ep_lock);
+    if (d->epfd < 0) {
+        int fd = epoll_create1(EPOLL_CLOEXEC);
+        int r = fd >= 0 ? rf_epoll_add(fd, d->ep) : -FI_EMFILE;
+        for (struct rf_ep *ep = d->endpoints; ep && r == 0; ep = ep->next) {
+            r = ep->own ? rf_epoll_add(fd, ep->rep) : 0;
+        }
+        if (r == 0) {
+            d->epfd = fd;
+        } else if (fd >= 0) {
+            close(fd);
+        }
+    }
+    int fd = d->epfd;
+    pthread_mutex_unlock(&d->ep_lock);
+    return fd < 0 ? -FI_EMFILE : fd;
+}
+
+int rf_epoll_add(int epfd, rdm4_ep *rep)
+{
+    int32_t fd = rdm4_ep_fd(rep);
+    if (fd < 0) {
+        return -rf_errno(fd);
+    }
+    struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
+    return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0 ? 0 : -FI_EMFILE;
 }
 
 /* Copies up to `count` successes from the head of `cq`; -FI_EAVAIL when
@@ -899,7 +1179,7 @@ static ssize_t cq_take(struct rf_cq *cq, void *buf, size_t count, fi_addr_t *src
         }
         memcpy((char *)buf + (size_t)n * cq->entry_size, &e->e, cq->entry_size);
         if (src) {
-            src[n] = rf_av_fi_addr(cq->domain->endpoint ? cq->domain->endpoint->av : NULL, e->src);
+            src[n] = e->ep ? rf_ep_fi_addr(e->ep, e->src) : e->src_fi;
         }
         cq->head = (cq->head + 1) % cq->cap;
         cq->count--;
@@ -908,6 +1188,19 @@ static ssize_t cq_take(struct rf_cq *cq, void *buf, size_t count, fi_addr_t *src
     int err_first = n == 0 && cq->count && cq->ring[cq->head].err;
     rf_unlock(cq->domain->locked, &cq->lock);
     return n ? n : err_first ? -FI_EAVAIL : -FI_EAGAIN;
+}
+
+void rf_cq_forget(struct rf_cq *cq, struct rf_ep *ep)
+{
+    rf_lock(cq->domain->locked, &cq->lock);
+    for (size_t i = 0; i < cq->count; i++) {
+        struct rf_cqe *e = &cq->ring[(cq->head + i) % cq->cap];
+        if (e->ep == ep) {
+            e->src_fi = rf_ep_fi_addr(ep, e->src);
+            e->ep = NULL;
+        }
+    }
+    rf_unlock(cq->domain->locked, &cq->lock);
 }
 
 static ssize_t cq_readfrom(struct fid_cq *fid, void *buf, size_t count, fi_addr_t *src)
@@ -992,7 +1285,7 @@ static ssize_t cq_sreadfrom(struct fid_cq *fid, void *buf, size_t count, fi_addr
             return -FI_EAGAIN;
         }
         /* Sleep in slices, so that fi_cq_signal is noticed. */
-        rdm4_wait(cq->domain->ep, left < 100 ? (int)left + 1 : 100);
+        domain_wait(cq->domain, left < 100 ? (int)left + 1 : 100);
     }
 }
 
@@ -1022,9 +1315,9 @@ static int cq_control(struct fid *fid, int command, void *arg)
     if (cq->wait_obj != FI_WAIT_FD || !arg) {
         return -FI_EINVAL;
     }
-    int32_t fd = rdm4_ep_fd(cq->domain->ep);
+    int fd = domain_fd(cq->domain);
     if (fd < 0) {
-        return -rf_errno(fd);
+        return fd;
     }
     *(int *)arg = fd;
     return 0;
@@ -1163,7 +1456,7 @@ static int cntr_wait(struct fid_cntr *fid, uint64_t threshold, int timeout)
         if (left <= 0) {
             return -FI_ETIMEDOUT;
         }
-        rdm4_wait(c->domain->ep, left < 100 ? (int)left + 1 : 100);
+        domain_wait(c->domain, left < 100 ? (int)left + 1 : 100);
     }
 }
 
@@ -1173,9 +1466,9 @@ static int cntr_control(struct fid *fid, int command, void *arg)
     if (command != FI_GETWAIT || !arg) {
         return command != FI_GETWAIT ? -FI_ENOSYS : -FI_EINVAL;
     }
-    int32_t fd = rdm4_ep_fd(c->domain->ep);
+    int fd = domain_fd(c->domain);
     if (fd < 0) {
-        return -rf_errno(fd);
+        return fd;
     }
     *(int *)arg = fd;
     return 0;
@@ -1478,6 +1771,11 @@ int rf_trywait(struct fid_fabric *fabric, struct fid **fids, int count)
             return -FI_EINVAL;
         }
         int32_t r = rdm4_trywait(d->ep);
+        pthread_mutex_lock(&d->ep_lock);
+        for (struct rf_ep *ep = d->endpoints; ep && r == RDM4_SUCCESS; ep = ep->next) {
+            r = ep->own ? rdm4_trywait(ep->rep) : r;
+        }
+        pthread_mutex_unlock(&d->ep_lock);
         if (r != RDM4_SUCCESS) {
             return -rf_errno(r);
         }

@@ -1,6 +1,7 @@
 /*
- * Endpoints: messages, tagged messages, RMA and atomics mapped onto the
- * domain's rdm4 endpoint.
+ * Endpoints: messages, tagged messages, RMA and atomics mapped onto an
+ * rdm4 endpoint: the domain's for its first endpoint, its own for each
+ * later one (`rep`, `own`).
  *
  * An operation that wants a completion passes the application's context
  * to rdm4, whose completion becomes the libfabric one. One that wants
@@ -14,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/epoll.h>
+
 #include "rdm4_fi.h"
 
 int rf_atomic_valid(struct rf_domain *d, enum fi_datatype t, enum fi_op op, int kind, size_t *count);
@@ -21,6 +24,16 @@ int rf_atomic_valid(struct rf_domain *d, enum fi_datatype t, enum fi_op op, int 
 static inline struct rf_ep *EP(struct fid_ep *f)
 {
     return (struct rf_ep *)f;
+}
+
+/* A record for an operation `ep` posts (NULL: none left). */
+static struct rf_op *op_of(struct rf_ep *ep)
+{
+    struct rf_op *op = rf_op_get(ep->domain);
+    if (op) {
+        op->owner = ep;
+    }
+    return op;
 }
 
 /* -FI_E* of an rdm4 call's status. */
@@ -44,7 +57,7 @@ static inline int dest_of(struct rf_ep *ep, fi_addr_t a, rdm4_addr *h)
     if (!ep->av) {
         return -FI_ENOAV;
     }
-    *h = rf_av_handle(ep->av, a);
+    *h = ep->view ? rf_view_handle(ep, a) : rf_av_handle(ep->av, a);
     return *h == RDM4_ADDR_UNSPEC ? -FI_EINVAL : 0;
 }
 
@@ -115,7 +128,7 @@ static void *gather(const struct iovec *iov, size_t count, size_t *total)
 static struct rf_op *bounce_op(struct rf_ep *ep, const struct iovec *iov, size_t count, int report, void *context,
                                size_t *total)
 {
-    struct rf_op *op = rf_op_get(ep->domain);
+    struct rf_op *op = op_of(ep);
     if (!op) {
         return NULL;
     }
@@ -134,7 +147,7 @@ static struct rf_op *bounce_op(struct rf_ep *ep, const struct iovec *iov, size_t
  * completion. */
 static struct rf_op *scatter_op(struct rf_ep *ep, const struct iovec *iov, size_t count, int report, void *context)
 {
-    struct rf_op *op = rf_op_get(ep->domain);
+    struct rf_op *op = op_of(ep);
     if (!op) {
         return NULL;
     }
@@ -175,7 +188,7 @@ static ssize_t send_any(struct rf_ep *ep, const struct iovec *iov, size_t count,
             return -FI_EINVAL;
         }
         if (ctx == &ep->domain->silent && !(flags & FI_DELIVERY_COMPLETE)) {
-            r = (int)ret(rdm4_sendmsg(ep->domain->ep, &m, rf | RDM4_MSG_INJECT));
+            r = (int)ret(rdm4_sendmsg(ep->rep, &m, rf | RDM4_MSG_INJECT));
             if (r == 0) {
                 count_inject(ep);
             }
@@ -191,13 +204,13 @@ static ssize_t send_any(struct rf_ep *ep, const struct iovec *iov, size_t count,
         m.iov = &one;
         m.iov_count = 1;
         m.context = op;
-        r = (int)ret(rdm4_sendmsg(ep->domain->ep, &m, rf));
+        r = (int)ret(rdm4_sendmsg(ep->rep, &m, rf));
         if (r) {
             rf_op_put(ep->domain, op);
         }
         return r;
     }
-    return ret(rdm4_sendmsg(ep->domain->ep, &m, rf));
+    return ret(rdm4_sendmsg(ep->rep, &m, rf));
 }
 
 /* One buffer, sent or injected, untagged or tagged (the calls without
@@ -212,7 +225,7 @@ static inline ssize_t send_one(struct fid_ep *fid, const void *buf, size_t len, 
         return r;
     }
     void *ctx = tx_ctx(ep, ep->tx_op_flags, context);
-    return ret(tagged ? rdm4_tsend(ep->domain->ep, buf, len, h, tag, ctx) : rdm4_send(ep->domain->ep, buf, len, h, ctx));
+    return ret(tagged ? rdm4_tsend(ep->rep, buf, len, h, tag, ctx) : rdm4_send(ep->rep, buf, len, h, ctx));
 }
 
 static inline ssize_t inject_one(struct fid_ep *fid, const void *buf, size_t len, fi_addr_t dest, int tagged,
@@ -224,7 +237,7 @@ static inline ssize_t inject_one(struct fid_ep *fid, const void *buf, size_t len
     if (r) {
         return r;
     }
-    r = (int)ret(tagged ? rdm4_tinject(ep->domain->ep, buf, len, h, tag) : rdm4_inject(ep->domain->ep, buf, len, h));
+    r = (int)ret(tagged ? rdm4_tinject(ep->rep, buf, len, h, tag) : rdm4_inject(ep->rep, buf, len, h));
     if (r == 0) {
         count_inject(ep);
     }
@@ -248,7 +261,7 @@ static inline ssize_t inject_one(struct fid_ep *fid, const void *buf, size_t len
 static int32_t mrecv_post(struct rf_ep *ep, struct rf_op *op)
 {
     op->mposted = 1;
-    int32_t r = rdm4_recv(ep->domain->ep, op->mbase + op->moff, op->mlen - op->moff, op->msrc, op);
+    int32_t r = rdm4_recv(ep->rep, op->mbase + op->moff, op->mlen - op->moff, op->msrc, op);
     op->mposted = r == RDM4_SUCCESS;
     return r;
 }
@@ -308,7 +321,7 @@ static ssize_t mrecv_add(struct rf_ep *ep, const struct iovec *iov, size_t count
     if (count != 1 || !iov || (!iov->iov_base && iov->iov_len)) {
         return -FI_EINVAL; /* one buffer */
     }
-    struct rf_op *op = rf_op_get(ep->domain);
+    struct rf_op *op = op_of(ep);
     if (!op) {
         return -FI_EAGAIN;
     }
@@ -351,7 +364,7 @@ static int mrecv_cancel(struct rf_ep *ep, void *context)
     int r = -FI_ENOENT;
     if (op && op->mposted) {
         /* Its receive completes as canceled, which releases it. */
-        r = rdm4_cancel(ep->domain->ep, op) == RDM4_SUCCESS ? 0 : -FI_ENOENT;
+        r = rdm4_cancel(ep->rep, op) == RDM4_SUCCESS ? 0 : -FI_ENOENT;
     } else if (op) {
         *at = op->mnext;
         if (ep->mtail == op) {
@@ -389,8 +402,8 @@ static inline ssize_t recv_one(struct fid_ep *fid, void *buf, size_t len, fi_add
         struct iovec one = { buf, len };
         return mrecv_add(ep, &one, 1, h, ctx);
     }
-    return ret(tagged ? rdm4_trecv(ep->domain->ep, buf, len, h, tag, ignore, ctx)
-                      : rdm4_recv(ep->domain->ep, buf, len, h, ctx));
+    return ret(tagged ? rdm4_trecv(ep->rep, buf, len, h, tag, ignore, ctx)
+                      : rdm4_recv(ep->rep, buf, len, h, ctx));
 }
 
 static ssize_t ep_send(struct fid_ep *fid, const void *buf, size_t len, void *desc, fi_addr_t dest, void *context)
@@ -449,7 +462,7 @@ static ssize_t recv_any(struct rf_ep *ep, const struct iovec *iov, size_t count,
         return mrecv_add(ep, iov, count, h, rx_ctx(ep, flags, context));
     }
     rdm4_msg m = { iov, count, h, tag, ignore, 0, rx_ctx(ep, flags, context) };
-    return ret(rdm4_recvmsg(ep->domain->ep, &m, tagged ? RDM4_MSG_TAGGED : 0));
+    return ret(rdm4_recvmsg(ep->rep, &m, tagged ? RDM4_MSG_TAGGED : 0));
 }
 
 static ssize_t ep_recv(struct fid_ep *fid, void *buf, size_t len, void *desc, fi_addr_t src, void *context)
@@ -586,7 +599,7 @@ static ssize_t peek(struct rf_ep *ep, const struct fi_msg_tagged *msg, rdm4_addr
     uint64_t pf = RDM4_MSG_TAGGED | (flags & FI_CLAIM ? RDM4_PROBE_CLAIM : 0) |
                   (flags & FI_DISCARD ? RDM4_PROBE_DISCARD : 0);
     rdm4_cqe c;
-    int32_t r = rdm4_probe(ep->domain->ep, h, msg->tag, msg->ignore, pf, msg->context, &c);
+    int32_t r = rdm4_probe(ep->rep, h, msg->tag, msg->ignore, pf, msg->context, &c);
     if (r < 0) {
         return ret(r);
     }
@@ -642,7 +655,7 @@ static ssize_t ep_trecvmsg(struct fid_ep *fid, const struct fi_msg_tagged *msg, 
             buf = NULL;
             len = 0;
         }
-        int32_t s = rdm4_recv_claimed(ep->domain->ep, msg->context, buf, len);
+        int32_t s = rdm4_recv_claimed(ep->rep, msg->context, buf, len);
         if (s != RDM4_SUCCESS && (flags & FI_DISCARD)) {
             rf_discard_done(ep, msg->context);
         }
@@ -679,14 +692,14 @@ static ssize_t read_any(struct rf_ep *ep, const struct iovec *iov, size_t count,
     }
     void *ctx = tx_ctx(ep, flags, context);
     if (count <= 1) {
-        return ret(rdm4_read(ep->domain->ep, count ? iov[0].iov_base : NULL, count ? iov[0].iov_len : 0, h, addr,
+        return ret(rdm4_read(ep->rep, count ? iov[0].iov_base : NULL, count ? iov[0].iov_len : 0, h, addr,
                              key, ctx));
     }
     struct rf_op *op = scatter_op(ep, iov, count, ctx != &ep->domain->silent, context);
     if (!op) {
         return -FI_EAGAIN;
     }
-    r = (int)ret(rdm4_read(ep->domain->ep, op->bounce, iov_total(iov, count), h, addr, key, op));
+    r = (int)ret(rdm4_read(ep->rep, op->bounce, iov_total(iov, count), h, addr, key, op));
     if (r) {
         rf_op_put(ep->domain, op);
     }
@@ -716,8 +729,8 @@ static ssize_t write_any(struct rf_ep *ep, const struct iovec *iov, size_t count
         buf = op->bounce;
         ctx = op;
     }
-    int32_t s = flags & FI_REMOTE_CQ_DATA ? rdm4_writedata(ep->domain->ep, buf, len, data, h, addr, key, ctx)
-                                          : rdm4_write(ep->domain->ep, buf, len, h, addr, key, ctx);
+    int32_t s = flags & FI_REMOTE_CQ_DATA ? rdm4_writedata(ep->rep, buf, len, data, h, addr, key, ctx)
+                                          : rdm4_write(ep->rep, buf, len, h, addr, key, ctx);
     if (s != RDM4_SUCCESS && op) {
         rf_op_put(ep->domain, op);
     }
@@ -761,7 +774,7 @@ static ssize_t ep_write(struct fid_ep *fid, const void *buf, size_t len, void *d
     if (r) {
         return r;
     }
-    return ret(rdm4_write(ep->domain->ep, buf, len, h, addr, key, tx_ctx(ep, ep->tx_op_flags, context)));
+    return ret(rdm4_write(ep->rep, buf, len, h, addr, key, tx_ctx(ep, ep->tx_op_flags, context)));
 }
 
 static ssize_t ep_writev(struct fid_ep *fid, const struct iovec *iov, void **desc, size_t count, fi_addr_t dest,
@@ -910,7 +923,7 @@ static ssize_t atomic_any(struct rf_ep *ep, int kind, const struct fi_ioc *iov, 
         /* One block for rdm4: operands, compare values, results (copied
          * out into `resultv` at completion). */
         size_t ob = n * size, cb = kind == 2 ? n * size : 0, rb = kind >= 1 ? n * size : 0;
-        rec = rf_op_get(ep->domain);
+        rec = op_of(ep);
         char *block = rec ? malloc(ob + cb + rb + 1) : NULL;
         struct iovec *riov = rec && kind >= 1 ? malloc(result_count * sizeof *riov) : NULL;
         if (!rec || !block || (kind >= 1 && !riov)) {
@@ -948,7 +961,7 @@ static ssize_t atomic_any(struct rf_ep *ep, int kind, const struct fi_ioc *iov, 
         ctx = rec;
     }
     int32_t s;
-    rdm4_ep *e = ep->domain->ep;
+    rdm4_ep *e = ep->rep;
     switch (kind) {
     case 0:
         s = rdm4_atomic(e, buf, n, dt, op, h, addr, key, ctx);
@@ -1183,7 +1196,7 @@ static int cm_getname(fid_t fid, void *addr, size_t *addrlen)
     if (!addrlen) {
         return -FI_EINVAL;
     }
-    int32_t r = rdm4_ep_getname(ep->domain->ep, addr, addrlen);
+    int32_t r = rdm4_ep_getname(ep->rep, addr, addrlen);
     return r == RDM4_SUCCESS ? 0 : -rf_errno(r);
 }
 
@@ -1227,7 +1240,7 @@ static ssize_t ep_cancel(fid_t fid, void *context)
     if (ep->mhead && mrecv_cancel(ep, context) == 0) {
         return 0;
     }
-    int32_t r = rdm4_cancel(ep->domain->ep, context);
+    int32_t r = rdm4_cancel(ep->rep, context);
     return r == RDM4_SUCCESS ? 0 : r == RDM4_ENOENT ? -FI_ENOENT : ret(r);
 }
 
@@ -1293,6 +1306,14 @@ static int ep_bind(struct fid *fid, struct fid *bfid, uint64_t flags)
         }
         if (ep->av) {
             return -FI_EINVAL;
+        }
+        if (ep->own) {
+            ep->av = av; /* its view's handles need its address vector */
+            int r = rf_av_view_add(av, ep);
+            if (r) {
+                ep->av = NULL;
+                return r;
+            }
         }
         ep->av = av;
         atomic_fetch_add(&av->ref, 1);
@@ -1409,12 +1430,50 @@ static int ep_close(struct fid *fid)
         ep->mhead->mnext = NULL;
         ep->mtail = ep->mhead;
         if (ep->mhead->mposted) {
-            (void)rdm4_cancel(d->ep, ep->mhead);
+            (void)rdm4_cancel(ep->rep, ep->mhead);
         }
     }
     rf_unlock(d->locked, &ep->mrecv_lock);
     /* Completions due to this endpoint's queues go there first. */
     rf_progress(d);
+    /* Off the domain's list: progress no longer takes its completions. */
+    pthread_mutex_lock(&d->ep_lock);
+    if (d->endpoints == ep) {
+        atomic_store_explicit(&d->endpoints, ep->next, memory_order_release);
+    } else {
+        struct rf_ep *prev = d->endpoints;
+        while (prev && prev->next != ep) {
+            prev = prev->next;
+        }
+        if (prev) {
+            prev->next = ep->next;
+        }
+    }
+    d->ep_count--;
+    pthread_mutex_unlock(&d->ep_lock);
+    if (ep->own) {
+        /* Its own rdm4 endpoint cancels what is in flight; the records of
+         * those operations go back to the domain. */
+        int32_t fd = d->epfd >= 0 ? rdm4_ep_fd(ep->rep) : -1;
+        if (fd >= 0) {
+            epoll_ctl(d->epfd, EPOLL_CTL_DEL, fd, NULL);
+        }
+        rdm4_ep_close(ep->rep);
+        for (size_t i = 0; i < RF_OPS; i++) {
+            if (d->ops[i].used && d->ops[i].owner == ep) {
+                rf_op_put(d, &d->ops[i]);
+            }
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        struct rf_cq *cq = k ? ep->tx_cq : ep->rx_cq;
+        if (cq) {
+            rf_cq_forget(cq, ep);
+        }
+    }
+    if (ep->view) {
+        rf_av_view_remove(ep->av, ep);
+    }
     if (ep->av) {
         atomic_fetch_sub(&ep->av->ref, 1);
     }
@@ -1433,7 +1492,6 @@ static int ep_close(struct fid *fid)
         atomic_fetch_sub(&ep->eq->ref, 1);
     }
     pthread_mutex_destroy(&ep->mrecv_lock);
-    d->endpoint = NULL;
     atomic_fetch_sub(&d->ref, 1);
     pthread_mutex_destroy(&ep->discard_lock);
     free(ep);
@@ -1451,14 +1509,38 @@ int rf_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep **
     if (info->ep_attr && info->ep_attr->type != FI_EP_RDM && info->ep_attr->type != FI_EP_UNSPEC) {
         return -FI_EINVAL;
     }
-    if (d->endpoint) {
-        return -FI_ENOSPC; /* one endpoint per domain (ep_cnt 1) */
-    }
     struct rf_ep *ep = calloc(1, sizeof *ep);
     if (!ep) {
         return -FI_ENOMEM;
     }
     ep->domain = d;
+    pthread_mutex_lock(&d->ep_lock);
+    if (d->ep_count >= RF_EP_CNT) {
+        pthread_mutex_unlock(&d->ep_lock);
+        free(ep);
+        return -FI_ENOSPC; /* domain_attr->ep_cnt */
+    }
+    /* The domain's rdm4 endpoint, unless an endpoint of it has that. */
+    int taken = 0;
+    for (struct rf_ep *o = d->endpoints; o; o = o->next) {
+        taken |= !o->own;
+    }
+    ep->rep = d->ep;
+    if (taken) {
+        int32_t r = rdm4_ep_open(&d->attr, &ep->rep);
+        if (r != RDM4_SUCCESS) {
+            pthread_mutex_unlock(&d->ep_lock);
+            free(ep);
+            FI_WARN(&rf_prov, FI_LOG_EP_CTRL, "rdm4_ep_open of a later endpoint: %s\n", rdm4_strerror(r));
+            return r == RDM4_ENOMEM ? -FI_ENOMEM : -FI_ENODEV;
+        }
+        ep->own = 1;
+        if (d->epfd >= 0 && rf_epoll_add(d->epfd, ep->rep) != 0) {
+            FI_WARN(&rf_prov, FI_LOG_EP_CTRL, "a later endpoint's descriptor is not in the domain's wait set\n");
+        }
+    }
+    d->ep_count++;
+    pthread_mutex_unlock(&d->ep_lock);
     ep->caps = info->caps ? info->caps : RF_CAPS;
     ep->directed = (ep->caps & FI_DIRECTED_RECV) != 0;
     ep->tx_op_flags = info->tx_attr ? info->tx_attr->op_flags : FI_COMPLETION;
@@ -1476,7 +1558,10 @@ int rf_ep_open(struct fid_domain *domain, struct fi_info *info, struct fid_ep **
     ep->fid.tagged = &tagged_ops;
     ep->fid.atomic = &atomic_ops;
     ep->fid.collective = &coll_ops;
-    d->endpoint = ep;
+    pthread_mutex_lock(&d->ep_lock);
+    ep->next = d->endpoints;
+    atomic_store_explicit(&d->endpoints, ep, memory_order_release);
+    pthread_mutex_unlock(&d->ep_lock);
     atomic_fetch_add(&d->ref, 1);
     *epp = &ep->fid;
     return 0;

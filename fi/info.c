@@ -326,7 +326,7 @@ static int fill_info(uint32_t version, uint32_t device, const struct fi_info *hi
     dom->mr_key_size = sizeof(uint64_t);
     dom->cq_data_size = RF_CQ_DATA_SIZE;
     dom->cq_cnt = 1024;
-    dom->ep_cnt = 1;
+    dom->ep_cnt = RF_EP_CNT;
     dom->tx_ctx_cnt = 1;
     dom->rx_ctx_cnt = 1;
     dom->max_ep_tx_ctx = 1;
@@ -382,9 +382,7 @@ static int is_src_request(const void *a, size_t len)
     return a && len == sizeof(struct rf_src_request) && memcmp(a, RF_SRC_MAGIC, sizeof RF_SRC_MAGIC) == 0;
 }
 
-/* How long fi_getinfo asks a destination's node and service for its name
- * (FI_RDM4_RESOLVE_MS). */
-static int resolve_ms(void)
+int rf_resolve_ms(void)
 {
     int ms = 0;
     if (fi_param_get_int(&rf_prov, "resolve_ms", &ms) != FI_SUCCESS || ms <= 0) {
@@ -427,7 +425,7 @@ static int rf_getinfo(uint32_t version, const char *node, const char *service, u
             return -FI_ENODATA;
         }
         size_t len = sizeof dest;
-        int32_t r = rdm4_resolve(node, service, resolve_ms(), dest, &len);
+        int32_t r = rdm4_resolve(node, service, rf_resolve_ms(), dest, &len);
         if (r != RDM4_SUCCESS) {
             FI_INFO(&rf_prov, FI_LOG_CORE, "no rdm4 endpoint's name from %s port %s: %s\n", node, service,
                     rdm4_strerror(r));

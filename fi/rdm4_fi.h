@@ -2,11 +2,16 @@
  * The libfabric provider `rdm4`: libfabric's objects mapped onto rdm4's C API.
  *
  * One domain is one rdm4 endpoint (`rdm4_ep`) on one device: the domain's
- * memory registrations and address vectors live in it, and the domain has
- * at most one libfabric endpoint (`domain_attr->ep_cnt` 1), which sends and
- * receives through it. Completion queues and counters hold what the
- * endpoint's completions become; reading them makes progress on the
- * domains of the endpoints bound to them.
+ * memory registrations and address vectors live in it, and its first
+ * libfabric endpoint sends and receives through it. A domain's later
+ * endpoints (while the first is open; up to RF_EP_CNT in all) each open an
+ * rdm4 endpoint of their own on the device: an address vector bound to
+ * one keeps that endpoint's handles of its entries beside the domain's
+ * (`struct rf_avview`); memory registrations stay the domain's, so a
+ * later endpoint is no target of RMA or atomics (their keys are the first
+ * endpoint's). Completion queues and counters hold what the endpoints'
+ * completions become; reading them makes progress on the domains of the
+ * endpoints bound to them.
  *
  * Locking: under FI_THREAD_DOMAIN the application serialises every call on
  * a domain and its objects, and the provider takes no lock of its own (the
@@ -69,6 +74,8 @@
 /* Provider-side records of operations that need work at completion (a
  * copy to free, a result to scatter): so many per domain at once. */
 #define RF_OPS 1024
+/* Endpoints of one domain at most (`domain_attr->ep_cnt`). */
+#define RF_EP_CNT 256
 
 extern struct fi_provider rf_prov;
 
@@ -80,6 +87,10 @@ struct rf_src_request {
     char node[46];   /* an IP address, NUL-terminated; empty: any */
     uint16_t port;   /* 0: any */
 };
+
+/* How long a destination's node and service are asked for the name of
+ * the endpoint there (FI_RDM4_RESOLVE_MS; `rdm4_resolve`). */
+int rf_resolve_ms(void);
 
 /* Returned by operations on objects that do not offer them. */
 int rf_nosys_int(void);
@@ -124,6 +135,8 @@ struct rf_op {
     struct iovec *iov; /* malloc'd (RF_OP_SCATTER) */
     size_t iov_count;
     size_t scatter_off; /* where in `bounce` the bytes for `iov` start */
+    struct rf_ep *owner; /* the endpoint that posted it */
+    int used;            /* not in the free list */
     /* RF_OP_MULTI: the buffer, its length, the bytes filled, the source
      * its messages come from, whether a receive into it is posted to
      * rdm4, and the next buffer of the endpoint's queue. */
@@ -146,12 +159,19 @@ struct rf_domain {
     struct fid_domain fid;
     struct rf_fabric *fabric;
     rdm4_ep *ep;
+    rdm4_ep_attr attr; /* what later endpoints open their own with */
     rdm4_ep_info info;
     enum fi_threading threading;
     int locked; /* the provider's objects take their mutexes */
     enum fi_av_type av_type;
     atomic_int ref;
-    struct rf_ep *endpoint; /* the one endpoint, or NULL */
+    /* Its endpoints, newest first; one of them (`own` 0) uses `ep`. The
+     * list changes under `ep_lock`; progress reads it without (an
+     * endpoint must not close while another thread reads its queues). */
+    struct rf_ep *_Atomic endpoints;
+    pthread_mutex_t ep_lock;
+    int ep_count;
+    int epfd; /* the wait descriptor (`FI_GETWAIT`), -1 until asked for */
     pthread_mutex_t op_lock;
     struct rf_op ops[RF_OPS];
     struct rf_op *free_ops;
@@ -163,6 +183,8 @@ struct rf_domain {
 struct rf_cqe {
     struct fi_cq_tagged_entry e;
     rdm4_addr src; /* rdm4's handle of the source (RDM4_ADDR_UNSPEC: none) */
+    struct rf_ep *ep; /* whose handle (NULL once it closed: `src_fi` then) */
+    fi_addr_t src_fi;
     int err;          /* positive FI_E*, 0 for a success */
     int prov_errno;   /* the rdm4 status */
     uint64_t olen;
@@ -188,6 +210,21 @@ struct rf_cntr {
     atomic_int ref;
 };
 
+/* Open addressing from rdm4 handles to the entries of an array of them
+ * (index + 1; 0: free): `cap` slots, a power of two, at most half full. */
+struct rf_hidx {
+    size_t *slot;
+    size_t cap;
+};
+
+/* A later endpoint's handles of an address vector's entries (the same
+ * indices as the vector's; RDM4_ADDR_UNSPEC where it has none). */
+struct rf_avview {
+    struct rf_ep *ep;
+    rdm4_addr *handle;
+    struct rf_hidx idx;
+};
+
 struct rf_av {
     struct fid_av fid;
     struct rf_domain *domain;
@@ -201,9 +238,11 @@ struct rf_av {
     size_t n, cap;
     rdm4_addr *handle;
     uint8_t (*raw)[RF_ADDR_LEN];
-    /* Open addressing from handles to entries (index + 1; 0: free), for
-     * the sources of completions: `hcap` slots, a power of two. */
-    size_t *hash, hcap;
+    /* Handles to entries, for the sources of completions. */
+    struct rf_hidx idx;
+    /* The handles of the entries in each later endpoint bound to it. */
+    struct rf_avview **views;
+    size_t nviews;
 };
 
 struct rf_eq_event {
@@ -234,6 +273,10 @@ enum rf_cntr_slot { RF_CNTR_SEND, RF_CNTR_RECV, RF_CNTR_READ, RF_CNTR_WRITE, RF_
 struct rf_ep {
     struct fid_ep fid;
     struct rf_domain *domain;
+    rdm4_ep *rep;          /* the domain's, or its own (`own`) */
+    int own;
+    struct rf_ep *next;    /* the domain's list */
+    struct rf_avview *view; /* `own`: its view of the bound address vector */
     struct rf_av *av;
     struct rf_cq *tx_cq, *rx_cq;
     struct rf_eq *eq;
@@ -286,11 +329,22 @@ int rf_query_atomic(struct fid_domain *domain, enum fi_datatype datatype, enum f
 int rf_trywait(struct fid_fabric *fabric, struct fid **fids, int count);
 
 /* The rdm4 handle of `fi_addr` through the endpoint's address vector, or
- * RDM4_ADDR_UNSPEC when it names none. */
+ * RDM4_ADDR_UNSPEC when it names none: the domain's (first endpoint), or a
+ * later endpoint's (`rf_view_handle`). */
 rdm4_addr rf_av_handle(struct rf_av *av, fi_addr_t fi_addr);
-/* The fi_addr of an rdm4 handle (the source of a completion), or
- * FI_ADDR_NOTAVAIL. */
-fi_addr_t rf_av_fi_addr(struct rf_av *av, rdm4_addr handle);
+rdm4_addr rf_view_handle(struct rf_ep *ep, fi_addr_t fi_addr);
+/* The fi_addr of endpoint `ep`'s rdm4 handle (the source of a
+ * completion), or FI_ADDR_NOTAVAIL. */
+fi_addr_t rf_ep_fi_addr(struct rf_ep *ep, rdm4_addr handle);
+/* A view of `av` for later endpoint `ep` (every entry inserted into its
+ * rdm4 endpoint), and its removal. */
+int rf_av_view_add(struct rf_av *av, struct rf_ep *ep);
+void rf_av_view_remove(struct rf_av *av, struct rf_ep *ep);
+/* Adds rdm4 endpoint `rep`'s descriptor to epoll set `epfd`. */
+int rf_epoll_add(int epfd, rdm4_ep *rep);
+/* Entries of `cq` that name `ep` for their source get it resolved now
+ * (`ep` closes). */
+void rf_cq_forget(struct rf_cq *cq, struct rf_ep *ep);
 
 /* Makes progress on the domain's endpoint: its completions go to the
  * completion queues and counters bound to it. Returns how many it moved

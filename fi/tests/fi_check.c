@@ -61,12 +61,19 @@
  *                the call or in the progress after it is caught, reported,
  *                and its objects left open): NULL buffers, an fi_addr never
  *                inserted, fi_enable without an AV, fi_av_insert of garbage,
- *                unknown CQ formats and access bits, a second endpoint on a
- *                domain, binds without direction
+ *                unknown CQ formats and access bits, an endpoint of
+ *                another type, binds without direction
  *  11 close      fi_close of a domain / fabric / AV / CQ / counter in use gives
  *                -FI_EBUSY, closing in another order then works, closing with
  *                operations in flight; 50 rounds of open, exchange, close
  *                with no descriptor left behind
+ *  12 multi_recv FI_MULTI_RECV buffers: messages one after another, each
+ *                completion at its place, FI_MULTI_RECV on release (below
+ *                FI_OPT_MIN_MULTI_RECV, truncation, cancel), buffers in order
+ *  13 multi_ep   a second and third endpoint on one domain (one AV): messages
+ *                each way with sources, RMA from it, no RMA target (the keys
+ *                are the first endpoint's), fi_trywait and poll(2) on the
+ *                domain's wait fd for it, close and reopen, fi_av_remove
  *
  * Every wait is bounded (WAIT_MS) and fails its check when it runs out; the
  * whole run is bounded by alarm(120) (FI_CHECK_ALARM=<seconds> changes it,
@@ -804,6 +811,26 @@ static int err_ok(const struct cqe *e, void *ctx, int err)
 /* Group 1: fi_getinfo and names                                      */
 /* ------------------------------------------------------------------ */
 
+/* A UDP port P of 127.0.0.1 such that P and P + 1 are free now. */
+static uint16_t free_port_pair(void)
+{
+    for (int tries = 0; tries < 100; tries++) {
+        int a = socket(AF_INET, SOCK_DGRAM, 0), b = socket(AF_INET, SOCK_DGRAM, 0);
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        socklen_t len = sizeof sa;
+        int ok = bind(a, (struct sockaddr *)&sa, sizeof sa) == 0 && getsockname(a, (struct sockaddr *)&sa, &len) == 0;
+        uint16_t p = ntohs(sa.sin_port);
+        sa.sin_port = htons((uint16_t)(p + 1));
+        ok = ok && p < 65535 && bind(b, (struct sockaddr *)&sa, sizeof sa) == 0;
+        close(a);
+        close(b);
+        if (ok) {
+            return p;
+        }
+    }
+    return 42421;
+}
+
 static void g_getinfo(void)
 {
     struct fi_info *h, *info = NULL;
@@ -913,17 +940,22 @@ static void g_getinfo(void)
     r = fi_getinfo(API_VERSION, "no.such.host", NULL, FI_SOURCE, h, &info);
     check(rc_is(r, -FI_ENODATA, "fi_getinfo(node \"no.such.host\", FI_SOURCE)"), "a node that is no address gets -FI_ENODATA");
     info = NULL;
-    r = fi_getinfo(API_VERSION, NULL, "42421", FI_SOURCE, h, &info);
-    if (check(rc_is(r, 0, "fi_getinfo(service \"42421\", FI_SOURCE)"), "a local service with FI_SOURCE is a port")) {
+    /* Two free ports, P and P + 1 (tests of this file may run at once). */
+    char port_s[8], port2_s[8];
+    uint16_t port = free_port_pair();
+    snprintf(port_s, sizeof port_s, "%u", port);
+    snprintf(port2_s, sizeof port2_s, "%u", port + 1);
+    r = fi_getinfo(API_VERSION, "127.0.0.1", port_s, FI_SOURCE, h, &info);
+    if (check(rc_is(r, 0, "fi_getinfo(\"127.0.0.1\", P, FI_SOURCE)"), "a local node and service with FI_SOURCE are an address and port")) {
         struct fid_fabric *fab = NULL;
         struct fid_domain *dom = NULL;
         int ok = fi_fabric(info->fabric_attr, &fab, NULL) == 0 && fi_domain(fab, info, &dom, NULL) == 0;
         if (ok && strcmp(info->domain_attr->name, "shm") != 0) {
             int sock = socket(AF_INET, SOCK_DGRAM, 0);
-            struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(42421) };
+            struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
             int bound = bind(sock, (struct sockaddr *)&sa, sizeof sa) == 0;
             close(sock);
-            check(!bound, "the domain's udp device holds UDP port 42421");
+            check(!bound, "the domain's udp device holds UDP port P (%u)", port);
         }
         check(ok, "a domain opens from that answer");
         if (ok && strcmp(info->domain_attr->name, "shm") != 0) {
@@ -935,8 +967,8 @@ static void g_getinfo(void)
             uint8_t name[NAME_MAX_LEN];
             size_t nlen = sizeof name;
             int named = fi_endpoint(dom, info, &ep, NULL) == 0 && fi_getname(&ep->fid, name, &nlen) == 0;
-            r = fi_getinfo(API_VERSION, "127.0.0.1", "42421", 0, h, &dst);
-            if (check(rc_is(r, 0, "fi_getinfo(\"127.0.0.1\", \"42421\")"), "a destination node and service resolve")) {
+            r = fi_getinfo(API_VERSION, "127.0.0.1", port_s, 0, h, &dst);
+            if (check(rc_is(r, 0, "fi_getinfo(\"127.0.0.1\", P)"), "a destination node and service resolve")) {
                 int shm = 0;
                 for (struct fi_info *i = dst; i; i = i->next) {
                     shm |= strcmp(i->domain_attr->name, "shm") == 0;
@@ -946,16 +978,42 @@ static void g_getinfo(void)
                 check(!shm, "no shm domain is offered for a destination found by udp");
                 fi_freeinfo(dst);
             }
+            /* fi_av_insertsvc and fi_av_insertsym ask the same way. */
+            struct fid_av *av = NULL;
+            struct fi_av_attr aa = { .type = FI_AV_TABLE };
+            if (check(rc_is(fi_av_open(dom, &aa, &av, NULL), 0, "fi_av_open"), "an AV on that domain")) {
+                fi_addr_t fa[2] = { 0, 0 };
+                uint8_t got[NAME_MAX_LEN];
+                size_t glen = sizeof got;
+                int ok = rc_is(fi_av_insertsvc(av, "127.0.0.1", port_s, &fa[0], 0, NULL), 1, "fi_av_insertsvc") &&
+                         rc_is(fi_av_lookup(av, fa[0], got, &glen), 0, "fi_av_lookup") &&
+                         (glen == nlen && memcmp(got, name, nlen) == 0 ? 1 : bad("another name"));
+                check(named && ok, "fi_av_insertsvc of a node and service inserts the endpoint bound there");
+                setenv("FI_RDM4_RESOLVE_MS", "300", 1);
+                int errs[2] = { -1, -1 };
+                ok = rc_is(fi_av_insertsym(av, "127.0.0.1", 1, port_s, 2, fa, FI_SYNC_ERR, errs), 1,
+                           "fi_av_insertsym") &&
+                     (fa[0] != FI_ADDR_NOTAVAIL && fa[1] == FI_ADDR_NOTAVAIL && errs[0] == 0 && errs[1] != 0
+                          ? 1
+                          : bad("fi_addrs %#" PRIx64 " %#" PRIx64 ", errors %d %d", fa[0], fa[1], errs[0], errs[1]));
+                unsetenv("FI_RDM4_RESOLVE_MS");
+                check(ok, "fi_av_insertsym of ports P and P + 1: the first inserted, the second (nothing "
+                          "bound) FI_ADDR_NOTAVAIL with its error");
+                check(rc_is(fi_av_insertsvc(av, "127.0.0.1", "notaport", &fa[0], 0, NULL), -FI_EINVAL,
+                            "fi_av_insertsvc"),
+                      "fi_av_insertsvc of a service that is no port: -FI_EINVAL");
+                fi_close(&av->fid);
+            }
             if (ep) {
                 fi_close(&ep->fid);
             }
             /* Nothing bound at a port: -FI_ENODATA once FI_RDM4_RESOLVE_MS is over. */
             setenv("FI_RDM4_RESOLVE_MS", "300", 1);
             double t0 = now_ms();
-            r = fi_getinfo(API_VERSION, "127.0.0.1", "42422", 0, h, &dst);
+            r = fi_getinfo(API_VERSION, "127.0.0.1", port2_s, 0, h, &dst);
             double took = now_ms() - t0;
             unsetenv("FI_RDM4_RESOLVE_MS");
-            check(rc_is(r, -FI_ENODATA, "fi_getinfo(\"127.0.0.1\", \"42422\")") &&
+            check(rc_is(r, -FI_ENODATA, "fi_getinfo(\"127.0.0.1\", P + 1)") &&
                       ((took >= 250 && took < 5000) || bad("after %.0f ms", took)),
                   "a destination port nothing is bound at gets -FI_ENODATA after FI_RDM4_RESOLVE_MS");
         }
@@ -3005,13 +3063,19 @@ static ssize_t b_av_type(void)
     }
     return r;
 }
-static ssize_t b_second_ep(void)
+static ssize_t b_msg_ep(void)
 {
+    struct fi_info *i = fi_dupinfo(A->info);
+    if (!i) {
+        return 0; /* not what is checked */
+    }
+    i->ep_attr->type = FI_EP_MSG;
     struct fid_ep *ep = NULL;
-    ssize_t r = fi_endpoint(A->domain, A->info, &ep, NULL);
+    ssize_t r = fi_endpoint(A->domain, i, &ep, NULL);
     if (!r) {
         fi_close(&ep->fid);
     }
+    fi_freeinfo(i);
     return r;
 }
 static ssize_t b_bind_after_enable(void)
@@ -3070,7 +3134,7 @@ static const struct {
     { "fi_cq_open with an unknown format", b_cq_format },
     { "fi_cq_open with an unknown wait object", b_cq_wait },
     { "fi_av_open with an unknown type", b_av_type },
-    { "a second fi_endpoint on one domain", b_second_ep },
+    { "fi_endpoint of an FI_EP_MSG info", b_msg_ep },
     { "fi_ep_bind of a CQ to an enabled endpoint", b_bind_after_enable },
     { "fi_getname with a NULL length", b_getname_nolen },
 };
@@ -3436,6 +3500,170 @@ static void g_multi_recv(void)
 }
 
 /* ------------------------------------------------------------------ */
+/* Group 13: several endpoints on one domain                          */
+/* ------------------------------------------------------------------ */
+
+/* A later endpoint of A's domain: its CQs (rx with a wait fd), A's AV. */
+static struct fid_ep *a2;
+static struct cq a2tx, a2rx;
+
+static int open_a2(const char *label)
+{
+    memset(&a2tx, 0, sizeof a2tx);
+    memset(&a2rx, 0, sizeof a2rx);
+    struct fi_cq_attr ca = { .format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_NONE };
+    ssize_t r = fi_cq_open(A->domain, &ca, &a2tx.cq, NULL);
+    ca.wait_obj = FI_WAIT_FD;
+    r = r ? r : fi_cq_open(A->domain, &ca, &a2rx.cq, NULL);
+    a2tx.fmt = a2rx.fmt = FI_CQ_FORMAT_TAGGED;
+    snprintf(a2tx.name, sizeof a2tx.name, "%s tx CQ", label);
+    snprintf(a2rx.name, sizeof a2rx.name, "%s rx CQ", label);
+    r = r ? r : fi_endpoint(A->domain, A->info, &a2, NULL);
+    r = r ? r : fi_ep_bind(a2, &A->av->fid, 0);
+    r = r ? r : fi_ep_bind(a2, &a2tx.cq->fid, FI_TRANSMIT);
+    r = r ? r : fi_ep_bind(a2, &a2rx.cq->fid, FI_RECV);
+    r = r ? r : fi_enable(a2);
+    return rc_is(r, 0, "opening a later endpoint on A's domain");
+}
+
+static int close_a2(void)
+{
+    int r = a2 ? fi_close(&a2->fid) : 0;
+    a2 = NULL;
+    r |= a2tx.cq ? fi_close(&a2tx.cq->fid) : 0;
+    r |= a2rx.cq ? fi_close(&a2rx.cq->fid) : 0;
+    a2tx.cq = a2rx.cq = NULL;
+    return rc_is(r, 0, "closing the later endpoint");
+}
+
+/* `from` sends `len` bytes (stream `seed`) to `dest`; `to` receives them
+ * into rbuf; the receive's source must be `src` (B's or A's AV). */
+static int me_xfer(struct fid_ep *from, struct cq *ftx, fi_addr_t dest, struct fid_ep *to, struct cq *trx,
+                   fi_addr_t src, size_t len, uint32_t seed)
+{
+    struct fi_context2 rc, sc;
+    fill(sbuf, len, seed, 0);
+    memset(rbuf, GUARD_BYTE, len + GUARD);
+    ssize_t r, t;
+    POST(r, fi_recv(to, rbuf, len, NULL, FI_ADDR_UNSPEC, &rc));
+    POST(t, fi_send(from, sbuf, len, NULL, dest, &sc));
+    struct cqe e, se;
+    if (!rc_is(r, 0, "fi_recv") || !rc_is(t, 0, "fi_send") || !wait_cqe(trx, &e, WAIT_MS) ||
+        !rx_ok(&e, &rc, FI_MSG, len, 0, 0, 0) || !wait_cqe(ftx, &se, WAIT_MS) || !tx_ok(&se, &sc, FI_SEND)) {
+        return 0;
+    }
+    if (e.src != src) {
+        return bad("source %#" PRIx64 ", expected %#" PRIx64, (uint64_t)e.src, (uint64_t)src);
+    }
+    return data_ok(rbuf, len, seed, 0, "message") && guard_ok(rbuf + len, GUARD, "after the message");
+}
+
+static void g_multi_ep(void)
+{
+    struct opts o = DEFAULT_OPTS;
+    o.av = FI_AV_TABLE;
+    if (!check(open_pair(&o), "open two endpoints") || !check(open_a2("A2"), "a second endpoint on A's domain")) {
+        close_a2();
+        close_pair();
+        return;
+    }
+    uint8_t name[NAME_MAX_LEN];
+    size_t nlen = sizeof name;
+    int ok = rc_is(fi_getname(&a2->fid, name, &nlen), 0, "fi_getname") &&
+             (nlen == A->namelen || bad("name of %zu bytes", nlen)) &&
+             (memcmp(name, A->name, nlen) != 0 || bad("the same name as A's"));
+    check(ok, "the second endpoint has a name of its own");
+    fi_addr_t b_a2 = FI_ADDR_NOTAVAIL;
+    ok = ok && (fi_av_insert(B->av, name, 1, &b_a2, 0, NULL) == 1 || bad("B's fi_av_insert of A2"));
+    ok = ok && me_xfer(a2, &a2tx, A->peer, B->ep, &B->rx, b_a2, 3000, 1) &&
+         me_xfer(B->ep, &B->tx, b_a2, a2, &a2rx, A->peer, 3000, 2) &&
+         me_xfer(A->ep, &A->tx, A->peer, B->ep, &B->rx, B->peer, 100, 3) &&
+         me_xfer(B->ep, &B->tx, b_a2, a2, &a2rx, A->peer, 200000, 4);
+    check(ok, "messages each way between the second endpoint and B (3000 B, 200000 B), sources named by each AV; "
+              "the first endpoint goes on as before");
+
+    /* RMA from the second endpoint into B's memory; none into A's through it. */
+    struct fid_mr *bmr = NULL, *amr = NULL;
+    int r = fi_mr_reg(B->domain, region, 4096, FI_REMOTE_WRITE | FI_REMOTE_READ, 0, 0, 0, &bmr, NULL);
+    r = r ? r : fi_mr_reg(A->domain, region + 8192, 4096, FI_REMOTE_WRITE | FI_REMOTE_READ, 0, 0, 0, &amr, NULL);
+    if (check(rc_is(r, 0, "fi_mr_reg"), "registrations on A's and B's domains")) {
+        struct fi_context2 c;
+        struct cqe e;
+        fill(sbuf, 512, 5, 0);
+        memset(region, GUARD_BYTE, 4096);
+        ssize_t w;
+        POST(w, fi_write(a2, sbuf, 512, NULL, A->peer, base_of(B, region) + 64, fi_mr_key(bmr), &c));
+        ok = rc_is(w, 0, "fi_write") && wait_cqe(&a2tx, &e, WAIT_MS) && tx_ok(&e, &c, FI_RMA | FI_WRITE) &&
+             guard_ok(region, 64, "before the write") && data_ok(region + 64, 512, 5, 0, "written") &&
+             guard_ok(region + 576, 4096 - 576, "after the write");
+        check(ok, "fi_write from the second endpoint into B's registered memory");
+        memset(region + 8192, GUARD_BYTE, 4096);
+        POST(w, fi_write(B->ep, sbuf, 512, NULL, b_a2, base_of(A, region + 8192), fi_mr_key(amr), &c));
+        ok = rc_is(w, 0, "fi_write") && wait_cqe(&B->tx, &e, WAIT_MS) && err_ok(&e, &c, 0) &&
+             guard_ok(region + 8192, 4096, "A's registered memory");
+        check(ok, "an fi_write to the second endpoint with a key of A's domain fails (registrations are the "
+                  "first endpoint's), A's memory untouched");
+    }
+    if (bmr) {
+        fi_close(&bmr->fid);
+    }
+    if (amr) {
+        fi_close(&amr->fid);
+    }
+
+    /* Sleeping on the domain's wait fd wakes for the second endpoint. */
+    int fd = -1;
+    struct fid *fids[1] = { &a2rx.cq->fid };
+    ok = rc_is(fi_control(&a2rx.cq->fid, FI_GETWAIT, &fd), 0, "FI_GETWAIT");
+    double end = now_ms() + WAIT_MS;
+    ssize_t tw;
+    while (ok && (tw = fi_trywait(A->fabric, fids, 1)) == -FI_EAGAIN && now_ms() < end) {
+        progress();
+        drain(&a2rx);
+    }
+    ok = ok && rc_is(tw, 0, "fi_trywait");
+    struct fi_context2 rc, sc;
+    ssize_t pr, ps;
+    POST(pr, fi_recv(a2, rbuf, 64, NULL, FI_ADDR_UNSPEC, &rc));
+    fill(sbuf, 64, 6, 0);
+    POST(ps, fi_send(B->ep, sbuf, 64, NULL, b_a2, &sc));
+    struct pollfd pfd = { .fd = fd, .events = POLLIN };
+    int polled = ok ? poll(&pfd, 1, 5000) : -1;
+    struct cqe e;
+    ok = ok && rc_is(pr, 0, "fi_recv") && rc_is(ps, 0, "fi_send") && (polled == 1 || bad("poll: %d", polled)) &&
+         wait_cqe(&a2rx, &e, WAIT_MS) && rx_ok(&e, &rc, FI_MSG, 64, 0, 0, 0) && wait_cqe(&B->tx, &e, WAIT_MS) &&
+         tx_ok(&e, &sc, FI_SEND);
+    check(ok, "after fi_trywait, poll(2) on the domain's wait fd wakes for a message to the second endpoint");
+    POST(pr, fi_recv(a2, rbuf, 64, NULL, FI_ADDR_UNSPEC, &rc));
+    POST(ps, fi_send(B->ep, sbuf, 64, NULL, b_a2, &sc));
+    struct fi_cq_tagged_entry te;
+    ssize_t got = fi_cq_sread(a2rx.cq, &te, 1, NULL, 5000);
+    ok = rc_is(pr, 0, "fi_recv") && rc_is(ps, 0, "fi_send") && (got == 1 || bad("fi_cq_sread: %zd", got)) &&
+         (te.op_context == &rc || bad("context")) && wait_cqe(&B->tx, &e, WAIT_MS);
+    check(ok, "fi_cq_sread of the second endpoint's queue returns its message");
+
+    /* Closed and opened again (A's first endpoint keeps the domain's). */
+    ok = close_a2() && open_a2("A3");
+    nlen = sizeof name;
+    ok = ok && rc_is(fi_getname(&a2->fid, name, &nlen), 0, "fi_getname") &&
+         (fi_av_insert(B->av, name, 1, &b_a2, 0, NULL) == 1 || bad("B's fi_av_insert of A3")) &&
+         me_xfer(B->ep, &B->tx, b_a2, a2, &a2rx, A->peer, 1000, 7) &&
+         me_xfer(a2, &a2tx, A->peer, B->ep, &B->rx, b_a2, 1000, 8) &&
+         me_xfer(A->ep, &A->tx, A->peer, B->ep, &B->rx, B->peer, 100, 9);
+    check(ok, "a later endpoint closed, another opened: both endpoints of A exchange with B");
+
+    /* An address removed from the shared AV is gone for both. */
+    fi_addr_t gone = A->peer;
+    ok = rc_is(fi_av_remove(A->av, &gone, 1, 0), 0, "fi_av_remove");
+    ssize_t s1 = fi_send(a2, sbuf, 8, NULL, gone, &sc), s2 = fi_send(A->ep, sbuf, 8, NULL, gone, &sc);
+    check(ok && (s1 < 0 || bad("the second endpoint's send: %zd", s1)) && (s2 < 0 || bad("the first's: %zd", s2)),
+          "after fi_av_remove, sends to the address fail on both endpoints");
+    check(close_a2(), "close the later endpoint");
+    check(all_taken(), "no unexpected completion left");
+    check(close_pair(), "close");
+}
+
+/* ------------------------------------------------------------------ */
 
 static const struct {
     const char *name;
@@ -3444,7 +3672,7 @@ static const struct {
     { "1 getinfo", g_getinfo }, { "2 msg", g_msg },         { "3 trunc", g_trunc },   { "4 selective", g_selective },
     { "5 probe", g_probe },     { "6 cancel", g_cancel },   { "7 rma", g_rma },       { "8 atomic", g_atomic },
     { "9 wait", g_wait },       { "10 badargs", g_badargs }, { "11 close", g_close },
-    { "12 multi_recv", g_multi_recv },
+    { "12 multi_recv", g_multi_recv }, { "13 multi_ep", g_multi_ep },
 };
 
 int main(int argc, char **argv)
@@ -3454,7 +3682,7 @@ int main(int argc, char **argv)
         dom_name = argv[1];
     }
     if (strcmp(dom_name, "auto") && strcmp(dom_name, "shm") && strcmp(dom_name, "udp")) {
-        fprintf(stderr, "usage: %s [auto|shm|udp] [group numbers 1..12...]\n", argv[0]);
+        fprintf(stderr, "usage: %s [auto|shm|udp] [group numbers 1..13...]\n", argv[0]);
         return 2;
     }
     unsigned seconds = 120;
