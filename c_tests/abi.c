@@ -223,6 +223,7 @@ static void check_symbols(void)
         (const void *)(uintptr_t)p_mr_alloc,       (const void *)(uintptr_t)p_mr_free,
         (const void *)(uintptr_t)p_write_now,      (const void *)(uintptr_t)p_read_now,
         (const void *)(uintptr_t)p_atomic_now,     (const void *)(uintptr_t)p_mr_reg_fd,
+        (const void *)(uintptr_t)p_resolve,
     };
     size_t n = sizeof syms / sizeof syms[0];
     int all = 1;
@@ -231,7 +232,7 @@ static void check_symbols(void)
             all = 0;
         }
     }
-    CHECK(n == 42 && all, "the %zu exported functions link with the pinned prototypes", n);
+    CHECK(n == 43 && all, "the %zu exported functions link with the pinned prototypes", n);
 }
 
 /* ---------------------------------------------------------------------- */

@@ -243,6 +243,9 @@ impl Drop for ShmDevice {
             unsafe { libc::close(self.fifo) };
             return;
         }
+        // No peer reads or writes the application's registered memory once
+        // this returns (their accesses under way end first).
+        self.withdraw_all();
         // From here on no producer claims an entry: sends to this endpoint
         // fail at once (`claim`).
         self.map.hdr_u64::<{ off::TAIL }>().fetch_or(segment::CLOSED, Ordering::AcqRel);

@@ -341,18 +341,9 @@ impl ShmDevice {
     /// again. `Inval` for an unknown key.
     pub(super) fn table_dereg(&mut self, key: u64) -> Result<(), Status> {
         let idx = self.mrs.get(&key).ok_or(Status::Inval)?.idx;
-        let e = self.shape.mr_off() + idx * MR_ENTRY_LEN;
-        let seq = self.map.u32_at(e + SEQ);
-        if self.map.u64_at(e + KEY).load(Ordering::Relaxed) == key {
-            let s = seq.load(Ordering::Relaxed) & !1;
-            seq.store(s.wrapping_add(1), Ordering::Relaxed);
-            fence(Ordering::Release);
-            self.map.u64_at(e + KEY).store(0, Ordering::Relaxed);
-            self.map.u64_at(e + LEN).store(0, Ordering::Relaxed);
-            seq.store(s.wrapping_add(2), Ordering::Release);
-        }
+        let e = self.withdraw(key, idx);
         fence(Ordering::SeqCst);
-        if !self.wait_claims(e) {
+        if !self.wait_claims(e, Instant::now() + DEREG_WAIT) {
             if !self.mrs_closing.contains(&idx) {
                 self.mrs_closing.push(idx);
             }
@@ -363,10 +354,43 @@ impl ShmDevice {
         Ok(())
     }
 
+    /// Clears registration `key`'s key in its entry `idx` (no access
+    /// starts after this and the caller's fence); returns the entry's
+    /// offset.
+    fn withdraw(&self, key: u64, idx: usize) -> usize {
+        let e = self.shape.mr_off() + idx * MR_ENTRY_LEN;
+        let seq = self.map.u32_at(e + SEQ);
+        if self.map.u64_at(e + KEY).load(Ordering::Relaxed) == key {
+            let s = seq.load(Ordering::Relaxed) & !1;
+            seq.store(s.wrapping_add(1), Ordering::Relaxed);
+            fence(Ordering::Release);
+            self.map.u64_at(e + KEY).store(0, Ordering::Relaxed);
+            self.map.u64_at(e + LEN).store(0, Ordering::Relaxed);
+            seq.store(s.wrapping_add(2), Ordering::Release);
+        }
+        e
+    }
+
+    /// At close: withdraws every registration at once, then waits until
+    /// no peer is in the middle of an access to one (up to [`DEREG_WAIT`]
+    /// in all), so that after the endpoint's close no peer reads or writes
+    /// the application's registered memory. Peers that already hold a key
+    /// find it gone (`RDM4_EREMOTEACCESS`, or the peer lost).
+    pub(super) fn withdraw_all(&mut self) {
+        let entries: Vec<usize> = self.mrs.iter().map(|(&key, r)| self.withdraw(key, r.idx)).collect();
+        fence(Ordering::SeqCst);
+        let deadline = Instant::now() + DEREG_WAIT;
+        for e in entries {
+            if !self.wait_claims(e, deadline) {
+                crate::log::log!(crate::log::WARN, "close: a peer's access to a registration outlasted the wait");
+            }
+        }
+        self.mrs.clear();
+    }
+
     /// Waits until every claim word of entry `e` is 0, clearing words of
-    /// processes that are gone; false after [`DEREG_WAIT`].
-    fn wait_claims(&self, e: usize) -> bool {
-        let started = Instant::now();
+    /// processes that are gone; false at `deadline`.
+    fn wait_claims(&self, e: usize, deadline: Instant) -> bool {
         let mut rounds = 0u32;
         loop {
             let mut busy = false;
@@ -385,7 +409,7 @@ impl ShmDevice {
             if !busy {
                 return true;
             }
-            if started.elapsed() > DEREG_WAIT {
+            if Instant::now() > deadline {
                 return false;
             }
             rounds += 1;

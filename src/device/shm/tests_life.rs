@@ -284,6 +284,37 @@ fn no_peer_write_lands_after_a_deregistration_returns() {
     assert_eq!(late, 0, "rounds with a write after the deregistration returned");
 }
 
+#[test]
+fn no_peer_write_lands_after_the_owner_closes_with_registrations() {
+    let c = ShmConfig { mtu: 65536, ..cfg("mrclose") };
+    let mut region = crate::mem::OwnedBuf::zeroed(1 << 20);
+    let addr = region.buf().addr();
+    let owner = ShmDevice::open_with(c.clone()).unwrap();
+    if !owner.caps().rdma_write {
+        println!("skip: cross-memory attach is not available here");
+        return;
+    }
+    let mut owner = owner;
+    let mut writer = ShmDevice::open_with(c).unwrap();
+    let ah = writer.insert(&owner.local_addr()).unwrap();
+    let k = owner.reg(region.buf(), Access::REMOTE_WRITE).unwrap();
+    let mut chunk = crate::mem::OwnedBuf::from_slice(&[0x11u8; 4096]);
+    let mut ev = Vec::new();
+    // Before the close the write lands; the owner then closes without
+    // deregistering, and the region is the application's again.
+    writer.rdma_write(ah, chunk.buf(), addr, k, 1).unwrap();
+    writer.events(&mut ev);
+    assert!(matches!(ev[..], [DevEvent::SendDone { status: Ok(()), .. }]), "{ev:?}");
+    assert_eq!(region.bytes()[0], 0x11);
+    drop(owner);
+    region.bytes_mut().fill(0xEE);
+    // A writer that has not yet noticed the close still holds the key.
+    ev.clear();
+    let r = writer.rdma_write(ah, chunk.buf(), addr, k, 2);
+    writer.events(&mut ev);
+    assert!(region.bytes().iter().all(|&b| b == 0xEE), "a write landed after the owner closed ({r:?}, {ev:?})");
+}
+
 /// Claim word `i` of the registration entry of `key`.
 fn claim_word(dev: &ShmDevice, key: u64, i: usize) -> &std::sync::atomic::AtomicU32 {
     let e = dev.shape.mr_off() + (key % MR_ENTRIES as u64) as usize * MR_ENTRY_LEN;
