@@ -73,9 +73,10 @@ pub(super) fn host_cpus() -> usize {
     });
     let quota = quota.or_else(|| {
         let p = path_of("cpu")?;
-        let dir = ["cpu", "cpu,cpuacct"].iter().map(|d| format!("/sys/fs/cgroup/{d}{p}")).find(|d| {
-            std::path::Path::new(&format!("{d}/cpu.cfs_quota_us")).exists()
-        })?;
+        let dir = ["cpu", "cpu,cpuacct"]
+            .iter()
+            .map(|d| format!("/sys/fs/cgroup/{d}{p}"))
+            .find(|d| std::path::Path::new(&format!("{d}/cpu.cfs_quota_us")).exists())?;
         quota_cpus(
             read(format!("{dir}/cpu.cfs_quota_us"))?.trim().parse().ok()?,
             read(format!("{dir}/cpu.cfs_period_us"))?.trim().parse().ok()?,
