@@ -12,8 +12,9 @@
 //! sender passive — without a runt (whose packets would be copied twice
 //! again). Measured in docs/performance.md ("All-to-all: crowded mode").
 //!
-//! The count is this endpoint's own: itself and the shm peers inserted,
-//! against the CPUs of the host that the job may use ([`host_cpus`]: the
+//! The count is this endpoint's own: itself and the shm peers inserted
+//! (its own address, which libfabric applications insert too, not counted
+//! twice), against the CPUs of the host that the job may use ([`host_cpus`]: the
 //! online CPUs, within the cgroup's cpuset and CPU quota). Not the
 //! process's affinity: a launcher that binds each rank to a core of its
 //! own (Open MPI does for two ranks) leaves every process one CPU while

@@ -73,7 +73,7 @@ impl Device for ShmDevice {
         }));
         self.by_id.insert(key, ah);
         self.last_from = None;
-        self.crowd.peers(self.by_id.len());
+        self.crowd.peers(self.others());
         Ok(ah)
     }
 
@@ -81,7 +81,7 @@ impl Device for ShmDevice {
         if let Some(p) = self.peers.get_mut(ah as usize).and_then(Option::take) {
             self.by_id.remove(&(p.epid, p.connid));
             self.last_from = None;
-            self.crowd.peers(self.by_id.len());
+            self.crowd.peers(self.others());
             self.peer_maps.forget_peer(ah);
             self.ring_rdma_forget(ah);
             if let Some(fd) = p.fifo {

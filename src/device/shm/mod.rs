@@ -270,6 +270,11 @@ impl ShmDevice {
     fn raw_of(&self, epid: u32, connid: u32) -> RawAddr {
         RawAddr::new(self.gid, epid as u16, connid)
     }
+
+    /// The peers inserted but this endpoint itself (crowded mode's count).
+    fn others(&self) -> usize {
+        self.by_id.len() - usize::from(self.by_id.contains_key(&(self.epid, self.connid)))
+    }
 }
 
 #[cfg(test)]

@@ -285,6 +285,23 @@ fn no_peer_write_lands_after_a_deregistration_returns() {
 }
 
 #[test]
+fn an_endpoint_that_inserts_its_own_address_is_not_crowded_by_it() {
+    if super::crowd::host_cpus() != 2 {
+        println!("skip: the count is checked against 2 CPUs for the job");
+        return;
+    }
+    let mut a = ShmDevice::open_with(cfg("self")).unwrap();
+    let b = ShmDevice::open_with(cfg("self")).unwrap();
+    let before = a.caps();
+    a.insert(&a.local_addr()).unwrap(); // as libfabric applications do
+    a.insert(&b.local_addr()).unwrap();
+    assert_eq!((a.caps(), a.caps_epoch()), (before, 0), "itself and one peer on 2 CPUs: not crowded");
+    let c = ShmDevice::open_with(cfg("self")).unwrap();
+    a.insert(&c.local_addr()).unwrap();
+    assert_eq!(a.caps_epoch(), 1, "itself and two peers on 2 CPUs: crowded");
+}
+
+#[test]
 fn no_peer_write_lands_after_the_owner_closes_with_registrations() {
     let c = ShmConfig { mtu: 65536, ..cfg("mrclose") };
     let mut region = crate::mem::OwnedBuf::zeroed(1 << 20);
