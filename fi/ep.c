@@ -1451,6 +1451,18 @@ static int ep_close(struct fid *fid)
     }
     d->ep_count--;
     pthread_mutex_unlock(&d->ep_lock);
+    /* Queued completions get their sources now (through its view), then
+     * the view goes before its rdm4 endpoint, so that the address vector
+     * no longer inserts into or removes from a closed one. */
+    for (int k = 0; k < 2; k++) {
+        struct rf_cq *cq = k ? ep->tx_cq : ep->rx_cq;
+        if (cq) {
+            rf_cq_forget(cq, ep);
+        }
+    }
+    if (ep->view) {
+        rf_av_view_remove(ep->av, ep);
+    }
     if (ep->own) {
         /* Its own rdm4 endpoint cancels what is in flight; the records of
          * those operations go back to the domain. */
@@ -1464,15 +1476,6 @@ static int ep_close(struct fid *fid)
                 rf_op_put(d, &d->ops[i]);
             }
         }
-    }
-    for (int k = 0; k < 2; k++) {
-        struct rf_cq *cq = k ? ep->tx_cq : ep->rx_cq;
-        if (cq) {
-            rf_cq_forget(cq, ep);
-        }
-    }
-    if (ep->view) {
-        rf_av_view_remove(ep->av, ep);
     }
     if (ep->av) {
         atomic_fetch_sub(&ep->av->ref, 1);
