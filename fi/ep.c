@@ -299,6 +299,7 @@ void rf_mrecv_done(struct rf_ep *ep, struct rf_op *op, const rdm4_cqe *c, void *
             e.e.flags = FI_RECV | FI_MSG | FI_MULTI_RECV;
             e.e.buf = ep->mhead->mbase;
             e.src = RDM4_ADDR_UNSPEC;
+            e.src_fi = FI_ADDR_NOTAVAIL;
             e.err = FI_EIO;
             e.prov_errno = RDM4_EIO;
             if (ep->rx_cq) {
@@ -375,6 +376,7 @@ static int mrecv_cancel(struct rf_ep *ep, void *context)
         e.e.flags = FI_RECV | FI_MSG | FI_MULTI_RECV;
         e.e.buf = op->mbase + op->moff;
         e.src = RDM4_ADDR_UNSPEC;
+        e.src_fi = FI_ADDR_NOTAVAIL;
         e.err = FI_ECANCELED;
         e.prov_errno = RDM4_ECANCELED;
         if (ep->rx_cq) {
@@ -606,6 +608,8 @@ static ssize_t peek(struct rf_ep *ep, const struct fi_msg_tagged *msg, rdm4_addr
     struct rf_cqe e = { 0 };
     e.e.op_context = msg->context;
     e.e.flags = FI_RECV | FI_TAGGED;
+    e.ep = ep; /* the source is this endpoint's handle */
+    e.src_fi = FI_ADDR_NOTAVAIL;
     if (r == 1) {
         e.e.len = c.len;
         e.e.tag = c.tag;

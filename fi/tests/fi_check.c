@@ -1865,6 +1865,11 @@ static int peek_found(struct side *rx, uint64_t tag, uint64_t flags, void *ctx, 
             return 0;
         }
         if (out->err != FI_ENOMSG) {
+            /* What MPI_Probe reports as the source (fi_cq_readfrom). */
+            if (!out->err && rx == B && out->src != B->peer) {
+                return bad("FI_PEEK's source %#" PRIx64 ", expected A's %#" PRIx64, (uint64_t)out->src,
+                           (uint64_t)B->peer);
+            }
             return 1;
         }
         if (now_ms() > end) {
