@@ -414,6 +414,19 @@ static size_t hash_of(rdm4_addr h, size_t hcap)
     return (size_t)((h * 0x9E3779B97F4A7C15ull) >> 17) & (hcap - 1);
 }
 
+/* Indexes entry `i` of the handles at `h` (none for RDM4_ADDR_UNSPEC). */
+static void hidx_put(struct rf_hidx *x, const rdm4_addr *h, size_t i)
+{
+    if (h[i] == RDM4_ADDR_UNSPEC) {
+        return;
+    }
+    size_t k = hash_of(h[i], x->cap);
+    while (x->slot[k]) {
+        k = (k + 1) & (x->cap - 1);
+    }
+    x->slot[k] = i + 1;
+}
+
 /* Rebuilds index `x` of the `n` handles at `h`. */
 static int hidx_rebuild(struct rf_hidx *x, const rdm4_addr *h, size_t n)
 {
@@ -425,19 +438,12 @@ static int hidx_rebuild(struct rf_hidx *x, const rdm4_addr *h, size_t n)
     if (!slot) {
         return -FI_ENOMEM;
     }
-    for (size_t i = 0; i < n; i++) {
-        if (h[i] == RDM4_ADDR_UNSPEC) {
-            continue;
-        }
-        size_t k = hash_of(h[i], cap);
-        while (slot[k]) {
-            k = (k + 1) & (cap - 1);
-        }
-        slot[k] = i + 1;
-    }
     free(x->slot);
     x->slot = slot;
     x->cap = cap;
+    for (size_t i = 0; i < n; i++) {
+        hidx_put(x, h, i);
+    }
     return 0;
 }
 
@@ -449,14 +455,7 @@ static int hidx_add(struct rf_hidx *x, const rdm4_addr *h, size_t n, size_t adde
         return hidx_rebuild(x, h, n);
     }
     for (size_t i = n - added; i < n; i++) {
-        if (h[i] == RDM4_ADDR_UNSPEC) {
-            continue;
-        }
-        size_t k = hash_of(h[i], x->cap);
-        while (x->slot[k]) {
-            k = (k + 1) & (x->cap - 1);
-        }
-        x->slot[k] = i + 1;
+        hidx_put(x, h, i);
     }
     return 0;
 }
@@ -537,20 +536,20 @@ static void view_fill(struct rf_av *av, struct rf_avview *v, size_t from)
 int rf_av_view_add(struct rf_av *av, struct rf_ep *ep)
 {
     struct rf_avview *v = calloc(1, sizeof *v);
+    if (!v) {
+        return -FI_ENOMEM;
+    }
+    v->ep = ep;
     rf_lock(av->domain->locked, &av->lock);
-    struct rf_avview **views = v ? realloc(av->views, (av->nviews + 1) * sizeof *views) : NULL;
-    v = views ? v : (free(v), NULL);
-    if (v) {
+    struct rf_avview **views = realloc(av->views, (av->nviews + 1) * sizeof *views);
+    if (views) {
         av->views = views;
-        v->ep = ep;
         v->handle = malloc((av->cap ? av->cap : 1) * sizeof *v->handle);
     }
-    if (!v || !v->handle || hidx_rebuild(&v->idx, v->handle, 0) != 0) {
+    if (!views || !v->handle || hidx_rebuild(&v->idx, v->handle, 0) != 0) {
         rf_unlock(av->domain->locked, &av->lock);
-        if (v) {
-            free(v->handle);
-            free(v);
-        }
+        free(v->handle);
+        free(v);
         return -FI_ENOMEM;
     }
     view_fill(av, v, 0);
@@ -662,20 +661,6 @@ static int av_insert(struct fid_av *fid, const void *addr, size_t count, fi_addr
     return (int)done;
 }
 
-/* The name of the endpoint bound at `node` and `service` (rdm4_resolve):
- * -FI_EINVAL for none within FI_RDM4_RESOLVE_MS (its rdm4 status in *why). */
-static int resolve_name(const char *node, const char *service, uint8_t name[RF_ADDR_LEN], int32_t *why)
-{
-    size_t len = RF_ADDR_LEN;
-    *why = node && service ? rdm4_resolve(node, service, rf_resolve_ms(), name, &len) : RDM4_EINVAL;
-    if (*why != RDM4_SUCCESS) {
-        FI_INFO(&rf_prov, FI_LOG_AV, "no rdm4 endpoint's name from %s port %s: %s\n", node ? node : "-",
-                service ? service : "-", rdm4_strerror(*why));
-        return -FI_EINVAL;
-    }
-    return 0;
-}
-
 /* `nodecnt` hosts from `node` (an IPv4 address counted up, or one host
  * name) times `svccnt` ports from `service` (a number counted up), node
  * by node: each name asked of its port and inserted; one that gives none
@@ -712,8 +697,8 @@ static int av_insertsym(struct fid_av *fid, const char *node, size_t nodecnt, co
             char svc[8];
             snprintf(svc, sizeof svc, "%lu", port + k);
             uint8_t name[RF_ADDR_LEN];
-            int32_t why;
-            int r = resolve_name(h, svc, name, &why);
+            int32_t why = rf_resolve(h, svc, name);
+            int r = why == RDM4_SUCCESS ? 0 : -FI_EINVAL;
             fi_addr_t out = FI_ADDR_NOTAVAIL;
             if (r == 0) {
                 r = av_insert(fid, name, 1, &out, 0, NULL) == 1 ? 0 : -FI_EINVAL;
@@ -983,11 +968,13 @@ static void dispatch(struct rf_domain *d, struct rf_ep *ep, const rdm4_cqe *c, s
     if (context == &d->silent) {
         report = 0;
         context = NULL;
-    } else if (rf_is_op(d, context) && ((struct rf_op *)context)->kind == RF_OP_MULTI) {
+    } else if (!rf_is_op(d, context)) {
+        /* the application's context */
+    } else if (((struct rf_op *)context)->kind == RF_OP_MULTI) {
         rf_mrecv_done(ep, context, c, &buf, &more_flags, &context);
         report = context != &d->silent;
         context = report ? context : NULL;
-    } else if (rf_is_op(d, context)) {
+    } else {
         op = context;
         report = op->report;
         context = op->context;

@@ -257,13 +257,31 @@ static inline ssize_t inject_one(struct fid_ep *fid, const void *buf, size_t len
  * processing): a plain receive posted after the buffer may then take a
  * message that arrives meanwhile. */
 
-/* Posts the receive of buffer `op` for what is left of it. */
+/* Posts the receive of buffer `op` for what is left of it (called with
+ * the endpoint's `mrecv_lock`). */
 static int32_t mrecv_post(struct rf_ep *ep, struct rf_op *op)
 {
-    op->mposted = 1;
     int32_t r = rdm4_recv(ep->rep, op->mbase + op->moff, op->mlen - op->moff, op->msrc, op);
     op->mposted = r == RDM4_SUCCESS;
     return r;
+}
+
+/* Gives buffer `op`, out of the queue and never posted, back with error
+ * `err` (its rdm4 status `prov`) and FI_MULTI_RECV, and frees its record. */
+static void mrecv_gone(struct rf_ep *ep, struct rf_op *op, int err, int32_t prov)
+{
+    struct rf_cqe e = { 0 };
+    e.e.op_context = op->context;
+    e.e.flags = FI_RECV | FI_MSG | FI_MULTI_RECV;
+    e.e.buf = op->mbase + op->moff;
+    e.src = RDM4_ADDR_UNSPEC;
+    e.src_fi = FI_ADDR_NOTAVAIL;
+    e.err = err;
+    e.prov_errno = prov;
+    if (ep->rx_cq) {
+        rf_cq_push(ep->rx_cq, &e);
+    }
+    rf_op_put(ep->domain, op);
 }
 
 void rf_mrecv_done(struct rf_ep *ep, struct rf_op *op, const rdm4_cqe *c, void **buf, uint64_t *flags,
@@ -293,23 +311,12 @@ void rf_mrecv_done(struct rf_ep *ep, struct rf_op *op, const rdm4_cqe *c, void *
         }
         while (ep->mhead && mrecv_post(ep, ep->mhead) != RDM4_SUCCESS) {
             FI_WARN(&rf_prov, FI_LOG_EP_DATA, "a multi-receive buffer could not be posted: released\n");
-            struct rf_op *next = ep->mhead->mnext;
-            struct rf_cqe e = { 0 };
-            e.e.op_context = ep->mhead->context;
-            e.e.flags = FI_RECV | FI_MSG | FI_MULTI_RECV;
-            e.e.buf = ep->mhead->mbase;
-            e.src = RDM4_ADDR_UNSPEC;
-            e.src_fi = FI_ADDR_NOTAVAIL;
-            e.err = FI_EIO;
-            e.prov_errno = RDM4_EIO;
-            if (ep->rx_cq) {
-                rf_cq_push(ep->rx_cq, &e);
-            }
-            rf_op_put(ep->domain, ep->mhead);
-            ep->mhead = next;
-            if (!next) {
+            struct rf_op *gone = ep->mhead;
+            ep->mhead = gone->mnext;
+            if (!ep->mhead) {
                 ep->mtail = NULL;
             }
+            mrecv_gone(ep, gone, FI_EIO, RDM4_EIO);
         }
         rf_op_put(ep->domain, op);
     }
@@ -371,18 +378,7 @@ static int mrecv_cancel(struct rf_ep *ep, void *context)
         if (ep->mtail == op) {
             ep->mtail = prev;
         }
-        struct rf_cqe e = { 0 };
-        e.e.op_context = context;
-        e.e.flags = FI_RECV | FI_MSG | FI_MULTI_RECV;
-        e.e.buf = op->mbase + op->moff;
-        e.src = RDM4_ADDR_UNSPEC;
-        e.src_fi = FI_ADDR_NOTAVAIL;
-        e.err = FI_ECANCELED;
-        e.prov_errno = RDM4_ECANCELED;
-        if (ep->rx_cq) {
-            rf_cq_push(ep->rx_cq, &e);
-        }
-        rf_op_put(ep->domain, op);
+        mrecv_gone(ep, op, FI_ECANCELED, RDM4_ECANCELED);
         r = 0;
     }
     rf_unlock(locked, &ep->mrecv_lock);
@@ -1312,10 +1308,8 @@ static int ep_bind(struct fid *fid, struct fid *bfid, uint64_t flags)
             return -FI_EINVAL;
         }
         if (ep->own) {
-            ep->av = av; /* its view's handles need its address vector */
             int r = rf_av_view_add(av, ep);
             if (r) {
-                ep->av = NULL;
                 return r;
             }
         }

@@ -382,13 +382,25 @@ static int is_src_request(const void *a, size_t len)
     return a && len == sizeof(struct rf_src_request) && memcmp(a, RF_SRC_MAGIC, sizeof RF_SRC_MAGIC) == 0;
 }
 
-int rf_resolve_ms(void)
+/* How long a destination's node and service are asked (FI_RDM4_RESOLVE_MS). */
+static int resolve_ms(void)
 {
     int ms = 0;
     if (fi_param_get_int(&rf_prov, "resolve_ms", &ms) != FI_SUCCESS || ms <= 0) {
         ms = 2000;
     }
     return ms;
+}
+
+int32_t rf_resolve(const char *node, const char *service, uint8_t name[RF_ADDR_LEN])
+{
+    size_t len = RF_ADDR_LEN;
+    int32_t r = rdm4_resolve(node, service, resolve_ms(), name, &len);
+    if (r != RDM4_SUCCESS) {
+        FI_INFO(&rf_prov, FI_LOG_CORE, "no rdm4 endpoint's name from %s port %s: %s\n", node ? node : "-",
+                service ? service : "-", rdm4_strerror(r));
+    }
+    return r;
 }
 
 /* Copies `len` bytes of `a` into a new allocation at *out (*out_len set). */
@@ -424,11 +436,7 @@ static int rf_getinfo(uint32_t version, const char *node, const char *service, u
         if (!node || !service) {
             return -FI_ENODATA;
         }
-        size_t len = sizeof dest;
-        int32_t r = rdm4_resolve(node, service, rf_resolve_ms(), dest, &len);
-        if (r != RDM4_SUCCESS) {
-            FI_INFO(&rf_prov, FI_LOG_CORE, "no rdm4 endpoint's name from %s port %s: %s\n", node, service,
-                    rdm4_strerror(r));
+        if (rf_resolve(node, service, dest) != RDM4_SUCCESS) {
             return -FI_ENODATA;
         }
         have_dest = 1;

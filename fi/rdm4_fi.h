@@ -88,9 +88,10 @@ struct rf_src_request {
     uint16_t port;   /* 0: any */
 };
 
-/* How long a destination's node and service are asked for the name of
- * the endpoint there (FI_RDM4_RESOLVE_MS; `rdm4_resolve`). */
-int rf_resolve_ms(void);
+/* The name of the endpoint bound at `node` and `service`, asked of its
+ * port for FI_RDM4_RESOLVE_MS (`rdm4_resolve`; logged when none came):
+ * its rdm4 status. */
+int32_t rf_resolve(const char *node, const char *service, uint8_t name[RF_ADDR_LEN]);
 
 /* Returned by operations on objects that do not offer them. */
 int rf_nosys_int(void);
