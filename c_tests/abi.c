@@ -188,6 +188,7 @@ static int32_t (*const p_av_insert)(struct rdm4_ep *, const void *, size_t, rdm4
 static int32_t (*const p_av_remove)(struct rdm4_ep *, const rdm4_addr *, size_t) = rdm4_av_remove;
 static int32_t (*const p_av_straddr)(const void *, char *, size_t *) = rdm4_av_straddr;
 static int32_t (*const p_resolve)(const char *, const char *, int, void *, size_t *) = rdm4_resolve;
+static int32_t (*const p_av_lookup)(struct rdm4_ep *, rdm4_addr, void *, size_t *) = rdm4_av_lookup;
 static int32_t (*const p_mr_reg)(struct rdm4_ep *, void *, size_t, uint64_t, uint64_t *) = rdm4_mr_reg;
 static int32_t (*const p_mr_reg_fd)(struct rdm4_ep *, void *, size_t, int, uint64_t, uint64_t, uint64_t *) =
     rdm4_mr_reg_fd;
@@ -223,7 +224,7 @@ static void check_symbols(void)
         (const void *)(uintptr_t)p_mr_alloc,       (const void *)(uintptr_t)p_mr_free,
         (const void *)(uintptr_t)p_write_now,      (const void *)(uintptr_t)p_read_now,
         (const void *)(uintptr_t)p_atomic_now,     (const void *)(uintptr_t)p_mr_reg_fd,
-        (const void *)(uintptr_t)p_resolve,
+        (const void *)(uintptr_t)p_resolve,        (const void *)(uintptr_t)p_av_lookup,
     };
     size_t n = sizeof syms / sizeof syms[0];
     int all = 1;
@@ -232,7 +233,7 @@ static void check_symbols(void)
             all = 0;
         }
     }
-    CHECK(n == 43 && all, "the %zu exported functions link with the pinned prototypes", n);
+    CHECK(n == 44 && all, "the %zu exported functions link with the pinned prototypes", n);
 }
 
 /* ---------------------------------------------------------------------- */

@@ -6,6 +6,8 @@
  *  - B's message to A arrives with a source handle (not RDM4_ADDR_UNSPEC);
  *  - B's write with CQ data (rdm4_writedata) into A's registered memory
  *    lands, and A's completion names the same handle;
+ *  - rdm4_av_lookup of that handle gives B's address (on auto: the
+ *    device's address of B), and refuses bad arguments;
  *  - A's rdm4_av_insert of B's address returns that handle; A's send to it
  *    reaches B;
  *  - B's messages after the insert still arrive, in order, from that
@@ -129,9 +131,31 @@ static void round_of(int write_first)
     CHECK(h2 == h1, "%s: the second names the same handle (%llu, %llu)", order, (unsigned long long)h2,
           (unsigned long long)h1);
 
+    /* The learnt handle's address, and what rdm4_av_lookup refuses. */
+    uint8_t learnt[RDM4_ADDR_LEN], again[RDM4_ADDR_LEN];
+    size_t len = sizeof learnt;
+    EXPECT(rdm4_av_lookup(a, h1, learnt, &len), RDM4_SUCCESS);
+    CHECK(len == RDM4_ADDR_LEN, "%s: rdm4_av_lookup of the learnt handle gives %zu bytes", order, len);
+    if (tu_device(a) != RDM4_DEVICE_AUTO) {
+        CHECK(memcmp(learnt, addr_b, RDM4_ADDR_LEN) == 0, "%s: it is B's name", order);
+    }
+    len = 7;
+    EXPECT(rdm4_av_lookup(a, h1, learnt, &len), RDM4_ETOOSMALL);
+    CHECK(len == RDM4_ADDR_LEN, "%s: a short buffer is told the size (%zu)", order, len);
+    len = sizeof learnt;
+    EXPECT(rdm4_av_lookup(a, h1, NULL, &len), RDM4_ETOOSMALL);
+    EXPECT(rdm4_av_lookup(a, h1, learnt, NULL), RDM4_EINVAL);
+    EXPECT(rdm4_av_lookup(a, RDM4_ADDR_UNSPEC, learnt, &len), RDM4_ENOADDR);
+    EXPECT(rdm4_av_lookup(a, h1 + 1000, learnt, &len), RDM4_ENOADDR);
+    EXPECT(rdm4_av_lookup(NULL, h1, learnt, &len), RDM4_EBADHANDLE);
+
     rdm4_addr ins = tu_insert(a, addr_b);
     CHECK(ins == h1, "%s: A's rdm4_av_insert of B's address returns that handle (%llu, %llu)", order,
           (unsigned long long)ins, (unsigned long long)h1);
+    len = sizeof again;
+    EXPECT(rdm4_av_lookup(a, ins, again, &len), RDM4_SUCCESS);
+    CHECK(memcmp(again, learnt, RDM4_ADDR_LEN) == 0, "%s: the inserted handle looks up as the learnt one", order);
+    CHECK(tu_insert(a, learnt) == ins, "%s: inserting the looked-up address gives the same handle", order);
     answer(a, b, ins, b_to_a, qs, src, dst, 3, "A's answer");
 
     /* B's stream goes on after the insert: in order, from the same handle. */

@@ -1392,6 +1392,24 @@ int32_t rdm4_av_insert(struct rdm4_ep *ep, const void *addrs, size_t count, rdm4
 int32_t rdm4_av_remove(struct rdm4_ep *ep, const rdm4_addr *addrs, size_t count);
 
 /**
+ * Copies the raw address of handle `addr` into `buf`: a peer inserted,
+ * or a sender learnt from its first packet (the source of a completion).
+ * It is the address the endpoint's device reaches the peer by: the
+ * peer's name on shm and udp; on auto, the shm address of a peer on
+ * this host and the udp address (the name without its shared-memory
+ * locator) of any other. `*len` holds the buffer size on entry and the
+ * address length on return; as `rdm4_ep_getname`, a NULL `buf` asks for
+ * the size.
+ *
+ * Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `len`);
+ * `RDM4_ENOADDR` (`addr` is no handle of this endpoint: never given, or
+ * removed); `RDM4_ETOOSMALL` when `buf` is NULL or `*len < RDM4_ADDR_LEN`
+ * (then `*len` is set to `RDM4_ADDR_LEN` and nothing is copied).
+ * Thread safety: any thread.
+ */
+int32_t rdm4_av_lookup(struct rdm4_ep *ep, rdm4_addr addr, void *buf, size_t *len);
+
+/**
  * Writes a readable form of a raw address (`RDM4_ADDR_LEN` bytes at `addr`)
  * as a NUL-terminated string into `buf`; `*len` holds the buffer size on
  * entry and the needed size (NUL included) on return. As

@@ -96,6 +96,44 @@ pub extern "C" fn rdm4_av_remove(ep: *mut rdm4_ep, addrs: *const rdm4_addr, coun
     })
 }
 
+/// Copies the raw address of handle `addr` into `buf`: a peer inserted,
+/// or a sender learnt from its first packet (the source of a completion).
+/// It is the address the endpoint's device reaches the peer by: the
+/// peer's name on shm and udp; on auto, the shm address of a peer on
+/// this host and the udp address (the name without its shared-memory
+/// locator) of any other. `*len` holds the buffer size on entry and the
+/// address length on return; as `rdm4_ep_getname`, a NULL `buf` asks for
+/// the size.
+///
+/// Returns `RDM4_SUCCESS`; `RDM4_EBADHANDLE`; `RDM4_EINVAL` (NULL `len`);
+/// `RDM4_ENOADDR` (`addr` is no handle of this endpoint: never given, or
+/// removed); `RDM4_ETOOSMALL` when `buf` is NULL or `*len < RDM4_ADDR_LEN`
+/// (then `*len` is set to `RDM4_ADDR_LEN` and nothing is copied).
+/// Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn rdm4_av_lookup(ep: *mut rdm4_ep, addr: rdm4_addr, buf: *mut c_void, len: *mut usize) -> i32 {
+    ep_call(ep, |g| {
+        let raw = u32::try_from(addr).map_err(|_| Status::NoAddr).and_then(|a| g.ep.av_lookup(a))?;
+        copy_name(&raw, buf, len)
+    })
+}
+
+/// Copies `raw` into `buf` of `*len` bytes (`*len` set to `RDM4_ADDR_LEN`):
+/// `TooSmall` when `buf` is NULL or short.
+pub(super) fn copy_name(raw: &RawAddr, buf: *mut c_void, len: *mut usize) -> Result<i32, Status> {
+    let len = required(len)?;
+    // SAFETY: `len` is non-NULL; `buf`, when non-NULL, has `*len` bytes.
+    unsafe {
+        let have = len.read();
+        len.write(RDM4_ADDR_LEN);
+        if buf.is_null() || have < RDM4_ADDR_LEN {
+            return Err(Status::TooSmall);
+        }
+        std::ptr::copy_nonoverlapping(raw.to_bytes().as_ptr(), buf.cast::<u8>(), RDM4_ADDR_LEN);
+    }
+    Ok(0)
+}
+
 /// Writes a readable form of a raw address (`RDM4_ADDR_LEN` bytes at `addr`)
 /// as a NUL-terminated string into `buf`; `*len` holds the buffer size on
 /// entry and the needed size (NUL included) on return. As

@@ -355,20 +355,7 @@ pub extern "C" fn rdm4_ep_close(ep: *mut rdm4_ep) -> i32 {
 /// any thread.
 #[no_mangle]
 pub extern "C" fn rdm4_ep_getname(ep: *mut rdm4_ep, addr: *mut c_void, len: *mut usize) -> i32 {
-    ep_call(ep, |g| {
-        let len = required(len)?;
-        let raw = g.ep.name().to_bytes();
-        // SAFETY: `len` is non-NULL; `addr`, when non-NULL, has `*len` bytes.
-        unsafe {
-            let have = len.read();
-            len.write(RDM4_ADDR_LEN);
-            if addr.is_null() || have < RDM4_ADDR_LEN {
-                return Err(Status::TooSmall);
-            }
-            std::ptr::copy_nonoverlapping(raw.as_ptr(), addr.cast::<u8>(), RDM4_ADDR_LEN);
-        }
-        Ok(0)
-    })
+    ep_call(ep, |g| super::av::copy_name(&g.ep.name(), addr, len))
 }
 
 /// Reports what `ep` runs with: its device and modes, its limits and the
