@@ -4,6 +4,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,8 +136,20 @@ static void swap_env(const char *name, const char *value, char **saved)
  * the open only. */
 static int32_t open_at_source(const struct fi_info *info, const rdm4_ep_attr *attr, rdm4_ep **ep)
 {
+    struct rf_src_request sreq;
     const struct rf_src_request *req = info->src_addr;
-    if (!req || info->src_addrlen != sizeof *req || memcmp(req->magic, RF_SRC_MAGIC, sizeof req->magic) != 0) {
+    if (rf_is_sin(info->src_addr, info->src_addrlen)) {
+        /* IP addressing: the address and port as a request (any: none). */
+        const struct sockaddr_in *sin = info->src_addr;
+        memset(&sreq, 0, sizeof sreq);
+        memcpy(sreq.magic, RF_SRC_MAGIC, sizeof sreq.magic);
+        if (sin->sin_addr.s_addr != htonl(INADDR_ANY)) {
+            inet_ntop(AF_INET, &sin->sin_addr, sreq.node, sizeof sreq.node);
+        }
+        sreq.port = ntohs(sin->sin_port);
+        req = &sreq;
+    } else if (!req || info->src_addrlen != sizeof *req ||
+               memcmp(req->magic, RF_SRC_MAGIC, sizeof req->magic) != 0) {
         return rdm4_ep_open(attr, ep);
     }
     char port[8], *old_addr = NULL, *old_port = NULL;
@@ -181,6 +194,11 @@ int rf_domain_open(struct fid_fabric *fabric, struct fi_info *info, struct fid_d
                         info->domain_attr->control_progress == FI_PROGRESS_AUTO;
     d->locked = d->threading != FI_THREAD_DOMAIN;
     d->av_type = info->domain_attr->av_type;
+    d->ip = info->addr_format == FI_SOCKADDR_IN || info->addr_format == FI_SOCKADDR;
+    if (d->ip && device == RDM4_DEVICE_SHM) {
+        free(d);
+        return -FI_EINVAL; /* a shm endpoint has no IP address */
+    }
 
     rf_apply_settings();
     rdm4_ep_attr attr;
@@ -399,14 +417,39 @@ int rf_query_atomic(struct fid_domain *domain, enum fi_datatype datatype, enum f
     return r;
 }
 
-/* Address vectors. */
+/* Address vectors.
+ *
+ * IP addressing (addr_format FI_SOCKADDR_IN: `rf_domain.ip`): entries are
+ * IPv4 socket addresses (the udp device's address and port, what
+ * fi_getname gives), inserted without asking anyone, as libfabric's IP
+ * providers take them: an entry may name a host that is not up yet, or
+ * none. An entry's name is asked of its port (rdm4_resolve) at its first
+ * use, an operation towards it or a receive directed at it, which waits
+ * for the answer up to FI_RDM4_RESOLVE_MS; without one the operation
+ * fails (-FI_EHOSTUNREACH) and the entry is asked again at its next use.
+ * A message from an entry not asked yet names that entry as its source:
+ * a udp sender whose name holds the entry's address and port is it;
+ * otherwise (a sender on shared memory, through auto) the entries not
+ * asked yet are asked now, each for at most RF_ADOPT_MS (an entry that
+ * gave no name is not asked again this way for RF_ADOPT_MS either), until
+ * one is the sender. fi_addrs are the entries' indices, under FI_AV_MAP
+ * too. */
+
+/* How long, in ms, the source of a message asks an entry for its name. */
+#define RF_ADOPT_MS 200
+
+static rdm4_addr av_resolve(struct rf_av *av, struct rf_ep *ep, fi_addr_t fi_addr, int ms);
 
 rdm4_addr rf_av_handle(struct rf_av *av, fi_addr_t fi_addr)
 {
-    if (av->type == FI_AV_MAP) {
+    if (av->type == FI_AV_MAP && !av->ip) {
         return fi_addr; /* the handle itself */
     }
-    return fi_addr < av->n ? av->handle[fi_addr] : RDM4_ADDR_UNSPEC;
+    if (fi_addr >= av->n) {
+        return RDM4_ADDR_UNSPEC;
+    }
+    rdm4_addr h = av->handle[fi_addr];
+    return h != RDM4_ADDR_UNSPEC || !av->ip ? h : av_resolve(av, NULL, fi_addr, 0);
 }
 
 static size_t hash_of(rdm4_addr h, size_t hcap)
@@ -447,17 +490,21 @@ static int hidx_rebuild(struct rf_hidx *x, const rdm4_addr *h, size_t n)
     return 0;
 }
 
-/* Adds the last `added` of the `n` handles at `h` to `x`, or rebuilds it
- * when it would be over half full. */
-static int hidx_add(struct rf_hidx *x, const rdm4_addr *h, size_t n, size_t added)
+/* Adds entries [from, to) of the `n` handles at `h` to `x`, or rebuilds
+ * it when it would be over half full. */
+static void hidx_add(struct rf_hidx *x, const rdm4_addr *h, size_t n, size_t from, size_t to)
 {
+    int r = 0;
     if (2 * n > x->cap) {
-        return hidx_rebuild(x, h, n);
+        r = hidx_rebuild(x, h, n);
+    } else {
+        for (size_t i = from; i < to; i++) {
+            hidx_put(x, h, i);
+        }
     }
-    for (size_t i = n - added; i < n; i++) {
-        hidx_put(x, h, i);
+    if (r) {
+        FI_WARN(&rf_prov, FI_LOG_AV, "no memory for the address vector's index: sources unknown\n");
     }
-    return 0;
 }
 
 /* The index of `handle` among the handles at `h` that `x` indexes, or -1. */
@@ -484,14 +531,29 @@ static void av_rehash(struct rf_av *av)
     }
 }
 
+/* Whether fi_addrs are indices (else rdm4 handles: FI_AV_MAP). */
+static int by_index(const struct rf_av *av)
+{
+    return av->type == FI_AV_TABLE || av->ip;
+}
+
 /* The entry of `fi_addr`, or -1. Called with the lock held. */
 static ssize_t av_entry(struct rf_av *av, fi_addr_t fi_addr)
 {
-    if (av->type == FI_AV_TABLE) {
-        return fi_addr < av->n && av->handle[fi_addr] != RDM4_ADDR_UNSPEC ? (ssize_t)fi_addr : -1;
+    if (by_index(av)) {
+        return fi_addr < av->n && av->state[fi_addr] != RF_ENTRY_FREE ? (ssize_t)fi_addr : -1;
     }
     return fi_addr == RDM4_ADDR_UNSPEC ? -1 : hidx_find(&av->idx, av->handle, fi_addr);
 }
+
+/* The entry whose handle in endpoint `ep` is `handle`, or -1. Called with
+ * the lock held. */
+static ssize_t av_entry_of(struct rf_av *av, struct rf_ep *ep, rdm4_addr handle)
+{
+    return ep->view ? hidx_find(&ep->view->idx, ep->view->handle, handle) : hidx_find(&av->idx, av->handle, handle);
+}
+
+static ssize_t av_adopt(struct rf_av *av, struct rf_ep *ep, rdm4_addr handle);
 
 /* A source for the application: its entry's fi_addr when it has one; a
  * sender never inserted (or removed) has none (FI_ADDR_NOTAVAIL). */
@@ -502,10 +564,16 @@ fi_addr_t rf_ep_fi_addr(struct rf_ep *ep, rdm4_addr handle)
         return FI_ADDR_NOTAVAIL;
     }
     rf_lock(av->domain->locked, &av->lock);
-    ssize_t i = ep->view ? hidx_find(&ep->view->idx, ep->view->handle, handle) : hidx_find(&av->idx, av->handle, handle);
-    fi_addr_t found = i < 0 ? FI_ADDR_NOTAVAIL : av->type == FI_AV_MAP ? av->handle[i] : (fi_addr_t)i;
+    ssize_t i = av_entry_of(av, ep, handle);
+    int adopt = i < 0 && av->unresolved;
     rf_unlock(av->domain->locked, &av->lock);
-    return found;
+    if (adopt) {
+        i = av_adopt(av, ep, handle);
+    }
+    if (i < 0) {
+        return FI_ADDR_NOTAVAIL;
+    }
+    return by_index(av) ? (fi_addr_t)i : av->handle[i];
 }
 
 rdm4_addr rf_view_handle(struct rf_ep *ep, fi_addr_t fi_addr)
@@ -514,23 +582,29 @@ rdm4_addr rf_view_handle(struct rf_ep *ep, fi_addr_t fi_addr)
     rf_lock(av->domain->locked, &av->lock);
     ssize_t i = av_entry(av, fi_addr);
     rdm4_addr h = i < 0 ? RDM4_ADDR_UNSPEC : ep->view->handle[i];
+    int ask = i >= 0 && av->state[i] == RF_ENTRY_UNRESOLVED;
     rf_unlock(av->domain->locked, &av->lock);
-    return h;
+    return ask ? av_resolve(av, ep, fi_addr, 0) : h;
 }
 
-/* Inserts entries [from, av->n) into view `v`'s endpoint. */
-static void view_fill(struct rf_av *av, struct rf_avview *v, size_t from)
+/* Inserts entry `i` into view `v`'s endpoint (none for an entry without a
+ * name) and indexes it. */
+static void view_put(struct rf_av *av, struct rf_avview *v, size_t i)
 {
-    for (size_t i = from; i < av->n; i++) {
+    v->handle[i] = RDM4_ADDR_UNSPEC;
+    if (av->state[i] == RF_ENTRY_LIVE && rdm4_av_insert(v->ep->rep, av->raw[i], 1, &v->handle[i]) != 1) {
+        FI_WARN(&rf_prov, FI_LOG_AV, "an address the domain took, a later endpoint did not\n");
         v->handle[i] = RDM4_ADDR_UNSPEC;
-        if (av->handle[i] != RDM4_ADDR_UNSPEC && rdm4_av_insert(v->ep->rep, av->raw[i], 1, &v->handle[i]) != 1) {
-            FI_WARN(&rf_prov, FI_LOG_AV, "an address the domain took, a later endpoint did not\n");
-            v->handle[i] = RDM4_ADDR_UNSPEC;
-        }
     }
-    if (hidx_add(&v->idx, v->handle, av->n, av->n - from) != 0) {
-        FI_WARN(&rf_prov, FI_LOG_AV, "no memory for the address vector's index: sources unknown\n");
+}
+
+/* Inserts entries [from, to) into view `v`'s endpoint. */
+static void view_fill(struct rf_av *av, struct rf_avview *v, size_t from, size_t to)
+{
+    for (size_t i = from; i < to; i++) {
+        view_put(av, v, i);
     }
+    hidx_add(&v->idx, v->handle, av->n, from, to);
 }
 
 int rf_av_view_add(struct rf_av *av, struct rf_ep *ep)
@@ -552,7 +626,7 @@ int rf_av_view_add(struct rf_av *av, struct rf_ep *ep)
         free(v);
         return -FI_ENOMEM;
     }
-    view_fill(av, v, 0);
+    view_fill(av, v, 0, av->n);
     av->views[av->nviews++] = v;
     ep->view = v;
     rf_unlock(av->domain->locked, &av->lock);
@@ -576,6 +650,17 @@ void rf_av_view_remove(struct rf_av *av, struct rf_ep *ep)
     rf_unlock(av->domain->locked, &av->lock);
 }
 
+/* Grows one array of `av` to `cap` elements of `size` bytes. */
+static int grow_one(void *arrayp, size_t cap, size_t size)
+{
+    void *p = realloc(*(void **)arrayp, cap * size);
+    if (!p) {
+        return -FI_ENOMEM;
+    }
+    *(void **)arrayp = p;
+    return 0;
+}
+
 static int av_grow(struct rf_av *av, size_t more)
 {
     if (av->n + more <= av->cap) {
@@ -585,86 +670,223 @@ static int av_grow(struct rf_av *av, size_t more)
     while (cap < av->n + more) {
         cap *= 2;
     }
-    rdm4_addr *h = realloc(av->handle, cap * sizeof *h);
-    if (!h) {
+    if (grow_one(&av->handle, cap, sizeof *av->handle) || grow_one(&av->raw, cap, sizeof *av->raw) ||
+        grow_one(&av->state, cap, sizeof *av->state) || grow_one(&av->sin, cap, sizeof *av->sin) ||
+        grow_one(&av->failed_ms, cap, sizeof *av->failed_ms)) {
         return -FI_ENOMEM;
     }
-    av->handle = h;
-    uint8_t(*raw)[RF_ADDR_LEN] = realloc(av->raw, cap * sizeof *raw);
-    if (!raw) {
-        return -FI_ENOMEM;
-    }
-    av->raw = raw;
     for (size_t v = 0; v < av->nviews; v++) {
-        rdm4_addr *vh = realloc(av->views[v]->handle, cap * sizeof *vh);
-        if (!vh) {
+        if (grow_one(&av->views[v]->handle, cap, sizeof *av->views[v]->handle)) {
             return -FI_ENOMEM;
         }
-        av->views[v]->handle = vh;
     }
     av->cap = cap;
     return 0;
 }
 
-static int av_insert(struct fid_av *fid, const void *addr, size_t count, fi_addr_t *fi_addr, uint64_t flags,
-                     void *context)
+/* Gives unresolved entry `i` its name: inserted into the domain's rdm4
+ * endpoint and every view's. Called with the lock held. */
+static int av_name(struct rf_av *av, size_t i, const uint8_t name[RF_ADDR_LEN])
 {
-    struct rf_av *av = (struct rf_av *)fid;
-    if (!addr && count) {
-        return -FI_EINVAL;
+    rdm4_addr h;
+    if (rdm4_av_insert(av->domain->ep, name, 1, &h) != 1) {
+        return -1;
     }
+    av->handle[i] = h;
+    memcpy(av->raw[i], name, RF_ADDR_LEN);
+    av->state[i] = RF_ENTRY_LIVE;
+    av->unresolved--;
+    hidx_add(&av->idx, av->handle, av->n, i, i + 1);
+    for (size_t v = 0; v < av->nviews; v++) {
+        view_put(av, av->views[v], i);
+        hidx_add(&av->views[v]->idx, av->views[v]->handle, av->n, i, i + 1);
+    }
+    return 0;
+}
+
+static int same_sin(const struct sockaddr_in *a, const struct sockaddr_in *b)
+{
+    return a->sin_addr.s_addr == b->sin_addr.s_addr && a->sin_port == b->sin_port;
+}
+
+/* Asks unresolved entry `fi_addr` for its name (for `ms`, 0: the
+ * default), without holding the lock meanwhile. Returns its handle in
+ * endpoint `ep`'s view (NULL: the domain's), or RDM4_ADDR_UNSPEC. */
+static rdm4_addr av_resolve(struct rf_av *av, struct rf_ep *ep, fi_addr_t fi_addr, int ms)
+{
+    int locked = av->domain->locked;
+    rf_lock(locked, &av->lock);
+    size_t i = (size_t)fi_addr;
+    int ask = i < av->n && av->state[i] == RF_ENTRY_UNRESOLVED;
+    struct sockaddr_in sin = ask ? av->sin[i] : (struct sockaddr_in){ 0 };
+    rf_unlock(locked, &av->lock);
+    if (ask) {
+        char host[INET_ADDRSTRLEN], port[8];
+        inet_ntop(AF_INET, &sin.sin_addr, host, sizeof host);
+        snprintf(port, sizeof port, "%u", ntohs(sin.sin_port));
+        uint8_t name[RF_ADDR_LEN];
+        int32_t r = rf_resolve(host, port, ms, name);
+        rf_lock(locked, &av->lock);
+        /* Still the same entry, not named meanwhile by another thread? */
+        if (i < av->n && av->state[i] == RF_ENTRY_UNRESOLVED && same_sin(&av->sin[i], &sin) &&
+            (r != RDM4_SUCCESS || av_name(av, i, name) != 0)) {
+            av->failed_ms[i] = now_ms();
+        }
+        rf_unlock(locked, &av->lock);
+    }
+    rf_lock(locked, &av->lock);
+    rdm4_addr h = i >= av->n ? RDM4_ADDR_UNSPEC : ep && ep->view ? ep->view->handle[i] : av->handle[i];
+    rf_unlock(locked, &av->lock);
+    return h;
+}
+
+/* The unresolved entry that sender `handle` of endpoint `ep` is, named
+ * now; or -1 (see "IP addressing" above). */
+static ssize_t av_adopt(struct rf_av *av, struct rf_ep *ep, rdm4_addr handle)
+{
+    uint8_t raw[RF_ADDR_LEN];
+    size_t len = sizeof raw;
+    struct sockaddr_in sin;
+    if (rdm4_av_lookup(ep->rep, handle, raw, &len) != RDM4_SUCCESS) {
+        return -1;
+    }
+    int locked = av->domain->locked;
+    ssize_t found = -1;
+    rf_lock(locked, &av->lock);
+    if (rf_name_sin(raw, &sin) == 0) {
+        for (size_t j = 0; j < av->n && found < 0; j++) {
+            if (av->state[j] == RF_ENTRY_UNRESOLVED && same_sin(&av->sin[j], &sin) && av_name(av, j, raw) == 0) {
+                found = av_entry_of(av, ep, handle);
+            }
+        }
+    }
+    /* Ask the others, one at a time, until the sender is found. */
+    for (size_t j = 0; j < av->n && found < 0; j++) {
+        if (av->state[j] != RF_ENTRY_UNRESOLVED || now_ms() - av->failed_ms[j] < RF_ADOPT_MS) {
+            continue;
+        }
+        rf_unlock(locked, &av->lock);
+        av_resolve(av, ep, j, RF_ADOPT_MS);
+        rf_lock(locked, &av->lock);
+        found = av_entry_of(av, ep, handle);
+    }
+    rf_unlock(locked, &av->lock);
+    return found;
+}
+
+/* Entry `i`'s address from `a` (RF_ADDR_LEN bytes, or an IPv4 socket
+ * address under IP addressing): 0, or the positive FI_E* error. Called
+ * with the lock held. */
+static int av_put(struct rf_av *av, size_t i, const uint8_t *a)
+{
+    if (av->ip) {
+        struct sockaddr_in sin;
+        memcpy(&sin, a, sizeof sin);
+        if (sin.sin_family != AF_INET || sin.sin_port == 0 || sin.sin_addr.s_addr == htonl(INADDR_ANY)) {
+            return FI_EINVAL;
+        }
+        av->sin[i] = sin;
+        av->handle[i] = RDM4_ADDR_UNSPEC;
+        av->state[i] = RF_ENTRY_UNRESOLVED;
+        av->failed_ms[i] = -1e9;
+        av->unresolved++;
+        return 0;
+    }
+    int32_t s = rdm4_av_insert(av->domain->ep, a, 1, &av->handle[i]);
+    if (s != 1) {
+        return rf_errno(s);
+    }
+    memcpy(av->raw[i], a, RF_ADDR_LEN);
+    av->state[i] = RF_ENTRY_LIVE;
+    return 0;
+}
+
+/* Whether an insert with `flags` is taken: 0 or the -FI_E* code; `*event`
+ * set when it reports by the event queue (FI_EVENT, on the call or the
+ * vector). */
+static int av_flags(struct rf_av *av, uint64_t flags, int *event)
+{
     if (flags & ~(uint64_t)(FI_EVENT | FI_SYNC_ERR | FI_MORE)) {
         return -FI_EBADFLAGS;
     }
-    if ((flags & FI_EVENT) && !av->eq) {
-        return -FI_ENOEQ;
-    }
-    int *errs = flags & FI_SYNC_ERR ? context : NULL;
+    *event = (flags & FI_EVENT) || av->event;
+    return *event && !av->eq ? -FI_ENOEQ : 0;
+}
+
+/* Reports entry `i`'s error `err` (positive FI_E*) by the event queue,
+ * before the insert's completion (fi_av(3)). */
+static void av_event_error(struct rf_av *av, void *context, size_t i, int err)
+{
+    struct fi_eq_err_entry e = { .fid = &av->fid.fid, .context = context, .data = i, .err = err };
+    rf_eq_post(av->eq, FI_AV_COMPLETE, &e, sizeof e, 1);
+}
+
+/* The insert's completion: `done` entries inserted. */
+static int av_event_done(struct rf_av *av, void *context, size_t done)
+{
+    struct fi_eq_entry e = { .fid = &av->fid.fid, .context = context, .data = done };
+    rf_eq_post(av->eq, FI_AV_COMPLETE, &e, sizeof e, 0);
+    return 0;
+}
+
+/* Inserts `count` addresses at `addr`: how many were taken, or a -FI_E*
+ * code; each one's fi_addr (FI_ADDR_NOTAVAIL when refused) into
+ * `fi_addr`, its error into `errs`, and by the event queue with
+ * `context` when `event`. */
+static int av_insert_some(struct rf_av *av, const void *addr, size_t count, fi_addr_t *fi_addr, int *errs,
+                          int event, void *context)
+{
+    size_t stride = av->ip ? sizeof(struct sockaddr_in) : RF_ADDR_LEN;
     rf_lock(av->domain->locked, &av->lock);
     int r = av_grow(av, count);
     if (r) {
         rf_unlock(av->domain->locked, &av->lock);
         return r;
     }
-    size_t done = 0;
+    size_t done = 0, from = av->n;
     for (size_t i = 0; i < count; i++) {
-        const uint8_t *a = (const uint8_t *)addr + i * RF_ADDR_LEN;
-        rdm4_addr h;
-        int32_t s = rdm4_av_insert(av->domain->ep, a, 1, &h);
+        int err = av_put(av, av->n, (const uint8_t *)addr + i * stride);
         fi_addr_t out = FI_ADDR_NOTAVAIL;
-        if (s == 1) {
-            out = av->type == FI_AV_MAP ? h : av->n;
-            av->handle[av->n] = h;
-            memcpy(av->raw[av->n], a, RF_ADDR_LEN);
+        if (!err) {
+            out = by_index(av) ? av->n : av->handle[av->n];
             av->n++;
             done++;
+        } else if (event) {
+            av_event_error(av, context, i, err);
         }
         if (fi_addr) {
             fi_addr[i] = out;
         }
         if (errs) {
-            errs[i] = s == 1 ? 0 : rf_errno(s);
+            errs[i] = err;
         }
     }
-    if (done && hidx_add(&av->idx, av->handle, av->n, done) != 0) {
-        FI_WARN(&rf_prov, FI_LOG_AV, "no memory for the address vector's index: sources unknown\n");
-    }
+    hidx_add(&av->idx, av->handle, av->n, from, av->n);
     for (size_t v = 0; done && v < av->nviews; v++) {
-        view_fill(av, av->views[v], av->n - done);
+        view_fill(av, av->views[v], from, av->n);
     }
     rf_unlock(av->domain->locked, &av->lock);
-    if (flags & FI_EVENT) {
-        struct fi_eq_entry e = { .fid = &av->fid.fid, .context = context, .data = done };
-        rf_eq_post(av->eq, FI_AV_COMPLETE, &e, sizeof e, 0);
-        return 0;
-    }
     return (int)done;
+}
+
+static int av_insert(struct fid_av *fid, const void *addr, size_t count, fi_addr_t *fi_addr, uint64_t flags,
+                     void *context)
+{
+    struct rf_av *av = (struct rf_av *)fid;
+    int event;
+    int r = !addr && count ? -FI_EINVAL : av_flags(av, flags, &event);
+    if (r) {
+        return r;
+    }
+    r = av_insert_some(av, addr, count, fi_addr, flags & FI_SYNC_ERR ? context : NULL, event, context);
+    return r >= 0 && event ? av_event_done(av, context, (size_t)r) : r;
 }
 
 /* `nodecnt` hosts from `node` (an IPv4 address counted up, or one host
  * name) times `svccnt` ports from `service` (a number counted up), node
- * by node: each name asked of its port and inserted; one that gives none
- * is FI_ADDR_NOTAVAIL (its error in FI_SYNC_ERR's array). */
+ * by node: each name asked of its port and inserted (under IP addressing:
+ * each address and port inserted, to be asked at first use); one that
+ * gives none is FI_ADDR_NOTAVAIL (its error in FI_SYNC_ERR's array). */
 static int av_insertsym(struct fid_av *fid, const char *node, size_t nodecnt, const char *service, size_t svccnt,
                         fi_addr_t *fi_addr, uint64_t flags, void *context)
 {
@@ -676,20 +898,29 @@ static int av_insertsym(struct fid_av *fid, const char *node, size_t nodecnt, co
         (nodecnt > 1 && !ipv4) || nodecnt > 65536 || svccnt > 65536) {
         return -FI_EINVAL;
     }
-    if (flags & ~(uint64_t)(FI_EVENT | FI_SYNC_ERR | FI_MORE)) {
-        return -FI_EBADFLAGS;
-    }
     struct rf_av *av = (struct rf_av *)fid;
-    if ((flags & FI_EVENT) && !av->eq) {
-        return -FI_ENOEQ;
+    int event;
+    int bad = av_flags(av, flags, &event);
+    if (bad) {
+        return bad;
+    }
+    if (av->ip && !ipv4) {
+        /* A host name: its IPv4 address. */
+        struct addrinfo want = { .ai_family = AF_INET, .ai_socktype = SOCK_DGRAM }, *got = NULL;
+        if (getaddrinfo(node, NULL, &want, &got) != 0 || !got) {
+            return -FI_EINVAL;
+        }
+        ip = ((struct sockaddr_in *)got->ai_addr)->sin_addr;
+        freeaddrinfo(got);
+        ipv4 = 1;
     }
     int *errs = flags & FI_SYNC_ERR ? context : NULL;
     int done = 0;
     for (size_t n = 0; n < nodecnt; n++) {
         char host[INET_ADDRSTRLEN];
         const char *h = node;
+        struct in_addr a = { htonl(ntohl(ip.s_addr) + (uint32_t)n) };
         if (ipv4) {
-            struct in_addr a = { htonl(ntohl(ip.s_addr) + (uint32_t)n) };
             h = inet_ntop(AF_INET, &a, host, sizeof host);
         }
         for (size_t k = 0; k < svccnt; k++) {
@@ -697,13 +928,18 @@ static int av_insertsym(struct fid_av *fid, const char *node, size_t nodecnt, co
             char svc[8];
             snprintf(svc, sizeof svc, "%lu", port + k);
             uint8_t name[RF_ADDR_LEN];
-            int32_t why = rf_resolve(h, svc, name);
+            struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons((uint16_t)(port + k)), .sin_addr = a };
+            int32_t why = av->ip ? RDM4_SUCCESS : rf_resolve(h, svc, 0, name);
             int r = why == RDM4_SUCCESS ? 0 : -FI_EINVAL;
             fi_addr_t out = FI_ADDR_NOTAVAIL;
             if (r == 0) {
-                r = av_insert(fid, name, 1, &out, 0, NULL) == 1 ? 0 : -FI_EINVAL;
+                r = av_insert_some(av, av->ip ? (const void *)&sin : name, 1, &out, NULL, 0, NULL) == 1 ? 0
+                                                                                                   : -FI_EINVAL;
             }
             done += r == 0;
+            if (r && event) {
+                av_event_error(av, context, i, why != RDM4_SUCCESS ? rf_errno(why) : FI_EINVAL);
+            }
             if (fi_addr) {
                 fi_addr[i] = r == 0 ? out : FI_ADDR_NOTAVAIL;
             }
@@ -712,12 +948,7 @@ static int av_insertsym(struct fid_av *fid, const char *node, size_t nodecnt, co
             }
         }
     }
-    if (flags & FI_EVENT) {
-        struct fi_eq_entry e = { .fid = &av->fid.fid, .context = context, .data = (uint64_t)done };
-        rf_eq_post(av->eq, FI_AV_COMPLETE, &e, sizeof e, 0);
-        return 0;
-    }
-    return done;
+    return event ? av_event_done(av, context, (size_t)done) : done;
 }
 
 /* Inserts the endpoint bound at `node` and `service`: its name is asked
@@ -730,8 +961,9 @@ static int av_insertsvc(struct fid_av *av, const char *node, const char *service
 
 /* Removes entry `k` from the handles `h` of rdm4 endpoint `rep` (the
  * domain's, or a view's): the same address inserted twice has one handle,
- * removed from rdm4 with its last entry. FI_AV_MAP moves the last entry
- * into the hole (the caller then drops the last). */
+ * removed from rdm4 with its last entry. FI_AV_MAP (without IP
+ * addressing) moves the last entry into the hole (the caller then drops
+ * the last). */
 static void av_remove_entry(struct rf_av *av, rdm4_addr *h, rdm4_ep *rep, size_t k)
 {
     rdm4_addr gone = h[k];
@@ -743,7 +975,7 @@ static void av_remove_entry(struct rf_av *av, rdm4_addr *h, rdm4_ep *rep, size_t
     if (last) {
         rdm4_av_remove(rep, &gone, 1);
     }
-    if (av->type == FI_AV_MAP) {
+    if (!by_index(av)) {
         h[k] = h[av->n - 1];
     }
 }
@@ -773,14 +1005,17 @@ static int av_remove(struct fid_av *fid, fi_addr_t *fi_addr, size_t count, uint6
         for (size_t v = 0; v < av->nviews; v++) {
             av_remove_entry(av, av->views[v]->handle, av->views[v]->ep->rep, (size_t)k);
         }
-        if (av->type == FI_AV_MAP) {
+        av->unresolved -= av->state[k] == RF_ENTRY_UNRESOLVED;
+        av->state[k] = RF_ENTRY_FREE;
+        if (!by_index(av)) {
             memcpy(av->raw[k], av->raw[av->n - 1], RF_ADDR_LEN);
+            av->state[k] = av->state[av->n - 1];
             av->n--;
             /* FI_AV_MAP finds entries by the index: rebuilt before the next. */
             av_rehash(av);
         }
     }
-    if (r == 0 && count && av->type == FI_AV_TABLE) {
+    if (r == 0 && count && by_index(av)) {
         av_rehash(av);
     }
     rf_unlock(av->domain->locked, &av->lock);
@@ -799,25 +1034,30 @@ static int av_lookup(struct fid_av *fid, fi_addr_t fi_addr, void *addr, size_t *
     if (k < 0) {
         r = -FI_EINVAL;
     } else {
+        const void *a = av->ip ? (const void *)&av->sin[k] : av->raw[k];
+        size_t len = av->ip ? sizeof av->sin[k] : RF_ADDR_LEN;
         if (addr) {
-            memcpy(addr, av->raw[k], *addrlen < RF_ADDR_LEN ? *addrlen : RF_ADDR_LEN);
+            memcpy(addr, a, *addrlen < len ? *addrlen : len);
         }
-        r = addr && *addrlen >= RF_ADDR_LEN ? 0 : -FI_ETOOSMALL;
-        *addrlen = RF_ADDR_LEN;
+        r = addr && *addrlen >= len ? 0 : -FI_ETOOSMALL;
+        *addrlen = len;
     }
     rf_unlock(av->domain->locked, &av->lock);
     return r;
 }
 
-static const char *av_straddr(struct fid_av *av, const void *addr, char *buf, size_t *len)
+static const char *av_straddr(struct fid_av *fid, const void *addr, char *buf, size_t *len)
 {
-    (void)av;
+    struct rf_av *av = (struct rf_av *)fid;
     if (!addr || !buf || !len) {
         return NULL;
     }
     char tmp[256];
     size_t n = sizeof tmp;
-    if (rdm4_av_straddr(addr, tmp, &n) != RDM4_SUCCESS) {
+    if (av && av->ip) {
+        rf_sin_str(addr, tmp, sizeof tmp);
+        n = strlen(tmp) + 1;
+    } else if (rdm4_av_straddr(addr, tmp, &n) != RDM4_SUCCESS) {
         return NULL;
     }
     if (*len) {
@@ -851,6 +1091,9 @@ static int av_close(struct fid *fid)
     pthread_mutex_destroy(&av->lock);
     free(av->handle);
     free(av->raw);
+    free(av->state);
+    free(av->sin);
+    free(av->failed_ms);
     free(av->idx.slot);
     free(av->views);
     free(av);
@@ -887,9 +1130,13 @@ int rf_av_open(struct fid_domain *domain, struct fi_av_attr *attr, struct fid_av
     }
     av->domain = d;
     av->type = type;
+    av->ip = d->ip;
+    av->event = (attr->flags & FI_EVENT) != 0;
     pthread_mutex_init(&av->lock, NULL);
     if (attr->count && av_grow(av, attr->count) != 0) {
-        free(av);
+        av->fid.fid.fclass = FI_CLASS_AV;
+        atomic_fetch_add(&d->ref, 1);
+        av_close(&av->fid.fid);
         return -FI_ENOMEM;
     }
     attr->type = type;
@@ -1549,6 +1796,19 @@ int rf_eq_post(struct rf_eq *eq, uint32_t event, const void *buf, size_t len, in
     return 0;
 }
 
+/* Drops the head event (its descriptor unsignalled once none is left);
+ * called locked. */
+static void eq_pop(struct rf_eq *eq)
+{
+    eq->head = (eq->head + 1) % eq->cap;
+    eq->count--;
+    if (eq->fd >= 0 && !eq->count) {
+        uint64_t v;
+        ssize_t r = read(eq->fd, &v, sizeof v);
+        (void)r;
+    }
+}
+
 /* Takes the head event into `buf` (unless FI_PEEK); called locked. */
 static ssize_t eq_take(struct rf_eq *eq, uint32_t *event, void *buf, size_t len, uint64_t flags)
 {
@@ -1568,13 +1828,7 @@ static ssize_t eq_take(struct rf_eq *eq, uint32_t *event, void *buf, size_t len,
     memcpy(buf, e->u.bytes, e->len);
     ssize_t n = (ssize_t)e->len;
     if (!(flags & FI_PEEK)) {
-        eq->head = (eq->head + 1) % eq->cap;
-        eq->count--;
-        if (eq->fd >= 0 && !eq->count) {
-            uint64_t v;
-            ssize_t r = read(eq->fd, &v, sizeof v);
-            (void)r;
-        }
+        eq_pop(eq);
     }
     return n;
 }
@@ -1629,8 +1883,7 @@ static ssize_t eq_readerr(struct fid_eq *fid, struct fi_eq_err_entry *buf, uint6
     if (eq->count && eq->q[eq->head].is_err) {
         memcpy(buf, &eq->q[eq->head].u.err, sizeof *buf);
         if (!(flags & FI_PEEK)) {
-            eq->head = (eq->head + 1) % eq->cap;
-            eq->count--;
+            eq_pop(eq);
         }
         r = sizeof *buf;
     }

@@ -58,7 +58,11 @@ static inline int dest_of(struct rf_ep *ep, fi_addr_t a, rdm4_addr *h)
         return -FI_ENOAV;
     }
     *h = ep->view ? rf_view_handle(ep, a) : rf_av_handle(ep->av, a);
-    return *h == RDM4_ADDR_UNSPEC ? -FI_EINVAL : 0;
+    if (*h != RDM4_ADDR_UNSPEC) {
+        return 0;
+    }
+    /* IP addressing: an entry whose name was asked in vain. */
+    return ep->av->ip && a < ep->av->n && ep->av->state[a] == RF_ENTRY_UNRESOLVED ? -FI_EHOSTUNREACH : -FI_EINVAL;
 }
 
 static inline int src_of(struct rf_ep *ep, fi_addr_t a, rdm4_addr *h)
@@ -1190,14 +1194,31 @@ static struct fi_ops_collective coll_ops = {
 
 /* Names. */
 
+/* The endpoint's name; under IP addressing its udp device's IPv4 address
+ * and port (-FI_EADDRNOTAVAIL when it has none: bound to IPv6). */
 static int cm_getname(fid_t fid, void *addr, size_t *addrlen)
 {
     struct rf_ep *ep = (struct rf_ep *)fid;
     if (!addrlen) {
         return -FI_EINVAL;
     }
-    int32_t r = rdm4_ep_getname(ep->rep, addr, addrlen);
-    return r == RDM4_SUCCESS ? 0 : -rf_errno(r);
+    if (!ep->domain->ip) {
+        int32_t r = rdm4_ep_getname(ep->rep, addr, addrlen);
+        return r == RDM4_SUCCESS ? 0 : -rf_errno(r);
+    }
+    uint8_t name[RF_ADDR_LEN];
+    size_t len = sizeof name;
+    struct sockaddr_in sin;
+    if (rdm4_ep_getname(ep->rep, name, &len) != RDM4_SUCCESS || rf_name_sin(name, &sin) != 0) {
+        return -FI_EADDRNOTAVAIL;
+    }
+    size_t have = *addrlen;
+    *addrlen = sizeof sin;
+    if (!addr || have < sizeof sin) {
+        return -FI_ETOOSMALL;
+    }
+    memcpy(addr, &sin, sizeof sin);
+    return 0;
 }
 
 /* rdm4 chooses its endpoints' names (a name carries a connection id):
@@ -1210,7 +1231,7 @@ static int cm_setname(fid_t fid, void *addr, size_t addrlen)
     if (r) {
         return r;
     }
-    return addr && addrlen == RF_ADDR_LEN && memcmp(addr, own, RF_ADDR_LEN) == 0 ? 0 : -FI_EINVAL;
+    return addr && addrlen == len && memcmp(addr, own, len) == 0 ? 0 : -FI_EINVAL;
 }
 
 static int cm_getpeer(struct fid_ep *ep, void *addr, size_t *addrlen)

@@ -15,8 +15,16 @@
  * number; 0 or none: any): the answer's src_addr carries that request
  * (`struct rf_src_request`) to the domain, which binds there; without
  * either, the src_addr binds anywhere.
+ *
+ * Hints with addr_format FI_SOCKADDR or FI_SOCKADDR_IN ask for IP
+ * addressing: the auto and udp domains answer with FI_SOCKADDR_IN, and
+ * addresses are IPv4 socket addresses (the udp device's address and port).
+ * Then node and service are taken as they are: a destination becomes the
+ * dest_addr without asking it for its name (the address vector asks at
+ * first use: see domain.c), a source (FI_SOURCE) the src_addr.
  */
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +113,41 @@ int rf_device_of(const char *name)
     return -1;
 }
 
+int rf_name_sin(const uint8_t name[RF_ADDR_LEN], struct sockaddr_in *sin)
+{
+    static const uint8_t v4mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+    if (memcmp(name, v4mapped, sizeof v4mapped) != 0) {
+        return -1;
+    }
+    memset(sin, 0, sizeof *sin);
+    sin->sin_family = AF_INET;
+    memcpy(&sin->sin_addr, name + 12, 4);
+    sin->sin_port = htons((uint16_t)(name[16] | name[17] << 8)); /* the qpn, little-endian */
+    return 0;
+}
+
+int rf_is_sin(const void *a, size_t len)
+{
+    return a && len == sizeof(struct sockaddr_in) && ((const struct sockaddr_in *)a)->sin_family == AF_INET;
+}
+
+void rf_sin_str(const struct sockaddr_in *sin, char *buf, size_t len)
+{
+    char ip[INET_ADDRSTRLEN] = "?";
+    inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof ip);
+    snprintf(buf, len, "fi_sockaddr_in://%s:%u", ip, ntohs(sin->sin_port));
+}
+
+/* Whether `hints` ask for IP addressing (`rf_domain.ip`); -1 for an
+ * address format rdm4 has not. */
+static int ip_of(const struct fi_info *hints)
+{
+    if (!hints || hints->addr_format == FI_FORMAT_UNSPEC) {
+        return 0;
+    }
+    return hints->addr_format == FI_SOCKADDR || hints->addr_format == FI_SOCKADDR_IN ? 1 : -1;
+}
+
 /* The device to list first. */
 static uint32_t default_device(void)
 {
@@ -180,6 +223,7 @@ static int64_t mr_mode_for(uint32_t version, const struct fi_info *hints, uint64
 
 /* Whether `hints` leave room for `device`; fills `out` with the answer. */
 static int is_src_request(const void *a, size_t len);
+static int dup_addr(const void *a, size_t len, void **out, size_t *out_len);
 
 static int fill_info(uint32_t version, uint32_t device, const struct fi_info *hints, struct fi_info *out)
 {
@@ -199,12 +243,15 @@ static int fill_info(uint32_t version, uint32_t device, const struct fi_info *hi
         if (!subset(hints->caps, caps)) {
             return 0;
         }
-        if (hints->addr_format != FI_FORMAT_UNSPEC) {
-            return 0;
+        int ip = ip_of(hints);
+        if (ip < 0 || (ip && device == RDM4_DEVICE_SHM)) {
+            return 0; /* a shm endpoint has no IP address */
         }
-        if ((hints->src_addr && hints->src_addrlen != RF_ADDR_LEN &&
-             !is_src_request(hints->src_addr, hints->src_addrlen)) ||
-            (hints->dest_addr && hints->dest_addrlen != RF_ADDR_LEN)) {
+        if (ip ? (hints->src_addr && !rf_is_sin(hints->src_addr, hints->src_addrlen)) ||
+                     (hints->dest_addr && !rf_is_sin(hints->dest_addr, hints->dest_addrlen))
+               : (hints->src_addr && hints->src_addrlen != RF_ADDR_LEN &&
+                  !is_src_request(hints->src_addr, hints->src_addrlen)) ||
+                     (hints->dest_addr && hints->dest_addrlen != RF_ADDR_LEN)) {
             return 0;
         }
         if (hints->fabric_attr && hints->fabric_attr->name && strcmp(hints->fabric_attr->name, dev) != 0) {
@@ -267,14 +314,14 @@ static int fill_info(uint32_t version, uint32_t device, const struct fi_info *hi
 
     out->caps = caps;
     out->mode = 0;
-    out->addr_format = FI_FORMAT_UNSPEC;
-    if (hints && hints->dest_addr) {
-        out->dest_addr = malloc(RF_ADDR_LEN);
-        if (!out->dest_addr) {
-            return -FI_ENOMEM;
-        }
-        memcpy(out->dest_addr, hints->dest_addr, RF_ADDR_LEN);
-        out->dest_addrlen = RF_ADDR_LEN;
+    out->addr_format = ip_of(hints) ? FI_SOCKADDR_IN : FI_FORMAT_UNSPEC;
+    if (hints && hints->dest_addr && dup_addr(hints->dest_addr, hints->dest_addrlen, &out->dest_addr,
+                                              &out->dest_addrlen) != 0) {
+        return -FI_ENOMEM;
+    }
+    if (hints && hints->src_addr && ip_of(hints) &&
+        dup_addr(hints->src_addr, hints->src_addrlen, &out->src_addr, &out->src_addrlen) != 0) {
+        return -FI_ENOMEM;
     }
 
     struct fi_tx_attr *tx = out->tx_attr;
@@ -392,10 +439,10 @@ static int resolve_ms(void)
     return ms;
 }
 
-int32_t rf_resolve(const char *node, const char *service, uint8_t name[RF_ADDR_LEN])
+int32_t rf_resolve(const char *node, const char *service, int ms, uint8_t name[RF_ADDR_LEN])
 {
     size_t len = RF_ADDR_LEN;
-    int32_t r = rdm4_resolve(node, service, resolve_ms(), name, &len);
+    int32_t r = rdm4_resolve(node, service, ms > 0 ? ms : resolve_ms(), name, &len);
     if (r != RDM4_SUCCESS) {
         FI_INFO(&rf_prov, FI_LOG_CORE, "no rdm4 endpoint's name from %s port %s: %s\n", node ? node : "-",
                 service ? service : "-", rdm4_strerror(r));
@@ -427,19 +474,38 @@ static int rf_getinfo(uint32_t version, const char *node, const char *service, u
      * there (rdm4_resolve), as a name carries a connection id no host
      * name gives. */
     uint8_t dest[RF_ADDR_LEN];
-    int have_dest = 0;
+    size_t dest_len = 0;
+    /* IP addressing: the source and the destination as socket addresses. */
+    int ip = ip_of(hints);
+    struct sockaddr_in src_in = { .sin_family = AF_INET };
     if ((node || service) && (flags & FI_SOURCE)) {
         if (parse_source(node, service, &src) != 0 || (hints && hints->src_addr)) {
             return -FI_ENODATA;
         }
+        if (src.node[0] && inet_pton(AF_INET, src.node, &src_in.sin_addr) != 1) {
+            ip = ip ? -1 : 0; /* an IPv6 source has no FI_SOCKADDR_IN */
+        }
+        src_in.sin_port = htons(src.port);
     } else if (node || service) {
         if (!node || !service) {
             return -FI_ENODATA;
         }
-        if (rf_resolve(node, service, dest) != RDM4_SUCCESS) {
+        if (ip) {
+            struct addrinfo want = { .ai_family = AF_INET, .ai_socktype = SOCK_DGRAM }, *got = NULL;
+            if (getaddrinfo(node, service, &want, &got) != 0 || !got) {
+                return -FI_ENODATA;
+            }
+            memcpy(dest, got->ai_addr, sizeof(struct sockaddr_in));
+            freeaddrinfo(got);
+            dest_len = sizeof(struct sockaddr_in);
+        } else if (rf_resolve(node, service, 0, dest) == RDM4_SUCCESS) {
+            dest_len = RF_ADDR_LEN;
+        } else {
             return -FI_ENODATA;
         }
-        have_dest = 1;
+    }
+    if (ip < 0) {
+        return -FI_ENODATA;
     }
     if (hints && is_src_request(hints->src_addr, hints->src_addrlen)) {
         memcpy(&src, hints->src_addr, sizeof src);
@@ -455,7 +521,7 @@ static int rf_getinfo(uint32_t version, const char *node, const char *service, u
     }
     struct fi_info *head = NULL, **tail = &head;
     for (size_t i = 0; i < n; i++) {
-        if (have_dest && order[i] == RDM4_DEVICE_SHM) {
+        if (dest_len && order[i] == RDM4_DEVICE_SHM) {
             continue; /* the name came by udp: a shm domain has none */
         }
         struct fi_info *one = fi_allocinfo();
@@ -465,12 +531,15 @@ static int rf_getinfo(uint32_t version, const char *node, const char *service, u
         }
         int r = fill_info(version, order[i], hints, one);
         if (r > 0 && !one->src_addr) {
-            r = dup_addr(&src, sizeof src, &one->src_addr, &one->src_addrlen) ? -FI_ENOMEM : r;
+            r = (ip ? dup_addr(&src_in, sizeof src_in, &one->src_addr, &one->src_addrlen)
+                    : dup_addr(&src, sizeof src, &one->src_addr, &one->src_addrlen))
+                    ? -FI_ENOMEM
+                    : r;
         }
-        if (r > 0 && have_dest) {
+        if (r > 0 && dest_len) {
             free(one->dest_addr);
             one->dest_addr = NULL;
-            r = dup_addr(dest, sizeof dest, &one->dest_addr, &one->dest_addrlen) ? -FI_ENOMEM : r;
+            r = dup_addr(dest, dest_len, &one->dest_addr, &one->dest_addrlen) ? -FI_ENOMEM : r;
         }
         if (r <= 0) {
             fi_freeinfo(one);
@@ -559,8 +628,8 @@ FI_EXT_INI
     fi_param_define(&rf_prov, "device", FI_PARAM_STRING,
                     "Device listed first and opened by default: auto, shm or udp (RDM4_DEVICE; default auto)");
     fi_param_define(&rf_prov, "resolve_ms", FI_PARAM_INT,
-                    "Milliseconds fi_getinfo asks a destination node and service for its endpoint's name "
-                    "(rdm4_resolve; default 2000)");
+                    "Milliseconds fi_getinfo asks a destination node and service for its endpoint's name, "
+                    "and the first use of an FI_SOCKADDR_IN entry waits for it (rdm4_resolve; default 2000)");
     for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++) {
         fi_param_define(&rf_prov, settings[i].name, FI_PARAM_STRING, settings[i].help);
     }

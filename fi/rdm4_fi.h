@@ -22,6 +22,7 @@
 #ifndef RDM4_FI_H
 #define RDM4_FI_H
 
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -89,9 +90,18 @@ struct rf_src_request {
 };
 
 /* The name of the endpoint bound at `node` and `service`, asked of its
- * port for FI_RDM4_RESOLVE_MS (`rdm4_resolve`; logged when none came):
- * its rdm4 status. */
-int32_t rf_resolve(const char *node, const char *service, uint8_t name[RF_ADDR_LEN]);
+ * port for `ms` (0: FI_RDM4_RESOLVE_MS) (`rdm4_resolve`; logged when none
+ * came): its rdm4 status. */
+int32_t rf_resolve(const char *node, const char *service, int ms, uint8_t name[RF_ADDR_LEN]);
+
+/* IP addressing (addr_format FI_SOCKADDR_IN): the IPv4 address and port
+ * of a udp or auto name (its gid and qpn: rdm4(7)) into `sin`; -1 when the
+ * name holds none (a shm address, an IPv6 one). */
+int rf_name_sin(const uint8_t name[RF_ADDR_LEN], struct sockaddr_in *sin);
+/* Whether `a` of `len` bytes is an IPv4 socket address. */
+int rf_is_sin(const void *a, size_t len);
+/* "fi_sockaddr_in://a.b.c.d:port" into `buf` of `len` bytes. */
+void rf_sin_str(const struct sockaddr_in *sin, char *buf, size_t len);
 
 /* Returned by operations on objects that do not offer them. */
 int rf_nosys_int(void);
@@ -165,6 +175,7 @@ struct rf_domain {
     enum fi_threading threading;
     int locked; /* the provider's objects take their mutexes */
     enum fi_av_type av_type;
+    int ip; /* addr_format FI_SOCKADDR_IN: see "IP addressing" in domain.c */
     atomic_int ref;
     /* Its endpoints, newest first; one of them (`own` 0) uses `ep`. The
      * list changes under `ep_lock`; progress reads it without (an
@@ -226,19 +237,33 @@ struct rf_avview {
     struct rf_hidx idx;
 };
 
+/* The state of an address vector's entry. */
+enum rf_entry {
+    RF_ENTRY_FREE,       /* removed (FI_AV_TABLE), or never inserted */
+    RF_ENTRY_UNRESOLVED, /* IP addressing: its name not asked yet */
+    RF_ENTRY_LIVE,       /* inserted into the rdm4 endpoint */
+};
+
 struct rf_av {
     struct fid_av fid;
     struct rf_domain *domain;
     enum fi_av_type type;
     atomic_int ref;
     struct rf_eq *eq;
+    int event; /* opened with FI_EVENT: inserts report by `eq` */
     pthread_mutex_t lock;
-    /* Every address inserted: its rdm4 handle and raw address. For
-     * FI_AV_TABLE the index is the fi_addr; removed entries have handle
+    /* Every address inserted: its state (`enum rf_entry`), rdm4 handle
+     * and raw address; under IP addressing also its IP address and port.
+     * For FI_AV_TABLE, and FI_AV_MAP under IP addressing, the index is the
+     * fi_addr; removed entries (and unresolved ones) have handle
      * RDM4_ADDR_UNSPEC. */
-    size_t n, cap;
+    int ip;
+    size_t n, cap, unresolved;
+    uint8_t *state;
     rdm4_addr *handle;
     uint8_t (*raw)[RF_ADDR_LEN];
+    struct sockaddr_in *sin;
+    double *failed_ms; /* when its name was last asked in vain (now_ms) */
     /* Handles to entries, for the sources of completions. */
     struct rf_hidx idx;
     /* The handles of the entries in each later endpoint bound to it. */
@@ -330,8 +355,9 @@ int rf_query_atomic(struct fid_domain *domain, enum fi_datatype datatype, enum f
 int rf_trywait(struct fid_fabric *fabric, struct fid **fids, int count);
 
 /* The rdm4 handle of `fi_addr` through the endpoint's address vector, or
- * RDM4_ADDR_UNSPEC when it names none: the domain's (first endpoint), or a
- * later endpoint's (`rf_view_handle`). */
+ * RDM4_ADDR_UNSPEC when it names none (or, under IP addressing, its name
+ * was asked in vain): the domain's (first endpoint), or a later
+ * endpoint's (`rf_view_handle`). */
 rdm4_addr rf_av_handle(struct rf_av *av, fi_addr_t fi_addr);
 rdm4_addr rf_view_handle(struct rf_ep *ep, fi_addr_t fi_addr);
 /* The fi_addr of endpoint `ep`'s rdm4 handle (the source of a

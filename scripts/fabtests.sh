@@ -111,8 +111,8 @@
 #     expected to answer these with FI_ENODATA (skipped-unsupported) unless
 #     its fi_getinfo resolves "127.0.0.1" plus a port into a peer address.
 #   one: fi_getinfo_test and fi_av_test test node/service strings by design
-#     (fi_av_test asks for addr_format FI_SOCKADDR, so an FI_FORMAT_UNSPEC
-#     provider should get skipped-unsupported); `fi_rdm g00n13s` passes when
+#     (fi_av_test asks for addr_format FI_SOCKADDR: a provider without it
+#     should get skipped-unsupported; rdm4 has it); `fi_rdm g00n13s` passes when
 #     fi_getinfo("g00n13s", ...) fails with FI_ENODATA, so a provider that
 #     ignores the node fails it; the other unit tests pass no address.
 # Known oob-only trouble: fi_rdm_tagged_peek's server starts with five
@@ -379,6 +379,13 @@ end_ours() {
 	done
 }
 trap 'end_ours; exit 130' INT TERM HUP
+# rdm4's shared-memory segments go under a prefix of this run's, removed at
+# the end: a test ended by a signal (fi_rdm_stress's server) never closes
+# its endpoint, and would leave its segments in /dev/shm.
+if [ -z "${RDM4_SHM_PREFIX:-}" ]; then
+	export RDM4_SHM_PREFIX="fabtests$$"
+	trap 'rm -f /dev/shm/"$RDM4_SHM_PREFIX"-*' EXIT
+fi
 
 port_in_use() {
 	local hex

@@ -74,6 +74,16 @@
  *                each way with sources, RMA from it, no RMA target (the keys
  *                are the first endpoint's), fi_trywait and poll(2) on the
  *                domain's wait fd for it, close and reopen, fi_av_remove
+ *  14 ip         addr_format FI_SOCKADDR_IN (auto and udp; shm has none):
+ *                names are IPv4 socket addresses, fi_addrs indices under
+ *                FI_AV_MAP too; entries inserted without asking anyone
+ *                (a dead port, a bad family refused); a first message to
+ *                an entry, its source at a receiver that never used its
+ *                entry (FI_SOURCE), a receive directed at an entry not
+ *                used yet, messages of every size both ways, RMA;
+ *                fi_av_lookup / fi_av_straddr; a dead entry's send fails
+ *                with -FI_EHOSTUNREACH; node and service in fi_getinfo
+ *                become the dest_addr without asking
  *
  * Every wait is bounded (WAIT_MS) and fails its check when it runs out; the
  * whole run is bounded by alarm(120) (FI_CHECK_ALARM=<seconds> changes it,
@@ -487,9 +497,10 @@ struct opts {
     int cntrs;                /* counters bound FI_SEND (tx) and FI_RECV (rx) */
     int no_av;                /* leave the endpoint without AV and not enabled */
     enum fi_threading threading;
+    int ip; /* addr_format FI_SOCKADDR_IN */
 };
 
-static const struct opts DEFAULT_OPTS = { FI_CQ_FORMAT_TAGGED, FI_AV_MAP, FI_WAIT_NONE, 0, 0, 0, FI_THREAD_UNSPEC };
+static const struct opts DEFAULT_OPTS = { FI_CQ_FORMAT_TAGGED, FI_AV_MAP, FI_WAIT_NONE, 0, 0, 0, FI_THREAD_UNSPEC, 0 };
 
 /* A and B: the pair; C: a third endpoint some checks open. */
 static struct side sides[3];
@@ -529,6 +540,9 @@ static int open_side(struct side *s, const struct opts *o, const char *label)
     h->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ALLOCATED;
     h->domain_attr->av_type = o->av;
     h->domain_attr->threading = o->threading;
+    if (o->ip) {
+        h->addr_format = FI_SOCKADDR_IN;
+    }
     h->mode = FI_CONTEXT | FI_CONTEXT2; /* every context given is a struct fi_context2 */
     ssize_t r = fi_getinfo(API_VERSION, NULL, NULL, 0, h, &s->info);
     fi_freeinfo(h);
@@ -3668,6 +3682,158 @@ static void g_multi_ep(void)
     check(close_pair(), "close");
 }
 
+/* IP addressing: a message from `tx` to `rx` (`to`: tx's fi_addr of rx;
+ * `from`: rx's of tx, whose source the completion must name; `directed`:
+ * the receive accepts only `from`). */
+static int ip_msg(struct side *tx, fi_addr_t to, struct side *rx, fi_addr_t from, size_t len, int directed,
+                  uint32_t seed)
+{
+    struct fi_context2 rc, sc;
+    struct cqe e, te;
+    ssize_t r;
+    fill(sbuf, len, seed, 0);
+    memset(rbuf, GUARD_BYTE, len + GUARD);
+    POST(r, fi_recv(rx->ep, rbuf, len, NULL, directed ? from : FI_ADDR_UNSPEC, &rc));
+    if (!rc_is(r, 0, "fi_recv")) {
+        return 0;
+    }
+    POST(r, fi_send(tx->ep, sbuf, len, NULL, to, &sc));
+    return rc_is(r, 0, "fi_send") && wait_cqe(&rx->rx, &e, WAIT_MS) && rx_ok(&e, &rc, FI_MSG, len, 0, 0, 0) &&
+           (e.src == from || bad("source %#" PRIx64 ", expected %#" PRIx64, (uint64_t)e.src, (uint64_t)from)) &&
+           data_ok(rbuf, len, seed, 0, "received data") && guard_ok(rbuf + len, GUARD, "after the buffer") &&
+           wait_cqe(&tx->tx, &te, WAIT_MS) && tx_ok(&te, &sc, FI_SEND);
+}
+
+static void g_ip(void)
+{
+    struct fi_info *h = hints_new(), *got = NULL;
+    h->addr_format = FI_SOCKADDR_IN;
+    int r = fi_getinfo(API_VERSION, NULL, NULL, 0, h, &got);
+    if (!strcmp(dom_name, "shm")) {
+        check(r == -FI_ENODATA || bad("fi_getinfo: %d", r), "no FI_SOCKADDR_IN on the shm domain (-FI_ENODATA)");
+        fi_freeinfo(got);
+        fi_freeinfo(h);
+        return;
+    }
+    check(rc_is(r, 0, "fi_getinfo") && (got->addr_format == FI_SOCKADDR_IN || bad("addr_format %u", got->addr_format)),
+          "FI_SOCKADDR_IN hints get an FI_SOCKADDR_IN answer");
+    fi_freeinfo(got);
+    got = NULL;
+    /* A destination's node and service are taken as they are: nothing is
+     * bound at the port, and the answer comes at once. */
+    uint16_t none = free_port_pair();
+    char svc[8];
+    snprintf(svc, sizeof svc, "%u", none);
+    double t0 = now_ms();
+    r = fi_getinfo(API_VERSION, "127.0.0.1", svc, 0, h, &got);
+    const struct sockaddr_in *d = got ? got->dest_addr : NULL;
+    check(rc_is(r, 0, "fi_getinfo") &&
+              (got->dest_addrlen == sizeof *d || bad("dest_addrlen %zu", got->dest_addrlen)) &&
+              ((d->sin_family == AF_INET && d->sin_addr.s_addr == htonl(INADDR_LOOPBACK) &&
+                ntohs(d->sin_port) == none) ||
+               bad("dest_addr not 127.0.0.1:%u", none)) &&
+              (now_ms() - t0 < 1000 || bad("took %.0f ms", now_ms() - t0)),
+          "fi_getinfo(\"127.0.0.1\", a port) gives that socket address as dest_addr without asking it");
+    fi_freeinfo(got);
+    fi_freeinfo(h);
+
+    struct opts o = DEFAULT_OPTS;
+    o.ip = 1;
+    if (!check(open_pair(&o), "open two endpoints with FI_SOCKADDR_IN (each inserts itself and the other)")) {
+        close_pair();
+        return;
+    }
+    const struct sockaddr_in *an = (const struct sockaddr_in *)A->name;
+    check((A->namelen == sizeof *an || bad("%zu bytes", A->namelen)) &&
+              ((an->sin_family == AF_INET && an->sin_port != 0) || bad("family %u port %u", an->sin_family,
+                                                                      ntohs(an->sin_port))) &&
+              ((A->self == 0 && A->peer == 1) || bad("fi_addrs %" PRIu64 ", %" PRIu64, A->self, A->peer)),
+          "fi_getname gives an IPv4 socket address; FI_AV_MAP's fi_addrs are indices (0, 1)");
+    struct sockaddr_in sin;
+    size_t len = 4;
+    check(fi_getname(&A->ep->fid, &sin, &len) == -FI_ETOOSMALL && len == sizeof sin,
+          "fi_getname with 4 bytes: -FI_ETOOSMALL and the length");
+
+    /* B never used its entry of A: the source is found all the same. */
+    check(ip_msg(A, A->peer, B, B->peer, 100, 0, 1), "A's first message to B (its entry asked at first use); "
+                                                     "B's completion names A's entry as the source");
+    check(ip_msg(B, B->peer, A, A->peer, 100, 0, 2), "B answers A; A's completion names B's entry");
+    int ok = 1;
+    for (size_t i = 0; i < N_MSG_SIZES && ok; i++) {
+        ok = ip_msg(A, A->peer, B, B->peer, msg_sizes[i], 1, 10 + (uint32_t)i) &&
+             ip_msg(B, B->peer, A, A->peer, msg_sizes[i], 1, 20 + (uint32_t)i);
+    }
+    check(ok, "directed messages of 0 B .. 4 MiB both ways, every byte");
+
+    /* RMA towards an IP entry. */
+    struct fid_mr *mr = NULL;
+    r = fi_mr_reg(B->domain, region, 4096, FI_REMOTE_WRITE | FI_REMOTE_READ, 0, 0, 0, &mr, NULL);
+    if (check(rc_is(r, 0, "fi_mr_reg"), "B registers memory")) {
+        struct fi_context2 c;
+        struct cqe e;
+        ssize_t w;
+        fill(sbuf, 1000, 30, 0);
+        memset(region, GUARD_BYTE, 4096);
+        POST(w, fi_write(A->ep, sbuf, 1000, NULL, A->peer, base_of(B, region) + 8, fi_mr_key(mr), &c));
+        check(rc_is(w, 0, "fi_write") && wait_cqe(&A->tx, &e, WAIT_MS) && tx_ok(&e, &c, FI_RMA | FI_WRITE) &&
+                  data_ok(region + 8, 1000, 30, 0, "written") && guard_ok(region + 1008, 64, "after the write"),
+              "fi_write to B's entry");
+        fi_close(&mr->fid);
+    }
+
+    /* Lookup and text of an entry. */
+    len = sizeof sin;
+    ok = rc_is(fi_av_lookup(A->av, A->peer, &sin, &len), 0, "fi_av_lookup") && len == sizeof sin &&
+         memcmp(&sin, B->name, sizeof sin) == 0;
+    check(ok || bad("not B's name"), "fi_av_lookup gives the socket address inserted");
+    char text[128], want[128], ip[INET_ADDRSTRLEN];
+    size_t tl = sizeof text;
+    const struct sockaddr_in *bn = (const struct sockaddr_in *)B->name;
+    inet_ntop(AF_INET, &bn->sin_addr, ip, sizeof ip);
+    snprintf(want, sizeof want, "fi_sockaddr_in://%s:%u", ip, ntohs(bn->sin_port));
+    const char *t = fi_av_straddr(A->av, B->name, text, &tl);
+    check((t && !strcmp(t, want)) || bad("\"%s\", expected \"%s\"", t ? t : "(null)", want),
+          "fi_av_straddr: fi_sockaddr_in://address:port");
+
+    /* Entries inserted without asking anyone; a dead one fails at first use. */
+    setenv("FI_RDM4_RESOLVE_MS", "300", 1);
+    struct sockaddr_in two[2] = { { .sin_family = AF_INET, .sin_port = htons(none) },
+                                  { .sin_family = 0 } };
+    two[0].sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    fi_addr_t fa[2] = { 0, 0 };
+    int errs_[2] = { -1, -1 };
+    t0 = now_ms();
+    r = fi_av_insert(A->av, two, 2, fa, FI_SYNC_ERR, errs_);
+    check((r == 1 || bad("returned %d", r)) && (fa[0] == 2 || bad("fi_addr %" PRIu64, fa[0])) &&
+              (fa[1] == FI_ADDR_NOTAVAIL || bad("bad one's fi_addr %#" PRIx64, fa[1])) &&
+              ((errs_[0] == 0 && errs_[1] == FI_EINVAL) || bad("errors %d, %d", errs_[0], errs_[1])) &&
+              (now_ms() - t0 < 100 || bad("took %.0f ms", now_ms() - t0)),
+          "fi_av_insert of a dead port and of a bad family: the first taken at once (fi_addr 2), the second "
+          "refused (FI_EINVAL)");
+    struct fi_context2 sc;
+    ssize_t s1 = fi_send(A->ep, sbuf, 8, NULL, fa[0], &sc);
+    check(s1 == -FI_EHOSTUNREACH || bad("fi_send: %zd (%s)", s1, errs(s1)),
+          "a send to the dead entry: -FI_EHOSTUNREACH once no name came");
+    unsetenv("FI_RDM4_RESOLVE_MS");
+    check(ip_msg(A, A->peer, B, B->peer, 64, 1, 40), "messages between A and B go on");
+    fi_addr_t gone = fa[0];
+    check(rc_is(fi_av_remove(A->av, &gone, 1, 0), 0, "fi_av_remove") &&
+              (fi_send(A->ep, sbuf, 8, NULL, gone, &sc) == -FI_EINVAL || bad("still usable")),
+          "the dead entry removed: -FI_EINVAL");
+    check(all_taken(), "no unexpected completion left");
+    check(close_pair(), "close");
+
+    /* A receive directed at an entry not used yet (FI_AV_TABLE). */
+    o.av = FI_AV_TABLE;
+    if (check(open_pair(&o), "open two endpoints with FI_SOCKADDR_IN and FI_AV_TABLE")) {
+        check(ip_msg(A, A->peer, B, B->peer, 5000, 1, 50),
+              "B's receive directed at A's entry before anything came; A's first message matches it");
+        check(ip_msg(B, B->peer, A, A->peer, 5000, 1, 51), "and back");
+        check(all_taken(), "no unexpected completion left");
+    }
+    check(close_pair(), "close");
+}
+
 /* ------------------------------------------------------------------ */
 
 static const struct {
@@ -3677,7 +3843,7 @@ static const struct {
     { "1 getinfo", g_getinfo }, { "2 msg", g_msg },         { "3 trunc", g_trunc },   { "4 selective", g_selective },
     { "5 probe", g_probe },     { "6 cancel", g_cancel },   { "7 rma", g_rma },       { "8 atomic", g_atomic },
     { "9 wait", g_wait },       { "10 badargs", g_badargs }, { "11 close", g_close },
-    { "12 multi_recv", g_multi_recv }, { "13 multi_ep", g_multi_ep },
+    { "12 multi_recv", g_multi_recv }, { "13 multi_ep", g_multi_ep }, { "14 ip", g_ip },
 };
 
 int main(int argc, char **argv)
@@ -3687,7 +3853,7 @@ int main(int argc, char **argv)
         dom_name = argv[1];
     }
     if (strcmp(dom_name, "auto") && strcmp(dom_name, "shm") && strcmp(dom_name, "udp")) {
-        fprintf(stderr, "usage: %s [auto|shm|udp] [group numbers 1..13...]\n", argv[0]);
+        fprintf(stderr, "usage: %s [auto|shm|udp] [group numbers 1..14...]\n", argv[0]);
         return 2;
     }
     unsigned seconds = 120;
