@@ -15,7 +15,12 @@
 //! buffers it was lent (each sits between guard bytes that are checked after
 //! every input), must keep what it holds for unexpected messages under its
 //! limit, and its state bounded: peers within `Config::max_peers`, held
-//! REQs within the reorder window's bytes. Under `cargo test` the target is
+//! REQs within the reorder window's bytes. Every packet that must be dropped
+//! is counted by its reason as it arrives (`Stats`): one the wire layer
+//! cannot parse as `malformed`; anything but a REQ from the stranger (no
+//! raw address) as `unknown_sender`; a RECEIPT, ATOMRSP, READRSP or
+//! READ_NACK, which answer requests the endpoint never made here, under
+//! one of the reasons. Under `cargo test` the target is
 //! bounded like those of `tests/fuzz_wire.rs`; `RDM4_FUZZ_SECONDS=N` runs
 //! it for N seconds of random inputs instead (a long run without
 //! cargo-bolero), and `fuzz/README.md` shows how to run it coverage-guided.
@@ -77,6 +82,38 @@ fn golden() -> &'static [Vec<u8>] {
 
 /// Fuzzed packet recipe: (seed, overwrites, length, flags) — see the module docs.
 type Recipe = (u16, Vec<(u16, u8)>, u16, u8);
+
+/// The reasons a packet is dropped for (`Stats`), summed.
+fn dropped(s: &rdm4::engine::Stats) -> u64 {
+    s.malformed + s.stale_connid + s.unknown_sender + s.protocol_errors + s.access_errors + s.refused_peers
+}
+
+/// What `pkt` (handed whole, not gathered) must have been counted as, if
+/// it arrived: checked against the counters before (`b`) and after (`a`).
+fn counted_as_due(
+    pkt: &[u8],
+    from_known: bool,
+    b: &rdm4::engine::Stats,
+    a: &rdm4::engine::Stats,
+) -> Result<(), String> {
+    use rdm4::wire::{DataRtm, Packet};
+    let parsed = if DataRtm::parse(pkt).is_some() {
+        Some(true)
+    } else {
+        Packet::parse(pkt).ok().map(|p| matches!(p, Packet::Req(_)))
+    };
+    let Some(is_req) = parsed else {
+        return if a.malformed == b.malformed + 1 { Ok(()) } else { Err("unparsable, not counted malformed".into()) };
+    };
+    if !from_known && !is_req && a.unknown_sender != b.unknown_sender + 1 {
+        return Err("a stranger's non-REQ not counted unknown_sender".into());
+    }
+    let unsolicited = [PacketType::Receipt, PacketType::AtomRsp, PacketType::ReadRsp, PacketType::ReadNack];
+    if unsolicited.iter().any(|&t| pkt[0] == t as u8) && dropped(a) <= dropped(b) {
+        return Err(format!("an answer to no request (type {}) not counted", pkt[0]));
+    }
+    Ok(())
+}
 
 fn packet(types: &[u8], (seed, writes, len, flags): &Recipe) -> Vec<u8> {
     let g = golden();
@@ -146,7 +183,23 @@ fn fuzz_engine_packet_input() {
                 } else {
                     dev.send_with(ah, 1, pkt.len(), build)
                 };
+                let before = ep.stats();
                 ep.progress(0);
+                let after = ep.stats();
+                // The packet arrived alone (nothing else was in flight): it
+                // is counted by its reason now.
+                if after.rx_packets == before.rx_packets + 1 {
+                    if *gathered {
+                        // A gathered packet is a CTSDATA segment or malformed;
+                        // from the stranger it is dropped either way.
+                        assert!(
+                            *from_known || dropped(&after) > dropped(&before),
+                            "a stranger's gathered packet not counted"
+                        );
+                    } else if let Err(why) = counted_as_due(&pkt, *from_known, &before, &after) {
+                        panic!("{why}: {:02x?}", &pkt[..pkt.len().min(64)]);
+                    }
+                }
                 // The limit, plus one message taken when nothing was held
                 // (at most the larger of medium_max and an MTU).
                 let one = Config::default().medium_max.max(known.caps().mtu);
