@@ -200,6 +200,25 @@ fn a_crowded_endpoint_moves_messages_above_16_kib_by_one_read_without_runt() {
 }
 
 #[test]
+fn a_far_peer_gets_messages_from_256_kib_by_one_read_without_runt() {
+    // Every peer far (RDM4_SHM_FAR_NS=0): from 256 KiB by one read, no
+    // runt; 64 KiB keeps the ring.
+    let far = ShmConfig { far_ns: Some(0), ..ShmConfig::default() };
+    let mut p = pair_with(far, "far", Config::default(), Config::default());
+    for len in [64 << 10, (256 << 10) - 1, 256 << 10, 1 << 20] {
+        assert_eq!(p.message(len, false), Status::Success, "{len} B");
+    }
+    let all = [Proto::Medium, Proto::Longcts, Proto::Longread, Proto::Runtread].map(|x| p.ops(0, x));
+    assert_eq!(all, [1, 1, 2, 0], "64 KiB medium, 256 KiB - 1 long-CTS, 256 KiB and 1 MiB by one read");
+    assert_eq!((p.sent(0, T::RuntreadTagRtm), p.received(0, T::Eor)), (0, 2), "no runt; the reads ended");
+    // No peer far (RDM4_SHM_FAR_NS=off): 1 MiB through the ring.
+    let close = ShmConfig { far_ns: None, ..ShmConfig::default() };
+    let mut p = pair_with(close, "close", Config::default(), Config::default());
+    assert_eq!(p.message(1 << 20, false), Status::Success);
+    assert_eq!((p.ops(0, Proto::Longcts), p.ops(0, Proto::Longread)), (1, 0), "close: long-CTS");
+}
+
+#[test]
 fn rma_goes_direct_with_immediate_data_by_long_read_or_emulated() {
     // Cross-memory attach: direct; CQ data by write with immediate data.
     // (Not through the ring however much the target polls: see below.)

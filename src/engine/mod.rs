@@ -525,6 +525,9 @@ impl<D: Device> Endpoint<D> {
                 return done;
             }
         }
+        // Beyond the eager fast path: the device's per-peer long-read size
+        // may have changed since the last send (shm's far peers).
+        self.core.follow_caps(&self.dev);
         if dc || self.core.cfg.delivery_complete {
             self.core.post_send(dest, buf, opts, true)?;
             self.core.flush(&mut self.dev);

@@ -332,7 +332,7 @@ impl Device for AutoDevice {
 
     fn peer_caps(&self, ah: Ah) -> Caps {
         let own = match via(ah) {
-            Via::Shm(_) => self.shm.as_ref().map(Device::caps),
+            Via::Shm(a) => self.shm.as_ref().map(|s| s.peer_caps(a)),
             Via::Udp(_) => self.udp.as_ref().map(Device::caps),
         };
         own.unwrap_or(self.caps)

@@ -42,11 +42,12 @@ pub struct ShmConfig {
     pub cma: bool,
     /// Two-sided messages of at least this many bytes move by long-read (one
     /// copy by cross-memory attach, the sender passive) instead of long-CTS
-    /// through the ring (`usize::MAX`, the default: never). The ring's
-    /// pipelined copies — the sender copying in while the receiver copies
-    /// out — are the quicker at every size; long-read pays off when the
-    /// sender cannot progress while the message moves (see
-    /// docs/performance.md, "Long-read").
+    /// through the ring (`usize::MAX`, the default: never, but crowded and
+    /// towards far peers). Between close CPUs the ring's pipelined copies —
+    /// the sender copying in while the receiver copies out — are the
+    /// quicker at every size; long-read pays off when the sender cannot
+    /// progress while the message moves (see docs/performance.md,
+    /// "Long-read"), and towards a far peer (`far_longread_min`).
     pub longread_min: usize,
     /// In crowded mode (more endpoints, this one and its shm peers, than
     /// CPUs: `crowd.rs`), two-sided messages of at least this many bytes
@@ -54,6 +55,15 @@ pub struct ShmConfig {
     /// `longread_min`. Default [`CROWDED_LONGREAD_MIN`]; `usize::MAX`
     /// (what setting `RDM4_SHM_LONGREAD_MIN` gives): never.
     pub crowded_longread_min: usize,
+    /// To a peer found far (`far.rs`), two-sided messages of at least this
+    /// many bytes move by long-read without a runt, when that is smaller
+    /// than `longread_min`: far apart, one cross-memory-attach copy moves
+    /// each line across once, where the ring's two copies move it twice
+    /// (plain stores) or through memory (non-temporal ones). Default
+    /// [`FAR_LONGREAD_MIN`]; `usize::MAX` (what setting
+    /// `RDM4_SHM_LONGREAD_MIN` gives): never (docs/performance.md, "Far
+    /// peers: long-read").
+    pub far_longread_min: usize,
     /// How far (bytes) the owner stays behind a producer that is still
     /// writing, for packets whose producer said more of a stream follows
     /// them; `None` (the default): three times the L2 cache of CPU 0 (1.5
@@ -69,7 +79,8 @@ pub struct ShmConfig {
     /// Bulk packets (payloads of 32 KiB or more: long messages' CTSDATA,
     /// and a long-CTS RTM's first segment) to a peer whose cache lines take
     /// longer than this many nanoseconds to fetch are written with
-    /// non-temporal stores; `None`: never; `Some(0)`: always. The producer
+    /// non-temporal stores; `None`: never; `Some(0)`: always, every peer
+    /// counting as far (`far_longread_min` too). The producer
     /// times a load of the peer's ring head once per 16 such packets; the
     /// peer is far while 3 of the last 32 times are over the limit. Far
     /// apart, plain stores make every line cross twice; close,
@@ -113,6 +124,9 @@ pub struct ShmConfig {
 /// The default [`ShmConfig::crowded_longread_min`].
 pub const CROWDED_LONGREAD_MIN: usize = 16 * 1024;
 
+/// The default [`ShmConfig::far_longread_min`].
+pub const FAR_LONGREAD_MIN: usize = 256 * 1024;
+
 /// The default [`ShmConfig::far_ns`].
 pub const FAR_NS: u32 = 90;
 
@@ -127,6 +141,7 @@ impl Default for ShmConfig {
             cma: true,
             longread_min: usize::MAX,
             crowded_longread_min: CROWDED_LONGREAD_MIN,
+            far_longread_min: FAR_LONGREAD_MIN,
             trail: None,
             far_ns: Some(FAR_NS),
             lag: 16 * 1024,
@@ -183,7 +198,8 @@ impl ShmConfig {
         }
         if let Some(v) = env::number_or_word("RDM4_SHM_LONGREAD_MIN", 0..=usize::MAX, &["off"])? {
             c.longread_min = v.unwrap_or(usize::MAX);
-            c.crowded_longread_min = usize::MAX; // the application's choice, crowded or not
+            c.crowded_longread_min = usize::MAX; // the application's choice, crowded, far or not
+            c.far_longread_min = usize::MAX;
         }
         if let Some(n) = env::number("RDM4_SHM_TRAIL", 0..=MAX_RING)? {
             c.trail = Some(n);

@@ -26,8 +26,21 @@ impl Device for ShmDevice {
         self.crowd.apply(&self.cfg, caps)
     }
 
+    /// [`Self::caps`], with long-read from `far_longread_min` and no runt
+    /// towards a peer found far (`far.rs`).
+    fn peer_caps(&self, ah: Ah) -> Caps {
+        let mut caps = self.caps();
+        let far = self.cfg.far_ns == Some(0)
+            || self.peers.get(ah as usize).and_then(Option::as_ref).is_some_and(|p| p.placement.far());
+        if far && caps.rdma_read && self.cfg.far_longread_min < caps.longread_min {
+            caps.longread_min = self.cfg.far_longread_min;
+            caps.runt = false;
+        }
+        caps
+    }
+
     fn caps_epoch(&self) -> u32 {
-        self.crowd.epoch()
+        self.crowd.epoch().wrapping_add(self.far_epoch)
     }
 
     fn local_addr(&self) -> RawAddr {
@@ -247,10 +260,15 @@ impl ShmDevice {
     /// ring with non-temporal stores (the receiver is far, `far.rs`).
     pub(super) fn gather_nt(&mut self, ah: Ah, len: usize) -> bool {
         let (limit, more) = (self.cfg.far_ns, self.more);
-        self.peer(ah).is_ok_and(|p| {
-            let ring = far::Ring { head: p.map.u64_at(off::HEAD), tail: p.map.u64_at(off::TAIL), len: p.shape.ring };
-            p.placement.nt(limit, len, ring, &mut p.head_seen, more)
-        })
+        let Ok(p) = self.peer(ah) else { return false };
+        let ring = far::Ring { head: p.map.u64_at(off::HEAD), tail: p.map.u64_at(off::TAIL), len: p.shape.ring };
+        let was = p.placement.far();
+        let nt = p.placement.nt(limit, len, ring, &mut p.head_seen, more);
+        if p.placement.far() != was {
+            // The peer's long-read size changes (`peer_caps`).
+            self.far_epoch = self.far_epoch.wrapping_add(1);
+        }
+        nt
     }
 }
 

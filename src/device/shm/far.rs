@@ -218,6 +218,11 @@ impl Placement {
         }
     }
 
+    /// Whether the peer counts as far now.
+    pub(super) fn far(&self) -> bool {
+        self.far
+    }
+
     /// Times one load of `head`. A value already `seen` says the line may
     /// still be in this CPU's cache: no sample.
     fn probe(&mut self, limit: u32, head: &AtomicU64, seen: &mut u64) {

@@ -212,6 +212,7 @@ impl ShmDevice {
             dead_claims: claims::DeadClaims::default(),
             grow,
             crowd: super::crowd::Crowd::default(),
+            far_epoch: 0,
         })
     }
 

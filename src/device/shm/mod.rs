@@ -253,6 +253,9 @@ pub struct ShmDevice {
     grow: grow::Growth,
     /// Crowded mode (`crowd.rs`).
     crowd: crowd::Crowd,
+    /// Changes whenever a peer starts or stops counting as far (its
+    /// long-read size with it: `Device::caps_epoch`).
+    far_epoch: u32,
 }
 
 /// A packet the engine deferred: its sender's ids and its bytes.

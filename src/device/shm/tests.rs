@@ -717,3 +717,43 @@ fn forged_rdma_requests_and_answers_are_refused_or_dropped() {
     });
     assert_eq!(n, 1);
 }
+
+#[test]
+fn a_peer_found_far_gets_long_read_from_256_kib_without_runt_and_the_epoch_tells() {
+    // A limit of 1 ns: every timed load of the peer's head is "over".
+    let cfg = ShmConfig { prefix: format!("rdm4u{}far", std::process::id()), far_ns: Some(1), ..ShmConfig::default() };
+    let a = ShmDevice::open_with(cfg.clone()).unwrap();
+    let mut b = ShmDevice::open_with(cfg.clone()).unwrap();
+    let ah = b.insert(&a.local_addr()).unwrap();
+    let close = b.peer_caps(ah);
+    assert_eq!((close.longread_min, close.runt), (usize::MAX, true), "close: the ring");
+    let epoch = b.caps_epoch();
+    // Large packets: one head load timed per 16, the head moved before
+    // each; the third high time makes the peer far.
+    let head = a.map.u64_at(off::HEAD); // a's ring head, which b times
+    let mut flipped_at = None;
+    for k in 0..48u32 {
+        head.fetch_add(1, Ordering::Relaxed);
+        assert!(!b.gather_nt(ah, 64 << 10) || flipped_at.is_some() || k >= 32, "plain stores while close");
+        if flipped_at.is_none() && b.caps_epoch() != epoch {
+            flipped_at = Some(k);
+        }
+    }
+    assert_eq!(flipped_at, Some(32), "far at the third timed load (packet 32), the epoch changed then");
+    let far = b.peer_caps(ah);
+    assert_eq!((far.longread_min, far.runt), (256 << 10, false), "far: long-read from 256 KiB, no runt");
+    assert!(b.gather_nt(ah, 64 << 10), "far: bulk packets past the caches");
+    // The device's own caps (and so a new peer's before it is timed) stay.
+    assert_eq!(b.caps().longread_min, usize::MAX);
+    // The application's long-read size wins over the far one.
+    let set = ShmConfig {
+        longread_min: 1 << 30,
+        crowded_longread_min: usize::MAX,
+        far_longread_min: usize::MAX,
+        far_ns: Some(0),
+        ..cfg
+    };
+    let mut c = ShmDevice::open_with(set).unwrap();
+    let ah = c.insert(&a.local_addr()).unwrap();
+    assert_eq!(c.peer_caps(ah).longread_min, 1 << 30, "RDM4_SHM_LONGREAD_MIN set: no far long-read");
+}
