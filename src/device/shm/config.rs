@@ -56,7 +56,8 @@ pub struct ShmConfig {
     /// (what setting `RDM4_SHM_LONGREAD_MIN` gives): never.
     pub crowded_longread_min: usize,
     /// To a peer found far (`far.rs`), two-sided messages of at least this
-    /// many bytes move by long-read without a runt, when that is smaller
+    /// many bytes (default: larger than one packet of the default MTU)
+    /// move by long-read without a runt, when that is smaller
     /// than `longread_min`: far apart, one cross-memory-attach copy moves
     /// each line across once, where the ring's two copies move it twice
     /// (plain stores) or through memory (non-temporal ones). Default
@@ -125,7 +126,7 @@ pub struct ShmConfig {
 pub const CROWDED_LONGREAD_MIN: usize = 16 * 1024;
 
 /// The default [`ShmConfig::far_longread_min`].
-pub const FAR_LONGREAD_MIN: usize = 256 * 1024;
+pub const FAR_LONGREAD_MIN: usize = 64 * 1024 + 1;
 
 /// The default [`ShmConfig::far_ns`].
 pub const FAR_NS: u32 = 90;
