@@ -6,7 +6,6 @@ use std::time::Instant;
 
 use super::appfd::AppFd;
 use super::dgram::{Kind, HDR};
-use super::peer::Peer;
 use super::{random_u64, raw_of, socket_of, UdpDevice, AWAITED_FOR};
 use crate::device::{Access, Ah, Caps, DevError, DevEvent, Device, Flow, Sent};
 use crate::device::{Doorbell, Lacks, Responder, Sleep};
@@ -52,12 +51,7 @@ impl Device for UdpDevice {
                 }
                 i
             }
-            None => {
-                self.peers.push(Peer::new(to, addr.connid()));
-                let i = self.peers.len() - 1;
-                self.by_addr.insert((to, addr.connid()), i);
-                i
-            }
+            None => self.new_peer(to, addr.connid()),
         };
         self.peers[idx].inserted = true;
         Ok(idx as Ah)

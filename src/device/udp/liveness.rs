@@ -70,8 +70,9 @@ impl UdpDevice {
             if e != libc::ECONNREFUSED {
                 continue; // a host or network unreachable may pass: silence decides
             }
-            for idx in 0..self.peers.len() {
-                if self.peers[idx].addr == to && !self.peers[idx].lost {
+            let at = self.by_sock.get(&to).cloned().unwrap_or_default();
+            for idx in at {
+                if !self.peers[idx].lost {
                     self.stats.peers_refused += 1;
                     crate::log::log!(crate::log::INFO, "udp: peer {to}: port unreachable, given up");
                     self.lose(idx);

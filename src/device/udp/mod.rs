@@ -184,6 +184,9 @@ pub struct UdpDevice {
     mtu: usize,
     peers: Vec<Peer>,
     by_addr: FxHashMap<(SocketAddr, u32), usize>,
+    /// The peers at each socket address (one per connid seen there): a
+    /// port-unreachable error names the address alone.
+    by_sock: FxHashMap<SocketAddr, Vec<usize>>,
     strangers: usize,
     events: Vec<DevEvent>,
     pool: Vec<Vec<u8>>,
@@ -360,6 +363,7 @@ impl UdpDevice {
             cfg,
             peers: Vec::new(),
             by_addr: FxHashMap::default(),
+            by_sock: FxHashMap::default(),
             strangers: 0,
             events: Vec::new(),
             pool: Vec::new(),

@@ -28,10 +28,16 @@ impl UdpDevice {
             return None;
         }
         self.strangers += 1;
+        Some(self.new_peer(addr, connid))
+    }
+
+    /// Adds the peer at (`addr`, `connid`) and indexes it; its index.
+    pub(super) fn new_peer(&mut self, addr: SocketAddr, connid: u32) -> usize {
         self.peers.push(Peer::new(addr, connid));
         let i = self.peers.len() - 1;
         self.by_addr.insert((addr, connid), i);
-        Some(i)
+        self.by_sock.entry(addr).or_default().push(i);
+        i
     }
 
     /// Hands the parked packets to `f` again, in their order.

@@ -459,6 +459,11 @@ fn a_peer_whose_port_closed_is_given_up_at_once() {
     let addr = raw_of(gone.local_addr().unwrap(), 5);
     drop(gone);
     let ah = a.insert(&addr).unwrap();
+    // An older incarnation at the same port, and a peer elsewhere whose
+    // port stays open (it never answers).
+    let old = a.insert(&raw_of(socket_of(&addr), 4)).unwrap();
+    let quiet = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let other = a.insert(&raw_of(quiet.local_addr().unwrap(), 5)).unwrap();
     // Awaited with nothing to send: the probe finds the port closed.
     let mut ev = Vec::new();
     let t = Instant::now();
@@ -470,8 +475,12 @@ fn a_peer_whose_port_closed_is_given_up_at_once() {
         std::thread::sleep(Duration::from_millis(1));
     }
     let s = a.stats();
-    assert!(s.probes >= 1 && s.peers_refused == 1 && s.peers_given_up == 0, "{s:?}");
+    assert!(s.probes >= 1 && s.peers_refused == 2 && s.peers_given_up == 0, "{s:?}");
+    assert!(ev.contains(&DevEvent::PeerLost { ah: old }), "every peer at the closed port: {ev:?}");
+    assert!(!ev.contains(&DevEvent::PeerLost { ah: other }), "not the peer elsewhere: {ev:?}");
     assert_eq!(send(&mut a, ah, b"x", 1), Err(DevError::Failed(Status::PeerUnreachable)));
+    assert_eq!(send(&mut a, old, b"x", 2), Err(DevError::Failed(Status::PeerUnreachable)));
+    assert!(send(&mut a, other, b"x", 3).is_ok(), "the peer elsewhere still takes sends");
 }
 
 #[test]
