@@ -858,9 +858,12 @@ static void test_osc(void)
 
 /* ---- --pingpong ---- */
 
+/* Round trips per timed repetition: 1000 up to 128 KiB, then about 128
+   MiB each way (128 at 1 MiB, 32 at 4 MiB), so that a repetition of a
+   large size lasts some 20 ms rather than a few. */
 static int pp_iters(size_t n)
 {
-    size_t i = ((size_t)1 << 24) / n;
+    size_t i = ((size_t)1 << 27) / n;
     return i < 8 ? 8 : i > 1000 ? 1000 : (int)i;
 }
 
