@@ -430,13 +430,20 @@ int rf_query_atomic(struct fid_domain *domain, enum fi_datatype datatype, enum f
  * A message from an entry not asked yet names that entry as its source:
  * a udp sender whose name holds the entry's address and port is it;
  * otherwise (a sender on shared memory, through auto) the entries not
- * asked yet are asked now, each for at most RF_ADOPT_MS (an entry that
- * gave no name is not asked again this way for RF_ADOPT_MS either), until
- * one is the sender. fi_addrs are the entries' indices, under FI_AV_MAP
- * too. */
+ * asked yet are asked now, each for RF_ADOPT_ASK_MS, RF_ADOPT_MS in all
+ * (an entry that gave no name is not asked again this way for
+ * RF_ADOPT_MS), until one is the sender; what is left is asked at the
+ * sender's next message. A sender looked for in vain once every entry
+ * had been asked is not looked for again for RF_MISS_MS, or until an entry
+ * is inserted (`rf_av.misses`): its messages name no source
+ * (FI_ADDR_NOTAVAIL) meanwhile, at no cost. fi_addrs are the entries'
+ * indices, under FI_AV_MAP too. */
 
-/* How long, in ms, the source of a message asks an entry for its name. */
+/* How long, in ms, the source of one message asks entries for their names,
+ * one entry at most, and a sender found in no entry is not looked for. */
 #define RF_ADOPT_MS 200
+#define RF_ADOPT_ASK_MS 20
+#define RF_MISS_MS 10000
 
 static rdm4_addr av_resolve(struct rf_av *av, struct rf_ep *ep, fi_addr_t fi_addr, int ms);
 
@@ -647,6 +654,11 @@ void rf_av_view_remove(struct rf_av *av, struct rf_ep *ep)
         }
     }
     ep->view = NULL;
+    for (size_t m = 0; m < sizeof av->misses / sizeof av->misses[0]; m++) {
+        if (av->misses[m].ep == ep) {
+            av->misses[m].ep = NULL;
+        }
+    }
     rf_unlock(av->domain->locked, &av->lock);
 }
 
@@ -753,6 +765,12 @@ static ssize_t av_adopt(struct rf_av *av, struct rf_ep *ep, rdm4_addr handle)
     int locked = av->domain->locked;
     ssize_t found = -1;
     rf_lock(locked, &av->lock);
+    size_t m = hash_of(handle, sizeof av->misses / sizeof av->misses[0]);
+    if (av->misses[m].ep == ep && av->misses[m].handle == handle && av->misses[m].gen == av->gen &&
+        now_ms() - av->misses[m].at_ms < RF_MISS_MS) {
+        rf_unlock(locked, &av->lock);
+        return -1; /* looked for in vain among these entries already */
+    }
     if (rf_name_sin(raw, &sin) == 0) {
         for (size_t j = 0; j < av->n && found < 0; j++) {
             if (av->state[j] == RF_ENTRY_UNRESOLVED && same_sin(&av->sin[j], &sin) && av_name(av, j, raw) == 0) {
@@ -760,15 +778,30 @@ static ssize_t av_adopt(struct rf_av *av, struct rf_ep *ep, rdm4_addr handle)
             }
         }
     }
-    /* Ask the others, one at a time, until the sender is found. */
+    /* Ask the others, one at a time, until the sender is found, for
+     * RF_ADOPT_MS in all; `every`: each entry left has been asked (now or
+     * before) and gave no name. */
+    double end = now_ms() + RF_ADOPT_MS;
+    int every = 1;
     for (size_t j = 0; j < av->n && found < 0; j++) {
         if (av->state[j] != RF_ENTRY_UNRESOLVED || now_ms() - av->failed_ms[j] < RF_ADOPT_MS) {
             continue;
         }
+        int left = (int)(end - now_ms());
+        if (left < 1) {
+            every &= av->failed_ms[j] > 0;
+            continue;
+        }
         rf_unlock(locked, &av->lock);
-        av_resolve(av, ep, j, RF_ADOPT_MS);
+        av_resolve(av, ep, j, left < RF_ADOPT_ASK_MS ? left : RF_ADOPT_ASK_MS);
         rf_lock(locked, &av->lock);
         found = av_entry_of(av, ep, handle);
+    }
+    if (found < 0 && every) {
+        av->misses[m].ep = ep;
+        av->misses[m].handle = handle;
+        av->misses[m].gen = av->gen;
+        av->misses[m].at_ms = now_ms();
     }
     rf_unlock(locked, &av->lock);
     return found;
@@ -790,6 +823,7 @@ static int av_put(struct rf_av *av, size_t i, const uint8_t *a)
         av->state[i] = RF_ENTRY_UNRESOLVED;
         av->failed_ms[i] = -1e9;
         av->unresolved++;
+        av->gen++;
         return 0;
     }
     int32_t s = rdm4_av_insert(av->domain->ep, a, 1, &av->handle[i]);

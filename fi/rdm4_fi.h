@@ -264,6 +264,15 @@ struct rf_av {
     uint8_t (*raw)[RF_ADDR_LEN];
     struct sockaddr_in *sin;
     double *failed_ms; /* when its name was last asked in vain (now_ms) */
+    /* IP addressing: entries inserted so far, and senders whose entry was
+     * looked for in vain among all of them then, and when (see domain.c). */
+    uint64_t gen;
+    struct {
+        struct rf_ep *ep;
+        rdm4_addr handle;
+        uint64_t gen;
+        double at_ms;
+    } misses[16];
     /* Handles to entries, for the sources of completions. */
     struct rf_hidx idx;
     /* The handles of the entries in each later endpoint bound to it. */

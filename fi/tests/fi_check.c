@@ -82,8 +82,10 @@
  *                entry (FI_SOURCE), a receive directed at an entry not
  *                used yet, messages of every size both ways, RMA;
  *                fi_av_lookup / fi_av_straddr; a dead entry's send fails
- *                with -FI_EHOSTUNREACH; node and service in fi_getinfo
- *                become the dest_addr without asking
+ *                with -FI_EHOSTUNREACH; a sender in no entry: the unused
+ *                entries asked once, not again until an entry is
+ *                inserted; node and service in fi_getinfo become the
+ *                dest_addr without asking
  *
  * Every wait is bounded (WAIT_MS) and fails its check when it runs out; the
  * whole run is bounded by alarm(120) (FI_CHECK_ALARM=<seconds> changes it,
@@ -3704,6 +3706,82 @@ static int ip_msg(struct side *tx, fi_addr_t to, struct side *rx, fi_addr_t from
            wait_cqe(&tx->tx, &te, WAIT_MS) && tx_ok(&te, &sc, FI_SEND);
 }
 
+/* UDP sockets on loopback that never answer, and the datagrams each got. */
+static int mute_open(int fd[], struct sockaddr_in sin[], int n)
+{
+    for (int k = 0; k < n; k++) {
+        socklen_t len = sizeof sin[k];
+        memset(&sin[k], 0, sizeof sin[k]);
+        sin[k].sin_family = AF_INET;
+        sin[k].sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        fd[k] = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+        if (fd[k] < 0 || bind(fd[k], (struct sockaddr *)&sin[k], sizeof sin[k]) != 0 ||
+            getsockname(fd[k], (struct sockaddr *)&sin[k], &len) != 0) {
+            return bad("a UDP socket on loopback");
+        }
+    }
+    return 1;
+}
+
+static int mute_count(int fd)
+{
+    char b[2048];
+    int n = 0;
+    while (recv(fd, b, sizeof b, 0) >= 0) {
+        n++;
+    }
+    return n;
+}
+
+/* IP addressing: a sender in no entry of A's (C) while A has entries not
+   used yet (sockets that never answer): they are asked once, at C's first
+   message, and not again for C's next messages (a quarter second apart)
+   until an entry is inserted; every message arrives, its source
+   FI_ADDR_NOTAVAIL. */
+static void ip_stranger(const struct opts *o)
+{
+    int fd[4] = { -1, -1, -1, -1 };
+    struct sockaddr_in mute[4];
+    fi_addr_t ca = FI_ADDR_NOTAVAIL, fa[4];
+    int ok = mute_open(fd, mute, 4) && open_side(C, o, "C") &&
+             (fi_av_insert(A->av, mute, 3, fa, 0, NULL) == 3 || bad("A's fi_av_insert of 3 sockets")) &&
+             (fi_av_insert(C->av, A->name, 1, &ca, 0, NULL) == 1 || bad("C's fi_av_insert of A"));
+    int asked[5][4] = { { 0 } };
+    for (int k = 0; k < 5 && ok; k++) {
+        if (k != 3 && k > 0) {
+            usleep(250 * 1000); /* longer than an entry asked in vain is left alone */
+        }
+        if (k == 3) { /* one more entry */
+            ok = fi_av_insert(A->av, &mute[3], 1, &fa[3], 0, NULL) == 1 || bad("A's fi_av_insert of a 4th");
+        }
+        struct fi_context2 rc, sc;
+        struct cqe e, te;
+        ssize_t r;
+        POST(r, fi_recv(A->ep, rbuf, 64, NULL, FI_ADDR_UNSPEC, &rc));
+        ok = ok && rc_is(r, 0, "fi_recv");
+        POST(r, fi_send(C->ep, sbuf, 64, NULL, ca, &sc));
+        ok = ok && rc_is(r, 0, "fi_send from C") && wait_cqe(&A->rx, &e, WAIT_MS) &&
+             rx_ok(&e, &rc, FI_MSG, 64, 0, 0, 0) && wait_cqe(&C->tx, &te, WAIT_MS) && tx_ok(&te, &sc, FI_SEND) &&
+             (e.src == FI_ADDR_NOTAVAIL || bad("message %d: source %#" PRIx64, k, (uint64_t)e.src));
+        for (int s = 0; s < 4; s++) {
+            asked[k][s] = mute_count(fd[s]);
+        }
+    }
+    check(ok, "five messages from a sender in no entry arrive, source FI_ADDR_NOTAVAIL");
+    check(ok && asked[0][0] && asked[0][1] && asked[0][2] && !asked[0][3],
+          "at its first message the 3 entries not used yet were asked for their names (%d, %d, %d)", asked[0][0],
+          asked[0][1], asked[0][2]);
+    check(ok && !asked[1][0] && !asked[1][1] && !asked[1][2] && !asked[2][0] && !asked[2][1] && !asked[2][2],
+          "at its 2nd and 3rd none was asked again");
+    check(ok && asked[3][3] && !asked[4][3], "an entry inserted: it is asked at the next message, once");
+    for (int s = 0; s < 4; s++) {
+        if (fd[s] >= 0) {
+            close(fd[s]);
+        }
+    }
+    check(close_side(C), "close C");
+}
+
 static void g_ip(void)
 {
     struct fi_info *h = hints_new(), *got = NULL;
@@ -3820,6 +3898,7 @@ static void g_ip(void)
     check(rc_is(fi_av_remove(A->av, &gone, 1, 0), 0, "fi_av_remove") &&
               (fi_send(A->ep, sbuf, 8, NULL, gone, &sc) == -FI_EINVAL || bad("still usable")),
           "the dead entry removed: -FI_EINVAL");
+    ip_stranger(&o);
     check(all_taken(), "no unexpected completion left");
     check(close_pair(), "close");
 
