@@ -170,9 +170,17 @@ enum Exit {
 }
 
 impl Drop for Exit {
+    /// A plain call's exit is one test; a shared one's (auto and udp
+    /// endpoints, the default's) its store, inline; the locked one out of
+    /// line (docs/performance.md, "the shared exit inline").
     #[inline(always)]
     fn drop(&mut self) {
-        if !matches!(self, Exit::Plain) {
+        if matches!(self, Exit::Plain) {
+            return;
+        }
+        if let Exit::Shared(slot) = self {
+            shared::leave(slot);
+        } else {
             self.leave();
         }
     }
