@@ -359,7 +359,8 @@ static void peers_that_end(int killed)
 }
 
 /* Item 6: an idle endpoint in automatic progress sleeps (target: under 1%
- * of a core; checked at 3%), and still serves a peer's emulated write at
+ * of a core; checked at 3%, under valgrind at 60%: a spinning thread
+ * would take a whole core), and still serves a peer's emulated write at
  * once when it comes. */
 static void idle_auto_progress_sleeps(void)
 {
@@ -378,7 +379,9 @@ static void idle_auto_progress_sleeps(void)
     double cpu0 = cpu_s(), t0 = tu_now_ms();
     tu_sleep_us(1000000);
     double share = (cpu_s() - cpu0) / ((tu_now_ms() - t0) / 1e3);
-    CHECK(share < 0.03, "an idle endpoint in automatic progress uses %.2f%% of a core", share * 100);
+    /* Under valgrind (tu_slow) every wake-up costs many times its CPU, but
+     * a spinning thread would still take a whole core. */
+    CHECK(share < 0.03 * tu_slow(), "an idle endpoint in automatic progress uses %.2f%% of a core", share * 100);
     /* It still serves: a write into its memory completes while the
      * application never calls into the target. */
     uint64_t region[64] = { 0 };
