@@ -744,9 +744,9 @@ static rdm4_addr av_resolve(struct rf_av *av, struct rf_ep *ep, fi_addr_t fi_add
             (r != RDM4_SUCCESS || av_name(av, i, name) != 0)) {
             av->failed_ms[i] = now_ms();
         }
-        rf_unlock(locked, &av->lock);
+    } else {
+        rf_lock(locked, &av->lock);
     }
-    rf_lock(locked, &av->lock);
     rdm4_addr h = i >= av->n ? RDM4_ADDR_UNSPEC : ep && ep->view ? ep->view->handle[i] : av->handle[i];
     rf_unlock(locked, &av->lock);
     return h;
