@@ -2,6 +2,7 @@
 //! after checking key, bounds and access in the memory owner's published
 //! registration table.
 
+use super::help;
 use super::mrtable::claim_remote;
 use super::ShmDevice;
 use super::{off, segment, HDR_LEN, SLOT_HDR};
@@ -214,7 +215,7 @@ impl ShmDevice {
 
     /// [`Self::copy`] by cross-memory attach alone (the caller tried the
     /// mapping already).
-    fn copy_cma(
+    pub(super) fn copy_cma(
         &mut self,
         ah: Ah,
         local: UserBuf,
@@ -225,6 +226,21 @@ impl ShmDevice {
         if !self.cma {
             return Err(DevError::Failed(Status::NotSup));
         }
+        if !write && self.help_wanted(ah, local.len()) {
+            return self.read_helped(ah, &local, remote_addr, key);
+        }
+        self.copy_alone(ah, local, remote_addr, key, write)
+    }
+
+    /// [`Self::copy_cma`] by this endpoint alone.
+    pub(super) fn copy_alone(
+        &mut self,
+        ah: Ah,
+        local: UserBuf,
+        remote_addr: u64,
+        key: u64,
+        write: bool,
+    ) -> Result<Result<(), Status>, DevError> {
         let p = super::peer_of(&mut self.peers, ah)?;
         let need = if write { Access::REMOTE_WRITE } else { Access::REMOTE_READ };
         // The claim is held until the copy has ended (`mrtable.rs`).
@@ -232,36 +248,11 @@ impl ShmDevice {
             Err(Status::Again) => return Err(DevError::Again),
             Err(s) => Err(s),
             Ok(_claim) => {
-                let addr = remote_addr;
-                let pid = p.pid as libc::pid_t;
-                local.with_slice_mut(|buf| {
-                    let mut done = 0usize;
-                    while done < buf.len() {
-                        let liov = libc::iovec { iov_base: buf[done..].as_mut_ptr().cast(), iov_len: buf.len() - done };
-                        let riov =
-                            libc::iovec { iov_base: (addr as usize + done) as *mut _, iov_len: buf.len() - done };
-                        // SAFETY: `liov` names the rest of a buffer lent to us;
-                        // `riov` names memory the peer registered for this
-                        // access (checked above); the kernel validates it again.
-                        let n = unsafe {
-                            if write {
-                                libc::process_vm_writev(pid, &liov, 1, &riov, 1, 0)
-                            } else {
-                                libc::process_vm_readv(pid, &liov, 1, &riov, 1, 0)
-                            }
-                        };
-                        if n <= 0 {
-                            let e = std::io::Error::last_os_error().raw_os_error();
-                            return Err(if e == Some(libc::ESRCH) {
-                                Status::PeerUnreachable
-                            } else {
-                                Status::RemoteAccess
-                            });
-                        }
-                        done += n as usize;
-                    }
-                    Ok(())
-                })
+                // `local` is a buffer lent to us; the remote range is
+                // memory the peer registered for this access (checked
+                // above).
+                let dst = local.with_slice_mut(|s| s.as_mut_ptr());
+                help::copy_chunk(p.pid as libc::pid_t, dst, remote_addr, local.len(), write).map_err(help::cma_status)
             }
         };
         Ok(status)

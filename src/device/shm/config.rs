@@ -120,7 +120,18 @@ pub struct ShmConfig {
     /// host (issue 31, second part)"). Off: every such operation is the
     /// system call, done in the call.
     pub ring_rma: bool,
+    /// Cross-memory-attach reads of at least this many bytes ask the
+    /// memory's owner, when it is not asleep and the endpoint is not
+    /// crowded, to copy chunks of the read too while it polls
+    /// (`help.rs`): two CPUs copy at once. Default [`HELP_MIN`];
+    /// `usize::MAX` (`RDM4_SHM_HELP_MIN=off`): never.
+    pub help_min: usize,
 }
+
+/// The default [`ShmConfig::help_min`]: 128 KiB, where two chunks of the
+/// least size are; a read of that size took 8 µs instead of 15 with help
+/// (docs/performance.md, "Two-handed reads").
+pub const HELP_MIN: usize = 128 * 1024;
 
 /// The default [`ShmConfig::crowded_longread_min`].
 pub const CROWDED_LONGREAD_MIN: usize = 16 * 1024;
@@ -148,6 +159,7 @@ impl Default for ShmConfig {
             lag: 16 * 1024,
             peer_check: Duration::from_millis(100),
             ring_rma: true,
+            help_min: HELP_MIN,
         }
     }
 }
@@ -216,6 +228,9 @@ impl ShmConfig {
         }
         if let Some(i) = env::word("RDM4_SHM_RING_RMA", &["0", "1"])? {
             c.ring_rma = i == 1;
+        }
+        if let Some(v) = env::number_or_word("RDM4_SHM_HELP_MIN", 1..=usize::MAX, &["off"])? {
+            c.help_min = v.unwrap_or(usize::MAX);
         }
         Ok(c)
     }

@@ -157,7 +157,8 @@ impl ShmDevice {
 
     /// An entry without a packet at ring offset `e` (its `span` checked)
     /// from endpoint `epid` of `connid`: a close notice, a write-with-
-    /// immediate notice, an RDMA request or answer (`ringrma.rs`), a grow
+    /// immediate notice, an RDMA request or answer (`ringrma.rs`), a help
+    /// notice (`help.rs`), a grow
     /// notice (`grow.rs`: returns where the head goes next), or padding.
     #[cold]
     #[inline(never)]
@@ -168,7 +169,9 @@ impl ShmDevice {
         if flags & segment::GROW_NOTICE != 0 {
             return self.grow_noticed();
         }
-        if flags & segment::RDMA_REQ != 0 {
+        if flags & segment::HELP == segment::HELP {
+            self.help_reader(e, span, (epid, connid));
+        } else if flags & segment::RDMA_REQ != 0 {
             self.serve_ring_rdma(e, span, (epid, connid));
         } else if flags & segment::RDMA_RSP != 0 {
             self.ring_rdma_answered(e, span, (epid, connid));

@@ -123,6 +123,10 @@ impl Crowd {
         self.epoch
     }
 
+    pub(super) fn crowded(&self) -> bool {
+        self.crowded
+    }
+
     /// `caps` as the mode makes them: in crowded mode long-read from the
     /// smaller of the two sizes, and no runt where crowding set the size.
     pub(super) fn apply(&self, cfg: &ShmConfig, mut caps: Caps) -> Caps {

@@ -213,6 +213,7 @@ impl ShmDevice {
             grow,
             crowd: super::crowd::Crowd::default(),
             far_epoch: 0,
+            help: Default::default(),
         })
     }
 

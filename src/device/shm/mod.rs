@@ -17,7 +17,8 @@
 //!             entry header (sealed position, sender endpoint id and connid,
 //!             packet length, entry length and its flags) + the packet; an
 //!             8-byte message fits one cache line with its header
-//! after it    the registration table (`mrtable.rs`)
+//! after it    the registration table (`mrtable.rs`), then the slot of
+//!             the owner's two-handed read (`help.rs`)
 //! ```
 //!
 //! The ring is a bounded multi-producer, single-consumer queue of
@@ -53,7 +54,8 @@
 //!   requests of ours wait in an owner's ring, any other operation to it
 //!   but a mapped copy waits behind them;
 //! - otherwise cross-memory attach (`process_vm_readv` /
-//!   `process_vm_writev`), the owner doing nothing (`cma.rs`). A write
+//!   `process_vm_writev`, `cma.rs`); a large read asks an owner that
+//!   polls to copy part of it too (`help.rs`), else the owner does nothing. A write
 //!   with immediate data goes by mapping or cross-memory attach and is then
 //!   announced by a notice in the owner's ring.
 //!
@@ -107,6 +109,7 @@ mod crowd;
 mod device;
 mod far;
 mod grow;
+mod help;
 mod lag;
 mod life;
 mod liveness;
@@ -128,7 +131,7 @@ pub use segment::remove_stale_segments;
 use segment::{entry_len, off, open_existing, seg_name, Mapping, Shape};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"rdm4shm1");
-const LAYOUT_VERSION: u32 = 8;
+const LAYOUT_VERSION: u32 = 9;
 const HDR_LEN: usize = 256;
 const SLOT_HDR: usize = 24;
 
@@ -256,6 +259,8 @@ pub struct ShmDevice {
     /// Changes whenever a peer starts or stops counting as far (its
     /// long-read size with it: `Device::caps_epoch`).
     far_epoch: u32,
+    /// Two-handed reads (`help.rs`).
+    help: help::Help,
 }
 
 /// A packet the engine deferred: its sender's ids and its bytes.
@@ -284,5 +289,7 @@ impl ShmDevice {
 mod tests;
 #[cfg(test)]
 mod tests_grow;
+#[cfg(test)]
+mod tests_help;
 #[cfg(test)]
 mod tests_life;

@@ -180,7 +180,7 @@ impl ShmDevice {
     /// Claims an entry for a notice of `len` payload bytes with `flag` in
     /// `ah`'s ring, fills its payload with `fill`, publishes it and wakes
     /// the owner if it sleeps: returns the entry's ring position and offset.
-    fn send_notice(
+    pub(super) fn send_notice(
         &mut self,
         ah: Ah,
         len: usize,

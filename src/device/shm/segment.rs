@@ -197,6 +197,11 @@ pub(super) const RDMA_RSP: u32 = 16;
 /// position the owner noted then, in the grown ring.
 pub(super) const GROW_NOTICE: u32 = 32;
 
+/// The entry span's flags of a help notice (`help.rs`): a reader asks the
+/// owner of the memory it reads to copy chunks of it too. Both RDMA flags,
+/// which no other entry carries together (the span has no free bit left).
+pub(super) const HELP: u32 = RDMA_REQ | RDMA_RSP;
+
 /// The span's low bits that are flags.
 const SPAN_FLAGS: u32 = 63;
 

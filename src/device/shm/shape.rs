@@ -3,6 +3,7 @@
 //! ring shares.
 
 use super::segment::{SHRINK, SHRINK_SHIFT};
+use super::help::HELP_LEN;
 use super::{HDR_LEN, MR_ENTRIES, MR_ENTRY_LEN, SLOT_HDR};
 
 /// A segment's shape, from its header.
@@ -83,8 +84,14 @@ impl Shape {
         HDR_LEN + self.cap
     }
 
-    pub(super) fn total(&self) -> usize {
+    /// The slot of this endpoint's two-handed read (`help.rs`), after the
+    /// registration table.
+    pub(super) fn help_off(&self) -> usize {
         self.mr_off() + MR_ENTRIES * MR_ENTRY_LEN
+    }
+
+    pub(super) fn total(&self) -> usize {
+        self.help_off() + HELP_LEN
     }
 
     /// Offset in the ring of byte position `pos`.
