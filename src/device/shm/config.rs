@@ -56,11 +56,11 @@ pub struct ShmConfig {
     /// (what setting `RDM4_SHM_LONGREAD_MIN` gives): never.
     pub crowded_longread_min: usize,
     /// To a peer found far (`far.rs`), two-sided messages of at least this
-    /// many bytes (default: larger than one packet of the default MTU)
-    /// move by long-read without a runt, when that is smaller
+    /// many bytes move by long-read without a runt, when that is smaller
     /// than `longread_min`: far apart, one cross-memory-attach copy moves
     /// each line across once, where the ring's two copies move it twice
-    /// (plain stores) or through memory (non-temporal ones). Default
+    /// (plain stores) or through memory (non-temporal ones), and from
+    /// 64 KiB the sender, polling, copies half of it (`help_min`). Default
     /// [`FAR_LONGREAD_MIN`]; `usize::MAX` (what setting
     /// `RDM4_SHM_LONGREAD_MIN` gives): never (docs/performance.md, "Far
     /// peers: long-read").
@@ -128,16 +128,17 @@ pub struct ShmConfig {
     pub help_min: usize,
 }
 
-/// The default [`ShmConfig::help_min`]: 128 KiB, where two chunks of the
-/// least size are; a read of that size took 8 µs instead of 15 with help
-/// (docs/performance.md, "Two-handed reads").
-pub const HELP_MIN: usize = 128 * 1024;
+/// The default [`ShmConfig::help_min`]: 64 KiB, from where a helped read
+/// (two chunks of 32 KiB) beat the ring to a far peer (5.8 µs against 6.5
+/// for 64 KiB; 32 KiB lost, 5.9 against 4.3: docs/performance.md,
+/// "Two-handed reads").
+pub const HELP_MIN: usize = 64 * 1024;
 
 /// The default [`ShmConfig::crowded_longread_min`].
 pub const CROWDED_LONGREAD_MIN: usize = 16 * 1024;
 
 /// The default [`ShmConfig::far_longread_min`].
-pub const FAR_LONGREAD_MIN: usize = 64 * 1024 + 1;
+pub const FAR_LONGREAD_MIN: usize = 64 * 1024;
 
 /// The default [`ShmConfig::far_ns`].
 pub const FAR_NS: u32 = 90;

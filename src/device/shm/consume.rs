@@ -170,7 +170,7 @@ impl ShmDevice {
             return self.grow_noticed();
         }
         if flags & segment::HELP == segment::HELP {
-            self.help_reader(e, span, (epid, connid));
+            self.help_noticed(e, span, (epid, connid));
         } else if flags & segment::RDMA_REQ != 0 {
             self.serve_ring_rdma(e, span, (epid, connid));
         } else if flags & segment::RDMA_RSP != 0 {

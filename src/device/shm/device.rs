@@ -117,6 +117,9 @@ impl Device for ShmDevice {
 
     #[inline]
     fn recv<R: Flow>(&mut self, max: usize, mut f: impl FnMut(Option<Ah>, &[u8], Option<UserBuf>) -> R) -> usize {
+        if !self.help.pending.is_empty() {
+            self.help_pending();
+        }
         let mut n = 0;
         if self.redeliver {
             n = self.recv_parked(max, &mut f);
@@ -214,6 +217,9 @@ impl ShmDevice {
         max_len: usize,
         mut build: impl FnMut(&mut [u8]) -> usize,
     ) -> Result<Sent, DevError> {
+        if max_len >= far::PROBE_MIN {
+            self.probe_medium(ah, max_len);
+        }
         let (me, connid) = (self.epid, self.connid);
         // The peer's MTU is at least ours (checked at insert).
         let cap = max_len.min(self.shape.mtu);
@@ -269,6 +275,17 @@ impl ShmDevice {
             self.far_epoch = self.far_epoch.wrapping_add(1);
         }
         nt
+    }
+}
+
+impl ShmDevice {
+    /// A packet of `len` bytes built into `ah`'s ring: medium packets time
+    /// the peer's distance too (`far.rs`), built through the caches
+    /// whatever it says.
+    #[cold]
+    #[inline(never)]
+    fn probe_medium(&mut self, ah: Ah, len: usize) {
+        self.gather_nt(ah, len.min(far::NT_MIN - 1));
     }
 }
 
@@ -370,7 +387,7 @@ impl InCall for ShmDevice {
     #[inline(always)]
     fn recv_express(&mut self, max: usize, mut f: impl FnMut(Ah, &[u8]) -> bool) -> (usize, bool) {
         let Some((last, Some(ah))) = self.last_from else { return (0, true) };
-        if !self.events.is_empty() {
+        if !self.events.is_empty() || !self.help.pending.is_empty() {
             return (0, true);
         }
         let answering = self.streaming;

@@ -55,8 +55,15 @@ use super::ShmConfig;
 /// are still in the producer's caches).
 pub(super) const NT_MIN: usize = 32 << 10;
 
-/// One timed load per this many large packets to a peer (64 KiB packets:
-/// one per MiB).
+/// Payloads from this size are counted for the timed loads (below
+/// [`NT_MIN`] they still go through the caches): a job whose messages are
+/// all medium-sized (a 64 KiB message is segments of about 11 KiB) finds
+/// its far peers too, and moves such messages by long-read to them
+/// (`ShmConfig::far_longread_min`).
+pub(super) const PROBE_MIN: usize = 4 << 10;
+
+/// One timed load per this many packets of [`PROBE_MIN`] bytes or more to
+/// a peer (64 KiB packets: one per MiB).
 const PROBE_EVERY: u32 = 16;
 
 /// Times the decision looks at (the newest of a peer's).
@@ -183,7 +190,7 @@ pub(super) struct Ring<'a> {
 /// What a producer knows of how far a peer's CPU is.
 #[derive(Debug, Default)]
 pub(super) struct Placement {
-    /// Large packets sent.
+    /// Packets of [`PROBE_MIN`] bytes or more sent.
     count: u32,
     /// One bit per recorded time, newest lowest: set when it was above
     /// the limit (only the low [`SAMPLES`] bits count).
@@ -201,14 +208,17 @@ impl Placement {
     /// packet is marked "more follows".
     pub(super) fn nt(&mut self, limit: Option<u32>, len: usize, ring: Ring, seen: &mut u64, more: bool) -> bool {
         match limit {
-            _ if len < NT_MIN => false,
             None => false,
-            Some(0) => true,
+            Some(0) => len >= NT_MIN,
+            _ if len < PROBE_MIN => false,
             Some(limit) => {
                 if self.count % PROBE_EVERY == 0 {
                     self.probe(limit, ring.head, seen);
                 }
                 self.count = self.count.wrapping_add(1);
+                if len < NT_MIN {
+                    return false;
+                }
                 if self.far {
                     self.laps = Laps::default();
                     return true;
@@ -258,10 +268,28 @@ mod tests {
     fn small_payloads_and_the_off_switch_keep_plain_stores() {
         let (head, mut seen, tail) = (AtomicU64::new(1), 0, AtomicU64::new(0));
         let mut p = Placement { far: true, ..Placement::default() };
-        assert!(!p.nt(LIMIT, NT_MIN - 1, ring(&head, &tail), &mut seen, true), "below NT_MIN");
+        assert!(!p.nt(LIMIT, PROBE_MIN - 1, ring(&head, &tail), &mut seen, true), "below PROBE_MIN");
         assert!(!p.nt(None, 1 << 20, ring(&head, &tail), &mut seen, true), "None: never");
         assert!(Placement::default().nt(Some(0), NT_MIN, ring(&head, &tail), &mut seen, true), "Some(0): always");
-        assert_eq!(p.count, 0, "no probe for what never goes past the caches");
+        assert!(!Placement::default().nt(Some(0), NT_MIN - 1, ring(&head, &tail), &mut seen, true), "Some(0): bulk only");
+        assert_eq!(p.count, 0, "small packets are not counted for the timed loads");
+        assert!(!p.nt(LIMIT, NT_MIN - 1, ring(&head, &tail), &mut seen, true), "below NT_MIN, even far");
+        assert_eq!(p.count, 1, "medium packets are");
+    }
+
+    #[test]
+    fn medium_packets_alone_find_a_far_peer() {
+        // Every timed load finds a new head value and is over a limit of
+        // 1 ns.
+        let (head, mut seen, tail) = (AtomicU64::new(1), 0, AtomicU64::new(0));
+        let mut p = Placement::default();
+        let mut k = 0u64;
+        while !p.far() && k < u64::from(PROBE_EVERY) * 8 {
+            head.store(k + 2, Ordering::Relaxed);
+            assert!(!p.nt(Some(1), 11 << 10, ring(&head, &tail), &mut seen, false), "medium: plain stores");
+            k += 1;
+        }
+        assert!(p.far(), "far after {k} medium packets");
     }
 
     #[test]

@@ -8,30 +8,35 @@
 //! message to be taken. The reader now splits the copy into chunks
 //! ([`chunk_len`]) and asks the owner to take some: the owner pushes its
 //! chunks into the reader's buffer by `process_vm_writev` while the reader
-//! pulls the others. Two CPUs copy at once, each half of the bytes; on a
-//! machine whose two vCPUs are far apart a 1 MiB read went from about
-//! 100 µs to about 45 (docs/performance.md, "Two-handed reads").
+//! pulls the others. Two CPUs copy at once, each about half of the bytes;
+//! on a machine whose two vCPUs are far apart a 1 MiB ping-pong went from
+//! about 100 µs to about 50 (docs/performance.md, "Two-handed reads").
 //!
 //! - **The job** lives in the reader's own segment, in a slot after the
 //!   registration table ([`Shape::help_off`](super::Shape::help_off)): the
 //!   owner's source address and key, the reader's destination, the length
-//!   and chunk size, and three words both sides change: `next` (the job's
+//!   and chunk size, and the words both sides change: `next` (the job's
 //!   generation in its high half, the next chunk to take in its low half),
-//!   `done` (chunks copied) and `failed`. A reader runs one job at a time:
-//!   its read is one call of its device, which returns only once every
-//!   chunk is in.
+//!   `done` (chunks copied), `failed`, and `open` (a job runs). A reader
+//!   runs one job at a time: its read is one call of its device, which
+//!   returns only once every chunk is in.
 //! - **Asking**: the reader publishes the job (the generation last) and
 //!   sends the owner a help notice ([`segment::HELP`]) with the generation;
-//!   it does not wait for an answer. It then takes chunks itself: one
-//!   fetch-and-add on `next` each.
-//! - **Helping**: an owner that meets the notice in its ring (it polls)
-//!   checks the job against its own record of its registrations (the
-//!   source must be memory it registered for remote reads, as a read by
-//!   the reader would be checked), then takes chunks with a
-//!   compare-and-swap that names the generation: a notice that comes late,
-//!   after the job ended or when a later one runs, takes nothing. It copies
-//!   each chunk, counts it in `done`, and stops when none is left or a
-//!   copy fails (`failed` set).
+//!   it does not wait for an answer. It takes a first chunk itself; when
+//!   no helper took one meanwhile (an owner that polls joins within a
+//!   chunk's time), it takes all the rest in one copy, else one chunk at a
+//!   time (compare-and-swap on `next`).
+//! - **Helping**: an owner that meets the notice in its ring notes it and
+//!   helps at the start of its next poll, after the work the packets
+//!   before the notice gave it: in an exchange, where each side reads the
+//!   other's message, its own read comes first (helping before it was
+//!   measured slower than not helping). It checks the job against its own
+//!   record of its registrations (the source must be memory it registered
+//!   for remote reads, as a read by the reader would be checked), then
+//!   takes chunks with a compare-and-swap that names the generation: a
+//!   notice that comes late, after the job ended or when a later one runs,
+//!   takes nothing. It copies each chunk, counts it in `done`, and stops
+//!   when none is left or a copy fails (`failed` set).
 //! - **The end**: once no chunk is left to take, the reader waits until
 //!   `done` counts them all — at most a chunk's copy by the owner, which
 //!   claimed it just before starting it. Then the bytes are in its buffer.
@@ -39,11 +44,13 @@
 //!   gives the error, if any, that a read alone would.
 //!
 //! Where it is not asked: reads below `help_min`, writes, an owner that
-//! sleeps in a wait (it would have to wake up first) and crowded endpoints
-//! (`crowd.rs`: more endpoints than CPUs, where the owner's CPU is some
-//! other process's turn). An owner that is busy elsewhere, computing or in
-//! another call, costs the reader one notice: it takes every chunk itself,
-//! and the owner finds the job ended when it reads the notice.
+//! sleeps in a wait (it would have to wake up first), an owner whose own
+//! job is open (it is reading, and helps no one until done) and crowded
+//! endpoints (`crowd.rs`: more endpoints than CPUs, where the owner's CPU
+//! is some other process's turn). An owner that is busy elsewhere,
+//! computing or in another call, costs the reader one notice and one
+//! system call more: it takes every chunk itself, and the owner finds the
+//! job ended when it reads the notice.
 //!
 //! Trust is the device's (`mod.rs`): the reader's slot is written by
 //! processes of the same user, who could write the reader's memory anyway.
@@ -72,6 +79,8 @@ pub(super) const HELP_LEN: usize = 128;
 const NEXT: usize = 0;
 const DONE: usize = 8;
 const FAILED: usize = 16;
+/// Nonzero while the slot's owner runs a job (it helps no one then).
+const OPEN: usize = 24;
 const SRC: usize = 64;
 const DST: usize = 72;
 const LEN: usize = 80;
@@ -90,10 +99,10 @@ const CHUNKS_MAX: u64 = 1 << 16;
 const STALL: Duration = Duration::from_millis(200);
 
 /// The chunk size for a read of `len` bytes: an eighth of it, between
-/// 64 KiB and 1 MiB (a system call per chunk; a chunk each is the least two
-/// sides can share).
+/// 64 KiB and 1 MiB (a system call per chunk), and at most half of it (a
+/// chunk each is the least two sides can share).
 pub(super) fn chunk_len(len: usize) -> usize {
-    (len / 8).clamp(64 * 1024, 1024 * 1024)
+    (len / 8).clamp(64 * 1024, 1024 * 1024).min(len.div_ceil(2)).max(CHUNK_MIN as usize)
 }
 
 /// This endpoint's side of two-handed reads.
@@ -107,7 +116,12 @@ pub(super) struct Help {
     pub(super) chunks_helped: u64,
     /// Chunks this endpoint copied for readers of its memory.
     pub(super) chunks_given: u64,
+    /// Jobs noticed, to help with at the next poll: (reader, generation).
+    pub(super) pending: Vec<(Ah, u64)>,
 }
+
+/// Most jobs noted at once (one per reader; more are forged).
+const PENDING_MAX: usize = 64;
 
 /// One chunk of a job, copied by cross-memory attach: `Err` with the
 /// errno when the system call failed.
@@ -150,7 +164,12 @@ impl ShmDevice {
             return false;
         }
         let Some(p) = self.peers.get(ah as usize).and_then(Option::as_ref) else { return false };
-        p.map.hdr_u32::<{ segment::off::SLEEPING }>().load(Ordering::Relaxed) == 0
+        let asleep = p.map.hdr_u32::<{ segment::off::SLEEPING }>().load(Ordering::Relaxed) != 0;
+        // An owner reading by its own job (an exchange: each side reads
+        // the other's message) will not help; the read goes in one copy.
+        let busy = p.shape.help_off() + HELP_LEN <= p.map.len
+            && p.map.u64_at(p.shape.help_off() + OPEN).load(Ordering::Relaxed) != 0;
+        !asleep && !busy
     }
 
     /// Reads `local.len()` bytes at `remote` (key `key`) of `ah`'s memory
@@ -182,6 +201,7 @@ impl ShmDevice {
         }
         slot.u64(DONE).store(0, Ordering::Relaxed);
         slot.u64(FAILED).store(0, Ordering::Relaxed);
+        slot.u64(OPEN).store(1, Ordering::Relaxed);
         // The job's fields before its generation.
         slot.u64(NEXT).store(gen, Ordering::Release);
         let asked = self.send_help_notice(ah, self.help.gen);
@@ -199,10 +219,12 @@ impl ShmDevice {
                 let taken = (slot.u64(NEXT).swap(gen | 0xFFFF_FFFF, Ordering::AcqRel) & 0xFFFF_FFFF).min(n);
                 // A gone owner copies nothing more: the refusal stands either way.
                 let _ = wait_done(&slot, taken, (pid, start));
+                slot.u64(OPEN).store(0, Ordering::Relaxed);
                 return if s == Status::Again { Err(DevError::Again) } else { Ok(Err(s)) };
             }
             Ok(_claim) => run_job(&slot, (pid, start), dst, remote, len, chunk, n),
         };
+        self.map.block(self.shape.help_off(), HELP_LEN).u64(OPEN).store(0, Ordering::Relaxed);
         self.help.chunks_helped += job.helped;
         if !job.complete {
             // The owner's copy failed (or stalled): the whole read again,
@@ -219,10 +241,10 @@ impl ShmDevice {
     }
 
     /// A help notice at ring offset `e` (`span` bytes, checked) from
-    /// endpoint `epid` of `connid`: takes chunks of that reader's job while
-    /// any are left (module docs). Anything that does not check out is
-    /// left to the reader.
-    pub(super) fn help_reader(&mut self, e: usize, span: usize, (epid, connid): (u32, u32)) {
+    /// endpoint `epid` of `connid`: noted, and served at the start of the
+    /// next poll (module docs). Anything that does not check out is left
+    /// to the reader.
+    pub(super) fn help_noticed(&mut self, e: usize, span: usize, (epid, connid): (u32, u32)) {
         if span < SLOT_HDR + 8 || !self.cma {
             return;
         }
@@ -230,6 +252,22 @@ impl ShmDevice {
         // SAFETY: the notice's payload, inside the entry (`span` checked).
         let b = unsafe { self.map.bytes(e + SLOT_HDR, 8) };
         let gen = u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])) << 32;
+        if self.help.pending.len() < PENDING_MAX {
+            self.help.pending.push((ah, gen));
+        }
+    }
+
+    /// Helps with the jobs noticed since the last poll (module docs).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn help_pending(&mut self) {
+        for (ah, gen) in std::mem::take(&mut self.help.pending) {
+            self.help_reader(ah, gen);
+        }
+    }
+
+    /// Takes chunks of job `gen` of reader `ah` while any are left.
+    fn help_reader(&mut self, ah: Ah, gen: u64) {
         let Some(p) = self.peers.get(ah as usize).and_then(Option::as_ref).filter(|p| !p.lost) else { return };
         let slot_off = p.shape.help_off();
         if slot_off + HELP_LEN > p.map.len {
@@ -288,19 +326,37 @@ struct Ran {
 fn run_job(slot: &Block<'_>, peer: (u32, u64), dst: *mut u8, remote: u64, len: usize, chunk: usize, n: u64) -> Ran {
     let mut mine = 0u64;
     let mut status = Ok(());
+    // The counter as this endpoint's last claim left it: unchanged at the
+    // next, no helper took a chunk meanwhile.
+    let mut after_mine = None;
     loop {
-        let c = slot.u64(NEXT).fetch_add(1, Ordering::AcqRel) & 0xFFFF_FFFF;
+        let w = slot.u64(NEXT).load(Ordering::Acquire);
+        let c = w & 0xFFFF_FFFF;
         if c >= n {
             break;
         }
+        let take = match after_mine {
+            // No helper came while this endpoint copied its last chunk:
+            // the rest, in one copy (an owner that polls joins within a
+            // chunk's time; one busy with its own work, as in an
+            // exchange, costs the reader one system call more).
+            Some(a) if a == c => n - c,
+            // The first chunk, or a helper is at work: a chunk.
+            _ => 1,
+        };
+        if slot.u64(NEXT).compare_exchange(w, w + take, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+            continue;
+        }
+        after_mine = Some(c + take);
         let at = c as usize * chunk;
-        // SAFETY of the copy: `dst` is the reader's lent buffer of `len`
-        // bytes; the remote range was checked and is held claimed.
-        if let Err(e) = copy_chunk(peer.0 as libc::pid_t, dst.wrapping_add(at), remote + at as u64, chunk.min(len - at), false) {
+        let bytes = (take as usize * chunk).min(len - at);
+        // The copy: `dst` is the reader's lent buffer of `len` bytes; the
+        // remote range was checked and is held claimed.
+        if let Err(e) = copy_chunk(peer.0 as libc::pid_t, dst.wrapping_add(at), remote + at as u64, bytes, false) {
             status = Err(cma_status(e));
         }
-        slot.u64(DONE).fetch_add(1, Ordering::AcqRel);
-        mine += 1;
+        slot.u64(DONE).fetch_add(take, Ordering::AcqRel);
+        mine += take;
     }
     let done = wait_done(slot, n, peer);
     if done.is_err() {

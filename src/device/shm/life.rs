@@ -245,6 +245,13 @@ impl Drop for ShmDevice {
             unsafe { libc::close(self.fifo) };
             return;
         }
+        let (asked, helped, given) = self.help_stats();
+        if asked + given > 0 {
+            crate::log::log!(
+                crate::log::INFO,
+                "shm: two-handed reads: {asked} asked, {helped} chunks copied by owners, {given} copied for readers"
+            );
+        }
         // No peer reads or writes the application's registered memory once
         // this returns (their accesses under way end first).
         self.withdraw_all();

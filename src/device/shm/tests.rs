@@ -741,7 +741,7 @@ fn a_peer_found_far_gets_long_read_above_64_kib_without_runt_and_the_epoch_tells
     }
     assert_eq!(flipped_at, Some(32), "far at the third timed load (packet 32), the epoch changed then");
     let far = b.peer_caps(ah);
-    assert_eq!((far.longread_min, far.runt), ((64 << 10) + 1, false), "far: long-read above 64 KiB, no runt");
+    assert_eq!((far.longread_min, far.runt), (64 << 10, false), "far: long-read from 64 KiB, no runt");
     assert!(b.gather_nt(ah, 64 << 10), "far: bulk packets past the caches");
     // The device's own caps (and so a new peer's before it is timed) stay.
     assert_eq!(b.caps().longread_min, usize::MAX);

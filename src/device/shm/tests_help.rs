@@ -18,11 +18,14 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed ^ (i >> 12) as u8)).collect()
 }
 
-/// Polls `dev` once: its ring (notices are served there) and its events.
+/// Polls `dev` twice: a help notice is noted by the first poll that
+/// meets it and served at the start of the next.
 fn poll(dev: &mut ShmDevice) {
-    dev.recv(64, |_, _: &[u8], _| -> () {});
-    let mut ev = Vec::new();
-    dev.events(&mut ev);
+    for _ in 0..2 {
+        dev.recv(64, |_, _: &[u8], _| -> () {});
+        let mut ev = Vec::new();
+        dev.events(&mut ev);
+    }
 }
 
 /// Reads `len` bytes at `addr` (key `key`) of peer `ah` into a new buffer
@@ -109,7 +112,7 @@ fn a_reader_whose_owner_does_not_poll_copies_alone_and_a_late_notice_takes_nothi
 }
 
 #[test]
-fn a_read_below_the_least_size_or_of_a_sleeping_owner_asks_no_help() {
+fn a_read_below_the_least_size_or_of_a_sleeping_or_reading_owner_asks_no_help() {
     let cfg = config("small");
     let owner = ShmDevice::open_with(cfg.clone()).unwrap();
     let mut reader = ShmDevice::open_with(cfg.clone()).unwrap();
@@ -119,10 +122,16 @@ fn a_read_below_the_least_size_or_of_a_sleeping_owner_asks_no_help() {
     owner.map.hdr_u32::<{ off::SLEEPING }>().store(1, Ordering::SeqCst);
     assert!(!reader.help_wanted(ah, cfg.help_min), "an owner asleep in a wait is not woken for it");
     owner.map.hdr_u32::<{ off::SLEEPING }>().store(0, Ordering::SeqCst);
+    let open = owner.map.u64_at(owner.shape.help_off() + 24);
+    open.store(1, Ordering::Relaxed);
+    assert!(!reader.help_wanted(ah, cfg.help_min), "an owner running a read of its own is not asked");
+    open.store(0, Ordering::Relaxed);
+    assert!(reader.help_wanted(ah, cfg.help_min));
     let off = ShmDevice::open_with(ShmConfig { help_min: usize::MAX, ..config("off") }).unwrap();
     let mut r2 = ShmDevice::open_with(ShmConfig { help_min: usize::MAX, ..config("off") }).unwrap();
     let ah2 = r2.insert(&off.local_addr()).unwrap();
     assert!(!r2.help_wanted(ah2, 1 << 30), "RDM4_SHM_HELP_MIN=off");
+    assert_eq!(chunk_len(64 * 1024), 32 * 1024, "two chunks at least");
     assert_eq!(chunk_len(128 * 1024), 64 * 1024);
     assert_eq!(chunk_len(1024 * 1024), 128 * 1024);
     assert_eq!(chunk_len(64 << 20), 1024 * 1024);
@@ -184,8 +193,10 @@ fn a_help_notice_that_does_not_check_out_copies_nothing() {
     // what refused the others.
     forge_job(&reader, 400, (r, d, len as u64, rkey, 64 * 1024));
     assert!(reader.send_help_notice(ah, 400));
-    poll(&mut owner);
-    assert_eq!(owner.help_stats().2, 4, "four chunks copied");
+    owner.recv(64, |_, _: &[u8], _| -> () {});
+    assert_eq!(owner.help_stats().2, 0, "the poll that meets the notice only notes it");
+    owner.recv(64, |_, _: &[u8], _| -> () {});
+    assert_eq!(owner.help_stats().2, 4, "the next poll copies the four chunks first");
     assert!(dst.bytes() == readable.bytes(), "every byte of the registration");
     let _ = (writable.bytes_mut(), readable.bytes_mut());
 }
