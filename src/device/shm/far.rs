@@ -271,7 +271,10 @@ mod tests {
         assert!(!p.nt(LIMIT, PROBE_MIN - 1, ring(&head, &tail), &mut seen, true), "below PROBE_MIN");
         assert!(!p.nt(None, 1 << 20, ring(&head, &tail), &mut seen, true), "None: never");
         assert!(Placement::default().nt(Some(0), NT_MIN, ring(&head, &tail), &mut seen, true), "Some(0): always");
-        assert!(!Placement::default().nt(Some(0), NT_MIN - 1, ring(&head, &tail), &mut seen, true), "Some(0): bulk only");
+        assert!(
+            !Placement::default().nt(Some(0), NT_MIN - 1, ring(&head, &tail), &mut seen, true),
+            "Some(0): bulk only"
+        );
         assert_eq!(p.count, 0, "small packets are not counted for the timed loads");
         assert!(!p.nt(LIMIT, NT_MIN - 1, ring(&head, &tail), &mut seen, true), "below NT_MIN, even far");
         assert_eq!(p.count, 1, "medium packets are");

@@ -370,7 +370,7 @@ fn run_job(slot: &Block<'_>, peer: (u32, u64), dst: *mut u8, remote: u64, len: u
 /// Waits until `slot`'s `done` counts `n` chunks: `Ok` with the count, which
 /// is short of `n` when none came in for [`STALL`]; `Err` when the owner
 /// (`pid`, started at `start`) is gone.
-fn wait_done(slot: &Block<'_>, n: u64, (pid, start): (u32, u64)) -> Result<u64, ()> {
+pub(super) fn wait_done(slot: &Block<'_>, n: u64, (pid, start): (u32, u64)) -> Result<u64, ()> {
     let mut seen = slot.u64(DONE).load(Ordering::Acquire);
     let mut since = None::<Instant>;
     let mut spins = 0u32;
@@ -419,6 +419,13 @@ impl Job {
         let (src, dst, len, key, chunk) = (f(SRC), f(DST), f(LEN), f(KEY), f(CHUNK));
         let chunks = len.checked_add(chunk.checked_sub(1)?)? / chunk.max(1);
         let fits = src.checked_add(len).is_some() && dst.checked_add(len).is_some();
-        (chunk >= CHUNK_MIN && len > 0 && chunks <= CHUNKS_MAX && fits).then_some(Job { src, dst, len, key, chunk, chunks })
+        (chunk >= CHUNK_MIN && len > 0 && chunks <= CHUNKS_MAX && fits).then_some(Job {
+            src,
+            dst,
+            len,
+            key,
+            chunk,
+            chunks,
+        })
     }
 }

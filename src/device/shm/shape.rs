@@ -2,8 +2,8 @@
 //! arithmetic of positions, offsets and entries that every side of the
 //! ring shares.
 
-use super::segment::{SHRINK, SHRINK_SHIFT};
 use super::help::HELP_LEN;
+use super::segment::{SHRINK, SHRINK_SHIFT};
 use super::{HDR_LEN, MR_ENTRIES, MR_ENTRY_LEN, SLOT_HDR};
 
 /// A segment's shape, from its header.

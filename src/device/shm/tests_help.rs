@@ -163,11 +163,11 @@ fn a_help_notice_that_does_not_check_out_copies_nothing() {
     let d = dst.buf().addr();
     let (w, r) = (writable.buf().addr(), readable.buf().addr());
     let jobs: [(u64, u64, u64, u64, u64); 6] = [
-        (w, d, len as u64, wkey, 64 * 1024),          // memory not registered for reads
-        (r, d, len as u64, wkey, 64 * 1024),          // another registration's key
-        (r + 4096, d, len as u64, rkey, 64 * 1024),   // past the registration's end
-        (r, d, len as u64, rkey, 512),                // chunks too small
-        (r, d, u64::MAX - 8, rkey, 64 * 1024),        // a length that overflows
+        (w, d, len as u64, wkey, 64 * 1024),           // memory not registered for reads
+        (r, d, len as u64, wkey, 64 * 1024),           // another registration's key
+        (r + 4096, d, len as u64, rkey, 64 * 1024),    // past the registration's end
+        (r, d, len as u64, rkey, 512),                 // chunks too small
+        (r, d, u64::MAX - 8, rkey, 64 * 1024),         // a length that overflows
         (r, u64::MAX - 4096, len as u64, rkey, 65536), // a destination that overflows
     ];
     for (i, job) in jobs.into_iter().enumerate() {
@@ -199,4 +199,28 @@ fn a_help_notice_that_does_not_check_out_copies_nothing() {
     assert_eq!(owner.help_stats().2, 4, "the next poll copies the four chunks first");
     assert!(dst.bytes() == readable.bytes(), "every byte of the registration");
     let _ = (writable.bytes_mut(), readable.bytes_mut());
+}
+
+#[test]
+fn a_reader_stops_waiting_for_a_chunk_of_a_dead_owner_or_one_that_never_comes() {
+    use super::help::wait_done;
+    let dev = ShmDevice::open_with(config("wait")).unwrap();
+    let slot = dev.map.block(dev.shape.help_off(), HELP_LEN);
+    // Two chunks of four counted: the other two were claimed and never
+    // copied.
+    slot.u64(8).store(2, Ordering::Relaxed);
+    // An owner that is gone (no process has pid 0 as a peer): at once.
+    let t = Instant::now();
+    assert_eq!(wait_done(&slot, 4, (0, 0)), Err(()), "a gone owner ends the wait");
+    assert!(t.elapsed() < Duration::from_secs(1));
+    // An owner alive (this process) whose chunks never come: the stall's
+    // bound, then the count short of the job.
+    let me = std::process::id();
+    let start = super::segment::start_time(me).unwrap();
+    let t = Instant::now();
+    assert_eq!(wait_done(&slot, 4, (me, start)), Ok(2), "short of the job after the stall");
+    assert!(t.elapsed() >= Duration::from_millis(200) && t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    // Chunks that come in keep it waiting until the last.
+    slot.u64(8).store(4, Ordering::Relaxed);
+    assert_eq!(wait_done(&slot, 4, (me, start)), Ok(4));
 }
