@@ -14,7 +14,8 @@
 //!
 //! The count is this endpoint's own: itself and the shm peers inserted
 //! (its own address, which libfabric applications insert too, not counted
-//! twice), against the CPUs of the host that the job may use ([`host_cpus`]: the
+//! twice; peers found lost at the last peer check not counted: a peer that
+//! reopened its endpoint is inserted again while its old address stays), against the CPUs of the host that the job may use ([`host_cpus`]: the
 //! online CPUs, within the cgroup's cpuset and CPU quota). Not the
 //! process's affinity: a launcher that binds each rank to a core of its
 //! own (Open MPI does for two ranks) leaves every process one CPU while

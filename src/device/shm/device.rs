@@ -92,6 +92,9 @@ impl Device for ShmDevice {
 
     fn remove(&mut self, ah: Ah) {
         if let Some(p) = self.peers.get_mut(ah as usize).and_then(Option::take) {
+            if p.lost {
+                self.lost_peers = self.lost_peers.saturating_sub(1);
+            }
             self.by_id.remove(&(p.epid, p.connid));
             self.last_from = None;
             self.crowd.peers(self.others());

@@ -44,7 +44,8 @@
 //!   gives the error, if any, that a read alone would.
 //!
 //! Where it is not asked: reads below `help_min`, writes, an owner that
-//! sleeps in a wait (it would have to wake up first), an owner whose own
+//! sleeps in a wait (its sleeping flag set and no poll stamped in the last
+//! 50 µs: it would have to wake up first), an owner whose own
 //! job is open (it is reading, and helps no one until done) and crowded
 //! endpoints (`crowd.rs`: more endpoints than CPUs, where the owner's CPU
 //! is some other process's turn). An owner that is busy elsewhere,
@@ -164,7 +165,12 @@ impl ShmDevice {
             return false;
         }
         let Some(p) = self.peers.get(ah as usize).and_then(Option::as_ref) else { return false };
-        let asleep = p.map.hdr_u32::<{ segment::off::SLEEPING }>().load(Ordering::Relaxed) != 0;
+        // Its sleeping flag, unless it polled just now: an owner that
+        // hands its descriptor to the application keeps the flag set
+        // while it polls (`sleep.rs`); one that sleeps is not woken for
+        // this.
+        let asleep = p.map.hdr_u32::<{ segment::off::SLEEPING }>().load(Ordering::Relaxed) != 0
+            && !super::liveness::polled_recently(p);
         // An owner reading by its own job (an exchange: each side reads
         // the other's message) will not help; the read goes in one copy.
         let busy = p.shape.help_off() + HELP_LEN <= p.map.len
@@ -225,6 +231,8 @@ impl ShmDevice {
             Ok(_claim) => run_job(&slot, (pid, start), dst, remote, len, chunk, n),
         };
         self.map.block(self.shape.help_off(), HELP_LEN).u64(OPEN).store(0, Ordering::Relaxed);
+        // Polls stamp the clock now and then; a long copy had none.
+        self.stamp_progress();
         self.help.chunks_helped += job.helped;
         if !job.complete {
             // The owner's copy failed (or stalled): the whole read again,

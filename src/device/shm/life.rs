@@ -214,6 +214,7 @@ impl ShmDevice {
             crowd: super::crowd::Crowd::default(),
             far_epoch: 0,
             help: Default::default(),
+            lost_peers: 0,
         })
     }
 

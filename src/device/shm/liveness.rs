@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::segment::{alive, off};
-use super::ShmDevice;
+use super::{Peer, ShmDevice};
 use crate::device::{Ah, DevEvent};
 
 #[cfg(doc)]
@@ -70,11 +70,15 @@ impl ShmDevice {
                 self.events.push(DevEvent::PeerLost { ah: ah as Ah });
             }
         }
+        // Lost peers run nowhere: they do not crowd the CPUs (a peer that
+        // reopened its endpoint is inserted again, its old address stays).
+        self.lost_peers = self.peers.iter().flatten().filter(|p| p.lost).count();
+        self.crowd.peers(self.others());
     }
 
     /// Publishes that this endpoint is polling now ([`off::PROGRESS`]):
     /// called every 64th poll or packet (`check_peers`), a clock read each.
-    fn stamp_progress(&self) {
+    pub(super) fn stamp_progress(&self) {
         self.map.u64_at(off::PROGRESS).store(mono_us(), Ordering::Relaxed);
     }
 
@@ -86,8 +90,14 @@ impl ShmDevice {
             return false;
         }
         let Ok(p) = self.peer(ah) else { return false };
-        let stamp = p.map.u64_at(off::PROGRESS).load(Ordering::Relaxed);
         let asleep = p.map.hdr_u32::<{ off::SLEEPING }>().load(Ordering::Relaxed) != 0;
-        !asleep && stamp != 0 && mono_us().saturating_sub(stamp) <= PROGRESS_RECENT_US
+        !asleep && polled_recently(p)
     }
+}
+
+/// Whether peer `p` stamped its progress in the last
+/// [`PROGRESS_RECENT_US`] µs.
+pub(super) fn polled_recently(p: &Peer) -> bool {
+    let stamp = p.map.u64_at(off::PROGRESS).load(Ordering::Relaxed);
+    stamp != 0 && mono_us().saturating_sub(stamp) <= PROGRESS_RECENT_US
 }

@@ -261,6 +261,8 @@ pub struct ShmDevice {
     far_epoch: u32,
     /// Two-handed reads (`help.rs`).
     help: help::Help,
+    /// Peers found lost at the last peer check (they count for no crowd).
+    lost_peers: usize,
 }
 
 /// A packet the engine deferred: its sender's ids and its bytes.
@@ -279,9 +281,11 @@ impl ShmDevice {
         RawAddr::new(self.gid, epid as u16, connid)
     }
 
-    /// The peers inserted but this endpoint itself (crowded mode's count).
+    /// The peers inserted but this endpoint itself and those found lost
+    /// (crowded mode's count).
     fn others(&self) -> usize {
-        self.by_id.len() - usize::from(self.by_id.contains_key(&(self.epid, self.connid)))
+        let me = usize::from(self.by_id.contains_key(&(self.epid, self.connid)));
+        self.by_id.len().saturating_sub(me + self.lost_peers)
     }
 }
 
