@@ -229,16 +229,16 @@ impl ShmDevice {
         if !write && self.help_wanted(ah, local.len()) {
             return self.read_helped(ah, &local, remote_addr, key);
         }
-        self.copy_alone(ah, local, remote_addr, key, write)
+        self.copy_alone(ah, local, (remote_addr, key), write)
     }
 
-    /// [`Self::copy_cma`] by this endpoint alone.
+    /// [`Self::copy_cma`] by this endpoint alone, of `local` and the
+    /// `(address, key)` of the peer's memory.
     pub(super) fn copy_alone(
         &mut self,
         ah: Ah,
         local: UserBuf,
-        remote_addr: u64,
-        key: u64,
+        (remote_addr, key): (u64, u64),
         write: bool,
     ) -> Result<Result<(), Status>, DevError> {
         let p = super::peer_of(&mut self.peers, ah)?;

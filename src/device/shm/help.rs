@@ -237,7 +237,7 @@ impl ShmDevice {
         if !job.complete {
             // The owner's copy failed (or stalled): the whole read again,
             // by this endpoint alone.
-            return self.copy_alone(ah, *local, remote, key, false);
+            return self.copy_alone(ah, *local, (remote, key), false);
         }
         Ok(job.status)
     }
