@@ -17,7 +17,8 @@
 //!   owner's source address and key, the reader's destination, the length
 //!   and chunk size, and the words both sides change: `next` (the job's
 //!   generation in its high half, the next chunk to take in its low half),
-//!   `done` (chunks copied), `failed`, and `open` (a job runs). A reader
+//!   `done` (chunks copied), `failed`, `open` (a job runs) and `busy`
+//!   (helpers at work). A reader
 //!   runs one job at a time: its read is one call of its device, which
 //!   returns only once every chunk is in.
 //! - **Asking**: the reader publishes the job (the generation last) and
@@ -56,11 +57,12 @@
 //! Trust is the device's (`mod.rs`): the reader's slot is written by
 //! processes of the same user, who could write the reader's memory anyway.
 //! The reader bounds what a scribbled slot can do to it: it uses its own
-//! copy of the job and waits for `done` only while the owner lives and for
-//! at most [`STALL`] without a chunk coming in; then it copies the whole
-//! message itself and goes on (a helper stopped that long between its claim
-//! and its copy would still write that chunk's bytes, the message's own,
-//! later).
+//! copy of the job and waits for `done` only while the owner lives, and
+//! without a chunk coming in for at most [`STALL`] when no helper counts
+//! itself at work (`busy`: then no claimed chunk is being copied), else for
+//! at most [`STALL_BUSY`]; then it copies the whole message itself and goes
+//! on. Only a helper stopped for that long in the middle of its copy would
+//! still write that chunk's bytes, the message's own, later.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -82,6 +84,8 @@ const DONE: usize = 8;
 const FAILED: usize = 16;
 /// Nonzero while the slot's owner runs a job (it helps no one then).
 const OPEN: usize = 24;
+/// Helpers at work on the slot's jobs (only helpers change it).
+const BUSY: usize = 32;
 const SRC: usize = 64;
 const DST: usize = 72;
 const LEN: usize = 80;
@@ -98,6 +102,11 @@ const CHUNKS_MAX: u64 = 1 << 16;
 /// How long the reader waits for a helper's chunk without one coming in
 /// before it copies the message itself.
 const STALL: Duration = Duration::from_millis(200);
+
+/// How long it waits without a chunk coming in while a helper counts
+/// itself at work (descheduled in the middle of a copy, which it will end)
+/// before it copies the message itself all the same.
+const STALL_BUSY: Duration = Duration::from_secs(5);
 
 /// The chunk size for a read of `len` bytes: an eighth of it, between
 /// 64 KiB and 1 MiB (a system call per chunk), and at most half of it (a
@@ -288,6 +297,10 @@ impl ShmDevice {
         }
         let p = self.peers[ah as usize].as_ref().expect("checked above");
         let slot = p.map.block(slot_off, HELP_LEN);
+        // Counted as at work before the first claim, until after the last
+        // chunk is counted done: a reader whose chunks stall tells a
+        // helper that is still copying from none at all (`wait_done`).
+        slot.u64(BUSY).fetch_add(1, Ordering::AcqRel);
         loop {
             let w = slot.u64(NEXT).load(Ordering::Acquire);
             let c = w & 0xFFFF_FFFF;
@@ -310,6 +323,7 @@ impl ShmDevice {
                 break;
             }
         }
+        slot.u64(BUSY).fetch_sub(1, Ordering::AcqRel);
     }
 
     /// Jobs this endpoint asked help for, chunks owners copied for it, and
@@ -376,7 +390,8 @@ fn run_job(slot: &Block<'_>, peer: (u32, u64), dst: *mut u8, remote: u64, len: u
 }
 
 /// Waits until `slot`'s `done` counts `n` chunks: `Ok` with the count, which
-/// is short of `n` when none came in for [`STALL`]; `Err` when the owner
+/// is short of `n` when none came in for [`STALL`] (no helper at work) or
+/// [`STALL_BUSY`]; `Err` when the owner
 /// (`pid`, started at `start`) is gone.
 pub(super) fn wait_done(slot: &Block<'_>, n: u64, (pid, start): (u32, u64)) -> Result<u64, ()> {
     let mut seen = slot.u64(DONE).load(Ordering::Acquire);
@@ -389,7 +404,8 @@ pub(super) fn wait_done(slot: &Block<'_>, n: u64, (pid, start): (u32, u64)) -> R
         } else {
             std::thread::yield_now();
             let t = since.get_or_insert_with(Instant::now);
-            if t.elapsed() > STALL {
+            let waited = t.elapsed();
+            if waited > STALL && (slot.u64(BUSY).load(Ordering::Acquire) == 0 || waited > STALL_BUSY) {
                 break;
             }
             if spins % 1024 == 0 && !alive(pid, start) {

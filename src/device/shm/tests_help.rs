@@ -220,7 +220,18 @@ fn a_reader_stops_waiting_for_a_chunk_of_a_dead_owner_or_one_that_never_comes() 
     let t = Instant::now();
     assert_eq!(wait_done(&slot, 4, (me, start)), Ok(2), "short of the job after the stall");
     assert!(t.elapsed() >= Duration::from_millis(200) && t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
-    // Chunks that come in keep it waiting until the last.
-    slot.u64(8).store(4, Ordering::Relaxed);
-    assert_eq!(wait_done(&slot, 4, (me, start)), Ok(4));
+    // A helper at work (`busy`) keeps it waiting past that stall, until
+    // its chunks come in.
+    slot.u64(32).store(1, Ordering::Relaxed);
+    let t = Instant::now();
+    let done_word = slot.u64(8);
+    let done = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(500));
+            done_word.store(4, Ordering::Release);
+        });
+        wait_done(&slot, 4, (me, start))
+    });
+    assert_eq!(done, Ok(4), "the busy helper's chunks, after {:?}", t.elapsed());
+    assert!(t.elapsed() >= Duration::from_millis(450));
 }
