@@ -2,7 +2,6 @@
 //! after checking key, bounds and access in the memory owner's published
 //! registration table.
 
-use super::help;
 use super::mrtable::claim_remote;
 use super::ShmDevice;
 use super::{off, segment, HDR_LEN, SLOT_HDR};
@@ -37,6 +36,41 @@ fn self_read_works() -> bool {
     // SAFETY: both iovecs name 8 valid bytes of this process.
     let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
     n == 8 && dst == src
+}
+
+/// Copies `len` bytes between `local` (this process) and `remote` (in
+/// process `pid`) by cross-memory attach, written there with `write`:
+/// `Err` with the errno when the system call failed.
+pub(super) fn cma_copy(pid: libc::pid_t, local: *mut u8, remote: u64, len: usize, write: bool) -> Result<(), i32> {
+    let mut done = 0usize;
+    while done < len {
+        let liov = libc::iovec { iov_base: local.wrapping_add(done).cast(), iov_len: len - done };
+        let riov = libc::iovec { iov_base: (remote as usize + done) as *mut _, iov_len: len - done };
+        // SAFETY: the callers name memory lent to this endpoint (`local`)
+        // and memory the other process registered or lent for this access
+        // (`remote`); the kernel checks both again.
+        let n = unsafe {
+            if write {
+                libc::process_vm_writev(pid, &liov, 1, &riov, 1, 0)
+            } else {
+                libc::process_vm_readv(pid, &liov, 1, &riov, 1, 0)
+            }
+        };
+        if n <= 0 {
+            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+/// The status of a failed cross-memory-attach copy's errno.
+pub(super) fn cma_status(errno: i32) -> Status {
+    if errno == libc::ESRCH {
+        Status::PeerUnreachable
+    } else {
+        Status::RemoteAccess
+    }
 }
 
 impl ShmDevice {
@@ -252,7 +286,7 @@ impl ShmDevice {
                 // memory the peer registered for this access (checked
                 // above).
                 let dst = local.with_slice_mut(|s| s.as_mut_ptr());
-                help::copy_chunk(p.pid as libc::pid_t, dst, remote_addr, local.len(), write).map_err(help::cma_status)
+                cma_copy(p.pid as libc::pid_t, dst, remote_addr, local.len(), write).map_err(cma_status)
             }
         };
         Ok(status)

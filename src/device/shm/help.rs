@@ -67,9 +67,10 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use super::cma::{cma_copy, cma_status};
 use super::mrtable::{claim_remote, read_remote};
-use super::segment::{self, alive, Block, Mapping};
-use super::{ShmDevice, SLOT_HDR};
+use super::segment::{self, alive, Block};
+use super::{Peer, ShmDevice, SLOT_HDR};
 use crate::device::{Access, Ah, DevError};
 use crate::mem::UserBuf;
 use crate::status::Status;
@@ -133,40 +134,6 @@ pub(super) struct Help {
 /// Most jobs noted at once (one per reader; more are forged).
 const PENDING_MAX: usize = 64;
 
-/// One chunk of a job, copied by cross-memory attach: `Err` with the
-/// errno when the system call failed.
-pub(super) fn copy_chunk(pid: libc::pid_t, local: *mut u8, remote: u64, len: usize, write: bool) -> Result<(), i32> {
-    let mut done = 0usize;
-    while done < len {
-        let liov = libc::iovec { iov_base: local.wrapping_add(done).cast(), iov_len: len - done };
-        let riov = libc::iovec { iov_base: (remote as usize + done) as *mut _, iov_len: len - done };
-        // SAFETY: the callers name memory lent to this endpoint (`local`)
-        // and memory the other process registered or lent for this access
-        // (`remote`); the kernel checks both again.
-        let n = unsafe {
-            if write {
-                libc::process_vm_writev(pid, &liov, 1, &riov, 1, 0)
-            } else {
-                libc::process_vm_readv(pid, &liov, 1, &riov, 1, 0)
-            }
-        };
-        if n <= 0 {
-            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
-        }
-        done += n as usize;
-    }
-    Ok(())
-}
-
-/// The status of a failed cross-memory-attach copy's errno.
-pub(super) fn cma_status(errno: i32) -> Status {
-    if errno == libc::ESRCH {
-        Status::PeerUnreachable
-    } else {
-        Status::RemoteAccess
-    }
-}
-
 impl ShmDevice {
     /// Whether a read of `len` bytes from `ah` asks its owner for help.
     pub(super) fn help_wanted(&self, ah: Ah, len: usize) -> bool {
@@ -182,8 +149,7 @@ impl ShmDevice {
             && !super::liveness::polled_recently(p);
         // An owner reading by its own job (an exchange: each side reads
         // the other's message) will not help; the read goes in one copy.
-        let busy = p.shape.help_off() + HELP_LEN <= p.map.len
-            && p.map.u64_at(p.shape.help_off() + OPEN).load(Ordering::Relaxed) != 0;
+        let busy = help_slot(p).is_some_and(|slot| slot.u64(OPEN).load(Ordering::Relaxed) != 0);
         !asleep && !busy
     }
 
@@ -286,17 +252,13 @@ impl ShmDevice {
     /// Takes chunks of job `gen` of reader `ah` while any are left.
     fn help_reader(&mut self, ah: Ah, gen: u64) {
         let Some(p) = self.peers.get(ah as usize).and_then(Option::as_ref).filter(|p| !p.lost) else { return };
-        let slot_off = p.shape.help_off();
-        if slot_off + HELP_LEN > p.map.len {
-            return;
-        }
-        let (job, pid) = (Job::read(&p.map, slot_off, gen), p.pid as libc::pid_t);
-        let Some(job) = job else { return };
+        let pid = p.pid as libc::pid_t;
+        let Some(job) = help_slot(p).and_then(|slot| Job::read(&slot, gen)) else { return };
         if !self.own_grants(job.key, job.src, job.len, Access::REMOTE_READ) {
             return;
         }
         let p = self.peers[ah as usize].as_ref().expect("checked above");
-        let slot = p.map.block(slot_off, HELP_LEN);
+        let Some(slot) = help_slot(p) else { return };
         // Counted as at work before the first claim, until after the last
         // chunk is counted done: a reader whose chunks stall tells a
         // helper that is still copying from none at all (`wait_done`).
@@ -313,7 +275,7 @@ impl ShmDevice {
             let at = c * job.chunk;
             let n = job.chunk.min(job.len - at) as usize;
             // Its own registered memory (checked above), into the reader's.
-            let ok = copy_chunk(pid, (job.src + at) as *mut u8, job.dst + at, n, true).is_ok();
+            let ok = cma_copy(pid, (job.src + at) as *mut u8, job.dst + at, n, true).is_ok();
             if !ok {
                 slot.u64(FAILED).store(1, Ordering::Release);
             }
@@ -331,6 +293,13 @@ impl ShmDevice {
     pub fn help_stats(&self) -> (u64, u64, u64) {
         (self.help.asked, self.help.chunks_helped, self.help.chunks_given)
     }
+}
+
+/// Peer `p`'s help slot, unless its mapping (its own shape's word)
+/// holds none.
+fn help_slot(p: &Peer) -> Option<Block<'_>> {
+    let off = p.shape.help_off();
+    (off.checked_add(HELP_LEN)? <= p.map.len).then(|| p.map.block(off, HELP_LEN))
 }
 
 /// What a reader's run of its job gave.
@@ -374,7 +343,7 @@ fn run_job(slot: &Block<'_>, peer: (u32, u64), dst: *mut u8, remote: u64, len: u
         let bytes = (take as usize * chunk).min(len - at);
         // The copy: `dst` is the reader's lent buffer of `len` bytes; the
         // remote range was checked and is held claimed.
-        if let Err(e) = copy_chunk(peer.0 as libc::pid_t, dst.wrapping_add(at), remote + at as u64, bytes, false) {
+        if let Err(e) = cma_copy(peer.0 as libc::pid_t, dst.wrapping_add(at), remote + at as u64, bytes, false) {
             status = Err(cma_status(e));
         }
         slot.u64(DONE).fetch_add(take, Ordering::AcqRel);
@@ -431,11 +400,9 @@ struct Job {
 }
 
 impl Job {
-    /// The job of generation `gen` (high half) in the slot at `off` of
-    /// `map` (in bounds), if it is the one running and its fields make
-    /// sense.
-    fn read(map: &Mapping, off: usize, gen: u64) -> Option<Job> {
-        let slot = map.block(off, HELP_LEN);
+    /// The job of generation `gen` (high half) in `slot`, if it is the one
+    /// running and its fields make sense.
+    fn read(slot: &Block<'_>, gen: u64) -> Option<Job> {
         if slot.u64(NEXT).load(Ordering::Acquire) & !0xFFFF_FFFF != gen || gen == 0 {
             return None;
         }
