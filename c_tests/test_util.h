@@ -364,7 +364,7 @@ static inline uint64_t tu_counter(rdm4_ep *ep, const char *name)
 static inline rdm4_ep *tu_open_and_meet(int to_peer, int from_peer, rdm4_addr *peer, int single);
 
 /* tu_open_attr for a single-threaded application (RDM4_THREAD_SINGLE):
- * over udp the endpoint is then shared with its responder without a lock. */
+ * no lock; over udp the device is shared with its responder without one. */
 static inline rdm4_ep *tu_open_single(uint8_t addr[RDM4_ADDR_LEN])
 {
     rdm4_ep_attr at;

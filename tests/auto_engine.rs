@@ -78,7 +78,7 @@ impl Trio {
     }
 
     fn udp_sent(&mut self, i: usize) -> u64 {
-        self.eps[i].device().udp().map_or(0, |u| u.stats().datagrams_sent)
+        self.eps[i].device().udp_stats().map_or(0, |u| u.datagrams_sent)
     }
 }
 

@@ -300,7 +300,7 @@ impl Proc {
     }
 
     fn udp_sent(&self) -> u64 {
-        self.ep.device().udp().unwrap().stats().datagrams_sent
+        self.ep.device().udp_stats().unwrap().datagrams_sent
     }
 
     /// One progress call; completions are stamped with the time they
@@ -563,7 +563,7 @@ fn scenario(rank: usize, dir: &Path) {
     p.messages(&remote, &SIZES);
     p.rma(&remote);
     let (tx_r, udp_r) = (p.ep.traffic().tx_total() - tx_l, p.udp_sent() - udp_l);
-    let stats = p.ep.device().udp().unwrap().stats();
+    let stats = p.ep.device().udp_stats().unwrap();
     p.barrier("remote", &ALL);
     let t_remote = secs(t);
     p.check_regions(&remote);

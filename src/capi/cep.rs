@@ -16,6 +16,7 @@
 use std::os::fd::RawFd;
 
 use crate::device::auto::AutoDevice;
+use crate::device::away::Shared;
 use crate::device::shm::ShmDevice;
 use crate::device::udp::{UdpDevice, UdpStats};
 use crate::device::Access;
@@ -35,8 +36,8 @@ use crate::wire::RawAddr;
 pub(crate) enum CEp {
     /// Processes of one host.
     Shm(Endpoint<ShmDevice>),
-    /// Hosts on an IP network.
-    Udp(Endpoint<UdpDevice>),
+    /// Hosts on an IP network (the device shared with the responder).
+    Udp(Endpoint<Shared<UdpDevice>>),
     /// Both: shm to peers of this host, udp to the rest.
     Auto(Endpoint<AutoDevice>),
     /// Either, with its packets captured (`RDM4_PCAP`).
@@ -50,7 +51,7 @@ pub(crate) enum CapEp {
     /// Shm, captured.
     Shm(Endpoint<Capture<ShmDevice>>),
     /// Udp, captured.
-    Udp(Endpoint<Capture<UdpDevice>>),
+    Udp(Endpoint<Capture<Shared<UdpDevice>>>),
     /// Auto, captured (each record names the device its packet took).
     Auto(Endpoint<Capture<AutoDevice>>),
 }
@@ -136,9 +137,8 @@ forward! {
     ref fn has_queued_work() -> bool;
     mut fn sleep_begin() -> Option<(RawFd, i32)>;
     ref fn wants_responder() -> bool;
-    mut fn respond() -> Option<(RawFd, i32)>;
     mut fn responder_fds() -> Vec<RawFd>;
-    mut fn keepalive() -> ();
+    mut fn away() -> Option<std::sync::Arc<dyn crate::device::away::AwayWork>>;
     mut fn sleep_end() -> ();
     ref fn wake_sleeper() -> ();
     mut fn wait_fd() -> Option<RawFd>;
@@ -170,6 +170,7 @@ impl CEp {
 
     /// [`CEp::open_shm`] for the udp device.
     pub(crate) fn open_udp(dev: UdpDevice, cfg: Config, pcap: Option<PcapFile>) -> CEp {
+        let dev = Shared::new(dev);
         match pcap {
             None => CEp::Udp(Endpoint::new(dev, cfg)),
             Some(f) => CEp::Captured(Box::new(CapEp::Udp(Endpoint::new(Capture::new(dev, f, DeviceKind::Udp), cfg)))),
@@ -244,14 +245,14 @@ impl CEp {
     /// The udp device's counters (zero for another device).
     pub(crate) fn udp_stats(&self) -> UdpStats {
         let udp = match self {
-            CEp::Udp(e) => Some(e.device()),
+            CEp::Udp(e) => Some(e.device().with(UdpDevice::stats)),
             CEp::Captured(c) => match &**c {
-                CapEp::Udp(e) => Some(e.device().inner()),
-                _ => self.auto().and_then(AutoDevice::udp),
+                CapEp::Udp(e) => Some(e.device().inner().with(UdpDevice::stats)),
+                _ => self.auto().and_then(AutoDevice::udp_stats),
             },
-            _ => self.auto().and_then(AutoDevice::udp),
+            _ => self.auto().and_then(AutoDevice::udp_stats),
         };
-        udp.map(UdpDevice::stats).unwrap_or_default()
+        udp.unwrap_or_default()
     }
 
     /// See [`Endpoint::atomic`].

@@ -109,7 +109,8 @@ fn open_endpoint(attr: &rdm4_ep_attr, cfg: Config) -> Result<super::CEp, Status>
 /// at all, not even an answer to a probe, came from it for
 /// `RDM4_UDP_GIVEUP_MS` (default 5000). With manual progress the endpoint
 /// gets a responder thread that stands in for the application while it
-/// makes no call (it computes, sleeps, waits elsewhere): it acknowledges
+/// leaves the udp device alone (it computes, sleeps, waits elsewhere, or
+/// talks only to peers of its host through auto): it acknowledges
 /// what arrives, answers probes, serves RDMA of registered memory,
 /// retransmits, and keeps packets for the next call (making `rdm4_ep_fd`
 /// readable). It never runs the protocol: operations that need the
@@ -202,19 +203,21 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
         if inner.ep.wants_responder() {
             super::responder::register_at_exit();
         }
-        // A single-threaded application shares its endpoint with the
-        // responder without a lock where the kernel offers the barrier
-        // that takes (`capi::shared`); else the endpoint keeps its lock.
-        let single = a.threading == RDM4_THREAD_SINGLE && (!responder || super::shared::barrier_available());
+        // The responder shares the device only, not the endpoint
+        // (`crate::device::away`): a single-threaded endpoint takes no lock.
+        let single = a.threading == RDM4_THREAD_SINGLE;
         let fds = inner.ep.responder_fds();
-        let (slot, handle) = super::install(inner, single, responder).ok_or(Status::NoMem)?;
+        let away = if responder { inner.ep.away() } else { None };
+        let responder = away.is_some();
+        let (slot, handle) = super::install(inner, single).ok_or(Status::NoMem)?;
+        slot.set_away(away);
         if a.progress == RDM4_PROGRESS_AUTO || responder {
             use super::thread::{EpThread, Job, MAX_FDS};
             let spawned = if responder {
                 let mut keep = [-1; MAX_FDS];
                 let nfds = fds.len().min(MAX_FDS);
                 keep[..nfds].copy_from_slice(&fds[..nfds]);
-                let job = Job::Responder { handle, fds: keep, nfds };
+                let job = Job::Responder { fds: keep, nfds };
                 EpThread::spawn(slot, job, 256 << 10, c"rdm4-responder")
             } else {
                 EpThread::spawn(slot, Job::Progress { handle }, 0, c"rdm4-progress")
@@ -266,16 +269,10 @@ const SPIN_MAX: Duration = Duration::from_millis(2);
 pub(crate) fn progress_thread(slot: &'static super::EpSlot, handle: u64) {
     let mut spin = SPIN_MIN;
     let mut idle_since: Option<Instant> = None;
-    let mut next_scan = Instant::now();
     while !slot.stop.load(Ordering::Acquire) {
         // Ends when the endpoint is closed.
         let Some(mut g) = slot.lock_raw(handle) else { break };
         let Some(inner) = g.as_deref_mut() else { break };
-        if Instant::now() >= next_scan {
-            // As the responder does beside manual progress.
-            next_scan = Instant::now() + super::responder::SCAN_EVERY;
-            inner.ep.keepalive();
-        }
         let rx = inner.ep.packets_in();
         let busy = inner.progress_once() || inner.ep.packets_in() != rx;
         if busy {

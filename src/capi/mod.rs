@@ -32,7 +32,6 @@ mod mr;
 mod cq;
 
 mod responder;
-mod shared;
 mod slots;
 mod thread;
 mod types;
@@ -93,8 +92,6 @@ pub(crate) struct EpInner {
     pub(crate) parked: u32,
     /// `RDM4_PROGRESS_*` and `RDM4_THREAD_*` it was opened with.
     pub(crate) modes: (u32, u32),
-    /// The process that opened it (a forked child's copy is not its own).
-    pub(crate) pid: u32,
     /// Its handle (set by `slots::install` before the endpoint is
     /// published): a single-threaded call checks it here.
     pub(crate) handle: u64,
@@ -110,7 +107,6 @@ impl EpInner {
             scratch: Vec::new(),
             parked: 0,
             modes: (0, 0),
-            pid: std::process::id(),
             handle: 0,
         }
     }

@@ -6,23 +6,24 @@
 //! Applications stop calling the library most of the time: they compute,
 //! meet at barriers over other channels, sleep on other descriptors, or
 //! are done and about to close. The responder stands in for them then and
-//! only then:
-//! - Every call of the application on the endpoint counts
-//!   (`EpSlot::calls`, bumped under the endpoint's lock, or without one
-//!   for a single-threaded application: `shared`). The responder
-//!   looks every [`TICK`] to [`TICK_MAX`]; when no call came since its
-//!   last look, and no
-//!   thread sleeps in `rdm4_wait` (which does the device's work itself),
-//!   the application is away, and the responder makes the device's
-//!   [`respond`](crate::device::Device::respond) call under the lock.
-//! - While the application stays away, the responder sleeps on the
-//!   device's descriptor until a datagram or the device's next timer, and
-//!   answers at once (after [`GRACE`], the first turn for an application
-//!   that sleeps on the same descriptor through `rdm4_ep_fd`).
-//! - Every [`SCAN_EVERY`] it tells the device which peers the endpoint's
-//!   operations await (`Endpoint::keepalive`), whether the application is
-//!   away or not, so that a peer that died is noticed even by an
-//!   application that only polls.
+//! only then. It holds the device alone, never the endpoint
+//! ([`Shared`](crate::device::away::Shared)): the application's calls take
+//! no part in it but their accesses to that device, and an auto
+//! endpoint's calls that stay on shm none at all.
+//! - The device counts the application's accesses. The responder looks
+//!   every [`TICK`] to [`TICK_MAX`]; when none came since its last look,
+//!   and no thread sleeps on the device (`rdm4_wait`, which does the
+//!   device's work itself), the device is left alone, and the responder
+//!   makes the device's [`respond`](crate::device::Responder::respond)
+//!   call, which no access overlaps.
+//! - While the device stays alone, the responder sleeps on its descriptor
+//!   until a datagram or the device's next timer, and answers at once
+//!   (after [`GRACE`], the first turn for an application that sleeps on
+//!   the same descriptor through `rdm4_ep_fd`).
+//! - Which peers the endpoint's operations await, the device asks the
+//!   engine during the application's calls, and keeps the answer while it
+//!   is away (`DevEvent::Awaiting`): a peer that died is noticed also
+//!   while the application computes or sleeps.
 //!
 //! - A process that exits without closing its endpoints (it returns from
 //!   `main` right after its last receive) sends the acknowledgements they
@@ -37,15 +38,15 @@
 //!   takes no reference per call on a table nobody shares).
 //!
 //! A busy application costs a wake-up per tick of a thread that looks at
-//! one counter, and a lock taken every [`SCAN_EVERY`]; a ping-pong never
-//! meets the responder in its path (`docs/performance.md`).
-
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+//! one counter; a ping-pong never meets the responder in its path
+//! (`docs/performance.md`).
 
 use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use super::EpSlot;
+use crate::device::away::AwayWork;
 
 /// How often the responder looks whether the application is away: every
 /// [`TICK`] after it was, and half as often each time it found the
@@ -53,19 +54,17 @@ use super::EpSlot;
 /// the application's CPU costs a busy application a context switch).
 pub(crate) const TICK: Duration = Duration::from_millis(1);
 const TICK_MAX: Duration = Duration::from_millis(8);
-/// How often it tells the device which peers the operations await.
-pub(crate) const SCAN_EVERY: Duration = Duration::from_millis(100);
 /// After a datagram woke it, how long it leaves the application to take
 /// it first.
 const GRACE: Duration = Duration::from_micros(200);
 
-/// The responder of the endpoint in `slot`, until it is closed.
-pub(crate) fn run(slot: &'static EpSlot, handle: u64, fds: &[RawFd]) {
+/// The responder of the device `away` of the endpoint in `slot`, until the
+/// endpoint is closed.
+pub(crate) fn run(slot: &'static EpSlot, away: &dyn AwayWork, fds: &[RawFd]) {
     if !private_fd_table(fds) {
         crate::log::log!(crate::log::INFO, "responder: shares the process's descriptor table");
     }
-    let mut seen = slot.calls.load(Ordering::Relaxed);
-    let mut next_scan = Instant::now() + SCAN_EVERY;
+    let mut seen = away.accesses();
     // The device's descriptor and timer while the application is away.
     let mut watch: Option<(RawFd, i32)> = None;
     let mut tick = TICK;
@@ -73,31 +72,18 @@ pub(crate) fn run(slot: &'static EpSlot, handle: u64, fds: &[RawFd]) {
         match watch.take() {
             None => std::thread::sleep(tick),
             Some((fd, ms)) => {
-                let until_scan = next_scan.saturating_duration_since(Instant::now()).as_millis() as i32;
-                if super::ep::poll_one(fd, ms.clamp(0, until_scan.max(1))) {
+                if super::ep::poll_one(fd, ms.max(0)) {
                     std::thread::sleep(GRACE);
                 }
             }
         }
-        let calls = slot.calls.load(Ordering::Relaxed);
-        // Odd: a call of a single-threaded application is under way.
-        let away = calls == seen && calls & 1 == 0;
-        seen = calls;
-        tick = if away { TICK } else { (tick * 2).min(TICK_MAX) };
-        let now = Instant::now();
-        let scan = now >= next_scan;
-        if !away && !scan {
-            continue;
-        }
-        let Some(mut inner) = slot.hold(handle) else {
-            continue; // a call holds the endpoint (or it is being closed)
-        };
-        if scan {
-            next_scan = now + SCAN_EVERY;
-            inner.ep.keepalive();
-        }
-        if away && inner.parked == 0 {
-            watch = inner.ep.respond();
+        let now = away.accesses();
+        // Odd: an access is under way.
+        let alone = now == seen && now & 1 == 0 && !away.asleep();
+        seen = now;
+        tick = if alone { TICK } else { (tick * 2).min(TICK_MAX) };
+        if alone {
+            watch = away.respond();
         }
     }
 }
@@ -116,14 +102,13 @@ pub(crate) fn register_at_exit() {
 }
 
 /// At the process's exit: every endpoint of this process with a responder
-/// that no call holds sends what it owes (its device's responder call).
+/// whose device no call holds sends what it owes (its device's responder
+/// call).
 fn at_exit() {
     let _ = std::panic::catch_unwind(|| {
-        let me = std::process::id();
-        for (slot, handle) in super::open_slots() {
-            let Some(mut inner) = slot.hold(handle) else { continue };
-            if inner.pid == me && inner.ep.wants_responder() {
-                inner.ep.respond();
+        for (slot, _) in super::open_slots() {
+            if let Some(away) = slot.away() {
+                away.respond();
             }
         }
     });

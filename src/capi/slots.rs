@@ -6,18 +6,19 @@
 //! it is never NULL, never repeats (a slot's generation only grows) and
 //! looks as opaque as a pointer. A call reaches the endpoint the way its
 //! slot says ([`EpSlot::way`]): directly (single-threaded: the handle is
-//! compared whole with the one the endpoint holds), the same way and then
-//! keeping the responder out (single-threaded and shared with it:
-//! `shared`), or, after comparing it with the one the slot holds, under
-//! the slot's lock, where the handle is compared again. Closing clears the slot's
+//! compared whole with the one the endpoint holds), or, after comparing it
+//! with the one the slot holds, under the slot's lock, where the handle is
+//! compared again. (A responder never holds the endpoint, only its device:
+//! `crate::device::away`.) Closing clears the slot's
 //! handle and way under the lock before the endpoint goes, so every later
 //! use of the old handle fails.
 
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::{rdm4_ep, shared, EpInner};
+use super::{rdm4_ep, EpInner};
+use crate::device::away::AwayWork;
 use crate::status::Status;
 
 /// Endpoints open at once at most (a power of two: [`slot_of`] masks).
@@ -27,11 +28,8 @@ const _: () = assert!(MAX_EPS.is_power_of_two());
 /// [`EpSlot::way`]: the endpoint's address plus this, for a single-threaded
 /// endpoint used without the lock.
 const PLAIN: usize = 1;
-/// [`EpSlot::way`]: the endpoint's address plus this, for a single-threaded
-/// endpoint shared with its responder (`shared`).
-pub(crate) const SHARED: usize = 2;
-// An `EpInner` is aligned to 8: its address leaves both tag bits free.
-const _: () = assert!(std::mem::align_of::<EpInner>() >= 4);
+// An `EpInner` is aligned to 8: its address leaves the tag bit free.
+const _: () = assert!(std::mem::align_of::<EpInner>() >= 2);
 
 /// One slot of the endpoint table. A power of two in size, so that a
 /// handle's slot is found by a shift and a mask; a cache line or two of its
@@ -44,19 +42,15 @@ pub(crate) struct EpSlot {
     /// How calls reach the endpoint: 0 by the lock (a thread-safe
     /// endpoint, or none); else the address of the endpoint in `inner`
     /// plus [`PLAIN`] (opened with `RDM4_THREAD_SINGLE`: calls use it
-    /// without the lock) or [`SHARED`] (the same, shared with a
-    /// responder).
+    /// without the lock).
     way: AtomicUsize,
     /// Generation of the slot's last open (0: never filled).
     gen: AtomicU32,
-    /// The responder holds a shared endpoint (`shared`).
-    pub(crate) responding: AtomicBool,
     pub(crate) stop: AtomicBool,
-    /// Calls of the application on the endpoint (see `responder`): 2 more
-    /// per call, under the lock; a shared endpoint's is odd during a call
-    /// (`shared`). Read by the responder.
-    pub(crate) calls: AtomicU64,
     inner: Mutex<Option<Box<EpInner>>>,
+    /// The device the endpoint shares with its responder (`responder`),
+    /// for the responder and the process's exit.
+    away: Mutex<Option<Arc<dyn AwayWork>>>,
     /// The endpoint's thread (automatic progress, or the responder).
     pub(crate) thread: Mutex<Option<super::thread::EpThread>>,
     /// What that thread is to do, until it starts.
@@ -69,35 +63,29 @@ impl EpSlot {
             handle: AtomicU64::new(0),
             way: AtomicUsize::new(0),
             gen: AtomicU32::new(0),
-            responding: AtomicBool::new(false),
             stop: AtomicBool::new(false),
-            calls: AtomicU64::new(0),
             inner: Mutex::new(None),
+            away: Mutex::new(None),
             thread: Mutex::new(None),
             job: Mutex::new(None),
         }
     }
 
-    /// The tagged word of a shared endpoint (`SHARED` set), or none.
-    pub(crate) fn shared_way(&self) -> Option<usize> {
-        let w = self.way.load(Ordering::Acquire);
-        (w & SHARED != 0).then_some(w)
+    /// The device the endpoint shares with its responder, if any (`None`
+    /// too while another thread looks: the process's exit, or a fork's
+    /// child, must not wait for a lock).
+    pub(crate) fn away(&self) -> Option<Arc<dyn AwayWork>> {
+        self.away.try_lock().ok()?.clone()
+    }
+
+    /// Gives the endpoint's responder `away` to the slot.
+    pub(crate) fn set_away(&self, away: Option<Arc<dyn AwayWork>>) {
+        *self.away.lock().unwrap_or_else(|e| e.into_inner()) = away;
     }
 
     /// The handle of the endpoint open now (0: none).
     pub(crate) fn handle(&self) -> u64 {
         self.handle.load(Ordering::Acquire)
-    }
-
-    /// [`Self::lock_raw`] when the lock is free now; `None` when a call
-    /// holds it or the endpoint is closed.
-    pub(crate) fn try_lock_raw(&self, handle: u64) -> Option<MutexGuard<'_, Option<Box<EpInner>>>> {
-        let g = match self.inner.try_lock() {
-            Ok(g) => g,
-            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return None,
-        };
-        (g.is_some() && self.handle.load(Ordering::Relaxed) == handle).then_some(g)
     }
 
     /// The endpoint of `handle`, locked, for the progress thread (no call
@@ -108,13 +96,11 @@ impl EpSlot {
         (g.is_some() && self.handle.load(Ordering::Relaxed) == handle).then_some(g)
     }
 
-    /// A call enters the endpoint of `handle` by its lock (counted for the
-    /// responder); `None` once closed.
+    /// A call enters the endpoint of `handle` by its lock; `None` once
+    /// closed.
     #[inline]
     fn enter_locked(&'static self, handle: u64) -> Option<(*mut EpInner, Exit)> {
         let mut g = self.lock_raw(handle)?;
-        // Under the lock: a plain increment, no atomic read-modify-write.
-        self.calls.store(self.calls.load(Ordering::Relaxed).wrapping_add(2), Ordering::Relaxed);
         let inner: *mut EpInner = &mut **g.as_mut()?;
         Some((inner, Exit::Locked(ManuallyDrop::new(g))))
     }
@@ -162,25 +148,16 @@ fn slot_of(v: u64) -> &'static EpSlot {
 enum Exit {
     /// Used without the lock.
     Plain,
-    /// Shared with its responder: the call count turns even (`shared`).
-    Shared(&'static EpSlot),
     /// Locked: a sleeping progress thread is woken when the call left it
     /// work, then the lock goes.
     Locked(ManuallyDrop<MutexGuard<'static, Option<Box<EpInner>>>>),
 }
 
 impl Drop for Exit {
-    /// A plain call's exit is one test; a shared one's (auto and udp
-    /// endpoints, the default's) its store, inline; the locked one out of
-    /// line (docs/performance.md, "the shared exit inline").
+    /// A plain call's exit is one test; the locked one out of line.
     #[inline(always)]
     fn drop(&mut self) {
-        if matches!(self, Exit::Plain) {
-            return;
-        }
-        if let Exit::Shared(slot) = self {
-            shared::leave(slot);
-        } else {
+        if !matches!(self, Exit::Plain) {
             self.leave();
         }
     }
@@ -189,9 +166,7 @@ impl Drop for Exit {
 impl Exit {
     #[inline(never)]
     fn leave(&mut self) {
-        if let Exit::Shared(slot) = self {
-            shared::leave(slot);
-        } else if let Exit::Locked(g) = self {
+        if let Exit::Locked(g) = self {
             // Before the lock goes: a packet arriving wakes the thread
             // anyway, work only progress does would not.
             if let Some(inner) = g.as_deref().filter(|i| i.parked > 0) {
@@ -231,15 +206,6 @@ pub(crate) fn on_ep<R>(ep: *mut rdm4_ep, f: impl FnOnce(&mut EpInner) -> Result<
             return Err(Status::BadHandle);
         }
         (inner, Exit::Plain)
-    } else if w & SHARED != 0 {
-        let inner = shared::endpoint_of(w);
-        // SAFETY: as for `PLAIN` above (the responder never closes it).
-        if unsafe { (*inner).handle } != v {
-            return Err(Status::BadHandle);
-        }
-        // Keeps the responder out until `_exit` drops.
-        shared::enter(slot);
-        (inner, Exit::Shared(slot))
     } else {
         // NULL names slot 0, which holds handle 0 until it is first filled.
         if v == 0 || slot.handle.load(Ordering::Acquire) != v {
@@ -282,9 +248,8 @@ pub(crate) fn forget_endpoints_in_forked_children() {
 
 /// Fills a free slot with `inner`; returns the slot and the handle. `None`:
 /// the table is full.
-/// With `single`, calls use the endpoint without the slot's lock; with
-/// `shared` too, they share it with a responder (`shared`).
-pub(crate) fn install(inner: EpInner, single: bool, shared: bool) -> Option<(&'static EpSlot, u64)> {
+/// With `single`, calls use the endpoint without the slot's lock.
+pub(crate) fn install(inner: EpInner, single: bool) -> Option<(&'static EpSlot, u64)> {
     let idx = {
         let mut f = FREE.lock().unwrap_or_else(|e| e.into_inner());
         match f.0.pop() {
@@ -303,14 +268,8 @@ pub(crate) fn install(inner: EpInner, single: bool, shared: bool) -> Option<(&'s
     let mut boxed = Box::new(inner);
     boxed.handle = handle;
     let addr = &mut *boxed as *mut EpInner as usize;
-    let way = match (single, shared) {
-        (false, _) => 0,
-        (true, false) => addr + PLAIN,
-        (true, true) => addr + SHARED,
-    };
+    let way = if single { addr + PLAIN } else { 0 };
     *g = Some(boxed);
-    slot.calls.store(0, Ordering::Relaxed);
-    slot.responding.store(false, Ordering::Relaxed);
     slot.way.store(way, Ordering::Release);
     slot.stop.store(false, Ordering::Relaxed);
     slot.gen.store(gen, Ordering::Release);
@@ -324,11 +283,6 @@ pub(crate) fn install(inner: EpInner, single: bool, shared: bool) -> Option<(&'s
 pub(crate) fn uninstall(ep: *mut rdm4_ep) -> Result<(Box<EpInner>, Option<super::thread::EpThread>), Status> {
     let v = ep as usize as u64;
     let slot = slot_of(v);
-    if slot.shared_way().is_some() && slot.handle() == v {
-        // Kept out of the endpoint as a call keeps it out, for good: the
-        // call never leaves (the slot's next open starts afresh).
-        shared::enter(slot);
-    }
     let inner = {
         let mut g = slot.inner.lock().unwrap_or_else(|e| e.into_inner());
         if g.is_none() || slot.handle.load(Ordering::Relaxed) != v {
@@ -341,6 +295,7 @@ pub(crate) fn uninstall(ep: *mut rdm4_ep) -> Result<(Box<EpInner>, Option<super:
         g.take()
     };
     slot.stop.store(true, Ordering::Release);
+    slot.set_away(None);
     let thread = slot.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
     Ok((inner.ok_or(Status::BadHandle)?, thread))
 }

@@ -22,9 +22,9 @@ pub(crate) const MAX_FDS: usize = 8;
 /// What the thread of an endpoint does.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Job {
-    /// Stands in for the application while it makes no call
-    /// (`super::responder`), keeping only `fds` open.
-    Responder { handle: u64, fds: [RawFd; MAX_FDS], nfds: usize },
+    /// Stands in for the application while it leaves the device the slot
+    /// shares with it alone (`super::responder`), keeping only `fds` open.
+    Responder { fds: [RawFd; MAX_FDS], nfds: usize },
     /// Progresses the endpoint (`RDM4_PROGRESS_AUTO`).
     Progress { handle: u64 },
 }
@@ -73,7 +73,11 @@ extern "C" fn start(arg: *mut libc::c_void) -> *mut libc::c_void {
     let slot: &'static EpSlot = unsafe { &*(arg as *const EpSlot) };
     let job = slot.job.lock().unwrap_or_else(|e| e.into_inner()).take();
     let _ = std::panic::catch_unwind(|| match job {
-        Some(Job::Responder { handle, fds, nfds }) => super::responder::run(slot, handle, &fds[..nfds]),
+        Some(Job::Responder { fds, nfds }) => {
+            if let Some(away) = slot.away() {
+                super::responder::run(slot, &*away, &fds[..nfds]);
+            }
+        }
         Some(Job::Progress { handle }) => super::ep::progress_thread(slot, handle),
         None => {}
     });

@@ -52,10 +52,10 @@ pub const RDM4_THREAD_SAFE: u32 = 0;
 /// Threading: the application promises that calls on the endpoint never
 /// overlap (one thread, or threads that serialise their calls, as with
 /// `FI_THREAD_DOMAIN` or `UCS_THREAD_MODE_SINGLE`); calls then take no
-/// lock (over udp they keep the device's responder, see `rdm4_ep_open`,
-/// out without one: it waits for a process-wide memory barrier,
-/// `membarrier(2)`, and where the kernel has none the endpoint takes its
-/// lock). Requires `RDM4_PROGRESS_MANUAL`.
+/// lock (over udp, their accesses to the device keep its responder, see
+/// `rdm4_ep_open`, out without one: the responder waits for a
+/// process-wide memory barrier, `membarrier(2)`, and where the kernel has
+/// none both sides fence). Requires `RDM4_PROGRESS_MANUAL`.
 /// Overlapping calls on such an endpoint are undefined behaviour.
 pub const RDM4_THREAD_SINGLE: u32 = 1;
 

@@ -79,6 +79,14 @@ pub trait Responder {
     /// standard ones), so that it keeps none of the application's files
     /// open.
     fn responder_fds(&self) -> Vec<RawFd>;
+
+    /// What a responder thread holds to do [`Responder::respond`] while the
+    /// application is away: given by a device shared with one
+    /// ([`Shared`](super::away::Shared)); `None` for a device the
+    /// application holds alone (it calls `respond` itself, or nobody does).
+    fn away(&self) -> Option<std::sync::Arc<dyn super::away::AwayWork>> {
+        None
+    }
 }
 
 /// Hints on the bytes that follow a packet (shm: a producer that streams

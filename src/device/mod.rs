@@ -50,6 +50,7 @@
 //! see `capi::CDevice`).
 
 pub mod auto;
+pub mod away;
 pub mod ext;
 pub mod shm;
 pub mod sim;
@@ -187,6 +188,12 @@ pub enum DevEvent {
         /// Bytes written.
         len: u64,
     },
+    /// The device asks which peers the endpoint's operations await: the
+    /// engine answers in the same progress call with [`Device::awaiting`]
+    /// for each (a device shared with a responder cannot look at the
+    /// engine itself: udp asks every 100 ms during the application's
+    /// calls, and keeps the answer while it is away).
+    Awaiting,
 }
 
 /// What a [`Device::recv`] callback returns: whether to go on with the
@@ -428,7 +435,8 @@ pub trait Device {
     /// operations with it): the device makes sure the peer is alive, and
     /// reports it lost ([`DevEvent::PeerLost`]) within its documented bound
     /// when it is not (udp: probes while it is silent). The engine says it
-    /// again every 100 ms while it waits; the default does nothing (a
+    /// when the device asks ([`DevEvent::Awaiting`]) and before it sleeps
+    /// on the device; the default does nothing (a
     /// device that learns of dead peers otherwise, shm: by their pid).
     fn awaiting(&mut self, _ah: Ah) {}
 

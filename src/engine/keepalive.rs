@@ -1,7 +1,7 @@
-//! What the engine does for its device while the application is away:
-//! the responder's call passed through, and which peers the endpoint's
-//! operations await, so that the device notices when one is gone
-//! ([`crate::device::Device::awaiting`]).
+//! What the engine does for a device whose peers need answers while the
+//! application is away: the responder's call passed through, and which
+//! peers the endpoint's operations await, so that the device notices when
+//! one is gone ([`crate::device::Device::awaiting`]).
 
 use super::{Device, Endpoint};
 use crate::device::Responder;
@@ -26,20 +26,44 @@ impl<D: Device> Endpoint<D> {
         self.dev.as_responder().map_or_else(Vec::new, |r| r.responder_fds())
     }
 
+    /// See [`Responder::away`]: what a responder thread holds.
+    pub fn away(&mut self) -> Option<std::sync::Arc<dyn crate::device::away::AwayWork>> {
+        self.dev.as_responder().and_then(|r| r.away())
+    }
+
     /// Tells the device which peers the endpoint's operations await
     /// ([`Device::awaiting`]), so that it notices when one of them is
-    /// gone: every operation entry (sends beyond the eager fast path,
-    /// receives under way, RMA and atomics) awaits its peer. To be called
-    /// about every 100 ms (the C API's responder or progress thread does).
+    /// gone. The engine does it when the device asks
+    /// ([`crate::device::DevEvent::Awaiting`]) and before it sleeps on a
+    /// device with a responder; callers may do it at any time.
     pub fn keepalive(&mut self) {
         let Endpoint { dev, core } = self;
+        core.tell_awaiting(dev);
+    }
+
+    /// Before a sleep on the device (or the application's sleep on its
+    /// descriptor, `trywait`): the device learns which peers are awaited,
+    /// so that its timers wake the sleeper to probe them (udp), however
+    /// long ago it last asked.
+    pub(super) fn before_sleep(&mut self) {
+        if self.core.responder {
+            self.keepalive();
+        }
+    }
+}
+
+impl super::Core {
+    /// [`Endpoint::keepalive`]: every operation entry (sends beyond the
+    /// eager fast path, receives under way, RMA and atomics) awaits its
+    /// peer.
+    pub(super) fn tell_awaiting<D: Device>(&self, dev: &mut D) {
         let mut last = None;
-        for (_, op) in core.ops.iter() {
+        for (_, op) in self.ops.iter() {
             if last == Some(op.peer) {
                 continue;
             }
             last = Some(op.peer);
-            if let Some(ah) = core.peers.get(op.peer).and_then(|p| p.ah.filter(|_| !p.lost)) {
+            if let Some(ah) = self.peers.get(op.peer).and_then(|p| p.ah.filter(|_| !p.lost)) {
                 dev.awaiting(ah);
             }
         }

@@ -151,12 +151,14 @@ impl<D: Device> Endpoint<D> {
     /// holds nothing the descriptor would not announce. False: progress
     /// (and take the completions) first.
     pub fn trywait(&mut self) -> bool {
+        self.before_sleep();
         self.core.cq.is_empty() && !self.has_queued_work() && self.dev.as_sleep().is_none_or(|s| s.trywait())
     }
 
     /// See [`Sleep::sleep_begin`]; `None` also where the device cannot
     /// sleep (then poll on).
     pub fn sleep_begin(&mut self) -> Option<(std::os::fd::RawFd, i32)> {
+        self.before_sleep();
         self.dev.as_sleep()?.sleep_begin()
     }
 
@@ -225,20 +227,16 @@ impl Core {
     #[inline(always)]
     pub(super) fn finish_progress<D: Device>(&mut self, dev: &mut D) {
         dev.events(&mut self.events);
-        self.handle_events();
+        if !self.events.is_empty() {
+            self.handle_events(dev);
+        }
         self.flush(dev);
     }
 
-    #[inline(always)]
-    pub(super) fn handle_events(&mut self) {
-        if !self.events.is_empty() {
-            self.handle_events_now();
-        }
-    }
-
     #[inline(never)]
-    pub(super) fn handle_events_now(&mut self) {
+    pub(super) fn handle_events<D: Device>(&mut self, dev: &mut D) {
         let events = std::mem::take(&mut self.events);
+        let mut asked = false;
         for ev in &events {
             match *ev {
                 DevEvent::SendDone { wr_id, status, .. } => {
@@ -301,10 +299,14 @@ impl Core {
                         self.fail_peer(p, Status::PeerUnreachable);
                     }
                 }
+                DevEvent::Awaiting => asked = true,
             }
         }
         self.events = events;
         self.events.clear();
+        if asked {
+            self.tell_awaiting(dev);
+        }
     }
 
     /// Completes every operation towards or from `peer` with `status`:

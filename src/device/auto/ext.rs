@@ -141,6 +141,11 @@ impl Responder for AutoDevice {
     fn responder_fds(&self) -> Vec<RawFd> {
         self.udp.as_ref().map(Responder::responder_fds).unwrap_or_default()
     }
+
+    /// Udp's: the responder holds udp alone, never shm or the engine.
+    fn away(&self) -> Option<std::sync::Arc<dyn crate::device::away::AwayWork>> {
+        self.udp.as_ref().and_then(Responder::away)
+    }
 }
 
 impl MoreFollows for AutoDevice {
@@ -173,7 +178,7 @@ impl Mapped for AutoDevice {
         let s = self.shm.as_mut().ok_or(Status::NotSup)?;
         let (buf, key) = s.alloc(len, access)?;
         if let Some(u) = self.udp.as_mut() {
-            if let Err(e) = u.reg_as(buf, access, key) {
+            if let Err(e) = u.with_mut(|u| u.reg_as(buf, access, key)) {
                 let _ = s.free(key);
                 return Err(e);
             }
@@ -192,7 +197,7 @@ impl Mapped for AutoDevice {
         let s = self.shm.as_mut().ok_or(Status::NotSup)?;
         let key = s.reg_shared(buf, fd, offset, access)?;
         if let Some(u) = self.udp.as_mut() {
-            if let Err(e) = u.reg_as(buf, access, key) {
+            if let Err(e) = u.with_mut(|u| u.reg_as(buf, access, key)) {
                 let _ = s.dereg(key);
                 return Err(e);
             }

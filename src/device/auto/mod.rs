@@ -52,8 +52,9 @@ mod ext;
 
 use std::time::{Duration, Instant};
 
+use crate::device::away::Shared;
 use crate::device::shm::{ShmConfig, ShmDevice};
-use crate::device::udp::{UdpConfig, UdpDevice};
+use crate::device::udp::{UdpConfig, UdpDevice, UdpStats};
 use crate::device::{Access, Ah, Caps, DevError, DevEvent, Device, Flow, Sent};
 use crate::mem::UserBuf;
 use crate::status::Status;
@@ -91,7 +92,10 @@ impl AutoConfig {
 /// Shm and udp behind one endpoint (module docs).
 pub struct AutoDevice {
     shm: Option<ShmDevice>,
-    udp: Option<UdpDevice>,
+    /// Shared with the C API's responder thread, which does udp's work
+    /// while the application leaves udp alone ([`Shared`]): it computes,
+    /// or talks only to peers of this host.
+    udp: Option<Shared<UdpDevice>>,
     caps: Caps,
     sleep: ext::SleepSet,
     /// Receives that left an idle udp alone since the clock was last read.
@@ -191,6 +195,7 @@ impl AutoDevice {
             u.take_connid(s.local_addr().connid());
         }
         let caps = merged(shm.as_ref().map(Device::caps), udp.as_ref().map(Device::caps));
+        let udp = udp.map(Shared::new);
         let mut dev = AutoDevice {
             shm,
             udp,
@@ -206,7 +211,7 @@ impl AutoDevice {
         // A WHO (`rdm4_resolve`) is answered with the whole name.
         let name = dev.name();
         if let Some(u) = dev.udp.as_mut() {
-            u.set_public_name(name);
+            u.with_mut(|u| u.set_public_name(name));
         }
         Ok(dev)
     }
@@ -291,9 +296,9 @@ impl AutoDevice {
         self.udp_pending
     }
 
-    /// The udp device, if open (its counters).
-    pub fn udp(&self) -> Option<&UdpDevice> {
-        self.udp.as_ref()
+    /// The udp device's counters, if it is open.
+    pub fn udp_stats(&self) -> Option<UdpStats> {
+        self.udp.as_ref().map(|u| u.with(UdpDevice::stats))
     }
 }
 
@@ -466,6 +471,7 @@ impl Device for AutoDevice {
             match e {
                 DevEvent::SendDone { ah, .. } | DevEvent::PeerLost { ah } => *ah = udp_ah(*ah),
                 DevEvent::WriteImm { ah, .. } => *ah = ah.map(udp_ah),
+                DevEvent::Awaiting => {}
             }
         }
     }
@@ -482,7 +488,7 @@ impl Device for AutoDevice {
             (Some(s), udp) => {
                 let key = s.reg(buf, access)?;
                 if let Some(u) = udp {
-                    if let Err(e) = u.reg_as(buf, access, key) {
+                    if let Err(e) = u.with_mut(|u| u.reg_as(buf, access, key)) {
                         let _ = s.dereg(key);
                         return Err(e);
                     }

@@ -73,9 +73,10 @@ impl UdpDevice {
         // waits for one batch, not for a stream that keeps arriving.
         let mut keep = |_: Option<Ah>, _: &[u8], _: Option<UserBuf>| Rx::Defer;
         self.take_socket(RESPOND_MAX, now, &mut keep);
-        self.away = false;
-        // The timers after the socket, as in `recv`.
+        // The timers after the socket, as in `recv` (the liveness rules
+        // keep the engine's last answer: `renew_marks`).
         self.timers(now);
+        self.away = false;
         // Nothing will carry the acknowledgements owed: they go now.
         for k in 0..self.acks.len() {
             let idx = self.acks[k];

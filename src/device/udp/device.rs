@@ -70,6 +70,7 @@ impl Device for UdpDevice {
     fn awaiting(&mut self, ah: Ah) {
         if let Some(p) = self.peers.get_mut(ah as usize) {
             p.awaited_until = Some(Instant::now() + AWAITED_FOR);
+            p.awaited_in = self.asked;
             self.note_watch(ah as usize);
         }
     }

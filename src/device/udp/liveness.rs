@@ -8,7 +8,7 @@ use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 use super::dgram::Kind;
-use super::{io, UdpDevice, LIVENESS_EVERY, PROBE_EVERY};
+use super::{io, UdpDevice, ASK_EVERY, AWAITED_FOR, LIVENESS_EVERY, PROBE_EVERY};
 use crate::device::{Ah, DevEvent};
 use crate::status::Status;
 
@@ -17,6 +17,13 @@ impl UdpDevice {
     /// are probed, and given up after `giveup` of silence.
     pub(super) fn liveness(&mut self, now: Instant) {
         self.next_liveness = now + LIVENESS_EVERY;
+        if self.away {
+            self.renew_marks(now);
+        } else if now >= self.next_ask {
+            self.next_ask = now + ASK_EVERY;
+            self.asked = self.asked.wrapping_add(1);
+            self.events.push(DevEvent::Awaiting);
+        }
         let mut marked = std::mem::take(&mut self.rdma_marked);
         for &idx in &marked {
             self.peers[idx].rdma_waits = false;
@@ -52,6 +59,18 @@ impl UdpDevice {
                 p.last_probe = Some(now);
                 self.stats.probes += 1;
                 self.send_bare(idx, Kind::Probe, now);
+            }
+        }
+    }
+
+    /// While the application is away (the responder's call): the peers
+    /// the engine's last answer marked stay awaited, since its operations
+    /// cannot change before its next call, which asks again.
+    fn renew_marks(&mut self, now: Instant) {
+        for &idx in &self.watch {
+            let p = &mut self.peers[idx];
+            if p.awaited_in == self.asked && p.awaited_until.is_some() {
+                p.awaited_until = Some(now + AWAITED_FOR);
             }
         }
     }

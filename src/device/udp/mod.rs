@@ -22,14 +22,19 @@
 //!   [`PROBE_EVERY`] of silence. A living peer always answers: its
 //!   application's calls do, and while its application is away (it
 //!   computes, sleeps, waits on another channel) its responder does.
-//! - The responder ([`UdpDevice::respond`]): while the application makes
-//!   no call, a thread of the C API's (`capi::responder`) calls it now and
-//!   then, and on every datagram: it sends the acknowledgements owed at
+//! - The responder ([`UdpDevice::respond`]): while the application leaves
+//!   the device alone, a thread of the C API's (`capi::responder`, through
+//!   `device::away::Shared`) calls it now and then, and on every datagram:
+//!   it sends the acknowledgements owed at
 //!   once, retransmits, answers probes, serves the RDMA peers ask of this
 //!   endpoint's memory, completes our own RDMA's transfers, and keeps the
 //!   packets for the engine (acknowledged: the peer's send is complete)
 //!   until the application's next call hands them over. Beyond a receive
-//!   window's worth of kept bytes, every datagram says HOLD.
+//!   window's worth of kept bytes, every datagram says HOLD. Which peers
+//!   the engine's operations await the device asks during the
+//!   application's calls ([`DevEvent::Awaiting`], every 100 ms); the
+//!   responder renews the marks of the last answer, so a peer that dies
+//!   while the application is away is probed and given up all the same.
 //! - Flow and congestion: a send window of at most 64 datagrams per peer
 //!   (the receiver's duplicate window) under an AIMD congestion window,
 //!   and the bytes in flight within the receive window the peer grants
@@ -167,8 +172,13 @@ pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(100);
 const RESPOND_MAX: usize = 256;
 /// How often the liveness rules run.
 const LIVENESS_EVERY: Duration = Duration::from_millis(10);
-/// How long the engine's [`Device::awaiting`] mark lasts: it renews it
-/// every `capi::responder::SCAN_EVERY` (100 ms) while its operations wait.
+/// How often the device asks the engine which peers its operations await
+/// ([`DevEvent::Awaiting`]), during the application's calls.
+const ASK_EVERY: Duration = Duration::from_millis(100);
+/// How long the engine's [`Device::awaiting`] mark lasts: the engine
+/// renews it at every ask while its operations wait; while the application
+/// is away, the responder renews the marks of the last answer (the
+/// operations cannot change meanwhile).
 const AWAITED_FOR: Duration = Duration::from_millis(350);
 
 /// One endpoint's udp device.
@@ -245,6 +255,10 @@ pub struct UdpDevice {
     away: bool,
     /// When the liveness rules run next.
     next_liveness: Instant,
+    /// When the engine is asked next which peers it awaits, and how many
+    /// times it was asked (`Peer::awaited_in` names the answer).
+    next_ask: Instant,
+    asked: u32,
     /// Errors the network reported, as read from the error queue (reused).
     net_errors: Vec<(SocketAddr, i32)>,
 }
@@ -393,6 +407,8 @@ impl UdpDevice {
             kept_bytes: 0,
             away: false,
             next_liveness: Instant::now(),
+            next_ask: Instant::now(),
+            asked: 0,
             net_errors: Vec::new(),
         })
     }

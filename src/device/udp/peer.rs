@@ -142,6 +142,8 @@ pub(crate) struct Peer {
     // Liveness (`UdpDevice::liveness`).
     /// The engine awaits an answer from it until then ([`crate::device::Device::awaiting`]).
     pub awaited_until: Option<Instant>,
+    /// The engine's answer that marked it last (`UdpDevice::asked`).
+    pub awaited_in: u32,
     /// An RDMA operation of ours waits for it (set by each liveness pass).
     pub rdma_waits: bool,
     /// Since when something of ours waits for it without a pause.
@@ -195,6 +197,7 @@ impl Peer {
             counted: false,
             ack_listed: false,
             awaited_until: None,
+            awaited_in: 0,
             rdma_waits: false,
             waiting_since: None,
             last_probe: None,

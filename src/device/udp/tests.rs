@@ -38,11 +38,18 @@ fn spin(
     while !done(got, ev) {
         assert!(t.elapsed() < Duration::from_secs(20), "stuck: {} packets, {} events", got.len(), ev.len());
         a.recv(64, |_, _: &[u8], _| {});
-        a.events(ev);
+        take_events(a, ev);
         b.recv(64, |_, p: &[u8], _| got.push(p.to_vec()));
         let mut other = Vec::new();
-        b.events(&mut other);
+        take_events(b, &mut other);
     }
+}
+
+/// The device's events but its asks for the awaited peers (the engine's
+/// business: `asks_come_during_calls_and_marks_last_while_away`).
+fn take_events(dev: &mut UdpDevice, out: &mut Vec<DevEvent>) {
+    dev.events(out);
+    out.retain(|e| !matches!(e, DevEvent::Awaiting));
 }
 
 fn send(dev: &mut UdpDevice, ah: Ah, p: &[u8], wr_id: u64) -> Result<Sent, DevError> {
@@ -92,7 +99,7 @@ fn under_drops_duplicates_and_reordering_every_packet_arrives_exactly_once() {
             Err(e) => panic!("{e:?}"),
         }
         a.recv(8, |_, _: &[u8], _| {});
-        a.events(&mut ev);
+        take_events(&mut a, &mut ev);
         b.recv(8, |_, p: &[u8], _| got.push(p.to_vec()));
     }
     spin(&mut a, &mut b, &mut got, &mut ev, |g, e| g.len() >= n as usize && e.len() >= n as usize);
@@ -195,7 +202,7 @@ fn bad_datagrams_are_dropped_and_counted() {
     raw.send_to(&forged, a.socket_addr()).unwrap();
     std::thread::sleep(Duration::from_millis(5));
     a.recv(8, |_, _: &[u8], _| {});
-    a.events(&mut ev);
+    take_events(&mut a, &mut ev);
     assert!(ev.is_empty(), "{ev:?}");
     drop(b);
 }
@@ -209,7 +216,7 @@ fn a_closed_peer_fails_what_was_towards_it_and_a_silent_one_is_given_up() {
     while !ev.iter().any(|e| matches!(e, DevEvent::PeerLost { .. })) {
         assert!(t.elapsed() < Duration::from_secs(2));
         a.recv(8, |_, _: &[u8], _| {});
-        a.events(&mut ev);
+        take_events(&mut a, &mut ev);
     }
     assert_eq!(send(&mut a, ab, b"x", 1), Err(DevError::Failed(Status::PeerUnreachable)));
     // A peer that vanishes without a word: given up after `giveup`.
@@ -224,7 +231,7 @@ fn a_closed_peer_fails_what_was_towards_it_and_a_silent_one_is_given_up() {
     while ev.len() < 2 {
         assert!(t.elapsed() < Duration::from_secs(3), "{ev:?}");
         a.recv(8, |_, _: &[u8], _| {});
-        a.events(&mut ev);
+        take_events(&mut a, &mut ev);
         std::thread::sleep(Duration::from_millis(1));
     }
     assert!(t.elapsed() >= Duration::from_millis(150));
@@ -255,7 +262,7 @@ fn liveness_counts_a_peers_silence_from_when_something_awaits_it() {
     let t = Instant::now();
     while t.elapsed() < giveup * 2 {
         a.recv(8, |_, _: &[u8], _| {});
-        a.events(&mut ev);
+        take_events(&mut a, &mut ev);
         std::thread::sleep(Duration::from_millis(1));
     }
     assert_eq!((a.stats().probes, a.stats().peers_given_up), (0, 0), "nothing awaited b: {:?}", a.stats());
@@ -266,7 +273,7 @@ fn liveness_counts_a_peers_silence_from_when_something_awaits_it() {
     let t = Instant::now();
     while t.elapsed() < giveup / 2 {
         a.recv(8, |_, _: &[u8], _| {});
-        a.events(&mut ev);
+        take_events(&mut a, &mut ev);
         std::thread::sleep(Duration::from_millis(1));
     }
     spin(&mut a, &mut b, &mut got, &mut ev, |_, e| e.iter().any(|e| matches!(e, DevEvent::SendDone { wr_id: 2, .. })));
@@ -291,7 +298,7 @@ fn a_retransmission_the_receiver_already_had_is_reported_and_raises_the_timeout(
     while a.stats().retransmits == 0 {
         assert!(t.elapsed() < Duration::from_secs(2), "no retransmission: {:?}", a.stats());
         a.recv(8, |_, _: &[u8], _| {});
-        a.events(&mut ev);
+        take_events(&mut a, &mut ev);
     }
     spin(&mut a, &mut b, &mut got, &mut ev, |_, e| e.iter().any(|e| matches!(e, DevEvent::SendDone { wr_id: 2, .. })));
     let t = Instant::now();
@@ -328,10 +335,10 @@ fn a_write_with_immediate_data_is_reported_once_all_its_bytes_are_in_memory() {
     while ev_a.len() < 2 {
         assert!(t.elapsed() < Duration::from_secs(20), "stuck: {ev_a:?} {ev_b:?}");
         a.recv(64, |_, _: &[u8], _| {});
-        a.events(&mut ev_a);
+        take_events(&mut a, &mut ev_a);
         b.recv(64, |_, _: &[u8], _| {});
         let mut now = Vec::new();
-        b.events(&mut now);
+        take_events(&mut b, &mut now);
         for e in now {
             if let DevEvent::WriteImm { .. } = e {
                 // Every byte is in place when it is reported.
@@ -366,7 +373,7 @@ fn respond_until(
     loop {
         assert!(t.elapsed() < Duration::from_secs(5), "stuck: {ev:?}");
         a.recv(64, |_, _: &[u8], _| {});
-        a.events(ev);
+        take_events(a, ev);
         b.respond();
         if done(ev) {
             return;
@@ -428,7 +435,7 @@ fn a_peer_whose_application_is_away_is_never_given_up_and_a_silent_one_is() {
     while t.elapsed() < giveup * 4 {
         a.awaiting(ab);
         a.recv(8, |_, _: &[u8], _| {});
-        a.events(&mut ev);
+        take_events(&mut a, &mut ev);
         b.respond();
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -442,7 +449,7 @@ fn a_peer_whose_application_is_away_is_never_given_up_and_a_silent_one_is() {
         assert!(t.elapsed() < giveup * 4, "not given up");
         a.awaiting(ab);
         a.recv(8, |_, _: &[u8], _| {});
-        a.events(&mut ev);
+        take_events(&mut a, &mut ev);
         std::thread::sleep(Duration::from_millis(2));
     }
     // b last answered a probe at most a quarter of the give-up time before.
@@ -471,7 +478,7 @@ fn a_peer_whose_port_closed_is_given_up_at_once() {
         assert!(t.elapsed() < Duration::from_secs(1), "{ev:?} {:?}", a.stats());
         a.awaiting(ah);
         a.recv(8, |_, _: &[u8], _| {});
-        a.events(&mut ev);
+        take_events(&mut a, &mut ev);
         std::thread::sleep(Duration::from_millis(1));
     }
     let s = a.stats();
@@ -537,4 +544,66 @@ fn a_who_is_answered_with_the_name_never_larger_and_a_short_one_is_dropped() {
     // A name that is no address, and a port of nobody.
     let closed = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     assert_eq!(resolve("127.0.0.1", closed, Duration::from_millis(100)), Err(Status::PeerUnreachable));
+}
+
+/// A silent peer: a bound socket that never answers.
+fn silent_peer(a: &mut UdpDevice) -> (UdpSocket, Ah) {
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let ah = a.insert(&raw_of(silent.local_addr().unwrap(), 78)).unwrap();
+    (silent, ah)
+}
+
+#[test]
+fn asks_come_during_calls_and_marks_last_while_away() {
+    let c = UdpConfig { giveup: Duration::from_secs(60), ..cfg() };
+    let mut a = UdpDevice::open_with(c).unwrap();
+    let (_s1, p1) = silent_peer(&mut a);
+    let (_s2, p2) = silent_peer(&mut a);
+    let asks = |a: &mut UdpDevice| {
+        let mut ev = Vec::new();
+        a.events(&mut ev);
+        ev.iter().filter(|e| matches!(e, DevEvent::Awaiting)).count()
+    };
+    // The application's calls: asked at once, then every 100 ms.
+    let t = Instant::now();
+    let mut n = 0;
+    while t.elapsed() < Duration::from_millis(250) {
+        a.recv(8, |_, _: &[u8], _| {});
+        n += asks(&mut a);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!((2..=4).contains(&n), "{n} asks in 250 ms of calls");
+    // The engine answers the last ask: p1 awaited. p2 was marked by an
+    // answer before it (its mark lapses as the engine said no more).
+    a.peers[p2 as usize].awaited_in = a.asked.wrapping_sub(1);
+    a.awaiting(p1);
+    let p2_mark = Instant::now() + AWAITED_FOR;
+    a.peers[p2 as usize].awaited_until = Some(p2_mark);
+    a.note_watch(p2 as usize);
+    // Away for longer than a mark lasts: never asked, p1 still awaited and
+    // probed, p2 no longer.
+    let t = Instant::now();
+    while t.elapsed() < AWAITED_FOR + Duration::from_millis(250) {
+        a.respond();
+        assert_eq!(asks(&mut a), 0, "asked while away");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let now = Instant::now();
+    assert!(a.peers[p1 as usize].awaited_until.is_some_and(|u| u > now), "the last answer's mark lapsed");
+    assert!(a.peers[p2 as usize].awaited_until.is_some_and(|u| u <= now), "an older answer's mark was renewed");
+    let probes = a.stats().probes;
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(250) {
+        a.respond();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(a.stats().probes >= probes + 2, "p1 not probed while away: {} then {}", probes, a.stats().probes);
+    // Back: the calls ask again at the liveness rules' next turn (10 ms).
+    let t = Instant::now();
+    let mut n = 0;
+    while n == 0 && t.elapsed() < Duration::from_millis(200) {
+        a.recv(8, |_, _: &[u8], _| {});
+        n += asks(&mut a);
+    }
+    assert_eq!(n, 1, "no ask when the application came back");
 }
