@@ -440,7 +440,8 @@ mod tests {
         fn respond(&mut self) -> (RawFd, i32) {
             assert!(!self.inside.swap(true, Ordering::SeqCst), "an access overlapped the responder");
             self.responds += 1;
-            std::hint::black_box(&mut self.touched);
+            // A while inside, so that an overlap would be caught.
+            (0..64).for_each(|_| std::hint::spin_loop());
             self.inside.store(false, Ordering::SeqCst);
             (-1, 0)
         }
@@ -454,6 +455,7 @@ mod tests {
             self.with_mut(|d| {
                 assert!(!d.inside.swap(true, Ordering::SeqCst), "the responder overlapped an access");
                 d.touched += 1;
+                (0..64).for_each(|_| std::hint::spin_loop());
                 d.inside.store(false, Ordering::SeqCst);
             })
         }
@@ -473,26 +475,33 @@ mod tests {
             assert!(away.respond().is_none());
         }
         assert!(away.respond().is_some());
+        // Both at once: the accesses go on until the responder has had
+        // many turns among them (at most 10 s).
         let stop = Arc::new(AtomicBool::new(false));
-        let (a, st) = (away.clone(), stop.clone());
+        let turns = Arc::new(AtomicU64::new(0));
+        let (a, st, tu) = (away.clone(), stop.clone(), turns.clone());
         let t = std::thread::spawn(move || {
-            let mut n = 0u64;
             while !st.load(Ordering::Relaxed) {
-                n += a.respond().is_some() as u64;
+                if a.respond().is_some() {
+                    tu.fetch_add(1, Ordering::Relaxed);
+                }
             }
-            n
         });
-        for _ in 0..200_000 {
+        let (t0, mut touches) = (std::time::Instant::now(), 1u64);
+        while (touches < 20_000 || turns.load(Ordering::Relaxed) < 200) && t0.elapsed().as_secs() < 10 {
             s.touch();
+            touches += 1;
         }
         stop.store(true, Ordering::Relaxed);
-        let responded = t.join().unwrap();
+        t.join().unwrap();
+        let responded = turns.load(Ordering::Relaxed);
+        assert!(responded >= 200, "the responder had {responded} turns");
         let d = s.with(|d| (d.touched, d.responds));
-        assert_eq!(d.0, 200_001);
+        assert_eq!(d.0, touches);
         assert_eq!(d.1, responded + 1);
         // Two per access, and two more each time one met the responder
         // and stepped back.
         let n = away.accesses();
-        assert!(n % 2 == 0 && n >= 2 * 200_003, "{n} for 200003 accesses");
+        assert!(n % 2 == 0 && n >= 2 * (touches + 2), "{n} for {} accesses", touches + 2);
     }
 }
