@@ -107,7 +107,7 @@ pub(crate) fn register_at_exit() {
 fn at_exit() {
     let _ = std::panic::catch_unwind(|| {
         for (slot, _) in super::open_slots() {
-            if let Some(away) = slot.away() {
+            if let Some(away) = slot.away(false) {
                 away.respond();
             }
         }

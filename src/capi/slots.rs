@@ -71,11 +71,14 @@ impl EpSlot {
         }
     }
 
-    /// The device the endpoint shares with its responder, if any (`None`
-    /// too while another thread looks: the process's exit, or a fork's
-    /// child, must not wait for a lock).
-    pub(crate) fn away(&self) -> Option<Arc<dyn AwayWork>> {
-        self.away.try_lock().ok()?.clone()
+    /// The device the endpoint shares with its responder, if any. With
+    /// `wait` false, `None` too while another thread looks (the process's
+    /// exit, or a fork's child, must not wait for a lock).
+    pub(crate) fn away(&self, wait: bool) -> Option<Arc<dyn AwayWork>> {
+        match wait {
+            true => self.away.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            false => self.away.try_lock().ok()?.clone(),
+        }
     }
 
     /// Gives the endpoint's responder `away` to the slot.

@@ -74,7 +74,7 @@ extern "C" fn start(arg: *mut libc::c_void) -> *mut libc::c_void {
     let job = slot.job.lock().unwrap_or_else(|e| e.into_inner()).take();
     let _ = std::panic::catch_unwind(|| match job {
         Some(Job::Responder { fds, nfds }) => {
-            if let Some(away) = slot.away() {
+            if let Some(away) = slot.away(true) {
                 super::responder::run(slot, &*away, &fds[..nfds]);
             }
         }
