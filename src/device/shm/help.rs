@@ -141,12 +141,8 @@ impl ShmDevice {
             return false;
         }
         let Some(p) = self.peers.get(ah as usize).and_then(Option::as_ref) else { return false };
-        // Its sleeping flag, unless it polled just now: an owner that
-        // hands its descriptor to the application keeps the flag set
-        // while it polls (`sleep.rs`); one that sleeps is not woken for
-        // this.
-        let asleep = p.map.hdr_u32::<{ segment::off::SLEEPING }>().load(Ordering::Relaxed) != 0
-            && !super::liveness::polled_recently(p);
+        // One that sleeps is not woken for this.
+        let asleep = super::liveness::asleep(p);
         // An owner reading by its own job (an exchange: each side reads
         // the other's message) will not help; the read goes in one copy.
         let busy = help_slot(p).is_some_and(|slot| slot.u64(OPEN).load(Ordering::Relaxed) != 0);

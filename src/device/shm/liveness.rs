@@ -82,17 +82,26 @@ impl ShmDevice {
         self.map.u64_at(off::PROGRESS).store(mono_us(), Ordering::Relaxed);
     }
 
-    /// Whether peer `ah` polled in the last [`PROGRESS_RECENT_US`] µs and
-    /// is not asleep in a wait (`Device::peer_progressing`); never with
+    /// Whether peer `ah` polled in the last [`PROGRESS_RECENT_US`] µs,
+    /// whatever its sleeping flag says: an endpoint that hands its
+    /// descriptor to the application keeps the flag set while it polls,
+    /// and one that fell asleep since its last stamp is woken by the
+    /// request's ring entry (as by any). Never with
     /// [`ShmConfig::ring_rma`] off.
     pub(super) fn progressing(&mut self, ah: Ah) -> bool {
         if !self.cfg.ring_rma {
             return false;
         }
-        let Ok(p) = self.peer(ah) else { return false };
-        let asleep = p.map.hdr_u32::<{ off::SLEEPING }>().load(Ordering::Relaxed) != 0;
-        !asleep && polled_recently(p)
+        self.peer(ah).is_ok_and(|p| polled_recently(p))
     }
+}
+
+/// Whether peer `p` sleeps in a wait: its sleeping flag is set and it
+/// stamped no poll in the last [`PROGRESS_RECENT_US`] µs. An endpoint that
+/// hands its descriptor to the application (`rdm4_ep_fd`) keeps the flag
+/// set while it polls (`sleep.rs`): its stamps tell that it is awake.
+pub(super) fn asleep(p: &Peer) -> bool {
+    p.map.hdr_u32::<{ off::SLEEPING }>().load(Ordering::Relaxed) != 0 && !polled_recently(p)
 }
 
 /// Whether peer `p` stamped its progress in the last

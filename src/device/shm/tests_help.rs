@@ -235,3 +235,33 @@ fn a_reader_stops_waiting_for_a_chunk_of_a_dead_owner_or_one_that_never_comes() 
     assert_eq!(done, Ok(4), "the busy helper's chunks, after {:?}", t.elapsed());
     assert!(t.elapsed() >= Duration::from_millis(450));
 }
+
+#[test]
+fn an_owner_that_polls_with_its_descriptor_handed_out_counts_as_polling() {
+    let cfg = config("fdmode");
+    let mut owner = ShmDevice::open_with(cfg.clone()).unwrap();
+    let mut reader = ShmDevice::open_with(cfg.clone()).unwrap();
+    let ah = reader.insert(&owner.local_addr()).unwrap();
+    // Polling now and then, in rounds that stamp (every 64th poll): seen
+    // as polling at some round (a descheduling between the stamp and the
+    // look may hide one).
+    let polling = |owner: &mut ShmDevice, reader: &mut ShmDevice| {
+        (0..200).any(|_| {
+            for _ in 0..64 {
+                owner.recv(8, |_, _: &[u8], _| -> () {});
+                owner.events(&mut Vec::new());
+            }
+            reader.progressing(ah) && reader.help_wanted(ah, cfg.help_min)
+        })
+    };
+    assert!(polling(&mut owner, &mut reader));
+    // Its descriptor handed out: the sleeping flag stays set while it
+    // polls, and it is still taken to poll (ring RMA, help).
+    crate::device::Sleep::wait_fd(&mut owner).unwrap();
+    assert_ne!(owner.map.hdr_u32::<{ off::SLEEPING }>().load(Ordering::SeqCst), 0);
+    assert!(polling(&mut owner, &mut reader), "an fd-mode owner that polls is taken to sleep");
+    // Once it stops, no longer.
+    std::thread::sleep(Duration::from_millis(2));
+    assert!(!reader.progressing(ah));
+    assert!(!reader.help_wanted(ah, cfg.help_min));
+}
