@@ -162,10 +162,10 @@
  * Threading: the application promises that calls on the endpoint never
  * overlap (one thread, or threads that serialise their calls, as with
  * `FI_THREAD_DOMAIN` or `UCS_THREAD_MODE_SINGLE`); calls then take no
- * lock (over udp they keep the device's responder, see `rdm4_ep_open`,
- * out without one: it waits for a process-wide memory barrier,
- * `membarrier(2)`, and where the kernel has none the endpoint takes its
- * lock). Requires `RDM4_PROGRESS_MANUAL`.
+ * lock (over udp, their accesses to the device keep its responder, see
+ * `rdm4_ep_open`, out without one: the responder waits for a
+ * process-wide memory barrier, `membarrier(2)`, and where the kernel has
+ * none both sides fence). Requires `RDM4_PROGRESS_MANUAL`.
  * Overlapping calls on such an endpoint are undefined behaviour.
  */
 #define RDM4_THREAD_SINGLE 1
@@ -1300,7 +1300,8 @@ int32_t rdm4_ep_attr_init(struct rdm4_ep_attr *attr);
  * at all, not even an answer to a probe, came from it for
  * `RDM4_UDP_GIVEUP_MS` (default 5000). With manual progress the endpoint
  * gets a responder thread that stands in for the application while it
- * makes no call (it computes, sleeps, waits elsewhere): it acknowledges
+ * leaves the udp device alone (it computes, sleeps, waits elsewhere, or
+ * talks only to peers of its host through auto): it acknowledges
  * what arrives, answers probes, serves RDMA of registered memory,
  * retransmits, and keeps packets for the next call (making `rdm4_ep_fd`
  * readable). It never runs the protocol: operations that need the
