@@ -3,7 +3,9 @@
 //! stopped with SIGSTOP (silent, as a host gone from the network) after
 //! the give-up time and not before; every operation towards it ends with
 //! an error, and the survivor keeps working with its other peer (issues
-//! 29, 37).
+//! 29, 37); a peer that stops while the application sleeps on its
+//! descriptor is given up all the same, and the sleeper woken (issue 39:
+//! the responder keeps which peers are awaited).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -207,4 +209,110 @@ fn a_silent_peer_is_given_up_after_the_giveup_time_and_not_before() {
     let giveup = Duration::from_millis(500);
     let took = lose_a_peer(Leave::Stopped, giveup, giveup..giveup * 6);
     println!("the stopped peer was given up after {took:?} (give-up time {giveup:?})");
+}
+
+/// The application of a C API endpoint over udp sleeps on its descriptor
+/// (`rdm4_trywait`, then `poll(2)`) while a long send awaits a peer that
+/// stops (SIGSTOP) after it acknowledged the send's first packets: nothing
+/// of ours is unacknowledged, only the operation awaits the peer. The
+/// responder keeps the engine's last answer on which peers are awaited
+/// while the application sleeps (`DevEvent::Awaiting`), probes the silent
+/// peer, gives it up after the give-up time and wakes the descriptor: the
+/// send ends with `RDM4_EPEER`.
+#[test]
+fn a_peer_that_stops_while_the_application_sleeps_on_its_descriptor_is_given_up_and_the_sleeper_woken() {
+    use rdm4::capi::*;
+    if !env("RDM4_CHILD_ROLE").is_empty() {
+        return;
+    }
+    let ok = |what: &str, rc: i32| assert!(rc >= 0, "{what}: {rc}");
+    let dir = std::env::temp_dir().join(format!("rdm4udpsleep{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // Read at open (tests of this file open their own devices otherwise).
+    std::env::set_var("RDM4_UDP_GIVEUP_MS", "500");
+    let mut attr = std::mem::MaybeUninit::<rdm4_ep_attr>::uninit();
+    ok("attr", rdm4_ep_attr_init(attr.as_mut_ptr()));
+    // SAFETY: initialised by rdm4_ep_attr_init.
+    let mut attr = unsafe { attr.assume_init() };
+    attr.device = RDM4_DEVICE_UDP;
+    attr.progress = RDM4_PROGRESS_MANUAL;
+    attr.threading = RDM4_THREAD_SINGLE;
+    std::env::set_var("RDM4_UDP_ADDR", "127.0.0.1");
+    let mut ep = std::ptr::null_mut();
+    ok("open", rdm4_ep_open(&attr, &mut ep));
+    let mut name = [0u8; 32];
+    let mut len = name.len();
+    ok("getname", rdm4_ep_getname(ep, name.as_mut_ptr().cast(), &mut len));
+    publish(&dir, "parent", &RawAddr::from_bytes(&name).unwrap());
+    let mut victim = spawn(&dir, "victim");
+    let vname = read_addr(&dir, "victim").to_bytes();
+    let mut to = 0;
+    ok("av", rdm4_av_insert(ep, vname.as_ptr().cast(), 1, &mut to));
+    // SAFETY: rdm4_cqe is plain data.
+    let mut cq = vec![unsafe { std::mem::zeroed::<rdm4_cqe>() }; 16];
+    let poll_for = |ep, cq: &mut Vec<rdm4_cqe>, ctx: usize, within: Duration| -> Option<rdm4_cqe> {
+        // Polls at least once.
+        let t = Instant::now();
+        loop {
+            let n = rdm4_poll(ep, cq.as_mut_ptr(), cq.len());
+            assert!(n >= 0, "poll: {n}");
+            if let Some(e) = cq[..n as usize].iter().find(|e| e.context as usize == ctx) {
+                return Some(*e);
+            }
+            if t.elapsed() >= within {
+                return None;
+            }
+        }
+    };
+    // A round trip: the victim answers (handshakes done both ways).
+    let (mut out, mut back) = (7u64.to_le_bytes(), [0u8; 8]);
+    ok("recv", rdm4_recv(ep, back.as_mut_ptr().cast(), 8, to, 1 as _));
+    ok("send", rdm4_send(ep, out.as_mut_ptr().cast(), 8, to, 2 as _));
+    assert!(poll_for(ep, &mut cq, 1, LIMIT).is_some_and(|e| e.status == 0), "no echo");
+    assert_eq!(back, out);
+    // A long tagged message that the victim never receives (it posts
+    // untagged 8-byte receives): its first packets are acknowledged, then
+    // it waits for the victim's engine.
+    let long = vec![3u8; 1 << 20];
+    ok("tsend", rdm4_tsend(ep, long.as_ptr().cast(), long.len(), to, 99, 7 as _));
+    assert!(poll_for(ep, &mut cq, 7, Duration::from_millis(100)).is_none(), "the long send completed");
+    let pid = victim.id() as libc::pid_t;
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let t = Instant::now();
+    while !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| st.contains(") T ")) {
+        assert!(t.elapsed() < LIMIT, "the victim never stopped");
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    // The application sleeps on its descriptor, each time for up to 5 s,
+    // until the send ends.
+    let fd = rdm4_ep_fd(ep);
+    assert!(fd >= 0, "rdm4_ep_fd: {fd}");
+    let (t, mut sleeps) = (Instant::now(), 0);
+    let done = loop {
+        assert!(t.elapsed() < Duration::from_secs(8), "the send never ended ({sleeps} sleeps)");
+        if let Some(e) = poll_for(ep, &mut cq, 7, Duration::ZERO) {
+            break e;
+        }
+        if rdm4_trywait(ep) != Status::Success.code() {
+            continue;
+        }
+        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut pfd, 1, 5000) };
+        sleeps += 1;
+    };
+    let took = t.elapsed();
+    assert_eq!(done.status, Status::PeerUnreachable.code(), "the send ended with {}", done.status);
+    // Given up after 500 ms of silence, with probes every 125 ms: well
+    // within 5 s, so the sleeper was woken for it, not by its timeout.
+    assert!(took < Duration::from_secs(4), "given up after {took:?} ({sleeps} sleeps)");
+    println!("the stopped peer was given up {took:?} after the application went to sleep ({sleeps} sleeps)");
+    let _ = victim.kill();
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let _ = victim.wait();
+    ok("close", rdm4_ep_close(ep));
+    let _ = std::fs::remove_dir_all(&dir);
 }
