@@ -163,7 +163,8 @@ impl MoreFollows for AutoDevice {
 impl Doorbell for AutoDevice {
     #[inline(always)]
     fn doorbell(&mut self) {
-        if std::mem::take(&mut self.udp_rung) {
+        if self.udp_rung {
+            self.udp_rung = false;
             if let Some(u) = self.udp.as_mut() {
                 u.doorbell();
             }
