@@ -835,3 +835,34 @@ fn keepalive_names_the_peers_that_operations_await_and_no_other() {
     c.eps[1].keepalive();
     assert!(c.eps[0].device_mut().take_awaited().is_empty() && c.eps[1].device_mut().take_awaited().is_empty());
 }
+
+#[test]
+fn before_a_sleep_the_device_learns_the_awaited_peers_once_per_new_operation() {
+    let cfg = SimConfig { responder: true, sleep: true, ..SimConfig::chaotic(43) };
+    let mut c = Cluster::new(3, cfg, Config::default());
+    // Nothing under way: nothing told, however often it sleeps.
+    c.eps[0].trywait();
+    assert!(c.eps[0].device_mut().take_awaited().is_empty());
+    // A long message that node 1 has no receive for: the sleep tells of it.
+    let data = pattern(1 << 20, 5);
+    let mut src = OwnedBuf::from_slice(&data);
+    c.eps[0].send(c.addrs[0][1], src.buf(), SendOpts { context: 9, ..Default::default() }).unwrap();
+    c.settle(10_000);
+    assert!(c.cqs[0].is_empty(), "the send cannot complete yet");
+    c.eps[0].trywait();
+    assert_eq!(c.eps[0].device_mut().take_awaited(), vec![1], "told before the sleep");
+    // Sleeping again with no new operation: not told again (its marks
+    // stand, and the device asks for more when it wants them).
+    c.eps[0].trywait();
+    let _ = c.eps[0].sleep_begin();
+    c.eps[0].sleep_end();
+    assert!(c.eps[0].device_mut().take_awaited().is_empty(), "the same operations walked again");
+    // A new one towards node 2: told again, both.
+    let mut src2 = OwnedBuf::from_slice(&data);
+    c.eps[0].send(c.addrs[0][2], src2.buf(), SendOpts { context: 10, ..Default::default() }).unwrap();
+    c.settle(10_000);
+    c.eps[0].trywait();
+    let mut told = c.eps[0].device_mut().take_awaited();
+    told.sort_unstable();
+    assert_eq!(told, vec![1, 2]);
+}

@@ -44,9 +44,12 @@ impl<D: Device> Endpoint<D> {
     /// Before a sleep on the device (or the application's sleep on its
     /// descriptor, `trywait`): the device learns which peers are awaited,
     /// so that its timers wake the sleeper to probe them (udp), however
-    /// long ago it last asked.
+    /// long ago it last asked. Only when an operation began since the
+    /// device last learnt it: operations that end only leave peers it
+    /// awaits no more (its marks lapse), and an event loop that sleeps
+    /// often does not walk every operation in flight each time.
     pub(super) fn before_sleep(&mut self) {
-        if self.core.responder {
+        if self.core.responder && self.core.ops.inserted() != self.core.told_ops {
             self.keepalive();
         }
     }
@@ -56,7 +59,8 @@ impl super::Core {
     /// [`Endpoint::keepalive`]: every operation entry (sends beyond the
     /// eager fast path, receives under way, RMA and atomics) awaits its
     /// peer.
-    pub(super) fn tell_awaiting<D: Device>(&self, dev: &mut D) {
+    pub(super) fn tell_awaiting<D: Device>(&mut self, dev: &mut D) {
+        self.told_ops = self.ops.inserted();
         let mut last = None;
         for (_, op) in self.ops.iter() {
             if last == Some(op.peer) {

@@ -128,6 +128,9 @@ pub(crate) struct Core {
     any_peer: bool,
     /// The device has the [`crate::device::Responder`] extension.
     responder: bool,
+    /// `ops.inserted()` when the device was last told which peers the
+    /// operations await (`keepalive.rs`).
+    told_ops: u64,
     /// The extra features this endpoint offers (`extra_bits`).
     extra: u64,
     local: RawAddr,
@@ -249,6 +252,7 @@ impl<D: Device> Endpoint<D> {
             caps,
             any_peer,
             responder,
+            told_ops: 0,
             extra: 0,
             local,
             peers: Slab::default(),

@@ -18,11 +18,13 @@ pub struct Slab<T> {
     slots: Vec<Slot<T>>,
     free: Vec<u32>,
     len: usize,
+    /// Entries stored since the slab was made.
+    inserted: u64,
 }
 
 impl<T> Default for Slab<T> {
     fn default() -> Self {
-        Slab { slots: Vec::new(), free: Vec::new(), len: 0 }
+        Slab { slots: Vec::new(), free: Vec::new(), len: 0, inserted: 0 }
     }
 }
 
@@ -44,7 +46,14 @@ impl<T> Slab<T> {
         let slot = &mut self.slots[idx as usize];
         slot.val = Some(make());
         self.len += 1;
+        self.inserted = self.inserted.wrapping_add(1);
         Some(slot.gen << INDEX_BITS | idx)
+    }
+
+    /// How many entries were stored since the slab was made (a count that
+    /// changes with every insert).
+    pub fn inserted(&self) -> u64 {
+        self.inserted
     }
 
     /// Stores `val`; `None` when full.
