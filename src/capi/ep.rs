@@ -199,7 +199,6 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
             "endpoint opened on {device} (shm {shm}, udp {udp}): {name:?}, locator {:#x}",
             name.reserved()
         );
-        let responder = a.progress == RDM4_PROGRESS_MANUAL && inner.ep.wants_responder();
         if inner.ep.wants_responder() {
             super::responder::register_at_exit();
         }
@@ -207,7 +206,7 @@ pub extern "C" fn rdm4_ep_open(attr: *const rdm4_ep_attr, ep: *mut *mut rdm4_ep)
         // (`crate::device::away`): a single-threaded endpoint takes no lock.
         let single = a.threading == RDM4_THREAD_SINGLE;
         let fds = inner.ep.responder_fds();
-        let away = if responder { inner.ep.away() } else { None };
+        let away = if a.progress == RDM4_PROGRESS_MANUAL { inner.ep.away() } else { None };
         let responder = away.is_some();
         let (slot, handle) = super::install(inner, single).ok_or(Status::NoMem)?;
         slot.set_away(away);
