@@ -825,7 +825,10 @@ const char *rdm4_strerror(int32_t status);
  * (`udp_drop_strangers`) and of peers given up or closed
  * (`udp_drop_from_lost`); `udp_drop_malformed` counts bad headers; and
  * the retransmissions peers reported they already had
- * (`udp_spurious_retransmits`)) count from the endpoint's open.
+ * (`udp_spurious_retransmits`), and the datagrams sent again to probe a
+ * silent flight while the retransmission timeout's floor is raised
+ * (`udp_tail_probes`, also counted in `udp_retransmits`)) count from the
+ * endpoint's open.
  *
  * Returns how many it wrote (0 when `first` is past the last);
  * `RDM4_EBADHANDLE`. Thread safety: any thread.

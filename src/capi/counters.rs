@@ -61,6 +61,7 @@ const LATER: &[Counter] = &[
     Counter { name: c"udp_drop_strangers", read: |_, u| u.strangers_over },
     Counter { name: c"udp_drop_from_lost", read: |_, u| u.from_lost },
     Counter { name: c"udp_spurious_retransmits", read: |_, u| u.spurious },
+    Counter { name: c"udp_tail_probes", read: |_, u| u.tail_probes },
 ];
 
 /// Reads the endpoint's counters from index `first` on: up to `max` of
@@ -96,7 +97,10 @@ const LATER: &[Counter] = &[
 /// (`udp_drop_strangers`) and of peers given up or closed
 /// (`udp_drop_from_lost`); `udp_drop_malformed` counts bad headers; and
 /// the retransmissions peers reported they already had
-/// (`udp_spurious_retransmits`)) count from the endpoint's open.
+/// (`udp_spurious_retransmits`), and the datagrams sent again to probe a
+/// silent flight while the retransmission timeout's floor is raised
+/// (`udp_tail_probes`, also counted in `udp_retransmits`)) count from the
+/// endpoint's open.
 ///
 /// Returns how many it wrote (0 when `first` is past the last);
 /// `RDM4_EBADHANDLE`. Thread safety: any thread.

@@ -115,6 +115,10 @@ pub struct UdpStats {
     /// Retransmissions the peer reported it already had (`DUP`): timeouts
     /// that fired while the peer was slow, not on a loss.
     pub spurious: u64,
+    /// Datagrams sent again to probe a flight silent for two round trips
+    /// while the timeout's floor was raised (`peer::Peer::probe_due`);
+    /// also in `retransmits`.
+    pub tail_probes: u64,
     /// Received datagrams that were duplicates.
     pub duplicates: u64,
     /// Datagrams whose header is bad: too short, another magic, version or

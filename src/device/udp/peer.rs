@@ -11,6 +11,13 @@
 //! then undoes the window's back-off and doubles the timeout's floor (from
 //! [`RTO_MIN`] up to [`FLOOR_MAX`]; halved after each [`FLOOR_DECAY`]
 //! without a report): docs/performance.md, "spurious retransmissions".
+//! While the floor is raised, a flight that has been silent for two round
+//! trips is probed: its newest datagram is sent once again, unflagged and
+//! without backing off ([`Peer::probe_due`]). A lost tail is then
+//! recovered in about two round trips instead of the raised timeout (the
+//! acknowledgement of the probe shows any hole before it), while a slow
+//! receiver costs one datagram, which it drops as a duplicate without a
+//! `DUP` report.
 //!
 //! Congestion control is AIMD on a window counted in datagrams: it grows by
 //! one datagram per window acknowledged, halves on a retransmission
@@ -367,6 +374,24 @@ impl Peer {
         self.rto = (s + (self.rttvar * 4).max(Duration::from_micros(100))).clamp(self.rto_floor, RTO_MAX);
     }
 
+    /// The datagram to probe the peer with now, if any: while the
+    /// timeout's floor is raised above [`RTO_MIN`], the newest datagram not
+    /// yet acknowledged, when it has been sent only once and nothing of
+    /// the flight was sent (or acknowledged) for two round trips (at least
+    /// [`RTO_MIN`]). The caller resends it unflagged and without backing
+    /// off; having been sent twice, it is not probed again.
+    pub(crate) fn probe_due(&self, now: Instant) -> Option<u32> {
+        if self.rto_floor <= RTO_MIN {
+            return None;
+        }
+        let quiet = self.srtt.map_or(RTO_MIN, |s| (s * 2).max(RTO_MIN));
+        let mut waiting = self.unacked.iter().filter(|u| !u.acked);
+        let first = waiting.next()?;
+        let newest = waiting.next_back().unwrap_or(first);
+        let silent = |u: &Unacked| now.saturating_duration_since(u.last_sent) >= quiet;
+        (newest.tries == 1 && silent(first) && silent(newest)).then_some(newest.seq)
+    }
+
     /// A retransmission timeout fired: back off (window halved, timeout doubled).
     pub(crate) fn timed_out(&mut self) {
         self.cwnd_before = self.cwnd;
@@ -466,6 +491,41 @@ mod tests {
         // The echo goes once.
         p.echo_dup = true;
         assert_eq!((p.take_echo(), p.take_echo()), (super::super::dgram::DUP, 0));
+    }
+
+    #[test]
+    fn a_silent_flight_is_probed_with_its_newest_datagram_once_while_the_floor_is_raised() {
+        let mut p = peer();
+        let t0 = Instant::now();
+        p.rtt_sample(Duration::from_micros(400));
+        let sent = |seq: u32, at: Instant, tries: u32, acked: bool| Unacked {
+            seq,
+            dgram: Vec::new(),
+            first_sent: at,
+            last_sent: at,
+            tries,
+            wr_id: 0,
+            acked,
+        };
+        p.unacked.extend([sent(1, t0, 1, true), sent(2, t0, 1, false), sent(3, t0, 1, false)]);
+        let quiet = Duration::from_micros(800); // two round trips
+                                                // The floor at its least: the timeout alone answers for losses.
+        assert_eq!(p.probe_due(t0 + quiet * 4), None);
+        p.spurious(t0);
+        assert!(p.rto_floor > RTO_MIN);
+        assert_eq!(p.probe_due(t0 + quiet / 2), None, "not silent for two round trips yet");
+        assert_eq!(p.probe_due(t0 + quiet), Some(3), "the newest unacknowledged datagram");
+        // Sent since (a retransmission, or the probe itself): not again.
+        p.unacked[2].tries = 2;
+        assert_eq!(p.probe_due(t0 + quiet * 4), None);
+        // A newer datagram, sent once: the flight is probed once more when
+        // it too has been silent for two round trips.
+        p.unacked.push_back(sent(4, t0 + quiet, 1, false));
+        assert_eq!(p.probe_due(t0 + quiet + quiet / 2), None);
+        assert_eq!(p.probe_due(t0 + quiet * 2), Some(4));
+        // Everything acknowledged: nothing to probe.
+        p.unacked.iter_mut().for_each(|u| u.acked = true);
+        assert_eq!(p.probe_due(t0 + quiet * 8), None);
     }
 
     #[test]

@@ -316,6 +316,52 @@ fn a_retransmission_the_receiver_already_had_is_reported_and_raises_the_timeout(
     assert!(a.peers[ab as usize].rto >= rto_before.max(Duration::from_millis(1)), "{:?}", a.peers[ab as usize].rto);
 }
 
+/// While the timeout's floor is raised (the peer was reported slow), a
+/// lost last datagram is sent again by a probe after two round trips
+/// (`Peer::probe_due`): it arrives, once, with no retransmission timeout.
+#[test]
+fn a_lost_tail_is_recovered_by_a_probe_while_the_floor_is_raised() {
+    let (mut a, mut b, ab, _) = pair(Faults::default());
+    let (mut got, mut ev) = (Vec::new(), Vec::new());
+    send(&mut a, ab, b"warm", 1).unwrap();
+    spin(&mut a, &mut b, &mut got, &mut ev, |_, e| e.iter().any(|e| matches!(e, DevEvent::SendDone { .. })));
+    // A try in which this thread was descheduled past the raised timeout
+    // (4 ms) recovers by the timeout instead; it is tried again, at most
+    // five times.
+    for attempt in 0..5u64 {
+        for _ in 0..4 {
+            a.peers[ab as usize].spurious(Instant::now());
+        }
+        let before = a.stats();
+        let wr_id = 10 + attempt;
+        send(&mut a, ab, b"tail", wr_id).unwrap();
+        a.tx_flush();
+        // Lost: b's socket gives the datagram up before b reads it.
+        let mut sink = [0u8; 2048];
+        let t = Instant::now();
+        loop {
+            match b.sock.recv(&mut sink) {
+                Ok(_) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    assert!(t.elapsed() < Duration::from_secs(2), "the datagram never reached b's socket");
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        spin(&mut a, &mut b, &mut got, &mut ev, |_, e| {
+            e.iter().any(|e| matches!(e, DevEvent::SendDone { wr_id: w, .. } if *w == wr_id))
+        });
+        let after = a.stats();
+        assert_eq!(got.iter().filter(|p| p.as_slice() == b"tail").count() as u64, attempt + 1, "once each");
+        if after.timeouts == before.timeouts {
+            assert_eq!(after.tail_probes, before.tail_probes + 1, "{after:?}");
+            assert_eq!(b.stats().duplicates, 0, "{:?}", b.stats());
+            return;
+        }
+    }
+    panic!("every try ended by a timeout, none by a probe: {:?}", a.stats());
+}
+
 #[test]
 fn a_write_with_immediate_data_is_reported_once_all_its_bytes_are_in_memory() {
     let f = Faults { drop: 0.05, dup: 0.05, reorder: 0.05, delay_us: 20, seed: 9 };

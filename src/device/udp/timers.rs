@@ -65,6 +65,9 @@ impl UdpDevice {
                 for seq in due {
                     self.retransmit(idx, seq, now, true);
                 }
+            } else if let Some(seq) = self.peers[idx].probe_due(now) {
+                self.stats.tail_probes += 1;
+                self.retransmit(idx, seq, now, false);
             }
         }
     }
