@@ -376,10 +376,10 @@ impl Peer {
 
     /// The datagram to probe the peer with now, if any: while the
     /// timeout's floor is raised above [`RTO_MIN`], the newest datagram not
-    /// yet acknowledged, when it has been sent only once and nothing of
-    /// the flight was sent (or acknowledged) for two round trips (at least
-    /// [`RTO_MIN`]). The caller resends it unflagged and without backing
-    /// off; having been sent twice, it is not probed again.
+    /// yet acknowledged, when it has been sent only once and both it and
+    /// the oldest unacknowledged one were last sent two round trips ago
+    /// (at least [`RTO_MIN`]). The caller resends it unflagged and without
+    /// backing off; having been sent twice, it is not probed again.
     pub(crate) fn probe_due(&self, now: Instant) -> Option<u32> {
         if self.rto_floor <= RTO_MIN {
             return None;
@@ -508,8 +508,9 @@ mod tests {
             acked,
         };
         p.unacked.extend([sent(1, t0, 1, true), sent(2, t0, 1, false), sent(3, t0, 1, false)]);
-        let quiet = Duration::from_micros(800); // two round trips
-                                                // The floor at its least: the timeout alone answers for losses.
+        // Two round trips.
+        let quiet = Duration::from_micros(800);
+        // The floor at its least: the timeout alone answers for losses.
         assert_eq!(p.probe_due(t0 + quiet * 4), None);
         p.spurious(t0);
         assert!(p.rto_floor > RTO_MIN);

@@ -59,6 +59,21 @@ fn send(dev: &mut UdpDevice, ah: Ah, p: &[u8], wr_id: u64) -> Result<Sent, DevEr
     })
 }
 
+/// Sends `p` from `a` to `b` (`ab`) and spins both until `a` reports it
+/// delivered (`SendDone` of `wr_id`).
+fn deliver(
+    a: &mut UdpDevice,
+    b: &mut UdpDevice,
+    ab: Ah,
+    p: &[u8],
+    wr_id: u64,
+    got: &mut Vec<Vec<u8>>,
+    ev: &mut Vec<DevEvent>,
+) {
+    send(a, ab, p, wr_id).unwrap();
+    spin(a, b, got, ev, |_, e| e.iter().any(|e| matches!(e, DevEvent::SendDone { wr_id: w, .. } if *w == wr_id)));
+}
+
 #[test]
 fn packets_arrive_once_and_complete_when_acknowledged() {
     let (mut a, mut b, ab, _) = pair(Faults::default());
@@ -256,8 +271,7 @@ fn liveness_counts_a_peers_silence_from_when_something_awaits_it() {
     let ab = a.insert(&b.local_addr()).unwrap();
     b.insert(&a.local_addr()).unwrap();
     let (mut got, mut ev) = (Vec::new(), Vec::new());
-    send(&mut a, ab, b"first", 1).unwrap();
-    spin(&mut a, &mut b, &mut got, &mut ev, |_, e| e.iter().any(|e| matches!(e, DevEvent::SendDone { .. })));
+    deliver(&mut a, &mut b, ab, b"first", 1, &mut got, &mut ev);
     // Quiet: a polls for twice the give-up time, b not at all.
     let t = Instant::now();
     while t.elapsed() < giveup * 2 {
@@ -290,8 +304,7 @@ fn liveness_counts_a_peers_silence_from_when_something_awaits_it() {
 fn a_retransmission_the_receiver_already_had_is_reported_and_raises_the_timeout() {
     let (mut a, mut b, ab, _) = pair(Faults::default());
     let (mut got, mut ev) = (Vec::new(), Vec::new());
-    send(&mut a, ab, b"warm", 1).unwrap();
-    spin(&mut a, &mut b, &mut got, &mut ev, |_, e| e.iter().any(|e| matches!(e, DevEvent::SendDone { .. })));
+    deliver(&mut a, &mut b, ab, b"warm", 1, &mut got, &mut ev);
     let rto_before = a.peers[ab as usize].rto;
     send(&mut a, ab, b"late", 2).unwrap();
     let t = Instant::now();
@@ -323,8 +336,7 @@ fn a_retransmission_the_receiver_already_had_is_reported_and_raises_the_timeout(
 fn a_lost_tail_is_recovered_by_a_probe_while_the_floor_is_raised() {
     let (mut a, mut b, ab, _) = pair(Faults::default());
     let (mut got, mut ev) = (Vec::new(), Vec::new());
-    send(&mut a, ab, b"warm", 1).unwrap();
-    spin(&mut a, &mut b, &mut got, &mut ev, |_, e| e.iter().any(|e| matches!(e, DevEvent::SendDone { .. })));
+    deliver(&mut a, &mut b, ab, b"warm", 1, &mut got, &mut ev);
     // A try in which this thread was descheduled past the raised timeout
     // (4 ms) recovers by the timeout instead; it is tried again, at most
     // five times.
